@@ -1,0 +1,64 @@
+"""Fairsched's pure scheduling core: no Django, no I/O, no clock of its own.
+
+Exact semantics: ``shared/contracts/scenario.md`` (the static plan) and
+``shared/contracts/simulate.md`` (persistent weighted round-robin, the
+simulator). Every time is a float in seconds chosen by the caller; ETAs are
+seconds from the ``now`` the caller passes.
+
+Public API
+----------
+Values (:mod:`fairsched.core.types`)
+    ``QueuedChart(id, org, workflow, created_at, seq, priority=False,
+    prioritized_at=None, paused=False, front_at=None, round=None)``,
+    ``RunningChart(id, org, workflow, started_at, cost)``,
+    ``Eta(start_s, finish_s)``, ``Durations(averages, default_avg_s)`` (callable
+    ``(org, workflow) -> seconds``), ``EtaReport(etas, org_clear_s, clear_s)``,
+    ``Plan(order, dispatch, held, paused, blocked, etas, org_clear_s, clear_s, rounds)``.
+Static plan (:mod:`fairsched.core.plan`)
+    ``plan(queued, running=(), *, budget, weights, costs=None, estimate=Durations(), now=0.0) -> Plan``
+    ``plan_dispatch(order, free, cost_of) -> list`` (head-of-line walk)
+Live order (:mod:`fairsched.core.queue`)
+    ``FairQueue(*, budget, weights, costs=None, policy="wrr")`` and
+    ``FairQueue.from_backlog(queued, *, budget, weights, costs=None)`` (restart);
+    ``add``, ``remove``, ``pause``, ``resume``, ``prioritize``, ``unprioritize``,
+    ``move_to_front``, ``set_weight``, ``set_cost``, ``set_budget``,
+    ``peek(free)``, ``dispatch(free)``, ``etas(running, now, budget=None, estimate=...)``,
+    ``plan(running, now, estimate)``, ``backlog()`` (for a dump), iteration,
+    ``order()``, ``iter_charts()``, ``position(id)``, ``round_of(id)``,
+    ``state_of(id)``, ``held``/``paused``/``blocked``, ``head``, ``cost_of``.
+Simulator (:mod:`fairsched.core.simulator`)
+    ``simulate(arrivals, events, *, budget, weights, costs, estimate, policy) -> SimResult``
+Ordering keys (:mod:`fairsched.core.keys`): every key, tie-breaks numbered.
+
+Move to front (``front_at``, issue 5)
+-------------------------------------
+An operator can move a chart to the front of its *own org's* queue. The chart
+gets ``front_at`` (the time of the move). Inside its org, charts are ranked by
+(1) moved charts first, (2) most recent ``front_at`` first among them,
+(3) ``created_at``, (4) arrival; the rank decides the round (``rank // weight``)
+in the static plan, and in the live :class:`FairQueue` a move re-ranks only that
+org (its charts arrive again in that rank order from ``head``). So the moved
+chart takes its org's next turn and no other org's turn moves; inside one round
+the usual (created_at, arrival) tie-break still applies (with weight w > 1 the
+moved chart is among its org's next w starts). A chart without ``front_at``
+behaves exactly as the contract. In a scenario it is the optional queued field
+``"front_at"`` (ISO timestamp or null).
+
+Live-state notes
+----------------
+A queued chart keeps its round while paused or prioritised (it still holds
+it), gives it back when cancelled (``FairQueue.remove``: its org's ``used``
+drops if it held ``last``), and loses it when its org is re-ranked while it is
+not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
+"""
+from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
+from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
+from .queue import BLOCKED, HELD, ORDERED, PAUSED, FairQueue
+from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+
+__all__ = [
+    "BLOCKED", "HELD", "ORDERED", "PAUSED",
+    "Durations", "Eta", "EtaReport", "FairQueue", "Plan", "QueuedChart", "RunningChart",
+    "fifo_key", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
+    "priority_key", "queue_key", "simulate_lanes",
+]

@@ -1,0 +1,57 @@
+"""Every ordering key of the scheduler, in one place.
+
+Smaller sorts first everywhere. Tie-breaks are numbered in the order they apply.
+``seq`` is the arrival number; the chart id is a last resort that only a
+caller giving two charts the same ``seq`` ever reaches.
+"""
+from __future__ import annotations
+
+TIER_PRIORITY = 0
+TIER_NORMAL = 1
+
+
+def priority_key(created_at: float, seq: int, prioritized_at: float | None) -> tuple:
+    """Priority tier, FIFO.
+
+    # 1: prioritized_at (missing: created_at)  # 2: created_at  # 3: arrival
+    """
+    return (created_at if prioritized_at is None else prioritized_at, created_at, seq)
+
+
+def normal_key(round_: int, created_at: float, seq: int) -> tuple:
+    """Normal tier, weighted round-robin.
+
+    # 1: round  # 2: created_at  # 3: arrival
+    """
+    return (round_, created_at, seq)
+
+
+def org_rank_key(created_at: float, seq: int, front_at: float | None) -> tuple:
+    """Rank of a chart inside its own org, which decides its round (rank // weight).
+
+    # 1: moved to front (charts with ``front_at`` first)
+    # 2: most recent ``front_at`` first (among moved charts)
+    # 3: created_at  # 4: arrival
+    """
+    if front_at is None:
+        return (1, 0.0, created_at, seq)
+    return (0, -front_at, created_at, seq)
+
+
+def fifo_key(created_at: float, seq: int) -> tuple:
+    """Baseline ``fifo``: one queue in arrival order.
+
+    # 1: created_at (a trace's ``at_s``)  # 2: arrival
+    """
+    return (created_at, seq)
+
+
+def queue_key(tier: int, k1, created_at: float, seq: int, chart_id: str, entry) -> tuple:
+    """Key of a chart in the live order (:class:`FairQueue`).
+
+    # 1: tier (priority before normal)
+    # 2: priority tier: prioritized_at (missing: created_at); normal tier: round
+    # 3: created_at  # 4: arrival  # 5: chart id (only if a caller repeats a seq)
+    The trailing ``entry`` is payload; the id is unique so it is never compared.
+    """
+    return (tier, k1, created_at, seq, chart_id, entry)

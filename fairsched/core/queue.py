@@ -1,0 +1,551 @@
+"""The live fair order: persistent weighted round-robin (contracts/simulate.md).
+
+:class:`FairQueue` is what the live scheduler keeps in memory for hours and
+what the simulator drives on a simulated clock. It owns the queued charts
+only: the caller tracks running charts and passes the free budget to
+:meth:`FairQueue.dispatch`, and passes ``now`` and the running charts to
+:meth:`FairQueue.etas`.
+
+Complexity (n queued charts, k of one org, B the budget):
+
+- ``add`` (arrival), ``remove``, ``pause``, ``prioritize``: O(log n)
+- ``dispatch`` from the head: O(log n) per chart started
+- re-rank of one org (``set_weight``, ``resume``, ``unprioritize``,
+  ``set_cost``, ``move_to_front``): O(k log n)
+- ``set_budget``: re-ranks every org, O(n log n)
+- ``etas`` (a full ETA pass): O(n log B)
+- ``position``: O(n / 512 + log n); ``held``/``paused``/``blocked``: O(h log h)
+  over those charts only.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush, heapreplace
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from .keys import TIER_NORMAL, TIER_PRIORITY, fifo_key, org_rank_key, priority_key
+from .plan import initial_lanes
+from .sortedkeys import SortedKeys
+from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+
+ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
+POLICIES = ("wrr", "fifo")
+
+
+class _Entry:
+    """Mutable internal record of a queued chart (never handed out)."""
+
+    __slots__ = ("id", "org", "workflow", "pair", "created_at", "seq", "priority",
+                 "prioritized_at", "paused", "front_at", "round", "key", "state")
+
+    def __init__(self, c: QueuedChart) -> None:
+        self.id = c.id
+        self.org = c.org
+        self.workflow = c.workflow
+        self.pair = (c.org, c.workflow)
+        self.created_at = c.created_at
+        self.seq = c.seq
+        self.priority = c.priority
+        self.prioritized_at = c.prioritized_at
+        self.paused = c.paused
+        self.front_at = c.front_at
+        self.round: int | None = None
+        self.key: tuple | None = None
+        self.state = ""
+
+    def chart(self) -> QueuedChart:
+        return QueuedChart(self.id, self.org, self.workflow, self.created_at, self.seq,
+                           self.priority, self.prioritized_at, self.paused, self.front_at,
+                           self.round)
+
+
+class FairQueue:
+    """The queued charts of every org in their fair order.
+
+    ``weights`` lists the orgs in their listed order (a budget change re-ranks
+    them in that order). ``costs`` maps (org, workflow) to a cost, 1 if absent.
+    ``policy`` is ``"wrr"`` (the product) or ``"fifo"`` (the baseline: one
+    queue in arrival order, priority ignored, hold/pause/budget still apply).
+
+    Rounds are persistent: ``head`` is the round of the last normal-tier chart
+    dispatched; per org ``last`` is its highest assigned round and ``used`` how
+    many of its charts hold it. A queued chart keeps its round while paused or
+    prioritised (it still holds it); it gives it back when cancelled
+    (``remove``) and loses it when its org is re-ranked while it is not
+    eligible. Dispatched charts keep counting for their round.
+    """
+
+    def __init__(
+        self,
+        *,
+        budget: int,
+        weights: Mapping[str, int],
+        costs: Mapping[tuple[str, str | None], int] | None = None,
+        policy: str = "wrr",
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
+        self.policy = policy
+        self._budget = int(budget)
+        self._weights: dict[str, int] = dict(weights)
+        self._costs: dict = dict(costs or {})
+        self._entries: dict[str, _Entry] = {}
+        self._by_org: dict[str, dict[str, _Entry]] = {o: {} for o in self._weights}
+        self._order = SortedKeys()
+        self._aside: dict[str, dict[str, _Entry]] = {HELD: {}, PAUSED: {}, BLOCKED: {}}
+        self._head = 0
+        self._last: dict[str, int] = {}
+        self._used: dict[str, int] = {}
+        self._disp_round: dict[str, int] = {}
+        self._disp_count: dict[str, int] = {}
+
+    # ----------------------------------------------------------- construction
+    @classmethod
+    def from_backlog(
+        cls,
+        queued: Iterable[QueuedChart],
+        *,
+        budget: int,
+        weights: Mapping[str, int],
+        costs: Mapping[tuple[str, str | None], int] | None = None,
+        policy: str = "wrr",
+    ) -> "FairQueue":
+        """Rebuild at start-up from the static backlog: the static plan's rounds,
+        ``head = 0`` (contracts/simulate.md). Its order equals :func:`plan`'s.
+        Any ``round`` on the charts is ignored. O(n log n)."""
+        q = cls(budget=budget, weights=weights, costs=costs, policy=policy)
+        keys = []
+        for c in queued:
+            if c.id in q._entries:
+                raise ValueError(f"duplicate chart id {c.id!r}")
+            if c.org not in q._weights:
+                raise KeyError(f"unknown org {c.org!r}")
+            e = _Entry(c)
+            q._entries[c.id] = e
+            q._by_org[c.org][c.id] = e
+        for org in q._weights:
+            keys.extend(q._rank(org, insert=False))
+        q._order.bulk_load(keys)
+        return q
+
+    # ------------------------------------------------------------- properties
+    @property
+    def head(self) -> int:
+        """The round of the last normal-tier chart dispatched (0 at start)."""
+        return self._head
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    @property
+    def weights(self) -> dict[str, int]:
+        """Copy of the weights, in the orgs' listed order."""
+        return dict(self._weights)
+
+    @property
+    def costs(self) -> dict:
+        """Copy of the (org, workflow) -> cost table."""
+        return dict(self._costs)
+
+    def cost_of(self, org: str, workflow: str | None) -> int:
+        """The current cost of (org, workflow): 1 if not set."""
+        return self._costs.get((org, workflow), 1)
+
+    def __len__(self) -> int:
+        """Number of queued charts (ordered, held, paused and blocked)."""
+        return len(self._entries)
+
+    def __contains__(self, chart_id: str) -> bool:
+        return chart_id in self._entries
+
+    def get(self, chart_id: str) -> QueuedChart | None:
+        """The queued chart (with its current round), None if not queued."""
+        e = self._entries.get(chart_id)
+        return e.chart() if e else None
+
+    def state_of(self, chart_id: str) -> str | None:
+        """``"ordered"``, ``"held"``, ``"paused"``, ``"blocked"`` or None."""
+        e = self._entries.get(chart_id)
+        return e.state if e else None
+
+    def round_of(self, chart_id: str) -> int | None:
+        """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
+        e = self._entries.get(chart_id)
+        return e.round if e else None
+
+    # ------------------------------------------------------------------ order
+    @property
+    def order_len(self) -> int:
+        """Number of charts in the order."""
+        return len(self._order)
+
+    def __iter__(self) -> Iterator[str]:
+        """Chart ids of the order, lazily from the head. Do not modify while iterating."""
+        return (k[4] for k in self._order)
+
+    def order(self) -> list[str]:
+        """Snapshot of the order as chart ids, O(n)."""
+        return [k[4] for k in self._order]
+
+    def iter_charts(self) -> Iterator[QueuedChart]:
+        """The ordered charts (with their rounds) lazily from the head; slice it
+        with ``itertools.islice`` for a dashboard's first page."""
+        return (k[5].chart() for k in self._order)
+
+    def position(self, chart_id: str) -> int | None:
+        """0-based position in the order, None if not in it. O(n / 512 + log n)."""
+        e = self._entries.get(chart_id)
+        if e is None or e.key is None:
+            return None
+        return self._order.index(e.key)
+
+    def _aside_ids(self, state: str) -> list[str]:
+        return [e.id for e in sorted(self._aside[state].values(), key=lambda e: (e.seq, e.id))]
+
+    @property
+    def held(self) -> list[str]:
+        """Ids of charts of orgs with weight 0, in arrival order."""
+        return self._aside_ids(HELD)
+
+    @property
+    def paused(self) -> list[str]:
+        """Ids of paused charts (of orgs not held), in arrival order."""
+        return self._aside_ids(PAUSED)
+
+    @property
+    def blocked(self) -> list[str]:
+        """Ids of charts whose cost exceeds the whole budget, in arrival order."""
+        return self._aside_ids(BLOCKED)
+
+    def backlog(self) -> list[QueuedChart]:
+        """Every queued chart in arrival order, each ordered normal-tier chart
+        with its current ``round`` (for a dump that replays to the same order)."""
+        out = []
+        for e in sorted(self._entries.values(), key=lambda e: (e.seq, e.id)):
+            c = e.chart()
+            if e.state != ORDERED or (e.key is not None and e.key[0] == TIER_PRIORITY) \
+                    or self.policy != "wrr":
+                if c.round is not None:
+                    c = QueuedChart(c.id, c.org, c.workflow, c.created_at, c.seq, c.priority,
+                                    c.prioritized_at, c.paused, c.front_at, None)
+            out.append(c)
+        return out
+
+    # ---------------------------------------------------------------- changes
+    def add(self, chart: QueuedChart) -> None:
+        """A chart arrives, O(log n). Eligible normal-tier charts take their
+        org's next round: ``r = max(head, last)``, +1 if that round is full."""
+        if chart.id in self._entries:
+            raise ValueError(f"duplicate chart id {chart.id!r}")
+        if chart.org not in self._weights:
+            raise KeyError(f"unknown org {chart.org!r}")
+        e = _Entry(chart)
+        self._entries[chart.id] = e
+        self._by_org[chart.org][chart.id] = e
+        self._place(e)
+
+    def remove(self, chart_id: str) -> QueuedChart | None:
+        """A queued chart leaves without being dispatched (cancelled, started
+        elsewhere, deleted). If it held its org's ``last`` round, that place is
+        given back. Returns the chart, None if it was not queued."""
+        e = self._entries.pop(chart_id, None)
+        if e is None:
+            return None
+        del self._by_org[e.org][chart_id]
+        self._take_out(e)
+        if e.round is not None and self._last.get(e.org) == e.round:
+            self._used[e.org] -= 1
+        return e.chart()
+
+    def pause(self, chart_id: str) -> bool:
+        """Pause a queued chart (it leaves the order; nobody else moves). False if
+        not queued or already paused."""
+        e = self._entries.get(chart_id)
+        if e is None or e.paused:
+            return False
+        e.paused = True
+        self._take_out(e)
+        self._place(e, arrive=False)
+        return True
+
+    def resume(self, chart_id: str) -> bool:
+        """Resume a paused chart: re-ranks its org. False if not queued or not paused."""
+        e = self._entries.get(chart_id)
+        if e is None or not e.paused:
+            return False
+        e.paused = False
+        self._rerank(e.org)
+        return True
+
+    def prioritize(self, chart_id: str, at: float | None = None) -> bool:
+        """Move a chart to the priority tier (FIFO by ``at``, missing: its
+        created_at); nobody else moves. False if not queued or already priority."""
+        e = self._entries.get(chart_id)
+        if e is None or e.priority:
+            return False
+        e.priority = True
+        e.prioritized_at = at
+        if e.key is not None and self.policy == "wrr":
+            self._take_out(e)
+            self._place(e, arrive=False)
+        return True
+
+    def unprioritize(self, chart_id: str) -> bool:
+        """Back to the normal tier: re-ranks its org. False if not queued or not priority."""
+        e = self._entries.get(chart_id)
+        if e is None or not e.priority:
+            return False
+        e.priority = False
+        e.prioritized_at = None
+        self._rerank(e.org)
+        return True
+
+    def move_to_front(self, chart_id: str, at: float) -> bool:
+        """Move a chart to the front of its own org's queue (operator action at
+        time ``at``): it takes its org's next turn; other orgs do not move.
+        Re-ranks its org. False if not queued."""
+        e = self._entries.get(chart_id)
+        if e is None:
+            return False
+        e.front_at = at
+        self._rerank(e.org)
+        return True
+
+    def set_weight(self, org: str, weight: int) -> bool:
+        """Set an org's weight (0 = held; its charts stay visible in ``held``).
+        A new org is added at the end of the listed order. Re-ranks the org if
+        the weight changed. Returns whether anything changed."""
+        if weight < 0:
+            raise ValueError(f"negative weight {weight!r}")
+        if org not in self._weights:
+            self._weights[org] = weight
+            self._by_org[org] = {}
+            return True
+        if self._weights[org] == weight:
+            return False
+        self._weights[org] = weight
+        self._rerank(org)
+        return True
+
+    def set_cost(self, org: str, workflow: str | None, cost: int) -> bool:
+        """Set the cost of (org, workflow); re-ranks the org if it changed."""
+        if cost < 1:
+            raise ValueError(f"cost below 1: {cost!r}")
+        if self._costs.get((org, workflow), 1) == cost:
+            self._costs[(org, workflow)] = cost
+            return False
+        self._costs[(org, workflow)] = cost
+        if org in self._weights:
+            self._rerank(org)
+        return True
+
+    def set_budget(self, budget: int) -> bool:
+        """Set the total budget; re-ranks every org in listed order if it changed."""
+        if budget < 0:
+            raise ValueError(f"negative budget {budget!r}")
+        if budget == self._budget:
+            return False
+        self._budget = budget
+        for org in self._weights:
+            self._rerank(org)
+        return True
+
+    # --------------------------------------------------------------- dispatch
+    def peek(self, free: int) -> list[str]:
+        """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
+        out = []
+        costs = self._costs
+        for k in self._order:
+            c = costs.get(k[5].pair, 1)
+            if c > free:
+                break
+            free -= c
+            out.append(k[4])
+        return out
+
+    def dispatch(self, free: int) -> list[QueuedChart]:
+        """Head-of-line walk within ``free`` (may be negative): start each chart
+        at the head that fits, stop at the first that does not. The started
+        charts leave the queue; each normal-tier one sets ``head`` to its round.
+        Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a
+        later ``set_cost`` does not touch in-flight work)."""
+        started = []
+        order = self._order
+        costs = self._costs
+        while order:
+            k = order.first()
+            e = k[5]
+            c = costs.get(e.pair, 1)
+            if c > free:
+                break
+            free -= c
+            order.pop_first()
+            del self._entries[e.id]
+            del self._by_org[e.org][e.id]
+            e.key = None
+            e.state = ""
+            if k[0] == TIER_NORMAL and e.round is not None:
+                r = e.round
+                self._head = r
+                org = e.org
+                if self._disp_round.get(org) == r:
+                    self._disp_count[org] += 1
+                else:
+                    self._disp_round[org] = r
+                    self._disp_count[org] = 1
+            started.append(e.chart())
+        return started
+
+    # ------------------------------------------------------------------- ETAs
+    def etas(
+        self,
+        running: Iterable[RunningChart],
+        now: float,
+        budget: int | None = None,
+        estimate: Callable[[str, str | None], float] = Durations(),
+    ) -> EtaReport:
+        """The full ETA pass, the lane simulation of contracts/scenario.md over
+        the running charts and the whole order, O(n log budget).
+        ``budget`` defaults to the queue's. ``org_clear_s`` has every listed org."""
+        if budget is None:
+            budget = self._budget
+        etas: dict[str, Eta] = {}
+        running = list(running)
+        lanes = initial_lanes(running, now, budget, estimate, etas)
+        org_clear: dict[str, float] = dict.fromkeys(self._weights, 0.0)
+        for r in running:
+            f = etas[r.id][1]
+            if f > org_clear.get(r.org, 0.0):
+                org_clear[r.org] = f
+        # per (org, workflow): (cost, estimate), computed once per pass
+        info: dict = {}
+        costs = self._costs
+        nl = len(lanes)
+        for sub in self._order.sublists():
+            for k in sub:
+                e = k[5]
+                pair = e.pair
+                ce = info.get(pair)
+                if ce is None:
+                    ce = info[pair] = (costs.get(pair, 1), float(estimate(e.org, e.workflow)))
+                c, est = ce
+                if c == 1:
+                    start = lanes[0]
+                    fin = start + est
+                    heapreplace(lanes, fin)
+                elif c <= nl:
+                    for _ in range(c):
+                        start = heappop(lanes)
+                    fin = start + est
+                    for _ in range(c):
+                        heappush(lanes, fin)
+                else:
+                    continue
+                etas[k[4]] = Eta(start, fin)
+                if fin > org_clear[e.org]:
+                    org_clear[e.org] = fin
+        clear = max(org_clear.values(), default=0.0)
+        return EtaReport(etas, org_clear, clear)
+
+    def plan(
+        self,
+        running: Sequence[RunningChart],
+        now: float,
+        estimate: Callable[[str, str | None], float] = Durations(),
+    ) -> Plan:
+        """The plan of the live state (``manage.py plan --live``): the same
+        fields as :func:`fairsched.core.plan` on a dump of this queue."""
+        running = list(running)
+        free = self._budget - sum(r.cost for r in running)
+        rep = self.etas(running, now, self._budget, estimate)
+        order = []
+        rounds = {}
+        for k in self._order:
+            order.append(k[4])
+            if k[0] == TIER_NORMAL and k[5].round is not None:
+                rounds[k[4]] = k[5].round
+        return Plan(order=order, dispatch=self.peek(free), held=self.held,
+                    paused=self.paused, blocked=self.blocked, etas=rep.etas,
+                    org_clear_s=rep.org_clear_s, clear_s=rep.clear_s, rounds=rounds)
+
+    # -------------------------------------------------------------- internals
+    def _classify(self, e: _Entry) -> str:
+        if self._weights[e.org] == 0:
+            return HELD
+        if e.paused:
+            return PAUSED
+        if self._costs.get(e.pair, 1) > self._budget:
+            return BLOCKED
+        return ORDERED
+
+    def _take_out(self, e: _Entry) -> None:
+        if e.key is not None:
+            self._order.remove(e.key)
+            e.key = None
+        elif e.state in self._aside:
+            self._aside[e.state].pop(e.id, None)
+        e.state = ""
+
+    def _key(self, e: _Entry) -> tuple:
+        if self.policy == "fifo":
+            return (TIER_NORMAL, 0) + fifo_key(e.created_at, e.seq) + (e.id, e)
+        if e.priority:
+            return (TIER_PRIORITY,) + priority_key(e.created_at, e.seq, e.prioritized_at) + (e.id, e)
+        return (TIER_NORMAL, e.round, e.created_at, e.seq, e.id, e)
+
+    def _place(self, e: _Entry, arrive: bool = True, insert: bool = True) -> tuple | None:
+        """Classify ``e`` and put it in the order or aside. ``arrive``: give an
+        eligible normal-tier chart its next round (else it keeps its own)."""
+        st = self._classify(e)
+        e.state = st
+        if st != ORDERED:
+            self._aside[st][e.id] = e
+            return None
+        if self.policy == "wrr" and not e.priority and (arrive or e.round is None):
+            self._arrive(e)
+        key = self._key(e)
+        e.key = key
+        if insert:
+            self._order.add(key)
+        return key
+
+    def _arrive(self, e: _Entry) -> None:
+        org = e.org
+        w = self._weights[org]
+        last = self._last.get(org)
+        if last is None:
+            r = self._head
+        else:
+            r = last if last > self._head else self._head
+            if r == last and self._used[org] >= w:
+                r += 1
+        if r == last:
+            self._used[org] += 1
+        else:
+            self._last[org] = r
+            self._used[org] = 1
+        e.round = r
+
+    def _rank(self, org: str, insert: bool = True) -> list[tuple]:
+        """Reset ``org`` to what its dispatched charts imply, then its queued
+        charts arrive again, oldest first (moved-to-front first). Returns keys."""
+        if self._disp_round.get(org) == self._head and org in self._disp_round:
+            self._last[org] = self._head
+            self._used[org] = self._disp_count[org]
+        else:
+            self._last.pop(org, None)
+            self._used.pop(org, None)
+        charts = sorted(self._by_org[org].values(),
+                        key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
+        keys = []
+        for e in charts:
+            e.round = None
+            k = self._place(e, arrive=True, insert=insert)
+            if k is not None:
+                keys.append(k)
+        return keys
+
+    def _rerank(self, org: str) -> None:
+        for e in self._by_org[org].values():
+            self._take_out(e)
+        self._rank(org)
