@@ -1,0 +1,48 @@
+# Fairsched: two commands on a fresh machine with Python 3.11+.
+#   make run    the whole system on one machine (SQLite, bundled Redis, Temporal dev server)
+#   make test   the whole suite, on SQLite and (when reachable) on PostgreSQL
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# The PostgreSQL server the suite also runs against (pytest-django creates and drops test_fairsched).
+TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/fairsched
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-sqlite test-postgres bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required; set PYTHON=python3.11")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+run: install
+	$(BIN)/python manage.py runall
+
+test: install
+	@$(MAKE) --no-print-directory test-sqlite
+	@if $(BIN)/python scripts/pg_available.py '$(TEST_POSTGRES_URL)'; then \
+		$(MAKE) --no-print-directory test-postgres; \
+	else \
+		echo "*** SKIPPED the PostgreSQL run: no server at $(TEST_POSTGRES_URL) (set TEST_POSTGRES_URL) ***"; \
+	fi
+
+test-sqlite: install
+	@echo "=== test suite on SQLite ==="
+	DATABASE_URL= $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-postgres: install
+	@echo "=== test suite on PostgreSQL ($(TEST_POSTGRES_URL)) ==="
+	DATABASE_URL='$(TEST_POSTGRES_URL)' $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python bench/core.py
+	$(BIN)/python bench/fairness.py
+
+clean:
+	rm -rf $(VENV) var/test-artifacts .pytest_cache

@@ -1,0 +1,375 @@
+"""Writes to charts: the producer's submissions, the operator's controls, and the
+scheduler's lifecycle transitions.
+
+Every state change is a compare-and-set (``filter(pk=..., state=...).update(...)``)
+so two writers racing on one chart (an operator pausing while the scheduler
+dispatches) cannot both win. Each write notifies the scheduler on commit.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
+from fairsched.notify import notify
+from orgs.models import Org, Workflow
+
+EXTERNAL_ID_MAX = 200
+BULK_BATCH = 1000
+
+
+# --- helpers ----------------------------------------------------------------------
+
+
+def _org(value: Org | int | str, field_name: str = "org") -> Org:
+    """Resolve an org by instance, pk or slug, re-reading it (it may have been deleted)."""
+    pk = value.pk if isinstance(value, Org) else None
+    try:
+        if pk is not None:
+            return Org.objects.get(pk=pk)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return Org.objects.get(pk=value)
+        if isinstance(value, str) and value.strip():
+            text = value.strip()
+            return Org.objects.get(pk=int(text)) if text.isdigit() else Org.objects.get(slug=text)
+    except Org.DoesNotExist:
+        pass
+    raise ValidationError({field_name: f"{field_name}: org {value!r} does not exist (was it deleted?)."})
+
+
+def _workflow(value: Workflow | int | str, field_name: str = "workflow") -> Workflow:
+    try:
+        if isinstance(value, Workflow):
+            return Workflow.objects.get(pk=value.pk)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return Workflow.objects.get(pk=value)
+        if isinstance(value, str) and value.strip():
+            return Workflow.objects.get(name=value.strip())
+    except Workflow.DoesNotExist:
+        pass
+    raise ValidationError({field_name: f"{field_name}: unknown workflow {value!r}."})
+
+
+def _payload(value: Any, field_name: str = "payload") -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValidationError({field_name: f"{field_name}: not valid JSON ({exc})."}) from None
+    if not isinstance(value, Mapping):
+        raise ValidationError({field_name: f"{field_name}: must be a JSON object, got {type(value).__name__}."})
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({field_name: f"{field_name}: not serialisable as JSON ({exc})."}) from None
+    return dict(value)
+
+
+def _external_id(value: Any, field_name: str = "external_id") -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text:
+        return None
+    if len(text) > EXTERNAL_ID_MAX:
+        raise ValidationError({field_name: f"{field_name}: longer than {EXTERNAL_ID_MAX} characters."})
+    return text
+
+
+def _get_chart(chart: Chart | int) -> Chart:
+    pk = chart.pk if isinstance(chart, Chart) else chart
+    try:
+        return Chart.objects.get(pk=pk)
+    except Chart.DoesNotExist:
+        raise ValidationError({"chart": f"chart #{pk} does not exist."}) from None
+
+
+def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, **changes: Any) -> Chart:
+    """Compare-and-set: apply ``changes`` only if the row still matches ``expect``."""
+    pk = chart.pk if isinstance(chart, Chart) else chart
+    with transaction.atomic():
+        updated = Chart.objects.filter(pk=pk, **expect).update(**changes, updated_at=timezone.now())
+        if not updated:
+            current = _get_chart(pk)
+            wanted = ", ".join(f"{k.replace('__in', '')}={v}" for k, v in expect.items())
+            raise ValidationError(
+                {"state": f"cannot {action} chart #{pk}: it is {current.state}"
+                          f"{' and paused' if current.paused else ''} (needs {wanted})."}
+            )
+        notify("chart", id=pk)
+    return Chart.objects.get(pk=pk)
+
+
+# --- producer ------------------------------------------------------------------
+
+
+def chart_submit(
+    *,
+    org: Org | int | str,
+    workflow: Workflow | int | str,
+    payload: Any = None,
+    external_id: str | None = None,
+    priority: bool = False,
+) -> Chart:
+    """Submit one chart. Resubmitting the same ``external_id`` with the same workflow and
+    payload returns the existing chart (idempotent); with different content it is refused."""
+    org_obj = _org(org)
+    wf = _workflow(workflow)
+    data = _payload(payload)
+    ext = _external_id(external_id)
+    if ext is not None:
+        existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
+        if existing is not None:
+            if existing.workflow_id == wf.pk and existing.payload == data:
+                return existing
+            raise ValidationError(
+                {"external_id": f"external_id: {ext!r} is already used by chart #{existing.pk} of {org_obj.name} "
+                                f"with a different workflow or payload."}
+            )
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            # post_save (charts.signals) notifies the scheduler on commit.
+            return Chart.objects.create(
+                org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
+                priority=bool(priority), prioritized_at=now if priority else None,
+            )
+    except IntegrityError:
+        existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
+        if existing is not None and existing.workflow_id == wf.pk and existing.payload == data:
+            return existing
+        raise ValidationError({"external_id": f"external_id: {ext!r} is already used in {org_obj.name}."}) from None
+
+
+@dataclass
+class BulkResult:
+    created: list[int] = field(default_factory=list)
+    existing: list[int] = field(default_factory=list)
+
+
+def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
+    """Submit many charts at once, all or nothing.
+
+    Each item is a mapping with ``org`` (instance, pk or slug), ``workflow``
+    (instance, pk or name), and optional ``payload``, ``external_id``,
+    ``priority``. Every item is validated first; an error names the item
+    (``charts[12].workflow: unknown workflow 'x'``) and nothing is written.
+    Items whose (org, external_id) already exists with the same content are
+    reported as ``existing``; a conflicting one is an error.
+    """
+    items = list(charts)
+    org_cache: dict[Any, Org] = {}
+    wf_cache: dict[Any, Workflow] = {}
+    rows: list[Chart] = []
+    seen_ext: dict[tuple[int, str], int] = {}
+    by_ext: dict[tuple[int, str], Chart] = {}
+    existing_ids: list[int] = []
+    now = timezone.now()
+
+    def cached(cache: dict[Any, Any], key: Any, resolve) -> Any:
+        k = key.pk if hasattr(key, "pk") else key
+        if k not in cache:
+            cache[k] = resolve()
+        return cache[k]
+
+    for i, item in enumerate(items):
+        where = f"charts[{i}]"
+        if not isinstance(item, Mapping):
+            raise ValidationError({where: f"{where}: must be an object with org and workflow."})
+        for required in ("org", "workflow"):
+            if item.get(required) in (None, ""):
+                raise ValidationError({f"{where}.{required}": f"{where}.{required}: is required."})
+        org_obj = cached(org_cache, item["org"], lambda: _org(item["org"], f"{where}.org"))
+        wf = cached(wf_cache, item["workflow"], lambda: _workflow(item["workflow"], f"{where}.workflow"))
+        data = _payload(item.get("payload"), f"{where}.payload")
+        ext = _external_id(item.get("external_id"), f"{where}.external_id")
+        priority = item.get("priority", False)
+        if not isinstance(priority, bool):
+            raise ValidationError({f"{where}.priority": f"{where}.priority: must be true or false, got {priority!r}."})
+        if ext is not None:
+            key = (org_obj.pk, ext)
+            if key in seen_ext:
+                raise ValidationError(
+                    {f"{where}.external_id": f"{where}.external_id: {ext!r} repeats charts[{seen_ext[key]}]."}
+                )
+            seen_ext[key] = i
+        rows.append(Chart(
+            org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
+            priority=priority, prioritized_at=now if priority else None,
+        ))
+
+    # Existing external ids: identical -> idempotent, different -> refused.
+    for org_pk in {k[0] for k in seen_ext}:
+        exts = [k[1] for k in seen_ext if k[0] == org_pk]
+        for start in range(0, len(exts), 500):
+            for chart in Chart.objects.filter(org_id=org_pk, external_id__in=exts[start:start + 500]):
+                by_ext[(org_pk, chart.external_id)] = chart
+    fresh: list[Chart] = []
+    for i, row in enumerate(rows):
+        found = by_ext.get((row.org.pk, row.external_id)) if row.external_id else None
+        if found is None:
+            fresh.append(row)
+        elif found.workflow_id == row.workflow.pk and found.payload == row.payload:
+            existing_ids.append(found.pk)
+        else:
+            raise ValidationError({f"charts[{i}].external_id": (
+                f"charts[{i}].external_id: {row.external_id!r} is already used by chart #{found.pk} "
+                f"with a different workflow or payload.")})
+
+    result = BulkResult(existing=existing_ids)
+    with transaction.atomic():
+        for start in range(0, len(fresh), BULK_BATCH):
+            batch = Chart.objects.bulk_create(fresh[start:start + BULK_BATCH])
+            result.created.extend(c.pk for c in batch)  # SQLite and PostgreSQL return pks
+        if fresh:
+            notify("charts", ids=result.created[:1000], count=len(result.created))
+    return result
+
+
+# --- operator controls ----------------------------------------------------------------
+
+
+def chart_pause(*, chart: Chart | int) -> Chart:
+    """Pause a queued chart: it leaves the order until resumed. Running work is never touched."""
+    return _cas(chart, expect={"state": ChartState.QUEUED, "paused": False}, action="pause", paused=True)
+
+
+def chart_resume(*, chart: Chart | int) -> Chart:
+    """Resume a paused chart: its org is re-ranked and it rejoins the order."""
+    return _cas(chart, expect={"state": ChartState.QUEUED, "paused": True}, action="resume", paused=False)
+
+
+def chart_prioritize(*, chart: Chart | int) -> Chart:
+    """Move a queued chart into the priority tier (FIFO by when it was prioritised)."""
+    return _cas(
+        chart, expect={"state": ChartState.QUEUED, "priority": False}, action="prioritize",
+        priority=True, prioritized_at=timezone.now(),
+    )
+
+
+def chart_unprioritize(*, chart: Chart | int) -> Chart:
+    return _cas(
+        chart, expect={"state": ChartState.QUEUED, "priority": True}, action="unprioritize",
+        priority=False, prioritized_at=None,
+    )
+
+
+def chart_move_to_front(*, chart: Chart | int) -> Chart:
+    """Move a queued chart to the front of its own org's queue: it takes the org's next
+    turn; no other org's turn moves."""
+    return _cas(
+        chart, expect={"state": ChartState.QUEUED}, action="move to front", moved_to_front_at=timezone.now()
+    )
+
+
+def chart_cancel(*, chart: Chart | int) -> Chart:
+    """Cancel a chart. A queued one is cancelled at once; a running one is marked
+    ``cancel_requested`` and the scheduler cancels its Temporal workflow (the row
+    becomes cancelled when Temporal confirms)."""
+    current = _get_chart(chart)
+    if current.state == ChartState.QUEUED:
+        try:
+            return _cas(
+                current, expect={"state": ChartState.QUEUED}, action="cancel",
+                state=ChartState.CANCELLED, finished_at=timezone.now(),
+            )
+        except ValidationError:
+            current = _get_chart(chart)  # dispatched meanwhile: cancel the running one
+    if current.state == ChartState.RUNNING:
+        return _cas(current, expect={"state": ChartState.RUNNING}, action="cancel", cancel_requested=True)
+    raise ValidationError({"state": f"cannot cancel chart #{current.pk}: it is already {current.state}."})
+
+
+# --- scheduler lifecycle ------------------------------------------------------------------
+
+
+def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: datetime | None = None) -> bool:
+    """queued -> running, compare-and-set. False if the row moved meanwhile (paused,
+    cancelled, already running): the caller must not count it as dispatched."""
+    now = at or timezone.now()
+    with transaction.atomic():
+        updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
+            state=ChartState.RUNNING, dispatched_at=now, started_at=now, dispatched_cost=cost,
+            temporal_run_id=run_id, error="", updated_at=now,
+        )
+    return bool(updated)
+
+
+def chart_set_run_id(*, chart_id: int, run_id: str) -> None:
+    Chart.objects.filter(pk=chart_id).update(temporal_run_id=run_id, updated_at=timezone.now())
+
+
+def chart_record_outcome(
+    *,
+    chart_id: int,
+    state: str,
+    finished_at: datetime | None = None,
+    started_at: datetime | None = None,
+    error: str = "",
+    run_id: str | None = None,
+) -> bool:
+    """running (or queued, when Temporal shows a run we never recorded) -> a final state.
+
+    Idempotent: a chart already final is left alone and False returned. A success
+    adds its duration to :class:`DurationStat`.
+    """
+    if state not in FINAL_STATES:
+        raise ValueError(f"state: {state!r} is not a final state")
+    finished = finished_at or timezone.now()
+    with transaction.atomic():
+        chart = Chart.objects.filter(pk=chart_id).first()
+        if chart is None or chart.is_final:
+            return False
+        changes: dict[str, Any] = {
+            "state": state, "finished_at": finished, "error": error[:10_000], "updated_at": timezone.now(),
+        }
+        if started_at is not None:
+            changes["started_at"] = started_at
+        if run_id:
+            changes["temporal_run_id"] = run_id
+        updated = Chart.objects.filter(pk=chart_id, state=chart.state).update(**changes)
+        if not updated:
+            return False
+        start = started_at or chart.started_at
+        if state == ChartState.SUCCEEDED and start is not None:
+            _add_duration(chart.org_id, chart.workflow_id, max(0.0, (finished - start).total_seconds()))
+        notify("chart", id=chart_id)
+    return True
+
+
+def chart_requeue(*, chart_id: int, reason: str) -> bool:
+    """running -> queued (Temporal does not know the run). Keeps its place by created_at."""
+    with transaction.atomic():
+        updated = Chart.objects.filter(pk=chart_id, state=ChartState.RUNNING).update(
+            state=ChartState.QUEUED, dispatched_at=None, started_at=None, dispatched_cost=None,
+            temporal_run_id="", cancel_requested=False, error=f"requeued: {reason}"[:10_000],
+            updated_at=timezone.now(),
+        )
+        if updated:
+            notify("chart", id=chart_id)
+    return bool(updated)
+
+
+def _add_duration(org_id: int, workflow_id: int, seconds: float) -> None:
+    for wf in (workflow_id, None):
+        updated = DurationStat.objects.filter(org_id=org_id, workflow_id=wf).update(
+            count=F("count") + 1, total_s=F("total_s") + seconds
+        )
+        if not updated:
+            try:
+                with transaction.atomic():
+                    DurationStat.objects.create(org_id=org_id, workflow_id=wf, count=1, total_s=seconds)
+            except IntegrityError:
+                DurationStat.objects.filter(org_id=org_id, workflow_id=wf).update(
+                    count=F("count") + 1, total_s=F("total_s") + seconds
+                )

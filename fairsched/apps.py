@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FairschedConfig(AppConfig):
+    name = "fairsched"
+    verbose_name = "Scheduler"

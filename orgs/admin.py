@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Q
+from django.utils.html import format_html
+
+from charts.models import ChartState
+from orgs import services
+from orgs.models import Org, Workflow, WorkflowCost
+
+
+class WorkflowCostInline(admin.TabularInline):
+    model = WorkflowCost
+    extra = 0
+    fields = ("workflow", "cost")
+
+
+def _report(modeladmin: admin.ModelAdmin, request, exc: ValidationError) -> None:
+    for msgs in exc.message_dict.values():
+        for msg in msgs:
+            modeladmin.message_user(request, msg, level=messages.ERROR)
+
+
+@admin.register(Org)
+class OrgAdmin(admin.ModelAdmin):
+    list_display = ("name", "weight", "held_badge", "queued_count", "running_count", "slug")
+    list_editable = ("weight",)
+    search_fields = ("name", "slug")
+    filter_horizontal = ("members",)
+    readonly_fields = ("created_at", "updated_at", "weight_before_hold")
+    fieldsets = (
+        (None, {"fields": ("name", "slug", "weight", "weight_before_hold", "members")}),
+        ("Webhook", {"fields": ("webhook_url", "webhook_secret", "webhook_clear_margin_s"), "classes": ("collapse",)}),
+        ("Timestamps", {"fields": ("created_at", "updated_at")}),
+    )
+    inlines = [WorkflowCostInline]
+    actions = ["hold_orgs", "release_orgs"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            n_queued=Count("charts", filter=Q(charts__state=ChartState.QUEUED)),
+            n_running=Count("charts", filter=Q(charts__state=ChartState.RUNNING)),
+        )
+
+    @admin.display(description="Held", boolean=False)
+    def held_badge(self, obj: Org) -> str:
+        if obj.is_held:
+            return format_html('<span style="background:#b00020;color:#fff;padding:1px 6px;border-radius:8px">{}</span>', "held")
+        return "—"
+
+    @admin.display(description="Queued", ordering="n_queued")
+    def queued_count(self, obj: Org) -> int:
+        return obj.n_queued
+
+    @admin.display(description="Running", ordering="n_running")
+    def running_count(self, obj: Org) -> int:
+        return obj.n_running
+
+    def save_model(self, request, obj: Org, form, change: bool) -> None:
+        """Weight changes go through org_set_weight so the scheduler is notified."""
+        if not change:
+            super().save_model(request, obj, form, change)
+            services.org_set_weight(org=obj, weight=obj.weight)  # notify the scheduler
+            return
+        new_weight = obj.weight
+        other = [f for f in form.changed_data if f not in ("weight", "members")]
+        if other:
+            obj.weight = Org.objects.values_list("weight", flat=True).get(pk=obj.pk)
+            obj.save()
+        if "weight" in form.changed_data:
+            services.org_set_weight(org=obj, weight=new_weight)
+        obj.refresh_from_db()
+
+    def save_formset(self, request, form, formset, change: bool) -> None:
+        if formset.model is not WorkflowCost:
+            return super().save_formset(request, form, formset, change)
+        for f in formset.forms:
+            if not f.has_changed() and not (formset.can_delete and formset._should_delete_form(f)):
+                continue
+            inst = f.instance
+            if formset.can_delete and formset._should_delete_form(f):
+                if inst.pk:
+                    services.workflow_cost_delete(org=form.instance, workflow=inst.workflow_id)
+                continue
+            if inst.pk and "workflow" in f.changed_data:
+                old_wf = WorkflowCost.objects.values_list("workflow_id", flat=True).get(pk=inst.pk)
+                services.workflow_cost_delete(org=form.instance, workflow=old_wf)
+            services.workflow_cost_set(org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"])
+
+    @admin.action(description="Hold selected orgs (weight 0: charts stay visible, never dispatch)")
+    def hold_orgs(self, request, queryset) -> None:
+        for org in queryset:
+            services.org_hold(org=org)
+        self.message_user(request, f"Held {queryset.count()} org(s).", level=messages.SUCCESS)
+
+    @admin.action(description="Release selected orgs (restore their weight)")
+    def release_orgs(self, request, queryset) -> None:
+        for org in queryset:
+            services.org_release(org=org)
+        self.message_user(request, f"Released {queryset.count()} org(s).", level=messages.SUCCESS)
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(admin.ModelAdmin):
+    list_display = ("name", "temporal_type", "description")
+    search_fields = ("name", "temporal_type")
+
+
+@admin.register(WorkflowCost)
+class WorkflowCostAdmin(admin.ModelAdmin):
+    list_display = ("org", "workflow", "cost")
+    list_editable = ("cost",)
+    list_filter = ("org", "workflow")
+
+    def save_model(self, request, obj: WorkflowCost, form, change: bool) -> None:
+        if change and "workflow" in form.changed_data or change and "org" in form.changed_data:
+            old = WorkflowCost.objects.get(pk=obj.pk)
+            services.workflow_cost_delete(org=old.org_id, workflow=old.workflow_id)
+        row = services.workflow_cost_set(org=obj.org_id, workflow=obj.workflow_id, cost=obj.cost)
+        obj.pk = row.pk
+
+    def delete_model(self, request, obj: WorkflowCost) -> None:
+        services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for obj in queryset:
+            services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id)

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils.text import slugify
+
+
+class Org(models.Model):
+    """A tenant organisation. ``weight`` is its share in the round-robin; 0 means held."""
+
+    name = models.CharField(max_length=200, unique=True)
+    slug = models.SlugField(max_length=200, unique=True, blank=True)
+    weight = models.PositiveIntegerField(
+        default=1, help_text="Charts per round in the weighted round-robin. 0 holds the org."
+    )
+    weight_before_hold = models.PositiveIntegerField(
+        null=True, blank=True, editable=False, help_text="The weight to restore on release."
+    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="orgs")
+    webhook_url = models.URLField(blank=True, help_text="POSTed a signed JSON payload when charts finish.")
+    webhook_secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for webhooks.")
+    webhook_clear_margin_s = models.PositiveIntegerField(
+        default=600, help_text="Notify when the org's clear-time moves by more than this many seconds."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_held(self) -> bool:
+        return self.weight == 0
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.slug:
+            self.slug = slugify(self.name)[:200] or f"org-{self.pk or 'new'}"
+        super().save(*args, **kwargs)
+
+
+class Workflow(models.Model):
+    """A workflow type. The scheduler starts ``temporal_type`` on Temporal."""
+
+    name = models.CharField(max_length=200, unique=True)
+    temporal_type = models.CharField(
+        max_length=200, blank=True, help_text="Temporal workflow type to start; defaults to the name."
+    )
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.temporal_type:
+            self.temporal_type = self.name
+        super().save(*args, **kwargs)
+
+
+class WorkflowCost(models.Model):
+    """The cost of one (org, workflow) pair; a pair without a row costs 1."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="costs")
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="costs")
+    cost = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["org", "workflow"], name="workflowcost_unique_pair"),
+            models.CheckConstraint(condition=models.Q(cost__gte=1), name="workflowcost_cost_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.org} / {self.workflow}: {self.cost}"

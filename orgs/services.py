@@ -1,0 +1,96 @@
+"""Writes to orgs, workflows and costs. Each validates, writes in one transaction and
+notifies the scheduler on commit."""
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from fairsched.notify import notify
+from fairsched.validation import require_int
+from orgs.models import Org, Workflow, WorkflowCost
+
+
+def _locked_org(org: Org | int) -> Org:
+    pk = org.pk if isinstance(org, Org) else org
+    try:
+        return Org.objects.select_for_update().get(pk=pk)
+    except Org.DoesNotExist:
+        raise ValidationError({"org": f"Org {pk} does not exist (was it deleted?)."}) from None
+
+
+def org_create(*, name: str, weight: int = 1, slug: str = "") -> Org:
+    weight = require_int("weight", weight, minimum=0)
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "name is required."})
+    org = Org(name=name, slug=slug, weight=weight)
+    org.full_clean(exclude=["slug"] if not slug else None)
+    with transaction.atomic():
+        org.save()
+        notify("org", id=org.pk)
+    return org
+
+
+def org_set_weight(*, org: Org | int, weight: int) -> Org:
+    """Set an org's weight. 0 holds the org (its charts stay visible and never dispatch)."""
+    weight = require_int("weight", weight, minimum=0)
+    with transaction.atomic():
+        locked = _locked_org(org)
+        if locked.weight == weight:
+            return locked
+        if weight == 0 and locked.weight > 0:
+            locked.weight_before_hold = locked.weight
+        locked.weight = weight
+        locked.save(update_fields=["weight", "weight_before_hold", "updated_at"])
+        notify("org", id=locked.pk)
+    return locked
+
+
+def org_hold(*, org: Org | int) -> Org:
+    """Hold an org: weight 0, remembering the weight to restore on release."""
+    return org_set_weight(org=org, weight=0)
+
+
+def org_release(*, org: Org | int) -> Org:
+    """Release a held org back to the weight it had before the hold (1 if unknown)."""
+    with transaction.atomic():
+        locked = _locked_org(org)
+        if locked.weight > 0:
+            return locked
+        return org_set_weight(org=locked, weight=locked.weight_before_hold or 1)
+
+
+def workflow_create(*, name: str, temporal_type: str = "", description: str = "") -> Workflow:
+    wf = Workflow(name=(name or "").strip(), temporal_type=temporal_type, description=description)
+    wf.full_clean(exclude=["temporal_type"])
+    with transaction.atomic():
+        wf.save()
+    return wf
+
+
+def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int) -> WorkflowCost:
+    """Set the cost of an (org, workflow) pair. In-flight charts keep the cost they started with."""
+    cost = require_int("cost", cost, minimum=1)
+    with transaction.atomic():
+        locked = _locked_org(org)
+        wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow
+        if not Workflow.objects.filter(pk=wf_pk).exists():
+            raise ValidationError({"workflow": f"Workflow {wf_pk} does not exist."})
+        row, created = WorkflowCost.objects.get_or_create(org=locked, workflow_id=wf_pk, defaults={"cost": cost})
+        if not created and row.cost == cost:
+            return row
+        if not created:
+            row.cost = cost
+            row.save(update_fields=["cost"])
+        notify("cost", org=locked.pk, workflow=wf_pk)
+    return row
+
+
+def workflow_cost_delete(*, org: Org | int, workflow: Workflow | int) -> None:
+    """Remove a pair's cost row: the pair costs 1 again."""
+    org_pk = org.pk if isinstance(org, Org) else org
+    wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow
+    with transaction.atomic():
+        deleted, _ = WorkflowCost.objects.filter(org_id=org_pk, workflow_id=wf_pk).delete()
+        if deleted:
+            notify("cost", org=org_pk, workflow=wf_pk)

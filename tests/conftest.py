@@ -1,0 +1,79 @@
+"""Shared fixtures.
+
+Real services, started once per test session on free ports (never the machine's
+own Redis or Temporal): ``redis_url`` and ``temporal_address``. Unit tests use the
+in-memory channel layer and capture scheduler notifications instead of sending them.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("FAIRSCHED_CHANNEL_LAYER", "memory")
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from fairsched import embedded, notify  # noqa: E402
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts"
+
+
+@pytest.fixture
+def capture_notifications(django_capture_on_commit_callbacks) -> Iterator[list[dict]]:
+    """Scheduler notifications sent on commit, as a list of dicts (Zulip's capture_send_event_calls)."""
+    sent: list[dict] = []
+    notify._capture.append(sent.append)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            yield sent
+    finally:
+        notify._capture.remove(sent.append)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_notifications(request) -> Iterator[None]:
+    """Outside integration tests, notifications never leave the process."""
+    if request.node.get_closest_marker("integration"):
+        yield
+        return
+    sink: list[dict] = []
+    notify._capture.append(sink.append)
+    try:
+        yield
+    finally:
+        notify._capture.remove(sink.append)
+
+
+@pytest.fixture(scope="session")
+def redis_service() -> Iterator[embedded.Service]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    service = embedded.start_redis(log=ARTIFACTS / "redis.log")
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def redis_url(redis_service, settings) -> str:
+    """A real Redis on a free port; settings.REDIS_URL points at it for the test."""
+    import redis
+
+    redis.Redis.from_url(redis_service.url).flushall()
+    settings.REDIS_URL = redis_service.url
+    settings.RQ_QUEUES = {"default": {"URL": redis_service.url, "DEFAULT_TIMEOUT": 600}}
+    return redis_service.url
+
+
+@pytest.fixture(scope="session")
+def temporal_service() -> Iterator[embedded.Service]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    service = embedded.start_temporal(log=ARTIFACTS / "temporal.log")
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def temporal_address(temporal_service, settings) -> str:
+    settings.TEMPORAL_ADDRESS = temporal_service.url
+    return temporal_service.url

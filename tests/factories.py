@@ -1,0 +1,57 @@
+"""Small factories for tests: explicit arguments, sensible defaults."""
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from charts.models import Chart
+from orgs.models import Org, Workflow, WorkflowCost
+
+_seq = itertools.count(1)
+
+
+def make_org(name: str | None = None, *, weight: int = 1) -> Org:
+    return Org.objects.create(name=name or f"Org {next(_seq)}", weight=weight)
+
+
+def make_workflow(name: str = "code", *, temporal_type: str = "") -> Workflow:
+    wf, _ = Workflow.objects.get_or_create(name=name, defaults={"temporal_type": temporal_type or "DemoChart"})
+    return wf
+
+
+def make_cost(org: Org, workflow: Workflow, cost: int) -> WorkflowCost:
+    return WorkflowCost.objects.create(org=org, workflow=workflow, cost=cost)
+
+
+def make_chart(org: Org, workflow: Workflow | None = None, *, created_at: datetime | None = None, **fields) -> Chart:
+    return Chart.objects.create(
+        org=org, workflow=workflow or make_workflow(), created_at=created_at or timezone.now(), **fields
+    )
+
+
+def make_backlog(spec: dict[Org, int], workflow: Workflow | None = None, *, start: datetime | None = None) -> list[Chart]:
+    """Charts for several orgs, one minute apart, in the order of the spec."""
+    start = start or timezone.now() - timedelta(hours=1)
+    charts, minute = [], 0
+    for org, n in spec.items():
+        for _ in range(n):
+            charts.append(make_chart(org, workflow, created_at=start + timedelta(minutes=minute)))
+            minute += 1
+    return charts
+
+
+def make_user(username: str = "member", *, staff: bool = False, superuser: bool = False, perms: tuple[str, ...] = (),
+              password: str = "pw-for-tests-1") -> "get_user_model()":
+    User = get_user_model()
+    if superuser:
+        user = User.objects.create_superuser(username=username, password=password, email=f"{username}@example.com")
+    else:
+        user = User.objects.create_user(username=username, password=password, is_staff=staff)
+    for perm in perms:
+        app, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
+    return user
