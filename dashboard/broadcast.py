@@ -1,0 +1,36 @@
+"""The one place code outside consumers sends to the dashboard's Channels group.
+
+Messages may be dropped (the channel layer is best-effort); dashboards resync from
+the stored snapshot (fairsched.snapshot) when they see a gap in ``seq``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+GROUP = "dashboard"
+
+
+def _send(message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(GROUP, message)
+    except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must never stop the scheduler
+        log.warning("dashboard broadcast failed: %s", exc)
+
+
+def broadcast_snapshot(seq: int) -> None:
+    """A new snapshot is stored: consumers read it (fairsched.snapshot) and push it."""
+    _send({"type": "queue.snapshot", "seq": seq})
+
+
+def broadcast_event(event: dict[str, Any], counters: dict[str, Any]) -> None:
+    """A cheap event (dispatch, finish, change) with the current counters."""
+    _send({"type": "queue.event", "event": event, "counters": counters})
