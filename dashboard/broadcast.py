@@ -34,3 +34,22 @@ def broadcast_snapshot(seq: int) -> None:
 def broadcast_event(event: dict[str, Any], counters: dict[str, Any]) -> None:
     """A cheap event (dispatch, finish, change) with the current counters."""
     _send({"type": "queue.event", "event": event, "counters": counters})
+
+
+async def _asend(message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(GROUP, message)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("dashboard broadcast failed: %s", exc)
+
+
+async def abroadcast_snapshot(seq: int) -> None:
+    """:func:`broadcast_snapshot` for code running inside an event loop (the scheduler)."""
+    await _asend({"type": "queue.snapshot", "seq": seq})
+
+
+async def abroadcast_event(event: dict[str, Any], counters: dict[str, Any]) -> None:
+    await _asend({"type": "queue.event", "event": event, "counters": counters})
