@@ -120,9 +120,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests use a file (not :memory:) so that subprocesses (scheduler, worker)
     # started by integration tests see the same database.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_fairsched.sqlite3")}
+    # Named per process so concurrent test runs never share one; subprocesses of a
+    # test get the file's path through DATABASE_URL.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test_fairsched_{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
