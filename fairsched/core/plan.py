@@ -64,11 +64,11 @@ def simulate_lanes(
     exceeds the lanes gets no ETA (it is blocked and never in an order)."""
     nl = len(lanes)
     for cid, org, c, est in items:
-        if c == 1:
+        if c == 1 and nl:
             start = lanes[0]
             fin = start + est
             heapreplace(lanes, fin)
-        elif c <= nl:
+        elif 1 < c <= nl:
             for _ in range(c):
                 start = heappop(lanes)
             fin = start + est

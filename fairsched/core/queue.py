@@ -97,6 +97,7 @@ class FairQueue:
         self._used: dict[str, int] = {}
         self._disp_round: dict[str, int] = {}
         self._disp_count: dict[str, int] = {}
+        self._ordered_n: dict[str, int] = dict.fromkeys(self._weights, 0)
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -146,6 +147,10 @@ class FairQueue:
     def costs(self) -> dict:
         """Copy of the (org, workflow) -> cost table."""
         return dict(self._costs)
+
+    def ordered_count(self, org: str) -> int:
+        """How many of ``org``'s charts are in the order, O(1)."""
+        return self._ordered_n.get(org, 0)
 
     def cost_of(self, org: str, workflow: str | None) -> int:
         """The current cost of (org, workflow): 1 if not set."""
@@ -320,6 +325,7 @@ class FairQueue:
         if org not in self._weights:
             self._weights[org] = weight
             self._by_org[org] = {}
+            self._ordered_n[org] = 0
             return True
         if self._weights[org] == weight:
             return False
@@ -380,6 +386,7 @@ class FairQueue:
                 break
             free -= c
             order.pop_first()
+            self._ordered_n[e.org] -= 1
             del self._entries[e.id]
             del self._by_org[e.org][e.id]
             e.key = None
@@ -403,10 +410,14 @@ class FairQueue:
         now: float,
         budget: int | None = None,
         estimate: Callable[[str, str | None], float] = Durations(),
+        *,
+        stop_after: "set[str] | frozenset[str] | None" = None,
     ) -> EtaReport:
         """The full ETA pass, the lane simulation of contracts/scenario.md over
         the running charts and the whole order, O(n log budget).
-        ``budget`` defaults to the queue's. ``org_clear_s`` has every listed org."""
+        ``budget`` defaults to the queue's. ``org_clear_s`` has every listed org.
+        ``stop_after``: stop the walk once every one of these ids has its ETA
+        (a partial pass: clear-times then cover only the walked prefix)."""
         if budget is None:
             budget = self._budget
         etas: dict[str, Eta] = {}
@@ -421,6 +432,9 @@ class FairQueue:
         info: dict = {}
         costs = self._costs
         nl = len(lanes)
+        pending = set(stop_after) - etas.keys() if stop_after is not None else None
+        if pending is not None and not pending:
+            return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
         for sub in self._order.sublists():
             for k in sub:
                 e = k[5]
@@ -429,11 +443,11 @@ class FairQueue:
                 if ce is None:
                     ce = info[pair] = (costs.get(pair, 1), float(estimate(e.org, e.workflow)))
                 c, est = ce
-                if c == 1:
+                if c == 1 and nl:
                     start = lanes[0]
                     fin = start + est
                     heapreplace(lanes, fin)
-                elif c <= nl:
+                elif 1 < c <= nl:
                     for _ in range(c):
                         start = heappop(lanes)
                     fin = start + est
@@ -444,6 +458,13 @@ class FairQueue:
                 etas[k[4]] = Eta(start, fin)
                 if fin > org_clear[e.org]:
                     org_clear[e.org] = fin
+                if pending is not None and k[4] in pending:
+                    pending.discard(k[4])
+                    if not pending:
+                        break
+            else:
+                continue
+            break
         clear = max(org_clear.values(), default=0.0)
         return EtaReport(etas, org_clear, clear)
 
@@ -482,6 +503,7 @@ class FairQueue:
         if e.key is not None:
             self._order.remove(e.key)
             e.key = None
+            self._ordered_n[e.org] -= 1
         elif e.state in self._aside:
             self._aside[e.state].pop(e.id, None)
         e.state = ""
@@ -505,6 +527,7 @@ class FairQueue:
             self._arrive(e)
         key = self._key(e)
         e.key = key
+        self._ordered_n[e.org] += 1
         if insert:
             self._order.add(key)
         return key

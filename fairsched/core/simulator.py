@@ -1,0 +1,271 @@
+"""Discrete-event simulator (contracts/simulate.md): replays a trace of
+arrivals through the same :class:`~fairsched.core.queue.FairQueue` the live
+scheduler runs, on a simulated clock, beside the baselines ``fifo`` and
+``proportional``.
+
+At each instant, in this order: charts due to finish free their cost; events
+apply in listing order; arrivals join in listing order; dispatch runs; then
+each chart that arrived at this instant and is running or in the order gets
+``eta_at_arrival_s`` = its ETA-pass ``finish_s`` + the instant.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from typing import Callable, Iterable, Mapping, Sequence
+
+from .keys import fifo_key
+from .queue import ORDERED, FairQueue
+from .types import Durations, QueuedChart, RunningChart
+
+POLICIES = ("wrr", "fifo", "proportional")
+EVENT_KINDS = ("set_weight", "set_budget", "pause", "resume")
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A chart of the trace: arrives at ``at_s``, really lasts ``actual_s``."""
+
+    id: str
+    org: str
+    workflow: str | None
+    at_s: float
+    actual_s: float
+    priority: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An operator change at ``at_s``. ``kind`` is one of ``EVENT_KINDS``:
+    ``set_weight`` uses ``org`` and ``value``; ``set_budget`` ``value``;
+    ``pause``/``resume`` ``chart``."""
+
+    at_s: float
+    kind: str
+    org: str | None = None
+    value: int | None = None
+    chart: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimChart:
+    id: str
+    org: str
+    arrive_s: float
+    start_s: float | None
+    finish_s: float | None
+    eta_at_arrival_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """``charts`` in arrival (listing) order; ``summary`` see :func:`summarize`."""
+
+    policy: str
+    charts: list[SimChart]
+    summary: dict = field(default_factory=dict)
+
+
+def simulate(
+    arrivals: Sequence[Arrival],
+    events: Sequence[Event] = (),
+    *,
+    budget: int,
+    weights: Mapping[str, int],
+    costs: Mapping[tuple[str, str | None], int] | None = None,
+    estimate: Callable[[str, str | None], float] = Durations(),
+    policy: str = "wrr",
+) -> SimResult:
+    """Run the trace to completion (or until nothing more can start)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    q = FairQueue(budget=budget, weights=weights, costs=costs,
+                  policy="wrr" if policy == "wrr" else "fifo")
+    weights0 = dict(weights)
+    weights = dict(weights)
+    arr_order = sorted(range(len(arrivals)), key=lambda i: arrivals[i].at_s)  # stable
+    ev_order = sorted(range(len(events)), key=lambda i: events[i].at_s)
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    eta: dict[str, float] = {}
+    actual = {a.id: a.actual_s for a in arrivals}
+    running: dict[str, RunningChart] = {}
+    finishing: list[tuple[float, int, str]] = []  # (finish time, tie, id)
+    used = 0  # sum of running costs
+    ai = ei = 0
+    tie = 0
+    # fairness bookkeeping (see summarize): per org, entitled share while backlogged
+    entitled: dict[str, float] = dict.fromkeys(weights, 0.0)
+    contended_starts: dict[str, int] = dict.fromkeys(weights, 0)
+    inf = math.inf
+    while True:
+        t = inf
+        if finishing:
+            t = finishing[0][0]
+        if ai < len(arr_order):
+            t = min(t, arrivals[arr_order[ai]].at_s)
+        if ei < len(ev_order):
+            t = min(t, events[ev_order[ei]].at_s)
+        if t == inf:
+            break
+        # 1. finishes free their cost
+        while finishing and finishing[0][0] <= t:
+            _, _, cid = heappop(finishing)
+            used -= running.pop(cid).cost
+        # 2. events, in listing order
+        while ei < len(ev_order) and events[ev_order[ei]].at_s <= t:
+            ev = events[ev_order[ei]]
+            ei += 1
+            if ev.kind == "set_weight":
+                weights[ev.org] = ev.value
+                q.set_weight(ev.org, ev.value)
+                entitled.setdefault(ev.org, 0.0)
+                contended_starts.setdefault(ev.org, 0)
+            elif ev.kind == "set_budget":
+                q.set_budget(ev.value)
+            elif ev.kind == "pause":
+                q.pause(ev.chart)  # only a queued chart; no-op otherwise
+            elif ev.kind == "resume":
+                q.resume(ev.chart)
+            else:
+                raise ValueError(f"unknown event kind {ev.kind!r}")
+        # 3. arrivals, in listing order
+        arrived = []
+        while ai < len(arr_order) and arrivals[arr_order[ai]].at_s <= t:
+            i = arr_order[ai]
+            ai += 1
+            a = arrivals[i]
+            q.add(QueuedChart(a.id, a.org, a.workflow, a.at_s, i, priority=a.priority))
+            arrived.append(a.id)
+        # 4. dispatch
+        free = q.budget - used
+        backlogged = [o for o in weights if q.ordered_count(o)]
+        if policy == "proportional":
+            started = _proportional(q, free, weights)
+        else:
+            started = q.dispatch(free)
+        if started and backlogged:
+            w_b = sum(weights[o] for o in backlogged)
+            n = len(started)
+            for o in backlogged:
+                entitled[o] += n * weights[o] / w_b
+            if len(backlogged) > 1:
+                for c in started:
+                    contended_starts[c.org] += 1
+        for c in started:
+            cost = q.cost_of(c.org, c.workflow)
+            running[c.id] = RunningChart(c.id, c.org, c.workflow, t, cost)
+            used += cost
+            start[c.id] = float(t)
+            fin = float(t) + actual[c.id]
+            finish[c.id] = fin
+            tie += 1
+            heappush(finishing, (fin, tie, c.id))
+        # 5. ETA at arrival
+        if arrived and policy != "proportional":
+            want = {cid for cid in arrived if cid in running or q.state_of(cid) == ORDERED}
+            if want:
+                rep = q.etas(running.values(), t, estimate=estimate, stop_after=want)
+                for cid in want:
+                    e = rep.etas.get(cid)
+                    if e is not None:
+                        eta[cid] = e.finish_s + t
+    charts = [SimChart(a.id, a.org, float(a.at_s), start.get(a.id), finish.get(a.id),
+                       eta.get(a.id)) for a in arrivals]
+    summary = summarize(charts, weights0, entitled, contended_starts)
+    return SimResult(policy, charts, summary)
+
+
+def _proportional(q: FairQueue, free: int, weights: Mapping[str, int]) -> list[QueuedChart]:
+    """Baseline ``proportional``: split the free budget F across orgs as
+    ``floor(F * q_X / Q + 0.5)`` slots, each org takes its oldest charts while
+    they fit its slots; an overshoot of F is cut oldest first across orgs."""
+    if free <= 0:
+        return []
+    groups: dict[str, list[QueuedChart]] = {}
+    for c in q.iter_charts():  # fifo order = oldest first
+        groups.setdefault(c.org, []).append(c)
+    total = sum(len(g) for g in groups.values())
+    if not total:
+        return []
+    picks: list[tuple[QueuedChart, int]] = []
+    for org in weights:
+        g = groups.get(org)
+        if not g:
+            continue
+        slots = (2 * free * len(g) + total) // (2 * total)  # floor(F q / Q + 0.5), exact
+        for c in g:
+            cost = q.cost_of(c.org, c.workflow)
+            if cost > slots:
+                break
+            slots -= cost
+            picks.append((c, cost))
+    picks.sort(key=lambda p: fifo_key(p[0].created_at, p[0].seq))
+    if sum(cost for _, cost in picks) > free:
+        kept, left = [], free
+        for c, cost in picks:
+            if cost > left:
+                break
+            left -= cost
+            kept.append((c, cost))
+        picks = kept
+    for c, _ in picks:
+        q.remove(c.id)
+    return [c for c, _ in picks]
+
+
+def _p95(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[max(0, math.ceil(0.95 * len(s)) - 1)]  # nearest rank
+
+
+def jain(xs: Iterable[float]) -> float | None:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 is perfectly fair, 1/n worst."""
+    xs = list(xs)
+    sq = sum(x * x for x in xs)
+    if not xs or sq == 0:
+        return None
+    return sum(xs) ** 2 / (len(xs) * sq)
+
+
+def summarize(charts: Sequence[SimChart], weights: Mapping[str, int],
+              entitled: Mapping[str, float], contended_starts: Mapping[str, int]) -> dict:
+    """Per-org fairness figures and Jain's index.
+
+    ``share_of_starts``: the org's share of the *contended* starts (made while
+    at least two orgs had charts in the order); ``share_of_weight``: its weight
+    over the weights of the orgs with charts; ``fair_ratio``: its starts over
+    its entitlement, where each dispatch entitles every backlogged org to
+    ``starts * w / (sum of backlogged weights)``; ``jain`` is Jain's index of
+    the fair ratios (1 = every org got its weighted share while it waited)."""
+    per: dict[str, dict] = {}
+    by_org: dict[str, list[SimChart]] = {}
+    for c in charts:
+        by_org.setdefault(c.org, []).append(c)
+    wsum = sum(weights.get(o, 0) for o in by_org) or 1
+    n_contended = sum(contended_starts.values()) or 0
+    ratios = []
+    for org in [o for o in weights if o in by_org] + [o for o in by_org if o not in weights]:
+        cs = by_org[org]
+        waits = [c.start_s - c.arrive_s for c in cs if c.start_s is not None]
+        starts = [c.start_s for c in cs if c.start_s is not None]
+        ent = entitled.get(org, 0.0)
+        got = len(starts)
+        ratio = got / ent if ent > 0 else None
+        if ratio is not None:
+            ratios.append(ratio)
+        per[org] = {
+            "charts": len(cs),
+            "started": got,
+            "first_start_s": min(starts) if starts else None,
+            "mean_wait_s": sum(waits) / len(waits) if waits else None,
+            "p95_wait_s": _p95(waits),
+            "max_wait_s": max(waits) if waits else None,
+            "share_of_starts": (contended_starts.get(org, 0) / n_contended) if n_contended else None,
+            "share_of_weight": weights.get(org, 0) / wsum,
+            "fair_ratio": ratio,
+        }
+    return {"orgs": per, "jain": jain(ratios), "contended_starts": n_contended}

@@ -1,0 +1,351 @@
+"""The JSON contract <-> the pure core.
+
+``plan(scenario) -> dict`` (shared/contracts/scenario.md) and
+``simulate(trace, policy="wrr") -> dict`` (shared/contracts/simulate.md).
+Bad input raises :class:`ScenarioError` whose message is one line naming the
+field path and the value, e.g. ``queued[3].org: unknown org '9'``.
+No Django here: the management commands and the live scheduler call this.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+from fairsched import core
+from fairsched.core import Durations, FairQueue, Plan, QueuedChart, RunningChart
+from fairsched.core.simulator import POLICIES, Arrival, Event, SimResult
+from fairsched.core.simulator import simulate as core_simulate
+
+__all__ = [
+    "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_trace", "plan",
+    "plan_to_json", "simulate", "sim_to_json", "dump_scenario", "to_iso", "parse_ts",
+]
+
+_MISSING = object()
+
+
+class ScenarioError(ValueError):
+    """Refused input; ``str(err)`` is one line: ``<field path>: <what> <value>``."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" if path else problem)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, str):
+        return repr(v)
+    try:
+        s = json.dumps(v)
+    except (TypeError, ValueError):
+        s = repr(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _get(d: Mapping, key: str, path: str, default: Any = _MISSING) -> Any:
+    if key in d:
+        return d[key]
+    if default is _MISSING:
+        raise ScenarioError(f"{path}.{key}" if path else key, "missing required field")
+    return default
+
+
+def _obj(v: Any, path: str) -> Mapping:
+    if not isinstance(v, dict):
+        raise ScenarioError(path, f"expected an object, got {_show(v)}")
+    return v
+
+
+def _list(v: Any, path: str) -> list:
+    if not isinstance(v, list):
+        raise ScenarioError(path, f"expected a list, got {_show(v)}")
+    return v
+
+
+def _int(v: Any, path: str, minimum: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ScenarioError(path, f"expected an integer, got {_show(v)}")
+    if minimum is not None and v < minimum:
+        raise ScenarioError(path, f"must be >= {minimum}, got {_show(v)}")
+    return v
+
+
+def _num(v: Any, path: str, minimum: float | None = None) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ScenarioError(path, f"expected a number, got {_show(v)}")
+    if minimum is not None and v < minimum:
+        raise ScenarioError(path, f"must be >= {minimum:g}, got {_show(v)}")
+    return float(v)
+
+
+def _str(v: Any, path: str, nullable: bool = False) -> str | None:
+    if v is None and nullable:
+        return None
+    if not isinstance(v, str):
+        what = "a string or null" if nullable else "a string"
+        raise ScenarioError(path, f"expected {what}, got {_show(v)}")
+    return v
+
+
+def _bool(v: Any, path: str) -> bool:
+    if not isinstance(v, bool):
+        raise ScenarioError(path, f"expected true or false, got {_show(v)}")
+    return v
+
+
+def parse_ts(v: Any, path: str, nullable: bool = False) -> float | None:
+    """ISO 8601 timestamp with an offset -> epoch seconds."""
+    if v is None and nullable:
+        return None
+    if not isinstance(v, str):
+        raise ScenarioError(path, f"expected an ISO 8601 timestamp, got {_show(v)}")
+    try:
+        dt = datetime.fromisoformat(v)
+    except ValueError:
+        raise ScenarioError(path, f"unparseable timestamp {_show(v)}") from None
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise ScenarioError(path, f"timestamp without offset {_show(v)}")
+    return dt.timestamp()
+
+
+def to_iso(ts: float) -> str:
+    """Epoch seconds -> ISO 8601 in UTC with offset (microsecond precision)."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+# ------------------------------------------------------------------ parsing
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A parsed scenario, in core values (epoch seconds)."""
+
+    now: float
+    budget: int
+    weights: dict[str, int]
+    costs: dict[tuple[str, str | None], int]
+    durations: Durations
+    running: list[RunningChart]
+    queued: list[QueuedChart]
+
+
+def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
+    budget = _int(_get(d, "budget", ""), "budget", 0)
+    default_avg = _num(d.get("default_avg_s", 600), "default_avg_s", 0)
+    weights: dict[str, int] = {}
+    for i, o in enumerate(_list(_get(d, "orgs", ""), "orgs")):
+        p = f"orgs[{i}]"
+        o = _obj(o, p)
+        oid = _str(_get(o, "id", p), f"{p}.id")
+        if oid in weights:
+            raise ScenarioError(f"{p}.id", f"duplicate org {_show(oid)}")
+        weights[oid] = _int(_get(o, "weight", p), f"{p}.weight", 0)
+    costs: dict = {}
+    for i, c in enumerate(_list(d.get("costs", []), "costs")):
+        p = f"costs[{i}]"
+        c = _obj(c, p)
+        org = _org(_get(c, "org", p), f"{p}.org", weights)
+        wf = _str(_get(c, "workflow", p), f"{p}.workflow", nullable=True)
+        if (org, wf) in costs:
+            raise ScenarioError(p, f"duplicate cost of ({_show(org)}, {_show(wf)})")
+        costs[(org, wf)] = _int(_get(c, "cost", p), f"{p}.cost", 1)
+    averages: dict = {}
+    for i, a in enumerate(_list(d.get("averages", []), "averages")):
+        p = f"averages[{i}]"
+        a = _obj(a, p)
+        org = _org(_get(a, "org", p), f"{p}.org", weights)
+        wf = _str(_get(a, "workflow", p), f"{p}.workflow", nullable=True)
+        if (org, wf) in averages:
+            raise ScenarioError(p, f"duplicate average of ({_show(org)}, {_show(wf)})")
+        averages[(org, wf)] = _num(_get(a, "avg_s", p), f"{p}.avg_s", 0)
+    return budget, weights, costs, Durations(averages, default_avg)
+
+
+def _org(v: Any, path: str, weights: Mapping[str, int]) -> str:
+    v = _str(v, path)
+    if v not in weights:
+        raise ScenarioError(path, f"unknown org {_show(v)}")
+    return v
+
+
+def parse_scenario(d: Any) -> Scenario:
+    """Validate a scenario dict and convert it to core values."""
+    d = _obj(d, "scenario")
+    now = parse_ts(_get(d, "now", ""), "now")
+    budget, weights, costs, durations = _parse_common(d)
+    ids: set[str] = set()
+
+    def new_id(v: Any, path: str) -> str:
+        v = _str(v, path)
+        if v in ids:
+            raise ScenarioError(path, f"duplicate id {_show(v)}")
+        ids.add(v)
+        return v
+
+    running = []
+    for i, r in enumerate(_list(d.get("running", []), "running")):
+        p = f"running[{i}]"
+        r = _obj(r, p)
+        cid = new_id(_get(r, "id", p), f"{p}.id")
+        org = _org(_get(r, "org", p), f"{p}.org", weights)
+        wf = _str(_get(r, "workflow", p), f"{p}.workflow", nullable=True)
+        started = parse_ts(_get(r, "started_at", p), f"{p}.started_at")
+        cost = r.get("cost")
+        cost = costs.get((org, wf), 1) if cost is None else _int(cost, f"{p}.cost", 1)
+        running.append(RunningChart(cid, org, wf, started, cost))
+    queued = []
+    for i, c in enumerate(_list(d.get("queued", []), "queued")):
+        p = f"queued[{i}]"
+        c = _obj(c, p)
+        cid = new_id(_get(c, "id", p), f"{p}.id")
+        org = _org(_get(c, "org", p), f"{p}.org", weights)
+        wf = _str(_get(c, "workflow", p), f"{p}.workflow", nullable=True)
+        created = parse_ts(_get(c, "created_at", p), f"{p}.created_at")
+        prio = _bool(c.get("priority", False), f"{p}.priority")
+        pat = parse_ts(c.get("prioritized_at"), f"{p}.prioritized_at", nullable=True)
+        paused = _bool(c.get("paused", False), f"{p}.paused")
+        front = parse_ts(c.get("front_at"), f"{p}.front_at", nullable=True)
+        rnd = c.get("round")
+        rnd = None if rnd is None else _int(rnd, f"{p}.round", 0)
+        queued.append(QueuedChart(cid, org, wf, created, i, prio, pat, paused, front, rnd))
+    return Scenario(now, budget, weights, costs, durations, running, queued)
+
+
+# --------------------------------------------------------------------- plan
+def plan_to_json(p: Plan, weights: Iterable[str] = ()) -> dict:
+    """A core :class:`Plan` as the contract's JSON object."""
+    org_clear = {o: 0.0 for o in weights}
+    org_clear.update(p.org_clear_s)
+    return {
+        "order": list(p.order),
+        "dispatch": list(p.dispatch),
+        "held": list(p.held),
+        "paused": list(p.paused),
+        "blocked": list(p.blocked),
+        "etas": {cid: {"start_s": e[0], "finish_s": e[1]} for cid, e in p.etas.items()},
+        "org_clear_s": org_clear,
+        "clear_s": p.clear_s,
+    }
+
+
+def plan_scenario(s: Scenario) -> Plan:
+    """The core plan of a parsed scenario."""
+    return core.plan(s.queued, s.running, budget=s.budget, weights=s.weights,
+                     costs=s.costs, estimate=s.durations, now=s.now)
+
+
+def plan(scenario: dict) -> dict:
+    """The plan of a scenario dict, as a dict (contracts/scenario.md)."""
+    s = parse_scenario(scenario)
+    return plan_to_json(plan_scenario(s), s.weights)
+
+
+def dump_scenario(
+    queue: FairQueue,
+    *,
+    running: Sequence[RunningChart],
+    now: float,
+    durations: Durations,
+) -> dict:
+    """The live state as a scenario: every ordered normal-tier chart carries
+    its current ``round``, so a plan of the dump equals ``queue.plan(...)``."""
+    out_q = []
+    for c in queue.backlog():
+        item = {"id": c.id, "org": c.org, "workflow": c.workflow,
+                "created_at": to_iso(c.created_at), "priority": c.priority,
+                "prioritized_at": None if c.prioritized_at is None else to_iso(c.prioritized_at),
+                "paused": c.paused}
+        if c.front_at is not None:
+            item["front_at"] = to_iso(c.front_at)
+        if c.round is not None:
+            item["round"] = c.round
+        out_q.append(item)
+    return {
+        "now": to_iso(now),
+        "budget": queue.budget,
+        "default_avg_s": durations.default_avg_s,
+        "orgs": [{"id": o, "weight": w} for o, w in queue.weights.items()],
+        "costs": [{"org": o, "workflow": wf, "cost": c} for (o, wf), c in queue.costs.items()],
+        "averages": [{"org": o, "workflow": wf, "avg_s": a}
+                     for (o, wf), a in durations.averages.items()],
+        "running": [{"id": r.id, "org": r.org, "workflow": r.workflow,
+                     "started_at": to_iso(r.started_at), "cost": r.cost} for r in running],
+        "queued": out_q,
+    }
+
+
+# ----------------------------------------------------------------- simulate
+@dataclass(frozen=True, slots=True)
+class Trace:
+    budget: int
+    weights: dict[str, int]
+    costs: dict[tuple[str, str | None], int]
+    durations: Durations
+    arrivals: list[Arrival]
+    events: list[Event]
+
+
+def parse_trace(d: Any) -> Trace:
+    """Validate a trace dict and convert it to core values."""
+    d = _obj(d, "trace")
+    budget, weights, costs, durations = _parse_common(d)
+    ids: set[str] = set()
+    arrivals = []
+    for i, a in enumerate(_list(_get(d, "arrivals", ""), "arrivals")):
+        p = f"arrivals[{i}]"
+        a = _obj(a, p)
+        cid = _str(_get(a, "id", p), f"{p}.id")
+        if cid in ids:
+            raise ScenarioError(f"{p}.id", f"duplicate id {_show(cid)}")
+        ids.add(cid)
+        org = _org(_get(a, "org", p), f"{p}.org", weights)
+        wf = _str(_get(a, "workflow", p), f"{p}.workflow", nullable=True)
+        at = _num(_get(a, "at_s", p), f"{p}.at_s", 0)
+        actual = _num(_get(a, "actual_s", p), f"{p}.actual_s", 0)
+        prio = _bool(a.get("priority", False), f"{p}.priority")
+        arrivals.append(Arrival(cid, org, wf, at, actual, prio))
+    events = []
+    for i, e in enumerate(_list(d.get("events", []), "events")):
+        p = f"events[{i}]"
+        e = _obj(e, p)
+        at = _num(_get(e, "at_s", p), f"{p}.at_s", 0)
+        kinds = [k for k in ("set_weight", "set_budget", "pause", "resume") if k in e]
+        if len(kinds) != 1:
+            raise ScenarioError(p, "expected exactly one of set_weight, set_budget, pause, "
+                                   f"resume, got {_show(sorted(k for k in e if k != 'at_s'))}")
+        kind = kinds[0]
+        v = e[kind]
+        if kind == "set_weight":
+            sw = _obj(v, f"{p}.set_weight")
+            org = _org(_get(sw, "org", f"{p}.set_weight"), f"{p}.set_weight.org", weights)
+            w = _int(_get(sw, "weight", f"{p}.set_weight"), f"{p}.set_weight.weight", 0)
+            events.append(Event(at, kind, org=org, value=w))
+        elif kind == "set_budget":
+            events.append(Event(at, kind, value=_int(v, f"{p}.set_budget", 0)))
+        else:
+            events.append(Event(at, kind, chart=_str(v, f"{p}.{kind}")))
+    return Trace(budget, weights, costs, durations, arrivals, events)
+
+
+def sim_to_json(r: SimResult) -> dict:
+    return {
+        "policy": r.policy,
+        "charts": [{"id": c.id, "org": c.org, "arrive_s": c.arrive_s, "start_s": c.start_s,
+                    "finish_s": c.finish_s, "eta_at_arrival_s": c.eta_at_arrival_s}
+                   for c in r.charts],
+        "summary": r.summary,
+    }
+
+
+def simulate(trace: dict, policy: str = "wrr") -> dict:
+    """Replay a trace under ``policy`` (wrr, fifo, proportional); the result dict
+    of contracts/simulate.md plus a ``summary`` of per-org fairness figures."""
+    if policy not in POLICIES:
+        raise ScenarioError("policy", f"unknown policy {_show(policy)} "
+                                      f"(expected one of {', '.join(POLICIES)})")
+    t = parse_trace(trace)
+    r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights,
+                      costs=t.costs, estimate=t.durations, policy=policy)
+    return sim_to_json(r)
