@@ -140,16 +140,17 @@ def simulate(
             arrived.append(a.id)
         # 4. dispatch
         free = q.budget - used
-        backlogged = [o for o in weights if q.ordered_count(o)]
+        demand = {o: q.ordered_count(o) for o in weights if q.ordered_count(o)}
+        backlogged = list(demand)
         if policy == "proportional":
             started = _proportional(q, free, weights)
         else:
             started = q.dispatch(free)
         if started and backlogged:
-            w_b = sum(weights[o] for o in backlogged)
-            n = len(started)
-            for o in backlogged:
-                entitled[o] += n * weights[o] / w_b
+            share = _waterfill(len(started), demand,
+                               weights)
+            for o, x in share.items():
+                entitled[o] += x
             if len(backlogged) > 1:
                 for c in started:
                     contended_starts[c.org] += 1
@@ -215,6 +216,26 @@ def _proportional(q: FairQueue, free: int, weights: Mapping[str, int]) -> list[Q
     return [c for c, _ in picks]
 
 
+def _waterfill(n: int, demand: Mapping[str, int], weights: Mapping[str, int]) -> dict[str, float]:
+    """Weighted max-min fair split of ``n`` starts among orgs wanting ``demand``:
+    each gets ``n * w / W`` of what is left, capped at its demand."""
+    out = dict.fromkeys(demand, 0.0)
+    active = {o for o, d in demand.items() if d > 0 and weights.get(o, 0) > 0}
+    left = float(n)
+    while active and left > 1e-12:
+        w_sum = sum(weights[o] for o in active)
+        capped = {o for o in active if demand[o] - out[o] <= left * weights[o] / w_sum}
+        if not capped:
+            for o in active:
+                out[o] += left * weights[o] / w_sum
+            break
+        for o in capped:
+            left -= demand[o] - out[o]
+            out[o] = float(demand[o])
+        active -= capped
+    return out
+
+
 def _p95(xs: list[float]) -> float | None:
     if not xs:
         return None
@@ -238,9 +259,11 @@ def summarize(charts: Sequence[SimChart], weights: Mapping[str, int],
     ``share_of_starts``: the org's share of the *contended* starts (made while
     at least two orgs had charts in the order); ``share_of_weight``: its weight
     over the weights of the orgs with charts; ``fair_ratio``: its starts over
-    its entitlement, where each dispatch entitles every backlogged org to
-    ``starts * w / (sum of backlogged weights)``; ``jain`` is Jain's index of
-    the fair ratios (1 = every org got its weighted share while it waited)."""
+    its entitlement, where each dispatch of n charts entitles the orgs with
+    charts in the order to their weighted max-min fair share of the n starts
+    (``n * w / W``, capped at what the org has queued, the rest shared among
+    the others); ``jain`` is Jain's index of the fair ratios (1 = every org
+    got its weighted share while it waited)."""
     per: dict[str, dict] = {}
     by_org: dict[str, list[SimChart]] = {}
     for c in charts:
