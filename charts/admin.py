@@ -42,7 +42,7 @@ class ChartAdmin(admin.ModelAdmin):
 
     def _apply(self, request, queryset, service, verb: str) -> None:
         done, failed = 0, []
-        for chart in queryset.only("pk"):
+        for chart in queryset.select_related(None).only("pk"):
             try:
                 service(chart=chart.pk)
                 done += 1

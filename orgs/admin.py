@@ -37,6 +37,11 @@ class OrgAdmin(admin.ModelAdmin):
     inlines = [WorkflowCostInline]
     actions = ["hold_orgs", "release_orgs"]
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "webhook_url":
+            kwargs["assume_scheme"] = "https"
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(
             n_queued=Count("charts", filter=Q(charts__state=ChartState.QUEUED)),
@@ -75,30 +80,47 @@ class OrgAdmin(admin.ModelAdmin):
     def save_formset(self, request, form, formset, change: bool) -> None:
         if formset.model is not WorkflowCost:
             return super().save_formset(request, form, formset, change)
+        # The admin's change message reads these three lists.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
         for f in formset.forms:
-            if not f.has_changed() and not (formset.can_delete and formset._should_delete_form(f)):
+            deleting = formset.can_delete and formset._should_delete_form(f)
+            if not f.has_changed() and not deleting:
                 continue
             inst = f.instance
-            if formset.can_delete and formset._should_delete_form(f):
+            if deleting:
                 if inst.pk:
                     services.workflow_cost_delete(org=form.instance, workflow=inst.workflow_id)
+                    formset.deleted_objects.append(inst)
                 continue
             if inst.pk and "workflow" in f.changed_data:
                 old_wf = WorkflowCost.objects.values_list("workflow_id", flat=True).get(pk=inst.pk)
                 services.workflow_cost_delete(org=form.instance, workflow=old_wf)
-            services.workflow_cost_set(org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"])
+            row = services.workflow_cost_set(
+                org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"]
+            )
+            if inst.pk:
+                formset.changed_objects.append((row, f.changed_data))
+            else:
+                formset.new_objects.append(row)
 
-    @admin.action(description="Hold selected orgs (weight 0: charts stay visible, never dispatch)")
+    def _apply(self, request, queryset, service, verb: str) -> None:
+        done = 0
+        for org in queryset:
+            try:
+                service(org=org)
+                done += 1
+            except ValidationError as exc:
+                _report(self, request, exc)
+        if done:
+            self.message_user(request, f"{verb} {done} org(s).", level=messages.SUCCESS)
+
+    @admin.action(description="Hold selected orgs (weight 0: charts stay visible, never dispatch)", permissions=["change"])
     def hold_orgs(self, request, queryset) -> None:
-        for org in queryset:
-            services.org_hold(org=org)
-        self.message_user(request, f"Held {queryset.count()} org(s).", level=messages.SUCCESS)
+        self._apply(request, queryset, services.org_hold, "Held")
 
-    @admin.action(description="Release selected orgs (restore their weight)")
+    @admin.action(description="Release selected orgs (restore their weight)", permissions=["change"])
     def release_orgs(self, request, queryset) -> None:
-        for org in queryset:
-            services.org_release(org=org)
-        self.message_user(request, f"Released {queryset.count()} org(s).", level=messages.SUCCESS)
+        self._apply(request, queryset, services.org_release, "Released")
 
 
 @admin.register(Workflow)
@@ -114,7 +136,7 @@ class WorkflowCostAdmin(admin.ModelAdmin):
     list_filter = ("org", "workflow")
 
     def save_model(self, request, obj: WorkflowCost, form, change: bool) -> None:
-        if change and "workflow" in form.changed_data or change and "org" in form.changed_data:
+        if change and ("workflow" in form.changed_data or "org" in form.changed_data):
             old = WorkflowCost.objects.get(pk=obj.pk)
             services.workflow_cost_delete(org=old.org_id, workflow=old.workflow_id)
         row = services.workflow_cost_set(org=obj.org_id, workflow=obj.workflow_id, cost=obj.cost)
