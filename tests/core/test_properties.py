@@ -1,0 +1,271 @@
+"""Hypothesis properties and a state machine over the live FairQueue."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from fairsched.core import (HELD, ORDERED, Durations, FairQueue, QueuedChart, RunningChart, plan)
+from fairsched.core.simulator import Arrival, simulate
+from fairsched.scenario import dump_scenario, plan as plan_json
+
+ORGS = ["o1", "o2", "o3", "o4"]
+WORKFLOWS = ["cheap", "mid", "big"]
+
+settings.register_profile("core", max_examples=60, deadline=None)
+settings.load_profile("core")
+
+
+@st.composite
+def backlogs(draw, min_weight=0, priority=True, paused=True):
+    n_orgs = draw(st.integers(1, 4))
+    orgs = ORGS[:n_orgs]
+    weights = {o: draw(st.integers(min_weight, 3)) for o in orgs}
+    costs = {(o, w): draw(st.integers(1, 3)) for o in orgs for w in WORKFLOWS}
+    budget = draw(st.integers(0, 6))
+    n = draw(st.integers(0, 40))
+    charts = []
+    for i in range(n):
+        org = draw(st.sampled_from(orgs))
+        prio = priority and draw(st.integers(0, 9)) == 0
+        charts.append(QueuedChart(
+            f"c{i}", org, draw(st.sampled_from(WORKFLOWS)), float(draw(st.integers(0, 30))), i,
+            priority=prio, prioritized_at=float(draw(st.integers(0, 40))) if prio and draw(st.booleans()) else None,
+            paused=paused and draw(st.integers(0, 9)) == 0))
+    return charts, weights, costs, budget
+
+
+@st.composite
+def running_sets(draw, orgs, costs):
+    out = []
+    for i in range(draw(st.integers(0, 4))):
+        org = draw(st.sampled_from(orgs))
+        wf = draw(st.sampled_from(WORKFLOWS))
+        out.append(RunningChart(f"r{i}", org, wf, float(draw(st.integers(-900, 0))),
+                                costs[(org, wf)]))
+    return out
+
+
+DUR = Durations({("o1", "cheap"): 100.0, ("o1", None): 300.0, ("o2", "big"): 1000.0},
+                default_avg_s=600.0)
+
+
+@given(data=st.data(), b=backlogs())
+def test_rebuild_from_the_database_state_equals_the_static_plan(data, b):
+    charts, weights, costs, budget = b
+    running = data.draw(running_sets(list(weights), costs))
+    p = plan(charts, running, budget=budget, weights=weights, costs=costs, estimate=DUR, now=0.0)
+    q = FairQueue.from_backlog(charts, budget=budget, weights=weights, costs=costs)
+    lp = q.plan(running, 0.0, DUR)
+    assert q.order() == p.order
+    assert lp.dispatch == p.dispatch
+    assert (lp.held, lp.paused, lp.blocked) == (p.held, p.paused, p.blocked)
+    assert lp.etas == p.etas and lp.org_clear_s == p.org_clear_s and lp.clear_s == p.clear_s
+    assert lp.rounds == p.rounds
+
+
+@given(data=st.data(), b=backlogs())
+def test_static_backlog_dispatched_slot_by_slot_keeps_the_plan_order(data, b):
+    charts, weights, costs, budget = b
+    p = plan(charts, budget=budget, weights=weights, costs=costs)
+    q = FairQueue.from_backlog(charts, budget=budget, weights=weights, costs=costs)
+    started: list[str] = []
+    while q.order_len:
+        head = next(iter(q))
+        c = q.get(head)
+        free = data.draw(st.integers(q.cost_of(c.org, c.workflow), 6))
+        got = [x.id for x in q.dispatch(free)]
+        assert got and got[0] == head
+        started += got
+        assert q.order() == p.order[len(started):]
+    assert started == p.order
+
+
+@given(data=st.data(), b=backlogs())
+def test_etas_are_non_decreasing_in_start_along_the_order(data, b):
+    charts, weights, costs, budget = b
+    running = data.draw(running_sets(list(weights), costs))
+    p = plan(charts, running, budget=budget, weights=weights, costs=costs, estimate=DUR, now=0.0)
+    starts = [p.etas[c].start_s for c in p.order]
+    assert starts == sorted(starts)
+    assert set(p.etas) == set(p.order) | {r.id for r in running}
+    for c in p.order:
+        assert p.etas[c].finish_s >= p.etas[c].start_s
+
+
+@given(durations=st.lists(st.integers(1, 50), min_size=1, max_size=40),
+       budget=st.integers(1, 5))
+def test_cost_1_exact_lane_etas_equal_a_fifo_multiserver_queue(durations, budget):
+    # one org, every chart its own workflow whose average is its true duration
+    arrivals = [Arrival(f"c{i}", "A", f"w{i}", 0.0, float(d)) for i, d in enumerate(durations)]
+    est = Durations({("A", f"w{i}"): float(d) for i, d in enumerate(durations)})
+    r = simulate(arrivals, budget=budget, weights={"A": 1}, estimate=est)
+    # independent FIFO multi-server queue
+    servers = [0.0] * budget
+    expect = []
+    for d in durations:
+        s = min(servers)
+        servers[servers.index(s)] = s + d
+        expect.append(s + d)
+    assert [c.finish_s for c in r.charts] == pytest.approx(expect)
+    assert [c.eta_at_arrival_s for c in r.charts] == pytest.approx(expect)
+
+
+@given(wx=st.integers(1, 4), wy=st.integers(1, 4),
+       ops=st.lists(st.sampled_from(["x", "y", "d", "d", "d"]), max_size=120))
+def test_two_backlogged_orgs_get_starts_in_the_ratio_of_their_weights(wx, wy, ops):
+    q = FairQueue(budget=1, weights={"X": wx, "Y": wy})
+    seq = 0
+    for i in range(80):  # deep backlogs: both stay backlogged for the whole run
+        for org in "XY":
+            q.add(QueuedChart(f"{org}{seq}", org, None, float(seq), seq))
+            seq += 1
+    n = Counter()
+    for op in ops:
+        if op == "d":
+            for c in q.dispatch(1):
+                n[c.org] += 1
+            assert abs(n["X"] / wx - n["Y"] / wy) <= 1.0 + 1e-9
+        else:
+            org = op.upper()
+            q.add(QueuedChart(f"{org}{seq}", org, None, float(seq), seq))
+            seq += 1
+        assert q.ordered_count("X") and q.ordered_count("Y")
+
+
+@given(w_other=st.integers(1, 3), n_held=st.integers(1, 5), steps=st.integers(0, 30))
+def test_held_org_never_starts_and_starts_after_release(w_other, n_held, steps):
+    q = FairQueue(budget=1, weights={"A": w_other, "H": 0})
+    for i in range(n_held):
+        q.add(QueuedChart(f"h{i}", "H", None, float(i), i))
+    for i in range(50):
+        q.add(QueuedChart(f"a{i}", "A", None, float(i), 100 + i))
+    assert q.held == [f"h{i}" for i in range(n_held)]
+    for _ in range(steps):
+        assert all(c.org == "A" for c in q.dispatch(1))
+    q.set_weight("H", 1)
+    assert q.held == []
+    first = [c.org for _ in range(w_other + 1) for c in q.dispatch(1)]
+    assert "H" in first
+
+
+class FairQueueMachine(RuleBasedStateMachine):
+    """Arrivals, dispatch, finishes, pause/resume, priority, weight, cost and
+    budget changes, cancels and moves to front, against the contract's invariants."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = {"o1": 1, "o2": 2, "o3": 1}
+        self.q = FairQueue(budget=3, weights=self.weights, costs={("o1", "big"): 2})
+        self.running: dict[str, RunningChart] = {}
+        self.seq = 0
+        self.t = 1_800_000_000.0  # realistic epoch seconds: the dump's ISO round trip
+
+    def _ids(self):
+        return sorted(self.q._entries)  # white-box: every queued chart
+
+    @rule(org=st.sampled_from(["o1", "o2", "o3"]), wf=st.sampled_from(["w", "big"]),
+          dt=st.integers(0, 3), prio=st.integers(0, 5), paused=st.integers(0, 7))
+    def arrive(self, org, wf, dt, prio, paused):
+        self.t += dt
+        self.q.add(QueuedChart(f"c{self.seq}", org, wf, self.t, self.seq,
+                               priority=prio == 0, paused=paused == 0))
+        self.seq += 1
+
+    @rule()
+    def dispatch(self):
+        used = sum(r.cost for r in self.running.values())
+        free = self.q.budget - used
+        before = self.q.order()
+        head_before = self.q.head
+        started = self.q.dispatch(free)
+        ids = [c.id for c in started]
+        # head-of-line: exactly a prefix of the order, within the free budget
+        assert ids == before[:len(ids)]
+        spent = sum(self.q.cost_of(c.org, c.workflow) for c in started)
+        assert spent <= max(free, 0)
+        if len(ids) < len(before):
+            nxt = self.q.get(before[len(ids)])
+            assert self.q.cost_of(nxt.org, nxt.workflow) > free - spent
+        assert self.q.head >= head_before
+        for c in started:
+            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, self.t,
+                                              self.q.cost_of(c.org, c.workflow))
+        if used <= self.q.budget:
+            assert used + spent <= self.q.budget
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def finish(self, data):
+        cid = data.draw(st.sampled_from(sorted(self.running)))
+        del self.running[cid]
+
+    @precondition(lambda self: self.q._entries)
+    @rule(data=st.data(), action=st.sampled_from(
+        ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
+    def chart_action(self, data, action):
+        cid = data.draw(st.sampled_from(self._ids()))
+        if action == "remove":
+            self.q.remove(cid)
+        elif action == "prioritize":
+            self.q.prioritize(cid, self.t)
+        elif action == "move_to_front":
+            self.q.move_to_front(cid, self.t)
+        else:
+            getattr(self.q, action)(cid)
+
+    @rule(org=st.sampled_from(["o1", "o2", "o3"]), w=st.integers(0, 3))
+    def set_weight(self, org, w):
+        self.weights[org] = w
+        self.q.set_weight(org, w)
+
+    @rule(b=st.integers(0, 5))
+    def set_budget(self, b):
+        self.q.set_budget(b)
+
+    @rule(org=st.sampled_from(["o1", "o2", "o3"]), c=st.integers(1, 4))
+    def set_cost(self, org, c):
+        self.q.set_cost(org, "big", c)
+
+    @invariant()
+    def classification_and_order_are_consistent(self):
+        q = self.q
+        held, paused, blocked = set(q.held), set(q.paused), set(q.blocked)
+        order = q.order()
+        assert len(order) + len(held) + len(paused) + len(blocked) == len(q)
+        for cid in order:
+            c = q.get(cid)
+            assert self.weights[c.org] > 0 and not c.paused
+            assert q.cost_of(c.org, c.workflow) <= q.budget
+        for cid in held:
+            assert self.weights[q.get(cid).org] == 0
+        normal = [q.get(c) for c in order if not q.get(c).priority]
+        keys = [(c.round, c.created_at, c.seq) for c in normal]
+        assert keys == sorted(keys)
+        assert all(c.round >= q.head for c in normal)
+        per_round = Counter((c.org, c.round) for c in normal)
+        assert all(n <= self.weights[org] for (org, _), n in per_round.items())
+        prio = [q.get(c) for c in order[:len(order) - len(normal)]]
+        assert all(c.priority for c in prio)
+
+    @invariant()
+    def a_dump_replays_to_the_same_plan(self):
+        now = self.t + 5.0
+        running = [RunningChart(r.id, r.org, r.workflow, now - 10.0, r.cost)
+                   for r in self.running.values()]
+        live = self.q.plan(running, now, DUR)
+        replay = plan_json(dump_scenario(self.q, running=running, now=now, durations=DUR))
+        assert replay["order"] == live.order
+        assert replay["dispatch"] == live.dispatch
+        assert (replay["held"], replay["paused"], replay["blocked"]) == \
+            (live.held, live.paused, live.blocked)
+        for cid, e in live.etas.items():
+            assert replay["etas"][cid]["finish_s"] == pytest.approx(e.finish_s, abs=1e-6)
+        assert replay["clear_s"] == pytest.approx(live.clear_s, abs=1e-6)
+
+
+FairQueueMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40,
+                                              deadline=None)
+TestFairQueueMachine = FairQueueMachine.TestCase
