@@ -1,0 +1,18 @@
+"""``manage.py runworker``: the Temporal worker for DemoChart and the chart-lifecycle activities."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from fairsched.temporal.worker import main
+
+
+class Command(BaseCommand):
+    help = "Run a Temporal worker hosting DemoChart and the chart-lifecycle activities."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--task-queue", default=None, help="default: settings.FAIRSCHED_TASK_QUEUE")
+
+    def handle(self, *args, **opts) -> None:
+        main(address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
+             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE)

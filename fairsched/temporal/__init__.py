@@ -1,0 +1,1 @@
+"""Temporal execution: shared names and inputs, the bundled workflow, activities, worker, client."""

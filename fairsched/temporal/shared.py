@@ -1,0 +1,100 @@
+"""What the scheduler, the worker and user workers share: names and input types.
+
+No Django and no I/O here: workflow code imports this module (through
+``workflow.unsafe.imports_passed_through()``), so it must stay deterministic and
+cheap to import.
+
+One dataclass input per workflow and activity (fields can be added without
+breaking callers). The scheduler starts every chart's workflow with one
+:class:`ChartInput`; on the wire it is a JSON object
+``{"chart_id": 12, "org": "acme", "org_id": 3, "workflow": "code",
+"external_id": "mrn-12", "payload": {...}}``, so a user's workflow may declare
+its own dataclass with these fields (extra ones ignored) or take a ``dict``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WORKFLOW_ID_PREFIX = "chart-"
+DEFAULT_TASK_QUEUE = "fairsched"
+
+DEMO_WORKFLOW = "DemoChart"
+DEMO_WORK_ACTIVITY = "fairsched.demo_work"
+RECORD_OUTCOME_ACTIVITY = "fairsched.record_chart_outcome"
+
+# Outcomes, as stored on Chart.state (charts.models.ChartState values).
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+
+# DemoChart durations when the payload gives no "seconds": (low, high) seconds,
+# drawn uniformly per chart (deterministically, from the workflow's seeded random).
+DEMO_PROFILES: dict[str, tuple[float, float]] = {
+    "code": (20.0, 60.0),
+    "review": (5.0, 20.0),
+    "audit": (60.0, 180.0),
+}
+DEMO_DEFAULT_PROFILE = (10.0, 40.0)
+
+
+def workflow_id(chart_id: int | str) -> str:
+    """The Temporal workflow id of a chart: ``chart-<pk>`` (one per chart: starts are idempotent)."""
+    return f"{WORKFLOW_ID_PREFIX}{chart_id}"
+
+
+def chart_id_of(workflow_id_: str) -> int | None:
+    """The chart pk of a workflow id ``chart-<pk>``; None for any other id."""
+    if not workflow_id_.startswith(WORKFLOW_ID_PREFIX):
+        return None
+    tail = workflow_id_[len(WORKFLOW_ID_PREFIX):]
+    return int(tail) if tail.isdigit() else None
+
+
+def split_temporal_type(temporal_type: str, default_queue: str) -> tuple[str, str]:
+    """``"Type"`` -> (Type, default queue); ``"Type@queue"`` -> (Type, queue).
+
+    ``Workflow.temporal_type`` names the Temporal workflow type the scheduler
+    starts; a user whose worker polls its own task queue appends ``@queue``.
+    """
+    name, sep, queue = temporal_type.rpartition("@")
+    if sep and name and queue:
+        return name, queue
+    return temporal_type, default_queue
+
+
+@dataclass
+class ChartInput:
+    """The one input of every chart's workflow (DemoChart and users' own)."""
+
+    chart_id: int
+    org: str
+    org_id: int
+    workflow: str
+    external_id: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DemoWorkInput:
+    """DemoChart's work activity: run ``seconds``, heartbeating; fail if ``fail``."""
+
+    chart_id: int
+    seconds: float
+    fail: bool = False
+
+
+@dataclass
+class OutcomeInput:
+    """The chart-lifecycle activity: record a chart's outcome in the database.
+
+    Times are ISO 8601 strings (workflow time, deterministic). ``fail_record`` is
+    the demo's fault injection: the activity refuses, as if the database were
+    unreachable, so reconciliation must repair the row.
+    """
+
+    chart_id: int
+    state: str
+    error: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    run_id: str | None = None
+    fail_record: bool = False
