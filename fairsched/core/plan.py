@@ -3,7 +3,11 @@ pure building blocks the live scheduler shares with it: the head-of-line
 dispatch walk and the ETA lane simulation."""
 from __future__ import annotations
 
+from collections import Counter
 from heapq import heappop, heappush, heapreplace
+import gc
+from contextlib import contextmanager
+from functools import partial
 from operator import attrgetter
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -12,8 +16,23 @@ from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
 
 T = TypeVar("T")
 
+
+@contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector around a bulk pass that allocates one
+    small acyclic object per chart (ETAs): otherwise gen-2 collections rescan
+    the whole live backlog again and again. Restores the previous state."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
 _created = attrgetter("created_at")
 _seq = attrgetter("seq")
+_org = attrgetter("org")
 
 
 def plan_dispatch(order: Iterable[T], free: int, cost_of: Callable[[T], int]) -> list[T]:
@@ -51,6 +70,67 @@ def initial_lanes(
     return [0.0] * (budget - len(lanes)) + lanes
 
 
+def lane_pass(cost_est: Sequence[tuple[int, float]], lanes: list[float]
+              ) -> tuple[list[float | None], list[float | None]]:
+    """The lane simulation's walk, in O(n log budget): for each (cost c,
+    estimate) in order, the chart starts when the c-th earliest lane frees
+    (``lanes[c-1]`` of the sorted lanes), finishes ``estimate`` later and
+    holds those c lanes until then. ``lanes`` is a heap (a sorted list is
+    one) and is consumed. Returns parallel lists of starts and finishes; a
+    chart whose cost exceeds the lanes gets None (it is blocked, never in an
+    order). With a heap: pop c-1 lanes, the c-th is ``lanes[0]``; replace it
+    by the finish and push c-1 more copies."""
+    starts: list = []
+    fins: list = []
+    sa = starts.append
+    fa = fins.append
+    nl = len(lanes)
+    hreplace, hpop, hpush = heapreplace, heappop, heappush
+    for c, est in cost_est:
+        if c == 1 and nl:
+            start = lanes[0]
+            fin = start + est
+            hreplace(lanes, fin)
+        elif c == 2 and nl >= 2:
+            hpop(lanes)
+            start = lanes[0]
+            fin = start + est
+            hreplace(lanes, fin)
+            hpush(lanes, fin)
+        elif 2 < c <= nl:
+            for _ in range(c - 1):
+                hpop(lanes)
+            start = lanes[0]
+            fin = start + est
+            hreplace(lanes, fin)
+            for _ in range(c - 1):
+                hpush(lanes, fin)
+        else:
+            start = fin = None
+        sa(start)
+        fa(fin)
+    return starts, fins
+
+
+_make_eta = partial(tuple.__new__, Eta)
+
+
+def collect_etas(ids: Sequence[str], orgs: Sequence[str], starts: list, fins: list,
+                 etas: dict, org_clear: dict) -> None:
+    """Add the walk's results to ``etas`` (id -> Eta) and ``org_clear`` (org -> latest finish)."""
+    if None in fins:
+        keep = [i for i, f in enumerate(fins) if f is not None]
+        ids = [ids[i] for i in keep]
+        orgs = [orgs[i] for i in keep]
+        starts = [starts[i] for i in keep]
+        fins = [fins[i] for i in keep]
+    etas.update(zip(ids, map(_make_eta, zip(starts, fins))))
+    get = org_clear.get
+    for org, fin in zip(orgs, fins):
+        if fin > get(org, -1.0):
+            org_clear[org] = fin
+
+
 def simulate_lanes(
     items: Iterable[tuple[str, str, int, float]],
     lanes: list[float],
@@ -58,30 +138,36 @@ def simulate_lanes(
     org_clear: dict,
 ) -> None:
     """Walk ``items`` = (chart id, org, cost, estimate) in order through the
-    lane heap, in O(n log budget). A chart of cost c starts when the c-th
-    earliest lane frees (``lanes[c-1]`` of the sorted lanes), finishes
-    ``estimate`` later, and holds those c lanes until then. A chart whose cost
-    exceeds the lanes gets no ETA (it is blocked and never in an order)."""
-    nl = len(lanes)
-    for cid, org, c, est in items:
-        if c == 1 and nl:
-            start = lanes[0]
-            fin = start + est
-            heapreplace(lanes, fin)
-        elif 1 < c <= nl:
-            for _ in range(c):
-                start = heappop(lanes)
-            fin = start + est
-            for _ in range(c):
-                heappush(lanes, fin)
-        else:
-            continue
-        etas[cid] = Eta(start, fin)
-        if fin > org_clear.get(org, -1.0):
-            org_clear[org] = fin
+    lane heap (see :func:`lane_pass`), writing ``etas`` and ``org_clear``."""
+    items = list(items)
+    starts, fins = lane_pass([(c, e) for _, _, c, e in items], lanes)
+    collect_etas([i[0] for i in items], [i[1] for i in items], starts, fins, etas, org_clear)
 
 
 def plan(
+    queued: Sequence[QueuedChart],
+    running: Sequence[RunningChart] = (),
+    *,
+    budget: int,
+    weights: Mapping[str, int],
+    costs: Mapping[tuple[str, str | None], int] | None = None,
+    estimate: Callable[[str, str | None], float] = Durations(),
+    now: float = 0.0,
+) -> Plan:
+    """The static plan of one moment, exactly as ``contracts/scenario.md``.
+
+    ``queued`` in arrival order (``seq`` breaks ties anyway). ``weights`` must
+    name every org of the charts; ``costs`` maps (org, workflow) to a cost, 1
+    if absent. If every normal-tier chart carries a ``round`` (a live dump),
+    those rounds are used; otherwise rounds are computed (rank // weight, the
+    rank taking ``front_at`` into account, see :mod:`fairsched.core`).
+    """
+    with gc_paused():
+        return _plan(queued, running, budget=budget, weights=weights, costs=costs,
+                     estimate=estimate, now=now)
+
+
+def _plan(
     queued: Sequence[QueuedChart],
     running: Sequence[RunningChart] = (),
     *,
@@ -130,7 +216,8 @@ def plan(
     # Normal tier: (round, created_at, arrival). Sort once by (created_at,
     # arrival) (a stable sort on created_at of a seq-ordered list), then the
     # round is a counting pass and the tier a bucket pass: O(n) after one sort.
-    if any(normal[i].seq > normal[i + 1].seq for i in range(len(normal) - 1)):
+    seqs = [c.seq for c in normal]
+    if seqs != sorted(seqs):
         normal.sort(key=_seq)
     normal.sort(key=_created)
     rounds: dict[str, int] = {}
@@ -148,22 +235,22 @@ def plan(
                 r = rank.get(c.org, 0)
                 rank[c.org] = r + 1
                 rounds[c.id] = r // weights[c.org]
-        buckets: list[list[QueuedChart]] = []
+        counts = Counter(map(_org, normal))
+        max_round = max(((n - 1) // weights[o] for o, n in counts.items()), default=-1)
+        buckets: list[list[QueuedChart]] = [[] for _ in range(max_round + 1)]
         for c in normal:
-            cid = c.id
             if c.front_at is None:
                 org = c.org
                 r = rank.get(org, 0)
                 rank[org] = r + 1
                 rnd = r // weights[org]
-                rounds[cid] = rnd
+                rounds[c.id] = rnd
             else:
-                rnd = rounds[cid]
-            while rnd >= len(buckets):
-                buckets.append([])
+                rnd = rounds[c.id]
             buckets[rnd].append(c)
         tier = [c for b in buckets for c in b]
     order = prio + tier
+    order_ids = [c.id for c in order]
 
     # Dispatch: head-of-line within the free budget.
     free = budget - sum(r.cost for r in running)
@@ -177,17 +264,11 @@ def plan(
         f = etas[r.id][1]
         if f > org_clear.get(r.org, -1.0):
             org_clear[r.org] = f
-    est_cache: dict = {}
-
-    def items():
-        for c in order:
-            pair = (c.org, c.workflow)
-            est = est_cache.get(pair)
-            if est is None:
-                est = est_cache[pair] = float(estimate(c.org, c.workflow))
-            yield c.id, c.org, cost_cache[pair], est
-
-    simulate_lanes(items(), lanes, etas, org_clear)
+    info: dict = {}
+    for pair in cost_cache:
+        info[pair] = (cost_cache[pair], float(estimate(pair[0], pair[1])))
+    starts, fins = lane_pass([info[c.org, c.workflow] for c in order], lanes)
+    collect_etas(order_ids, [c.org for c in order], starts, fins, etas, org_clear)
     for org in weights:
         org_clear.setdefault(org, 0.0)
     clear = max(org_clear.values(), default=0.0)
@@ -196,7 +277,7 @@ def plan(
 
     by_seq = lambda cs: [c.id for c in sorted(cs, key=_seq)]
     return Plan(
-        order=[c.id for c in order],
+        order=order_ids,
         dispatch=[c.id for c in dispatch],
         held=by_seq(held),
         paused=by_seq(paused),

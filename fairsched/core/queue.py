@@ -23,9 +23,17 @@ from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from .keys import TIER_NORMAL, TIER_PRIORITY, fifo_key, org_rank_key, priority_key
-from .plan import initial_lanes
+from itertools import chain
+from operator import attrgetter, itemgetter
+
+from .plan import collect_etas, gc_paused, initial_lanes, lane_pass
 from .sortedkeys import SortedKeys
 from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+
+_payload = itemgetter(5)
+_kid = itemgetter(4)
+_pair = attrgetter("pair")
+_org = attrgetter("org")
 
 ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
 POLICIES = ("wrr", "fifo")
@@ -428,45 +436,58 @@ class FairQueue:
             f = etas[r.id][1]
             if f > org_clear.get(r.org, 0.0):
                 org_clear[r.org] = f
-        # per (org, workflow): (cost, estimate), computed once per pass
-        info: dict = {}
-        costs = self._costs
-        nl = len(lanes)
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-        for sub in self._order.sublists():
-            for k in sub:
-                e = k[5]
-                pair = e.pair
-                ce = info.get(pair)
-                if ce is None:
-                    ce = info[pair] = (costs.get(pair, 1), float(estimate(e.org, e.workflow)))
-                c, est = ce
-                if c == 1 and nl:
-                    start = lanes[0]
-                    fin = start + est
-                    heapreplace(lanes, fin)
-                elif 1 < c <= nl:
-                    for _ in range(c):
-                        start = heappop(lanes)
-                    fin = start + est
-                    for _ in range(c):
-                        heappush(lanes, fin)
-                else:
-                    continue
-                etas[k[4]] = Eta(start, fin)
-                if fin > org_clear[e.org]:
-                    org_clear[e.org] = fin
-                if pending is not None and k[4] in pending:
-                    pending.discard(k[4])
-                    if not pending:
-                        break
+        if pending is None:
+            # the full pass, vectorised: C-level gathers around one tight heap loop
+            with gc_paused():
+                return self._full_pass(lanes, etas, org_clear, estimate)
+        costs = self._costs
+        info: dict = {}  # (org, workflow) -> (cost, estimate), once per pass
+        # a partial pass (the simulator's ETA at arrival): stop once all are reached
+        nl = len(lanes)
+        for k in chain.from_iterable(self._order.sublists()):
+            e = k[5]
+            ce = info.get(e.pair)
+            if ce is None:
+                ce = info[e.pair] = (costs.get(e.pair, 1), float(estimate(e.org, e.workflow)))
+            c, est = ce
+            if c == 1 and nl:
+                start = lanes[0]
+                fin = start + est
+                heapreplace(lanes, fin)
+            elif 1 < c <= nl:
+                for _ in range(c - 1):
+                    heappop(lanes)
+                start = lanes[0]
+                fin = start + est
+                heapreplace(lanes, fin)
+                for _ in range(c - 1):
+                    heappush(lanes, fin)
             else:
                 continue
-            break
+            etas[k[4]] = Eta(start, fin)
+            if fin > org_clear[e.org]:
+                org_clear[e.org] = fin
+            if k[4] in pending:
+                pending.discard(k[4])
+                if not pending:
+                    break
         clear = max(org_clear.values(), default=0.0)
         return EtaReport(etas, org_clear, clear)
+
+    def _full_pass(self, lanes, etas, org_clear, estimate) -> EtaReport:
+        costs = self._costs
+        keys = list(chain.from_iterable(self._order.sublists()))
+        entries = list(map(_payload, keys))
+        pairs = list(map(_pair, entries))
+        info = {pair: (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
+                for pair in set(pairs)}
+        starts, fins = lane_pass(list(map(info.__getitem__, pairs)), lanes)
+        collect_etas(list(map(_kid, keys)), list(map(_org, entries)), starts, fins,
+                     etas, org_clear)
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
 
     def plan(
         self,
