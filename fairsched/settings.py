@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "orgs",
     "charts",
     "dashboard",
+    "jobs",
 ]
 
 MIDDLEWARE = [
@@ -169,6 +170,13 @@ RQ_QUEUES = {
 }
 RQ_SHOW_ADMIN_LINK = True
 
+# Background jobs (jobs/): bulk import and webhooks.
+FAIRSCHED_IMPORT_BATCH = env_int("FAIRSCHED_IMPORT_BATCH", 500)
+FAIRSCHED_IMPORT_MAX_BYTES = env_int("FAIRSCHED_IMPORT_MAX_BYTES", 50 * 1024 * 1024)
+FAIRSCHED_WEBHOOK_TIMEOUT_S = env_int("FAIRSCHED_WEBHOOK_TIMEOUT_S", 10)
+# Seconds before each retry of a failed delivery; its length is the number of retries.
+FAIRSCHED_WEBHOOK_RETRY_S = [int(s) for s in env_list("FAIRSCHED_WEBHOOK_RETRY_S", ["10", "30", "120", "600", "1800"])]
+
 # --- Temporal -----------------------------------------------------------------
 
 TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
@@ -208,5 +216,6 @@ LOGGING = {
         "orgs": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
         "charts": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
         "dashboard": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
+        "jobs": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
     },
 }

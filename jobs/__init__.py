@@ -1,0 +1,1 @@
+"""Background jobs on django-rq: bulk chart import, signed webhooks, periodic sweeps."""

@@ -1,0 +1,36 @@
+"""rq entry points: thin adapters that call the services (enqueue by dotted path).
+
+Each job runs in a work horse forked from ``rqworker``, which closes its database
+connections before forking, so a job opens its own."""
+from __future__ import annotations
+
+import logging
+
+from rq import get_current_job
+
+from jobs import importing, webhooks
+
+log = logging.getLogger(__name__)
+
+
+def import_charts(import_id: int) -> dict:
+    try:
+        job = importing.import_run(import_id)
+    except Exception as exc:
+        log.exception("import #%s stopped", import_id)
+        importing.import_mark_failed(import_id, f"{type(exc).__name__}: {exc}")
+        raise
+    return {"status": job.status, "created": job.created_count, "existing": job.existing_count,
+            "errors": job.error_count}
+
+
+def deliver_webhook(delivery_id: int) -> str:
+    job = get_current_job()
+    retry_in = job.get_retry_interval() if job is not None and job.should_retry else None
+    return webhooks.webhook_deliver(delivery_id=delivery_id, retry_in_s=retry_in).status
+
+
+def sweep() -> dict:
+    """Periodic (rq cron, jobs/cron.py): finished charts and clear-time moves -> webhooks."""
+    result = webhooks.sweep()
+    return {"finished": result.finished, "clear_time": result.clear_time, "requeued": result.requeued}

@@ -1,0 +1,339 @@
+"""Signed webhooks to an org's URL: when its charts finish and when its clear-time moves.
+
+Each delivery is a row (:class:`WebhookDelivery`) created in the same transaction
+that decides to send it, and an rq job enqueued on commit that POSTs it. The body
+is the same bytes on every attempt, signed with the org's secret::
+
+    X-Fairsched-Signature: sha256=<hex HMAC-SHA256 of the raw body>
+    X-Fairsched-Event: chart.finished
+    X-Fairsched-Delivery: 42          (receivers dedupe on this: delivery is at least once)
+
+A failed attempt (connection error, timeout, a non-2xx answer; redirects are not
+followed) is retried by rq with the backoff in ``FAIRSCHED_WEBHOOK_RETRY_S``;
+every attempt's outcome and the next retry time are on the row, in the admin.
+
+Finished charts are found by a periodic sweep over ``Chart.updated_at`` rather
+than a signal: charts finish through several paths (the lifecycle activity,
+reconciliation against Temporal, an operator's cancel), all queryset updates that
+send no ``post_save``; the sweep sees them all, and a unique ``dedupe_key`` per
+chart makes seeing one twice harmless.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+import django_rq
+import redis
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from rq import Retry
+
+from charts.models import FINAL_STATES, Chart
+from fairsched.snapshot import read_snapshot
+from jobs.models import DeliveryStatus, OrgClearTime, SweepCursor, WebhookDelivery, WebhookEvent
+from orgs.models import Org
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Fairsched-Signature"
+USER_AGENT = "Fairsched-Webhook/1"
+SWEEP_OVERLAP = timedelta(seconds=60)  # re-read this far back: commits land after their updated_at
+SWEEP_LIMIT = 5000
+SNAPSHOT_MAX_AGE = timedelta(seconds=120)  # an older snapshot says nothing about the clear-time now
+STUCK_AFTER = timedelta(minutes=5)  # a pending delivery this late for its attempt lost its rq job
+CLAIM_S = 120  # one attempt at a time per delivery, even if two rq jobs carry it
+
+
+class DeliveryFailed(RuntimeError):
+    """An attempt failed; rq retries the job while retries remain."""
+
+
+# --- signing -----------------------------------------------------------------------
+
+
+def sign(body: bytes, secret: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify(body: bytes, secret: str, header: str) -> bool:
+    """What a receiver does (constant-time compare)."""
+    return hmac.compare_digest(sign(body, secret), header or "")
+
+
+def delivery_body(delivery: WebhookDelivery) -> bytes:
+    doc = {"id": delivery.pk, "event": delivery.event, "created_at": delivery.created_at.isoformat(),
+           **delivery.payload}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+# --- creating and enqueueing ---------------------------------------------------------
+
+
+def retry_policy() -> Retry | None:
+    intervals = list(settings.FAIRSCHED_WEBHOOK_RETRY_S)
+    return Retry(max=len(intervals), interval=intervals) if intervals else None
+
+
+def enqueue_delivery(delivery_id: int, *, suffix: str = "") -> str | None:
+    """Queue the rq job for a delivery. Never raises: a delivery left unqueued
+    (Redis down) is picked up again by the sweep."""
+    try:
+        job = django_rq.get_queue("default", commit_mode="auto").enqueue(
+            "jobs.tasks.deliver_webhook", delivery_id, job_id=f"webhook-{delivery_id}{suffix}",
+            retry=retry_policy(), job_timeout=settings.FAIRSCHED_WEBHOOK_TIMEOUT_S * 3 + 30,
+            result_ttl=3600, failure_ttl=7 * 86400,
+        )
+    except redis.RedisError as exc:
+        log.warning("webhook delivery #%s not queued (%s); the sweep will retry", delivery_id, exc)
+        return None
+    return job.id
+
+
+def webhook_delivery_create(
+    *, org: Org, event: str, payload: dict[str, Any], dedupe_key: str | None = None
+) -> WebhookDelivery | None:
+    """Record a delivery and queue it on commit; None if ``dedupe_key`` was already used."""
+    try:
+        with transaction.atomic():
+            delivery = WebhookDelivery.objects.create(
+                org=org, event=event, payload=payload, dedupe_key=dedupe_key, url=org.webhook_url
+            )
+    except IntegrityError:
+        return None
+    transaction.on_commit(lambda: enqueue_delivery(delivery.pk))
+    return delivery
+
+
+def webhook_delivery_retry(*, delivery: WebhookDelivery | int) -> WebhookDelivery:
+    """An operator's "retry now": a failed (or stuck) delivery gets a fresh series of attempts."""
+    pk = delivery.pk if isinstance(delivery, WebhookDelivery) else delivery
+    with transaction.atomic():
+        row = WebhookDelivery.objects.select_for_update().get(pk=pk)
+        row.status = DeliveryStatus.PENDING
+        row.next_retry_at = timezone.now()
+        row.claimed_until = None
+        row.save(update_fields=["status", "next_retry_at", "claimed_until"])
+        transaction.on_commit(lambda: enqueue_delivery(pk, suffix=f"-r{row.attempts}"))
+    return row
+
+
+# --- sending ---------------------------------------------------------------------------
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 - urllib's API
+        return None  # a redirect is an answer to report, not to follow with the signed body
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+@dataclass
+class Attempt:
+    status_code: int | None
+    response: str
+    error: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Attempt:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with _opener.open(request, timeout=timeout) as resp:
+            return Attempt(resp.status, resp.read(2000).decode("utf-8", "replace"), "")
+    except urllib.error.HTTPError as exc:
+        text = exc.read(2000).decode("utf-8", "replace") if exc.fp else ""
+        return Attempt(exc.code, text, f"HTTP {exc.code} {exc.reason}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return Attempt(None, "", f"{type(exc).__name__}: {reason}")
+
+
+def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDelivery:
+    """Make one attempt. ``retry_in_s`` is when rq will try again if this one fails
+    (None: this is the last attempt). Raises :class:`DeliveryFailed` on failure."""
+    now = timezone.now()
+    claimed = WebhookDelivery.objects.filter(pk=delivery_id, status=DeliveryStatus.PENDING).filter(
+        Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+    ).update(last_attempt_at=now, claimed_until=now + timedelta(seconds=CLAIM_S))
+    delivery = WebhookDelivery.objects.select_related("org").get(pk=delivery_id)
+    if not claimed:
+        return delivery  # already sent, given up, or another job is sending it right now
+    org = delivery.org
+    if not org.webhook_url:
+        delivery.status = DeliveryStatus.SKIPPED
+        delivery.last_error = "the org has no webhook URL any more"
+        delivery.next_retry_at = None
+        delivery.claimed_until = None
+        delivery.save(update_fields=["status", "last_error", "next_retry_at", "claimed_until"])
+        return delivery
+    body = delivery_body(delivery)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Fairsched-Event": delivery.event,
+        "X-Fairsched-Delivery": str(delivery.pk),
+        SIGNATURE_HEADER: sign(body, org.webhook_secret),
+    }
+    attempt = post(org.webhook_url, body, headers, settings.FAIRSCHED_WEBHOOK_TIMEOUT_S)
+    delivery.url = org.webhook_url
+    delivery.attempts += 1
+    delivery.last_status_code = attempt.status_code
+    delivery.last_response = attempt.response
+    delivery.last_error = attempt.error
+    delivery.claimed_until = None
+    if attempt.ok:
+        delivery.status = DeliveryStatus.SUCCEEDED
+        delivery.delivered_at = timezone.now()
+        delivery.next_retry_at = None
+    elif retry_in_s is not None:
+        delivery.next_retry_at = timezone.now() + timedelta(seconds=retry_in_s)
+    else:
+        delivery.status = DeliveryStatus.FAILED
+        delivery.next_retry_at = None
+    delivery.save(update_fields=["url", "attempts", "last_status_code", "last_response", "last_error",
+                                 "claimed_until", "status", "delivered_at", "next_retry_at"])
+    if not attempt.ok:
+        log.info("webhook #%s to %s failed (attempt %s): %s", delivery.pk, org.webhook_url, delivery.attempts,
+                 attempt.error)
+        raise DeliveryFailed(f"delivery #{delivery.pk}: {attempt.error}")
+    return delivery
+
+
+# --- the sweep ---------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    finished: int = 0
+    clear_time: int = 0
+    requeued: int = 0
+
+
+def chart_payload(chart: Chart) -> dict[str, Any]:
+    duration = None
+    if chart.started_at and chart.finished_at:
+        duration = round((chart.finished_at - chart.started_at).total_seconds(), 3)
+    return {
+        "org": {"id": chart.org_id, "slug": chart.org.slug, "name": chart.org.name},
+        "chart": {
+            "id": chart.pk, "external_id": chart.external_id, "workflow": chart.workflow.name,
+            "state": chart.state, "error": chart.error, "priority": chart.priority,
+            "created_at": _iso(chart.created_at), "started_at": _iso(chart.started_at),
+            "finished_at": _iso(chart.finished_at), "duration_s": duration,
+        },
+    }
+
+
+def sweep_finished_charts(now: datetime | None = None) -> int:
+    """Create a ``chart.finished`` delivery for each chart of an org with a webhook that
+    reached a final state since the last sweep. Returns how many were created."""
+    now = now or timezone.now()
+    cursor, _ = SweepCursor.objects.get_or_create(name="chart.finished", defaults={"at": now})
+    since = cursor.at - SWEEP_OVERLAP
+    charts = list(
+        Chart.objects.filter(state__in=FINAL_STATES, updated_at__gte=since)
+        .exclude(org__webhook_url="").select_related("org", "workflow").order_by("updated_at", "id")[:SWEEP_LIMIT]
+    )
+    keys = {f"chart.finished:{c.pk}": c for c in charts}
+    done = set(WebhookDelivery.objects.filter(dedupe_key__in=list(keys)).values_list("dedupe_key", flat=True))
+    created = 0
+    with transaction.atomic():
+        for key, chart in keys.items():
+            if key in done:
+                continue
+            if webhook_delivery_create(org=chart.org, event=WebhookEvent.CHART_FINISHED,
+                                       payload=chart_payload(chart), dedupe_key=key):
+                created += 1
+        # With a full page, continue after the last chart seen rather than skipping to now.
+        cursor.at = charts[-1].updated_at if len(charts) >= SWEEP_LIMIT else max(cursor.at, now)
+        cursor.save(update_fields=["at"])
+    return created
+
+
+def _clear_at(row: dict[str, Any] | None, snapshot: dict[str, Any]) -> tuple[bool, datetime | None]:
+    """``(known, clear_at)`` of an org in a snapshot: clear_at None means nothing pending;
+    known False when it has work but no estimate (held, or blocked)."""
+    if row is None or (not row.get("queued") and not row.get("running")):
+        return True, None
+    if row.get("clear_at"):
+        return True, datetime.fromisoformat(row["clear_at"])
+    if row.get("clear_s") is not None and snapshot.get("now") is not None:
+        return True, datetime.fromtimestamp(float(snapshot["now"]) + float(row["clear_s"]), tz=dt_timezone.utc)
+    return False, None
+
+
+def sweep_clear_times(now: datetime | None = None, snapshot: dict[str, Any] | None = None) -> int:
+    """Notify orgs whose clear-time moved by more than their margin since the last notice.
+
+    A missing clear-time counts as "now" (an idle org that gets three hours of work
+    has moved by three hours; one that drains an hour early has moved by an hour).
+    """
+    now = now or timezone.now()
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+    if not snapshot:
+        return 0
+    generated = snapshot.get("generated_at")
+    if generated and now - datetime.fromisoformat(generated) > SNAPSHOT_MAX_AGE:
+        return 0
+    rows = {r.get("id"): r for r in snapshot.get("orgs", [])}
+    sent = 0
+    for org in Org.objects.exclude(webhook_url=""):
+        row = rows.get(org.pk)
+        known, clear_at = _clear_at(row, snapshot)
+        if not known:
+            continue
+        with transaction.atomic():
+            state = OrgClearTime.objects.select_for_update().filter(org=org).first()
+            previous = state.clear_at if state else None
+            moved = abs(((clear_at or now) - (previous or now)).total_seconds())
+            if moved <= org.webhook_clear_margin_s:
+                continue
+            payload = {
+                "org": {"id": org.pk, "slug": org.slug, "name": org.name},
+                "clear_at": _iso(clear_at), "previous_clear_at": _iso(previous), "moved_s": round(moved, 1),
+                "clear_s": None if clear_at is None else round(max(0.0, (clear_at - now).total_seconds()), 1),
+                "queued": (row or {}).get("queued", 0), "running": (row or {}).get("running", 0),
+            }
+            webhook_delivery_create(org=org, event=WebhookEvent.CLEAR_TIME_CHANGED, payload=payload)
+            OrgClearTime.objects.update_or_create(org=org, defaults={"clear_at": clear_at, "notified_at": now})
+            sent += 1
+    return sent
+
+
+def requeue_stuck(now: datetime | None = None) -> int:
+    """Re-queue pending deliveries whose rq job was lost (Redis down when queued, a flushed queue)."""
+    now = now or timezone.now()
+    stuck = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING).filter(
+        Q(next_retry_at__lt=now - STUCK_AFTER) | Q(next_retry_at__isnull=True, created_at__lt=now - STUCK_AFTER)
+    ).filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))[:100]
+    count = 0
+    for delivery in stuck:
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(next_retry_at=now)
+        if enqueue_delivery(delivery.pk, suffix=f"-s{int(now.timestamp())}"):
+            count += 1
+    return count
+
+
+def sweep(now: datetime | None = None) -> SweepResult:
+    return SweepResult(
+        finished=sweep_finished_charts(now), clear_time=sweep_clear_times(now), requeued=requeue_stuck(now)
+    )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
