@@ -1,4 +1,11 @@
-"""WebSocket routes. The dashboard consumer is added by the dashboard app."""
+"""WebSocket routes (wrapped by fairsched.asgi in AllowedHostsOriginValidator and AuthMiddlewareStack)."""
 from __future__ import annotations
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from dashboard import consumers
+
+websocket_urlpatterns: list = [
+    path("ws/dashboard/", consumers.DashboardConsumer.as_asgi()),
+    path("ws/orgs/<slug:slug>/", consumers.OrgConsumer.as_asgi()),
+]

@@ -12,4 +12,5 @@ urlpatterns = [
     path("admin/rq/", include("django_rq.urls")),
     path("admin/", admin.site.urls),
     path("charts/", include("charts.urls")),
+    path("", include("dashboard.urls")),  # /dashboard/... and /orgs/<slug>/...
 ]

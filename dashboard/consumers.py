@@ -1,0 +1,259 @@
+"""WebSocket consumers: the staff dashboard (``/ws/dashboard/``) and an org's page
+(``/ws/orgs/<slug>/``).
+
+Protocol (JSON). Every message the server sends carries ``n``, numbered 1, 2, 3...
+on this socket; a client that sees a number missing sends ``{"type": "resync"}``
+and gets a fresh snapshot. Server -> client:
+
+* ``{"type": "snapshot", "n", "seq", "server_time", "state", "order", "costs"}`` --
+  on connect, on resync, and when the scheduler stored a new snapshot. ``state``
+  is the stored summary (or the same shape from the DB, ``state.source == "db"``);
+  ``order`` the page of the order this socket looks at.
+* ``{"type": "events", "n", "server_time", "events": [...], "counters": {...}}`` --
+  cheap changes (the scheduler's and the controls'), coalesced.
+* ``{"type": "order", "n", ...}`` -- the answer to ``view``.
+* ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message"}``.
+
+Client -> server: ``resync``; ``view`` (offset, limit, org); ``control`` (req,
+action and its fields; staff dashboard only).
+
+Updates are coalesced to at most one message per :data:`MIN_INTERVAL_S` per
+socket, so a burst of scheduler events or a hundred open pages stay cheap.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from dashboard import controls, selectors
+from dashboard.broadcast import GROUP
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.2  # at most 5 updates per second per socket
+DB_REFRESH_S = 10.0  # without a scheduler, re-read the DB counts this often
+CLOSE_FORBIDDEN = 4403
+
+
+class _LiveConsumer(AsyncJsonWebsocketConsumer):
+    """Snapshot on connect, numbered and coalesced updates, resync on request."""
+
+    default_limit = 100
+
+    async def connect(self) -> None:
+        self.n = 0
+        self.seq: int | None = None
+        self.view: dict[str, Any] = {"offset": 0, "limit": self.default_limit, "org": None}
+        self.want_snapshot = False
+        self.events: list[dict[str, Any]] = []
+        self.counters: dict[str, Any] | None = None
+        self.last_flush = 0.0
+        self.flush_task: asyncio.Task | None = None
+        self.refresh_task: asyncio.Task | None = None
+        self.joined = False
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated or not await self.allowed(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        await self.channel_layer.group_add(GROUP, self.channel_name)
+        self.joined = True
+        await self.accept()
+        await self.send_snapshot()
+
+    async def disconnect(self, code: int) -> None:
+        for task in (getattr(self, "flush_task", None), getattr(self, "refresh_task", None)):
+            if task is not None:
+                task.cancel()
+        if getattr(self, "joined", False):
+            await self.channel_layer.group_discard(GROUP, self.channel_name)
+
+    # --- sending -------------------------------------------------------------------
+
+    async def send_numbered(self, message: dict[str, Any]) -> None:
+        self.n += 1
+        await self.send_json({**message, "n": self.n, "server_time": time.time()})
+
+    async def send_snapshot(self) -> None:
+        payload = await database_sync_to_async(self.read_snapshot)()
+        self.seq = payload.get("seq")
+        self.last_flush = time.monotonic()
+        await self.send_numbered({"type": "snapshot", **payload})
+        if payload.get("state", {}).get("source") == "db" and self.refresh_task is None:
+            self.refresh_task = asyncio.create_task(self._refresh_from_db())
+
+    async def _refresh_from_db(self) -> None:
+        """No scheduler: keep the DB counts fresh until a snapshot shows up."""
+        try:
+            await asyncio.sleep(DB_REFRESH_S)
+            self.refresh_task = None
+            if self.seq is None:
+                self.want_snapshot = True
+                self.schedule_flush()
+        except asyncio.CancelledError:
+            pass
+
+    def schedule_flush(self) -> None:
+        if self.flush_task is not None and not self.flush_task.done():
+            return
+        delay = max(0.0, self.last_flush + MIN_INTERVAL_S - time.monotonic())
+        self.flush_task = asyncio.create_task(self._flush_after(delay))
+
+    async def _flush_after(self, delay: float) -> None:
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            await self.flush()
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - a failed push must not kill the socket
+            log.exception("dashboard push failed")
+
+    async def flush(self) -> None:
+        events, counters = self.events, self.counters
+        self.events, self.counters = [], None
+        if events or counters:
+            await self.send_numbered({"type": "events", "events": events, "counters": counters or {}})
+        if self.want_snapshot:
+            self.want_snapshot = False
+            await self.send_snapshot()
+        self.last_flush = time.monotonic()
+
+    # --- group messages ------------------------------------------------------------
+
+    async def queue_snapshot(self, message: dict[str, Any]) -> None:
+        seq = message.get("seq")
+        if seq is not None and seq == self.seq:
+            return  # already sent (a lower seq is a restarted Redis: still new)
+        self.want_snapshot = True
+        self.schedule_flush()
+
+    async def queue_event(self, message: dict[str, Any]) -> None:
+        event = message.get("event") or {}
+        if not self.wants_event(event):
+            return
+        self.events.append(event)
+        if len(self.events) > 200:  # a flood: the next snapshot says it all
+            self.events = self.events[-200:]
+        if self.forward_counters and message.get("counters"):
+            self.counters = message["counters"]
+        if isinstance(event.get("seq"), int) and (self.seq is None or event["seq"] > self.seq):
+            self.want_snapshot = True  # the event follows a snapshot this socket never got
+        self.schedule_flush()
+
+    # --- client messages -----------------------------------------------------------
+
+    async def receive_json(self, content: Any, **kwargs) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "resync":
+            self.want_snapshot = False
+            await self.send_snapshot()
+        elif kind == "view":
+            self.view = self.clean_view(content)
+            page = await database_sync_to_async(self.read_page)()
+            await self.send_numbered({"type": "order", **page})
+        elif kind == "control":
+            await self.control(content)
+        elif kind == "ping":
+            await self.send_numbered({"type": "pong"})
+
+    def clean_view(self, content: dict[str, Any]) -> dict[str, Any]:
+        def num(key: str, default: int) -> int:
+            try:
+                return max(0, int(content.get(key, default)))
+            except (TypeError, ValueError):
+                return default
+        org = content.get("org")
+        try:
+            org = int(org) if org not in (None, "") else None
+        except (TypeError, ValueError):
+            org = None
+        return {"offset": num("offset", 0), "limit": min(selectors.PAGE_MAX, max(1, num("limit", self.default_limit))),
+                "org": org}
+
+    async def control(self, content: dict[str, Any]) -> None:
+        await self.send_numbered({"type": "control.result", "req": content.get("req"), "ok": False,
+                                  "action": content.get("action"),
+                                  "errors": {"permission": ["Controls are not available on this page."]},
+                                  "message": "Controls are not available on this page."})
+
+    # --- for subclasses -------------------------------------------------------------
+
+    forward_counters = True
+
+    async def allowed(self, user) -> bool:
+        raise NotImplementedError
+
+    def wants_event(self, event: dict[str, Any]) -> bool:
+        return True
+
+    def read_snapshot(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def read_page(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class DashboardConsumer(_LiveConsumer):
+    """``/ws/dashboard/``: staff with the view permission; controls need the change permissions."""
+
+    async def allowed(self, user) -> bool:
+        return await database_sync_to_async(controls.can_view_dashboard)(user)
+
+    def read_snapshot(self) -> dict[str, Any]:
+        state = selectors.dashboard_state()
+        if state.get("source") == "scheduler":
+            try:
+                selectors.record_history(state)
+            except Exception:  # noqa: BLE001 - history is a nicety
+                pass
+        order = selectors.order_page(state if state.get("source") == "scheduler" else None, **self.view)
+        return {"seq": state.get("seq"), "state": state, "order": order, "costs": selectors.cached_costs()}
+
+    def read_page(self) -> dict[str, Any]:
+        state = selectors.read_live_snapshot()
+        return {"seq": state.get("seq") if state else None, "order": selectors.order_page(state, **self.view)}
+
+    async def control(self, content: dict[str, Any]) -> None:
+        user = self.scope["user"]
+        outcome = await database_sync_to_async(self._apply)(user, content)
+        await self.send_numbered({"type": "control.result", "req": content.get("req"), **outcome.as_json()})
+        if outcome.ok and outcome.event:
+            await self.channel_layer.group_send(GROUP, {
+                "type": "queue.event", "event": {**outcome.event, "at": time.time(), "by": user.get_username()},
+                "counters": {}})
+
+    @staticmethod
+    def _apply(user, content: dict[str, Any]) -> controls.Outcome:
+        user.refresh_from_db()  # permissions or staff status may have changed since the socket opened
+        for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+            user.__dict__.pop(cache, None)
+        return controls.apply_control(user, content)
+
+
+class OrgConsumer(_LiveConsumer):
+    """``/ws/orgs/<slug>/``: the org's members and dashboard staff; only that org's charts."""
+
+    default_limit = 200
+    forward_counters = False  # global counters are not a member's business
+
+    async def allowed(self, user) -> bool:
+        slug = self.scope["url_route"]["kwargs"]["slug"]
+        self.org = await database_sync_to_async(selectors.org_for_user)(user, slug)
+        return self.org is not None
+
+    def wants_event(self, event: dict[str, Any]) -> bool:
+        return event.get("org") == self.org.pk
+
+    def read_snapshot(self) -> dict[str, Any]:
+        status = selectors.org_status(self.org, offset=self.view["offset"], limit=self.view["limit"])
+        return {"seq": status.get("seq"), "state": status}
+
+    def read_page(self) -> dict[str, Any]:
+        return self.read_snapshot()

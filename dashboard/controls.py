@@ -1,0 +1,125 @@
+"""Operator controls: one adapter from a request (socket message or POST) to the services.
+
+Each control names the Django permission it needs (view is not enough to act),
+calls the same service the admin calls, and returns either the change as a
+small event (broadcast to every open dashboard right away, so pages update
+before the scheduler's next snapshot) or the refusal with messages per field.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from charts import services as chart_services
+from charts.models import Chart
+from dashboard import selectors
+from fairsched import services as fairsched_services
+from orgs import services as org_services
+from orgs.models import Org
+
+CHART_ACTIONS: dict[str, Callable[..., Chart]] = {
+    "pause": chart_services.chart_pause,
+    "resume": chart_services.chart_resume,
+    "prioritize": chart_services.chart_prioritize,
+    "unprioritize": chart_services.chart_unprioritize,
+    "cancel": chart_services.chart_cancel,
+    "reorder": chart_services.chart_move_to_front,
+}
+ORG_ACTIONS: dict[str, Callable[..., Org]] = {
+    "hold": org_services.org_hold,
+    "release": org_services.org_release,
+}
+PERMS = {
+    **{a: "charts.change_chart" for a in CHART_ACTIONS},
+    **{a: "orgs.change_org" for a in ORG_ACTIONS},
+    "set_weight": "orgs.change_org",
+    "set_cost": "orgs.change_workflowcost",
+    "set_budget": "fairsched.change_schedulersettings",
+}
+ACTIONS = tuple(PERMS)
+VIEW_PERM = "charts.view_chart"
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    action: str
+    event: dict[str, Any] | None = None
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        if self.ok:
+            return "done"
+        return " ".join(m for msgs in self.errors.values() for m in msgs)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "action": self.action, "errors": self.errors, "message": self.message,
+                "event": self.event}
+
+
+def can_view_dashboard(user) -> bool:
+    """Staff with the view (or change) permission on charts."""
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff
+                and (user.has_perm(VIEW_PERM) or user.has_perm("charts.change_chart")))
+
+
+def allowed_actions(user) -> list[str]:
+    return [a for a, perm in PERMS.items() if user.has_perm(perm)]
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValidationError({key: f"{key}: expected a whole number, got {value!r}."}) from None
+
+
+def _chart_event(action: str, chart: Chart) -> dict[str, Any]:
+    return {"kind": "chart", "action": action, "org": chart.org_id, "chart": {
+        "id": chart.pk, "org": chart.org_id, "state": chart.state, "paused": chart.paused,
+        "priority": chart.priority, "cancel_requested": chart.cancel_requested,
+        "moved_to_front_at": chart.moved_to_front_at.isoformat() if chart.moved_to_front_at else None,
+        "external_id": chart.external_id}}
+
+
+def _org_event(action: str, org: Org) -> dict[str, Any]:
+    return {"kind": "org", "action": action, "org": org.pk,
+            "org_row": {"id": org.pk, "weight": org.weight, "held": org.weight == 0}}
+
+
+def apply_control(user, data: Mapping[str, Any]) -> Outcome:
+    """Check the permission for ``data["action"]`` and apply it through its service."""
+    action = str(data.get("action") or "")
+    if action not in PERMS:
+        return Outcome(False, action, errors={"action": [f"Unknown action {action!r}; one of {', '.join(ACTIONS)}."]})
+    if not (user and user.is_authenticated and user.is_active and user.is_staff and user.has_perm(PERMS[action])):
+        return Outcome(False, action, errors={"permission": [
+            f"You do not have permission to {action.replace('_', ' ')} (needs {PERMS[action]})."]})
+    try:
+        if action in CHART_ACTIONS:
+            chart = CHART_ACTIONS[action](chart=_int(data, "chart"))
+            return Outcome(True, action, event=_chart_event(action, chart))
+        if action in ORG_ACTIONS:
+            org = ORG_ACTIONS[action](org=_int(data, "org"))
+            return Outcome(True, action, event=_org_event(action, org))
+        if action == "set_weight":
+            org = org_services.org_set_weight(org=_int(data, "org"), weight=data.get("weight"))
+            return Outcome(True, action, event=_org_event(action, org))
+        if action == "set_cost":
+            row = org_services.workflow_cost_set(org=_int(data, "org"), workflow=_int(data, "workflow"),
+                                                 cost=data.get("cost"))
+            selectors.invalidate_costs()
+            return Outcome(True, action, event={"kind": "cost", "action": action, "org": row.org_id,
+                                                "workflow": row.workflow_id, "cost": row.cost})
+        obj = fairsched_services.budget_set(budget=data.get("budget"))
+        return Outcome(True, action, event={"kind": "settings", "action": action, "budget": obj.budget})
+    except ValidationError as exc:
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+        return Outcome(False, action, errors={k: list(v) for k, v in errors.items()})

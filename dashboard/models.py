@@ -1,0 +1,53 @@
+"""API tokens for an org's status.json: producers' systems ask "when will my charts be done?"."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+TOKEN_PREFIX = "fso_"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class OrgToken(models.Model):
+    """A bearer token that reads one org's status. Only its SHA-256 is stored; the
+    token itself is shown once, when it is created."""
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=200, help_text="What uses it, e.g. 'billing system'.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False, help_text="The token's first characters, to tell tokens apart.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = "org API token"
+
+    def __str__(self) -> str:
+        return f"{self.org} / {self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, *, org, name: str, created_by=None) -> tuple["OrgToken", str]:
+        """Create a token; returns the row and the raw token (shown once, never stored)."""
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(org=org, name=name, key_hash=hash_token(raw), prefix=raw[:12],
+                                   created_by=created_by)
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> "OrgToken | None":
+        if not raw or not raw.startswith(TOKEN_PREFIX):
+            return None
+        token = cls.objects.select_related("org").filter(key_hash=hash_token(raw), revoked=False).first()
+        if token is not None:
+            cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token

@@ -1,0 +1,351 @@
+"""Reads for the dashboard, the org pages and the live admin.
+
+The scheduler's latest snapshot (:mod:`fairsched.snapshot`) is the source when it
+exists. When the scheduler has not published (not running, or its snapshot
+expired), everything still renders from the database: counts, orgs, running
+charts; the order is then unknown and the page says it waits for the scheduler.
+
+Every function returns plain JSON-able dicts in the snapshot's shapes, with
+``"source": "scheduler" | "db"`` so pages can say which one they show.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
+from fairsched import snapshot as snap
+from fairsched.models import SchedulerSettings
+from fairsched.notify import redis_client
+from orgs.models import Org, Workflow, WorkflowCost
+
+DEFAULT_AVG_S = 600.0
+PAGE_MAX = 500
+HISTORY_KEY = "fairsched:dashboard:history"
+HISTORY_SEEN_KEY = "fairsched:dashboard:history:seen:{}"
+HISTORY_LEN = 720  # one point per ETA pass (about 3 s): the last ~36 minutes
+
+
+# --- the stored order, parsed once per snapshot per process -----------------------
+
+_order_lock = threading.Lock()
+_order_cache: dict[str, Any] = {"seq": None, "rows": [], "index": {}}
+
+
+def order_rows(snapshot: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """All rows of the stored order and an index by chart id, parsed once per snapshot.
+
+    With a 100k backlog the stored order is ~15 MB of JSON; a hundred open
+    dashboards must not each parse it on every ETA pass, so one process parses it
+    once per snapshot and every consumer and admin page shares the result.
+    """
+    key = (snapshot or {}).get("seq"), (snapshot or {}).get("generated_at")
+    with _order_lock:
+        if key[0] is not None and _order_cache["seq"] == key:
+            return _order_cache["rows"], _order_cache["index"]
+        try:
+            raw = redis_client().get(snap.ORDER_KEY)
+        except Exception:  # noqa: BLE001 - Redis down: show the DB view
+            raw = None
+        rows = json.loads(raw) if raw else []
+        index = {r["id"]: r for r in rows}
+        _order_cache.update(seq=key, rows=rows, index=index)
+        return rows, index
+
+
+def order_page(snapshot: dict[str, Any] | None, *, offset: int = 0, limit: int = 100,
+               org: int | None = None) -> dict[str, Any]:
+    """A page of the order (the fair order first, then the charts set aside)."""
+    offset = max(0, int(offset))
+    limit = max(1, min(PAGE_MAX, int(limit)))
+    if snapshot is None:
+        return {"known": False, "offset": offset, "limit": limit, "org": org, "total": None, "rows": []}
+    if org is not None:
+        data = snap.read_org(org) or {"charts": []}
+        rows = [r for r in data.get("charts", []) if r.get("state") != "running"]
+    else:
+        rows, _ = order_rows(snapshot)
+    return {"known": True, "offset": offset, "limit": limit, "org": org, "total": len(rows),
+            "rows": rows[offset:offset + limit]}
+
+
+# --- the summary --------------------------------------------------------------------
+
+
+def read_live_snapshot() -> dict[str, Any] | None:
+    """The scheduler's latest snapshot, or None (never published, expired, Redis down)."""
+    try:
+        return snap.read_snapshot()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def dashboard_state() -> dict[str, Any]:
+    """Everything the dashboard's top half shows: the snapshot, else the same shape from the DB."""
+    s = read_live_snapshot()
+    if s is not None:
+        return {**s, "source": "scheduler"}
+    return db_state()
+
+
+def _estimates() -> dict[tuple[int, int | None], float]:
+    return {(d.org_id, d.workflow_id): d.avg_s for d in DurationStat.objects.all() if d.avg_s is not None}
+
+
+def estimate_s(est: dict[tuple[int, int | None], float], org_id: int, workflow_id: int | None) -> float:
+    return est.get((org_id, workflow_id)) or est.get((org_id, None)) or DEFAULT_AVG_S
+
+
+def db_state() -> dict[str, Any]:
+    """The snapshot's shape computed from the database (no order, no ETAs)."""
+    now = timezone.now()
+    budget = SchedulerSettings.get().budget
+    orgs = list(Org.objects.annotate(
+        n_queued=Count("charts", filter=Q(charts__state=ChartState.QUEUED)),
+        n_paused=Count("charts", filter=Q(charts__state=ChartState.QUEUED, charts__paused=True)),
+        n_running=Count("charts", filter=Q(charts__state=ChartState.RUNNING)),
+        used=Sum("charts__dispatched_cost", filter=Q(charts__state=ChartState.RUNNING)),
+    ))
+    blocked_pairs = list(WorkflowCost.objects.filter(cost__gt=budget).values_list("org_id", "workflow_id"))
+    blocked_q = Q(pk__in=[])
+    for org_id, wf_id in blocked_pairs:
+        blocked_q |= Q(org_id=org_id, workflow_id=wf_id)
+    held_ids = {o.pk for o in orgs if o.weight == 0}
+    queued = Chart.objects.filter(state=ChartState.QUEUED)
+    n_queued = sum(o.n_queued for o in orgs)
+    n_held = sum(o.n_queued for o in orgs if o.pk in held_ids)
+    n_paused = sum(o.n_paused for o in orgs if o.pk not in held_ids)
+    n_blocked = (queued.exclude(org_id__in=held_ids).filter(paused=False).filter(blocked_q).count()
+                 if blocked_pairs else 0)
+    used_total = sum(o.used or 0 for o in orgs)
+    weight_total = sum(o.weight for o in orgs if o.weight > 0 and (o.n_queued or o.n_running))
+    est = _estimates()
+    running = []
+    for c in Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow").order_by("started_at")[:500]:
+        elapsed = (now - c.started_at).total_seconds() if c.started_at else 0.0
+        expected = estimate_s(est, c.org_id, c.workflow_id)
+        running.append({
+            "id": c.pk, "org": c.org_id, "workflow": c.workflow.name, "cost": c.dispatched_cost or 1,
+            "external_id": c.external_id, "started_at": c.started_at.isoformat() if c.started_at else None,
+            "elapsed_s": elapsed, "expected_s": expected, "finish_s": max(0.0, expected - elapsed),
+            "workflow_id": f"chart-{c.pk}",
+            "run_id": c.temporal_run_id,
+        })
+    return {
+        "version": 1, "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
+        "budget": budget, "used": used_total,
+        "counters": {"queued": n_queued, "ordered": None, "running": sum(o.n_running for o in orgs),
+                     "held": n_held, "paused": n_paused, "blocked": n_blocked},
+        "clear_s": None, "clear_at": None,
+        "orgs": [{
+            "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
+            "queued": o.n_queued, "running": o.n_running, "used_cost": o.used or 0,
+            "share_budget": (o.used or 0) / budget if budget else 0.0,
+            "share_weight": o.weight / weight_total if weight_total and (o.n_queued or o.n_running) else 0.0,
+            "clear_s": None, "clear_at": None,
+        } for o in orgs],
+        "running": running,
+        "source": "db",
+    }
+
+
+def workflow_costs() -> dict[str, Any]:
+    """Workflows, and the cost of every (org, workflow) pair that has a row (others cost 1)."""
+    return {
+        "workflows": [{"id": w.pk, "name": w.name} for w in Workflow.objects.all()],
+        "costs": [{"org": c.org_id, "workflow": c.workflow_id, "cost": c.cost} for c in WorkflowCost.objects.all()],
+    }
+
+
+# --- org pages -----------------------------------------------------------------------
+
+
+def org_row_from_db(org: Org) -> dict[str, Any]:
+    counts = Chart.objects.filter(org=org).aggregate(
+        queued=Count("pk", filter=Q(state=ChartState.QUEUED)),
+        running=Count("pk", filter=Q(state=ChartState.RUNNING)),
+    )
+    return {"id": org.pk, "name": org.name, "slug": org.slug, "weight": org.weight, "held": org.weight == 0,
+            "queued": counts["queued"], "running": counts["running"], "clear_s": None, "clear_at": None}
+
+
+def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str | None = None) -> dict[str, Any]:
+    """The org's charts with state, position and ETA, and its clear-time.
+
+    From the org's snapshot key when the scheduler published; else from the DB
+    (states only, ``position``/``eta`` null, ``source: "db"``).
+    """
+    offset = max(0, int(offset))
+    limit = max(1, min(PAGE_MAX * 10, int(limit)))
+    s = read_live_snapshot()
+    data = snap.read_org(org.pk) if s is not None else None
+    if data is not None:
+        base = s.get("now") or time.time()
+        charts = [_org_chart(r, base) for r in data.get("charts", [])]
+        if external_id:
+            charts = [c for c in charts if c["external_id"] == external_id]
+        row = data.get("org") or {}
+        return {
+            "source": "scheduler", "seq": s.get("seq"), "generated_at": s.get("generated_at"), "now": base,
+            "org": {"id": org.pk, "name": org.name, "slug": org.slug, "weight": row.get("weight", org.weight),
+                    "held": row.get("held", org.weight == 0), "queued": row.get("queued"),
+                    "running": row.get("running"), "clear_s": row.get("clear_s"),
+                    "clear_at": row.get("clear_at") or _at(base, row.get("clear_s"))},
+            "total": len(charts), "offset": offset, "limit": limit, "charts": charts[offset:offset + limit],
+        }
+    qs = Chart.objects.filter(org=org, state__in=[ChartState.QUEUED, ChartState.RUNNING]).select_related("workflow")
+    if external_id:
+        qs = qs.filter(external_id=external_id)
+    total = qs.count()
+    rows = qs.order_by("-state", "created_at", "pk")[offset:offset + limit]  # running first, then queued by age
+    now = timezone.now()
+    charts = [{
+        "id": c.pk, "external_id": c.external_id, "workflow": c.workflow.name,
+        "state": "running" if c.state == ChartState.RUNNING else ("held" if org.weight == 0 else
+                                                                   "paused" if c.paused else "queued"),
+        "position": None, "start_at": None, "eta": None, "eta_s": None,
+        "created_at": c.created_at.isoformat(), "started_at": c.started_at.isoformat() if c.started_at else None,
+    } for c in rows]
+    return {"source": "db", "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
+            "org": org_row_from_db(org), "total": total, "offset": offset, "limit": limit, "charts": charts}
+
+
+def _at(base: float, seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(base + seconds, tz=timezone.get_current_timezone()).isoformat()
+
+
+def _org_chart(r: dict[str, Any], base: float) -> dict[str, Any]:
+    finish = r.get("finish_s")
+    start = r.get("start_s")
+    return {
+        "id": r.get("id"), "external_id": r.get("external_id"), "workflow": r.get("workflow"),
+        "state": r.get("state"), "position": r.get("pos"), "priority": r.get("priority", False),
+        "start_at": _at(base, start) if r.get("state") != "running" else r.get("started_at"),
+        "eta": _at(base, finish), "eta_s": finish,
+        "cost": r.get("cost"),
+    }
+
+
+# --- plots ------------------------------------------------------------------------------
+
+
+def record_history(s: dict[str, Any]) -> None:
+    """Keep one queue-depth point per snapshot (first consumer to see a ``seq`` records it)."""
+    seq = s.get("seq")
+    if seq is None:
+        return
+    client = redis_client()
+    if not client.set(HISTORY_SEEN_KEY.format(seq), 1, nx=True, ex=120):
+        return
+    point = {"t": s.get("now"), "q": {str(o["id"]): o.get("queued", 0) for o in s.get("orgs", [])},
+             "r": s.get("counters", {}).get("running")}
+    pipe = client.pipeline()
+    pipe.rpush(HISTORY_KEY, json.dumps(point, separators=(",", ":")))
+    pipe.ltrim(HISTORY_KEY, -HISTORY_LEN, -1)
+    pipe.expire(HISTORY_KEY, snap.TTL_S * 6)
+    pipe.execute()
+
+
+def read_history() -> list[dict[str, Any]]:
+    try:
+        return [json.loads(x) for x in redis_client().lrange(HISTORY_KEY, 0, -1)]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def plot_data(*, minutes: int = 60, finishes: int = 200) -> dict[str, Any]:
+    """Data for the plots, from the DB plus the small queue-depth history in Redis.
+
+    * ``per_minute``: charts started and finished in each of the last ``minutes`` minutes.
+    * ``finishes``: recently finished charts, actual vs predicted finish. The
+      prediction is what the lane simulation predicts for a running chart,
+      ``started_at + estimate`` with the duration estimate of its (org, workflow)
+      (the same averages the ETA pass uses; the database does not keep the ETA
+      the chart was shown while queued).
+    * ``depth``: queue depth per org at each ETA pass seen while a dashboard was open.
+    """
+    now = timezone.now()
+    since = now - timedelta(minutes=minutes)
+    start_min = since.replace(second=0, microsecond=0)
+    buckets = [start_min + timedelta(minutes=i) for i in range(minutes + 1)]
+    starts = [0] * len(buckets)
+    ends = [0] * len(buckets)
+    for ts in Chart.objects.filter(started_at__gte=start_min).values_list("started_at", flat=True).iterator():
+        starts[min(len(buckets) - 1, int((ts - start_min).total_seconds() // 60))] += 1
+    for ts in Chart.objects.filter(finished_at__gte=start_min, state__in=FINAL_STATES).values_list(
+            "finished_at", flat=True).iterator():
+        ends[min(len(buckets) - 1, int((ts - start_min).total_seconds() // 60))] += 1
+    est = _estimates()
+    recent = []
+    for c in (Chart.objects.filter(state=ChartState.SUCCEEDED, finished_at__isnull=False, started_at__isnull=False)
+              .order_by("-finished_at")[:finishes]):
+        predicted = c.started_at + timedelta(seconds=estimate_s(est, c.org_id, c.workflow_id))
+        recent.append({"id": c.pk, "org": c.org_id, "external_id": c.external_id,
+                       "started_at": c.started_at.timestamp(), "finished_at": c.finished_at.timestamp(),
+                       "predicted_at": predicted.timestamp()})
+    recent.reverse()
+    return {
+        "now": now.timestamp(),
+        "per_minute": {"t": [b.timestamp() for b in buckets], "starts": starts, "finishes": ends},
+        "finishes": recent,
+        "depth": read_history(),
+        "orgs": {str(o.pk): o.name for o in Org.objects.all()},
+    }
+
+
+def temporal_url(workflow_id: str) -> str:
+    base = settings.TEMPORAL_UI_URL.rstrip("/")
+    return f"{base}/namespaces/{settings.TEMPORAL_NAMESPACE}/workflows/{workflow_id}"
+
+
+_costs_cache: dict[str, Any] = {"at": 0.0, "value": None}
+COSTS_TTL_S = 1.0
+
+
+def cached_costs() -> dict[str, Any]:
+    """:func:`workflow_costs`, re-read at most once a second per process (100 sockets, one query)."""
+    with _order_lock:
+        if _costs_cache["value"] is not None and time.monotonic() - _costs_cache["at"] < COSTS_TTL_S:
+            return _costs_cache["value"]
+    value = workflow_costs()
+    with _order_lock:
+        _costs_cache.update(at=time.monotonic(), value=value)
+    return value
+
+
+def org_for_user(user, slug: str) -> Org | None:
+    """The org ``slug`` if ``user`` may see it (a member, or dashboard staff); else None.
+
+    Never says whether an org the user may not see exists (the caller answers 404).
+    """
+    from dashboard.controls import can_view_dashboard
+
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    org = Org.objects.filter(slug=slug).first()
+    if org is None:
+        return None
+    if can_view_dashboard(user) or org.members.filter(pk=user.pk).exists():
+        return org
+    return None
+
+
+def invalidate_costs() -> None:
+    with _order_lock:
+        _costs_cache["value"] = None
+
+
+def clear_caches() -> None:
+    """Forget the parsed order and the costs (tests; a Redis flushed under a running process)."""
+    with _order_lock:
+        _costs_cache["value"] = None
+        _order_cache.update(seq=None, rows=[], index={})

@@ -1,0 +1,24 @@
+/* Live counters in the admin header, from the dashboard socket. */
+(function () {
+  "use strict";
+  const F = window.FairLive;
+  let S = null;
+  const set = (k, v) => document.querySelectorAll(`[data-admin-counter="${k}"]`).forEach((el) => { el.textContent = v == null ? "—" : Number.isFinite(v) ? Number(v).toLocaleString() : v; });
+  function render() {
+    if (!S) return;
+    const c = S.counters || {};
+    set("used", S.used); set("budget", S.budget);
+    ["queued", "running", "held", "paused", "blocked"].forEach((k) => set(k, c[k]));
+    const clear = S.clear_at ? F.parseIso(S.clear_at) : (S.clear_s != null ? S.now + S.clear_s : null);
+    set("clear", S.source !== "scheduler" ? "waiting for the scheduler" : S.clear_s === 0 ? "clear" : `${F.clock(clear)} (${F.inText(clear)})`);
+  }
+  F.connect("/ws/dashboard/", {onMessage(msg) {
+    if (msg.type === "snapshot") S = msg.state;
+    else if (msg.type === "events" && S) {
+      if (msg.counters) S.counters = Object.assign({}, S.counters, msg.counters);
+      (msg.events || []).forEach((ev) => { if (ev.kind === "settings" && ev.budget != null) S.budget = ev.budget; });
+    }
+    render();
+  }});
+  setInterval(render, 1000);
+})();

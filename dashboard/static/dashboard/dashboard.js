@@ -1,0 +1,397 @@
+/* The staff dashboard: renders the scheduler's snapshot, applies events, sends controls. */
+(function () {
+  "use strict";
+  const F = window.FairLive;
+  const esc = F.esc;
+  const init = JSON.parse(document.getElementById("initial").textContent);
+  let S = init.state;            // the snapshot summary (or its DB stand-in)
+  let O = init.order;            // the page of the order this page looks at
+  let C = init.costs;            // workflows and (org, workflow) costs
+  const can = new Set(init.actions);
+  const view = {offset: O.offset || 0, limit: O.limit || 100, org: O.org || null};
+  let patches = [];              // recent control events, re-applied over older snapshots
+  let confirmKey = null, confirmTimer = null;
+  let reqSeq = 0;
+  const pending = new Map();
+  const $ = (id) => document.getElementById(id);
+
+  // ---------------------------------------------------------------- helpers
+  const orgById = () => { const m = new Map(); (S.orgs || []).forEach((o) => m.set(o.id, o)); return m; };
+  const at = (seconds) => (seconds == null || S.now == null ? null : S.now + seconds);
+  const pct = (x) => (x == null ? "—" : (x * 100).toFixed(0) + "%");
+  const fmt = (n) => (n == null ? "—" : Number(n).toLocaleString());
+  const STATE_LABEL = {ordered: "queued", held: "held", paused: "paused", blocked: "blocked", running: "running", cancelled: "cancelled"};
+
+  function syncRows(tbody, items, keyOf, rowHtml, decorate) {
+    const existing = new Map();
+    Array.from(tbody.children).forEach((tr) => existing.set(tr.dataset.key, tr));
+    const keep = new Set();
+    let prev = null;
+    items.forEach((it) => {
+      const k = String(keyOf(it));
+      keep.add(k);
+      let tr = existing.get(k);
+      if (!tr) { tr = document.createElement("tr"); tr.dataset.key = k; }
+      const html = rowHtml(it);
+      const busy = tr.contains(document.activeElement) || tr.querySelector("[data-dirty]");
+      if (tr.dataset.sig !== html && !busy) { tr.innerHTML = html; tr.dataset.sig = html; }
+      if (decorate) decorate(tr, it);
+      const want = prev ? prev.nextSibling : tbody.firstChild;
+      if (want !== tr) tbody.insertBefore(tr, want);
+      prev = tr;
+    });
+    existing.forEach((tr, k) => { if (!keep.has(k)) tr.remove(); });
+  }
+
+  function btn(action, label, key) {
+    if (!can.has(action)) return "";
+    const confirming = action === "cancel" && confirmKey === key;
+    return `<button type="button" data-action="${action}"${confirming ? ' class="confirm"' : ""}>${confirming ? "Confirm cancel" : label}</button>`;
+  }
+
+  // ---------------------------------------------------------------- rendering
+  function renderSummary() {
+    const live = S.source === "scheduler";
+    $("waiting").hidden = live;
+    $("seq").textContent = live ? "snapshot #" + S.seq + " · " + F.clock(F.parseIso(S.generated_at)) : "no snapshot";
+    const used = S.used || 0, budget = S.budget || 0;
+    const frac = budget ? Math.min(1, used / budget) : (used ? 1 : 0);
+    const arc = $("dial-arc");
+    const len = arc.getTotalLength ? arc.getTotalLength() : 251;
+    arc.style.strokeDasharray = `${len * frac} ${len}`;
+    arc.style.stroke = used > budget ? "#c0262d" : frac > 0.85 ? "#c98a04" : "#2f6fed";
+    $("dial-text").textContent = `${fmt(used)} / ${fmt(budget)}`;
+    const inp = $("budget-input");
+    if (document.activeElement !== inp && !inp.dataset.dirty) inp.value = budget;
+    const c = S.counters || {};
+    ["queued", "ordered", "running", "held", "paused", "blocked"].forEach((k) => {
+      const el = document.querySelector(`[data-counter="${k}"]`);
+      if (el) el.textContent = fmt(c[k]);
+    });
+    const clear = S.clear_at ? F.parseIso(S.clear_at) : at(S.clear_s);
+    $("clear-when").textContent = live ? (S.clear_s === 0 ? "clear" : F.clock(clear)) : "—";
+    $("clear-in").setAttribute("data-eta", live && S.clear_s ? clear : "");
+    if (!live) $("clear-in").textContent = "waiting for the scheduler";
+  }
+
+  function renderOrgs() {
+    const rows = (S.orgs || []).slice().sort((a, b) => (b.queued + b.running) - (a.queued + a.running) || a.name.localeCompare(b.name));
+    syncRows($("orgs-body"), rows, (o) => "o" + o.id, (o) => {
+      const clear = o.clear_at ? F.parseIso(o.clear_at) : at(o.clear_s);
+      const weightCell = can.has("set_weight")
+        ? `<input class="small" type="number" min="0" step="1" data-field="weight" value="${o.held ? 0 : o.weight}" aria-label="weight of ${esc(o.name)}"> <button type="button" data-action="set_weight">Set</button>`
+        : `${o.weight}`;
+      return `<td><a href="/orgs/${esc(o.slug)}/">${esc(o.name)}</a> ${o.held ? '<span class="badge held">held</span>' : ""}</td>
+        <td>${weightCell}</td>
+        <td>${o.held ? btn("release", "Release") : btn("hold", "Hold")}</td>
+        <td class="num">${fmt(o.queued)}</td><td class="num">${fmt(o.running)}</td>
+        <td><div class="share" title="budget in use ${pct(o.share_budget)} · share of weight ${pct(o.share_weight)}">
+          <div class="bar b"><span style="width:${Math.min(100, (o.share_budget || 0) * 100)}%"></span></div>
+          <div class="bar w"><span style="width:${Math.min(100, (o.share_weight || 0) * 100)}%"></span></div></div></td>
+        <td class="num">${pct(o.share_budget)} <span class="muted">/ ${pct(o.share_weight)}</span></td>
+        <td>${o.clear_s == null ? '<span class="muted">—</span>' : o.clear_s === 0 ? "clear" : `${F.clock(clear)} <span class="muted" data-eta="${clear}"></span>`}</td>`;
+    }, (tr, o) => { tr.dataset.orgId = o.id; tr.className = o.held ? "held" : ""; });
+    const sel = $("org-filter");
+    const want = ['<option value="">all orgs</option>'].concat((S.orgs || []).map((o) => `<option value="${o.id}">${esc(o.name)}</option>`)).join("");
+    if (sel.dataset.sig !== want) { sel.innerHTML = want; sel.dataset.sig = want; }
+    sel.value = view.org == null ? "" : String(view.org);
+  }
+
+  function renderRunning() {
+    const orgs = orgById();
+    const rows = S.running || [];
+    $("running-count").textContent = rows.length ? `${rows.length}` : "none";
+    syncRows($("running-body"), rows, (r) => "r" + r.id, (r) => {
+      const started = S.now - (r.elapsed_s || 0);
+      const url = `${init.temporal_ui}/namespaces/${encodeURIComponent(init.temporal_namespace)}/workflows/${encodeURIComponent(r.workflow_id || "chart-" + r.id)}`;
+      return `<td class="mono">#${r.id} ${esc(r.external_id || "")}</td><td>${esc((orgs.get(r.org) || {}).name || r.org)}</td>
+        <td>${esc(r.workflow)}</td><td class="num">${r.cost}</td>
+        <td><span class="progress" data-started="${started}" data-expected="${r.expected_s}"><span></span></span> <span class="elapsed muted"></span></td>
+        <td data-eta="${at(r.finish_s)}"></td>
+        <td><a href="${esc(url)}" target="_blank" rel="noopener">Temporal ↗</a></td>
+        <td>${r.cancel_requested ? '<span class="badge">cancelling</span>' : btn("cancel", "Cancel", "c" + r.id)}</td>`;
+    }, (tr, r) => { tr.dataset.chartId = r.id; });
+  }
+
+  function renderOrder() {
+    const orgs = orgById();
+    $("order-waiting").hidden = O.known !== false;
+    const total = O.total || 0;
+    $("order-range").textContent = O.known === false ? "order unknown: waiting for the scheduler"
+      : total ? `${fmt(O.offset + 1)}–${fmt(Math.min(total, O.offset + (O.rows || []).length))} of ${fmt(total)}` : "empty";
+    $("order-prev").disabled = O.offset <= 0;
+    $("order-next").disabled = !(O.offset + O.limit < total);
+    const pages = Math.max(1, Math.ceil(total / O.limit));
+    $("order-pages").textContent = `page ${Math.floor(O.offset / O.limit) + 1} of ${pages}`;
+    syncRows($("order-body"), O.rows || [], (r) => "c" + r.id, (r) => {
+      const key = "c" + r.id;
+      const st = r.state || "ordered";
+      const actions = st === "cancelled" || st === "running" ? "" : [
+        st === "paused" ? btn("resume", "Resume") : btn("pause", "Pause"),
+        r.priority ? btn("unprioritize", "Unprioritize") : btn("prioritize", "Prioritize"),
+        btn("reorder", "To front"), btn("cancel", "Cancel", key)].join(" ");
+      const finish = r.pos == null ? null : at(r.finish_s);
+      return `<td class="num">${r.pos == null ? "—" : fmt(r.pos + 1)}</td>
+        <td class="mono">${esc(r.external_id || "—")} <span class="muted">#${r.id}</span></td>
+        <td>${esc((orgs.get(r.org) || {}).name || r.org)}</td><td>${esc(r.workflow)}</td><td class="num">${r.cost == null ? "—" : r.cost}</td>
+        <td><span class="badge ${esc(st)}" data-state="${esc(st)}">${esc(STATE_LABEL[st] || st)}</span>${r.priority ? ' <span class="badge prio">priority</span>' : ""}</td>
+        <td>${r.pos == null ? "—" : F.clock(at(r.start_s))}</td>
+        <td>${finish == null ? "—" : F.clock(finish)}</td><td class="muted" data-eta="${finish == null ? "" : finish}"></td>
+        <td>${actions}</td>`;
+    }, (tr, r) => { tr.dataset.chartId = r.id; tr.dataset.state = r.state || "ordered"; });
+  }
+
+  function renderCosts() {
+    const wfs = C.workflows || [];
+    const cost = new Map();
+    (C.costs || []).forEach((c) => cost.set(c.org + ":" + c.workflow, c.cost));
+    const head = "<th>org</th>" + wfs.map((w) => `<th class="num">${esc(w.name)}</th>`).join("");
+    if ($("costs-head").dataset.sig !== head) { $("costs-head").innerHTML = head; $("costs-head").dataset.sig = head; }
+    const orgs = (S.orgs || []).slice().sort((a, b) => a.name.localeCompare(b.name));
+    syncRows($("costs-body"), orgs, (o) => "k" + o.id, (o) => `<td>${esc(o.name)}</td>` + wfs.map((w) => {
+      const v = cost.get(o.id + ":" + w.id);
+      return can.has("set_cost")
+        ? `<td class="num"><input class="small" type="number" min="1" step="1" data-field="cost" data-workflow="${w.id}" value="${v == null ? 1 : v}" title="${v == null ? "no row: costs 1" : ""}" aria-label="cost of ${esc(w.name)} for ${esc(o.name)}"></td>`
+        : `<td class="num">${v == null ? '<span class="muted">1</span>' : v}</td>`;
+    }).join(""), (tr, o) => { tr.dataset.orgId = o.id; });
+  }
+
+  let renderQueued = false;
+  function render() {
+    if (renderQueued) return;
+    renderQueued = true;
+    requestAnimationFrame(() => {
+      renderQueued = false;
+      renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts();
+      F.tick();
+    });
+  }
+
+  // ---------------------------------------------------------------- events and patches
+  function applyEvent(ev) {
+    if (ev.kind === "chart" && ev.chart) {
+      const c = ev.chart;
+      (O.rows || []).forEach((r) => {
+        if (r.id !== c.id) return;
+        r.priority = c.priority;
+        if (c.state !== "queued") r.state = c.state === "running" ? "running" : "cancelled";
+        else if (c.paused) r.state = "paused";
+        else if (r.state === "paused") r.state = "ordered";
+      });
+      (S.running || []).forEach((r) => { if (r.id === c.id && c.cancel_requested) r.cancel_requested = true; });
+    } else if (ev.kind === "org" && ev.org_row) {
+      (S.orgs || []).forEach((o) => {
+        if (o.id !== ev.org_row.id) return;
+        o.weight = ev.org_row.weight; o.held = ev.org_row.held;
+      });
+      (O.rows || []).forEach((r) => {
+        if (r.org !== ev.org_row.id) return;
+        if (ev.org_row.held && r.state === "ordered") r.state = "held";
+        if (!ev.org_row.held && r.state === "held") r.state = "ordered";
+      });
+    } else if (ev.kind === "cost") {
+      C.costs = (C.costs || []).filter((c) => !(c.org === ev.org && c.workflow === ev.workflow));
+      C.costs.push({org: ev.org, workflow: ev.workflow, cost: ev.cost});
+    } else if (ev.kind === "settings" && ev.budget != null) {
+      S.budget = ev.budget;
+    }
+  }
+
+  function onEvents(msg) {
+    (msg.events || []).forEach((ev) => {
+      applyEvent(ev);
+      if (ev.at) patches.push(ev);
+    });
+    if (msg.counters && Object.keys(msg.counters).length) S.counters = Object.assign({}, S.counters, msg.counters);
+    render();
+  }
+
+  function onSnapshot(msg) {
+    S = msg.state; O = msg.order || O; if (msg.costs) C = msg.costs;
+    const cutoff = F.serverNow() - 60;
+    patches = patches.filter((p) => p.at > cutoff);
+    patches.forEach((p) => { if (S.now == null || p.at > S.now) applyEvent(p); });
+    appendDepth(S);
+    render();
+  }
+
+  function onMessage(msg) {
+    if (msg.type === "snapshot") onSnapshot(msg);
+    else if (msg.type === "events") onEvents(msg);
+    else if (msg.type === "order") { O = msg.order; patches.forEach((p) => { if (S.now == null || p.at > S.now) applyEvent(p); }); render(); }
+    else if (msg.type === "control.result") onResult(msg);
+  }
+
+  // ---------------------------------------------------------------- controls
+  function csrf() {
+    const m = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    return m ? decodeURIComponent(m[1]) : (document.querySelector("[name=csrfmiddlewaretoken]") || {}).value;
+  }
+
+  function control(msg, label) {
+    const req = ++reqSeq;
+    pending.set(req, label || msg.action);
+    if (live.send({type: "control", req, ...msg})) return;
+    fetch(init.control_url, {method: "POST", credentials: "same-origin",
+      headers: {"Content-Type": "application/json", "X-CSRFToken": csrf()}, body: JSON.stringify(msg)})
+      .then((r) => r.json()).then((res) => onResult({...res, req}))
+      .catch((e) => onResult({req, ok: false, message: "Request failed: " + e}));
+  }
+
+  function onResult(res) {
+    const label = pending.get(res.req) || res.action;
+    pending.delete(res.req);
+    if (!res.ok) {
+      F.toast(res.message || "Refused.", "error");
+      const box = $("last-error");
+      box.textContent = res.message || "Refused."; box.hidden = false;
+      clearTimeout(box._t); box._t = setTimeout(() => { box.hidden = true; }, 10000);
+      return;
+    }
+    if (res.event) { applyEvent(res.event); patches.push({...res.event, at: F.serverNow()}); }
+    document.querySelectorAll("[data-dirty]").forEach((el) => delete el.dataset.dirty);
+    F.toast(label + ": done");
+    render();
+  }
+
+  document.addEventListener("input", (ev) => { if (ev.target.matches("input[data-field], #budget-input")) ev.target.dataset.dirty = "1"; });
+
+  document.addEventListener("click", (ev) => {
+    const b = ev.target.closest("button[data-action]");
+    if (!b) return;
+    const action = b.dataset.action;
+    const chartRow = b.closest("[data-chart-id]"), orgRow = b.closest("[data-org-id]");
+    if (chartRow) {
+      const id = +chartRow.dataset.chartId, key = "c" + id;
+      if (action === "cancel" && confirmKey !== key) {
+        confirmKey = key; clearTimeout(confirmTimer);
+        confirmTimer = setTimeout(() => { confirmKey = null; render(); }, 4000);
+        b.classList.add("confirm"); b.textContent = "Confirm cancel";
+        return;
+      }
+      if (action === "cancel") confirmKey = null;
+      control({action, chart: id}, `${action} chart #${id}`);
+    } else if (orgRow) {
+      const id = +orgRow.dataset.orgId;
+      if (action === "set_weight") {
+        const inp = orgRow.querySelector("input[data-field=weight]");
+        control({action, org: id, weight: inp.value}, `weight of org ${id}`);
+      } else control({action, org: id}, `${action} org ${id}`);
+    }
+  });
+
+  document.addEventListener("change", (ev) => {
+    const inp = ev.target;
+    if (!inp.matches("input[data-field=cost]")) return;
+    const row = inp.closest("[data-org-id]");
+    control({action: "set_cost", org: +row.dataset.orgId, workflow: +inp.dataset.workflow, cost: inp.value}, "cost");
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && ev.target.matches("input[data-field=weight]")) {
+      ev.preventDefault();
+      const b = ev.target.closest("tr").querySelector("button[data-action=set_weight]");
+      if (b) b.click();
+    }
+  });
+
+  $("budget-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    control({action: "set_budget", budget: $("budget-input").value}, "budget");
+  });
+
+  // ---------------------------------------------------------------- the order's paging and filter
+  function requestPage() {
+    if (live.send({type: "view", ...view})) return;
+    const q = new URLSearchParams({offset: view.offset, limit: view.limit});
+    if (view.org != null) q.set("org", view.org);
+    fetch(init.order_url + "?" + q, {credentials: "same-origin"}).then((r) => r.json()).then((page) => { O = page; render(); });
+  }
+  $("order-prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); requestPage(); });
+  $("order-next").addEventListener("click", () => { view.offset += view.limit; requestPage(); });
+  $("org-filter").addEventListener("change", (ev) => { view.org = ev.target.value ? +ev.target.value : null; view.offset = 0; requestPage(); });
+  $("order-jump").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const pos = Math.max(1, parseInt($("order-jump-pos").value || "1", 10));
+    view.offset = Math.floor((pos - 1) / view.limit) * view.limit; requestPage();
+  });
+
+  // ---------------------------------------------------------------- plots (Chart.js, shipped in static/)
+  const PALETTE = ["#2f6fed", "#1f9d55", "#c98a04", "#c0262d", "#7a4fd6", "#0e9aa7", "#d9480f", "#5c7080", "#e64980", "#2b8a3e"];
+  let depth = [];       // [{t, q: {orgId: n}}]
+  let plotMeta = {orgs: {}};
+  const plots = {};
+  const timeTick = (v) => F.clock(v);
+  const baseOpts = {animation: false, responsive: true, maintainAspectRatio: false,
+    plugins: {legend: {labels: {boxWidth: 10, font: {size: 11}}}}, elements: {point: {radius: 0}}};
+
+  function appendDepth(state) {
+    if (state.source !== "scheduler" || state.now == null) return;
+    if (depth.length && depth[depth.length - 1].t >= state.now) return;
+    const q = {};
+    (state.orgs || []).forEach((o) => { q[o.id] = o.queued; });
+    depth.push({t: state.now, q});
+    if (depth.length > 1200) depth = depth.slice(-1200);
+    drawDepth();
+  }
+
+  function drawDepth() {
+    if (!window.Chart || !plots.depth) return;
+    const names = Object.assign({}, plotMeta.orgs);
+    (S.orgs || []).forEach((o) => { names[o.id] = o.name; });
+    const last = depth.length ? depth[depth.length - 1].q : {};
+    const top = Object.keys(last).sort((a, b) => last[b] - last[a]).slice(0, 8);
+    const sets = top.map((id, i) => ({label: names[id] || id, borderColor: PALETTE[i], backgroundColor: PALETTE[i],
+      borderWidth: 1.5, data: depth.map((p) => ({x: p.t, y: p.q[id] || 0}))}));
+    if (Object.keys(last).length > top.length) {
+      sets.push({label: "others", borderColor: "#adb5bd", borderWidth: 1, borderDash: [4, 3],
+        data: depth.map((p) => ({x: p.t, y: Object.keys(p.q).filter((k) => !top.includes(k)).reduce((s, k) => s + p.q[k], 0)}))});
+    }
+    plots.depth.data.datasets = sets;
+    plots.depth.update("none");
+  }
+
+  function setupPlots() {
+    if (!window.Chart) { document.querySelectorAll(".plot").forEach((p) => { p.textContent = "charting library not loaded"; }); return; }
+    plots.depth = new Chart($("plot-depth"), {type: "line", data: {datasets: []}, options: {...baseOpts,
+      scales: {x: {type: "linear", ticks: {callback: timeTick, maxTicksLimit: 6}}, y: {beginAtZero: true, title: {display: true, text: "queued charts"}}}}});
+    plots.rate = new Chart($("plot-rate"), {type: "bar", data: {labels: [], datasets: [
+      {label: "started", backgroundColor: "#2f6fed", data: []}, {label: "finished", backgroundColor: "#1f9d55", data: []}]},
+      options: {...baseOpts, scales: {x: {ticks: {maxTicksLimit: 8}}, y: {beginAtZero: true, title: {display: true, text: "charts / minute"}}}}});
+    plots.eta = new Chart($("plot-eta"), {type: "scatter", data: {datasets: []}, options: {...baseOpts,
+      elements: {point: {radius: 3}},
+      plugins: {...baseOpts.plugins, tooltip: {callbacks: {label: (c) => c.raw.label || ""}}},
+      scales: {x: {title: {display: true, text: "actual run time (min)"}, beginAtZero: true},
+               y: {title: {display: true, text: "predicted run time (min)"}, beginAtZero: true}}}});
+  }
+
+  function loadPlots() {
+    fetch(init.plots_url, {credentials: "same-origin"}).then((r) => r.json()).then((d) => {
+      plotMeta = d;
+      if (!plots.rate) return;
+      const seen = new Set(depth.map((p) => p.t));
+      depth = d.depth.filter((p) => !seen.has(p.t)).concat(depth).sort((a, b) => a.t - b.t);
+      drawDepth();
+      plots.rate.data.labels = d.per_minute.t.map((t) => F.clock(t));
+      plots.rate.data.datasets[0].data = d.per_minute.starts;
+      plots.rate.data.datasets[1].data = d.per_minute.finishes;
+      plots.rate.update("none");
+      const pts = d.finishes.map((f) => ({x: (f.finished_at - f.started_at) / 60, y: (f.predicted_at - f.started_at) / 60,
+        label: `#${f.id} ${f.external_id || ""}: actual ${F.duration(f.finished_at - f.started_at)}, predicted ${F.duration(f.predicted_at - f.started_at)}`}));
+      const max = pts.reduce((m, p) => Math.max(m, p.x, p.y), 1);
+      plots.eta.data.datasets = [
+        {label: "finished charts", data: pts, backgroundColor: "rgba(47,111,237,.6)"},
+        {label: "exact", type: "line", data: [{x: 0, y: 0}, {x: max, y: max}], borderColor: "#adb5bd", borderDash: [4, 3], borderWidth: 1, pointRadius: 0}];
+      plots.eta.update("none");
+      $("eta-note").textContent = pts.length ? `${pts.length} recent finishes; on the dashed line the prediction was exact.` : "no finished charts yet.";
+    }).catch(() => {});
+  }
+
+  // ---------------------------------------------------------------- start
+  const live = F.connect(init.ws_path, {onMessage});
+  setupPlots();
+  appendDepth(S);
+  render();
+  loadPlots();
+  setInterval(loadPlots, 30000);
+  window.fairDashboard = {state: () => S, order: () => O};
+})();

@@ -1,0 +1,159 @@
+"""The staff dashboard, the org status pages and their JSON endpoints.
+
+Pages render their first state on the server (from the scheduler's snapshot, or
+the database when there is none) and then go live over a WebSocket.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required, user_passes_test
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import controls, selectors
+from dashboard.broadcast import broadcast_event
+from dashboard.models import OrgToken
+
+staff_required = user_passes_test(controls.can_view_dashboard)
+
+
+def _int_arg(request: HttpRequest, key: str, default: int | None) -> int | None:
+    raw = request.GET.get(key, "")
+    try:
+        return int(raw) if raw != "" else default
+    except ValueError:
+        return default
+
+
+def _json(data: Any, status: int = 200) -> JsonResponse:
+    response = JsonResponse(data, status=status, json_dumps_params={"separators": (",", ":")})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@never_cache
+@staff_required
+def index(request: HttpRequest) -> HttpResponse:
+    state = selectors.dashboard_state()
+    live = state.get("source") == "scheduler"
+    org = _int_arg(request, "org", None)
+    initial = {
+        "state": state,
+        "order": selectors.order_page(state if live else None, offset=0, limit=100, org=org),
+        "costs": selectors.workflow_costs(),
+        "actions": controls.allowed_actions(request.user),
+        "temporal_ui": settings.TEMPORAL_UI_URL.rstrip("/"),
+        "temporal_namespace": settings.TEMPORAL_NAMESPACE,
+        "ws_path": "/ws/dashboard/",
+        "control_url": reverse("dashboard:control"),
+        "order_url": reverse("dashboard:order"),
+        "plots_url": reverse("dashboard:plots"),
+    }
+    return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live})
+
+
+@never_cache
+@staff_required
+@require_GET
+def state_json(request: HttpRequest) -> JsonResponse:
+    return _json(selectors.dashboard_state())
+
+
+@never_cache
+@staff_required
+@require_GET
+def order_json(request: HttpRequest) -> JsonResponse:
+    """A page of the order: ``?offset=0&limit=100&org=<id>`` (limit at most 500)."""
+    s = selectors.read_live_snapshot()
+    page = selectors.order_page(s, offset=_int_arg(request, "offset", 0) or 0,
+                                limit=_int_arg(request, "limit", 100) or 100, org=_int_arg(request, "org", None))
+    return _json({"seq": s.get("seq") if s else None, **page})
+
+
+@never_cache
+@staff_required
+@require_GET
+def plots_json(request: HttpRequest) -> JsonResponse:
+    return _json(selectors.plot_data())
+
+
+@staff_required
+@require_POST
+def control(request: HttpRequest) -> JsonResponse:
+    """The controls over HTTP (when the socket is down): a form or JSON body with ``action``
+    and its fields; CSRF-protected like every POST."""
+    if request.content_type == "application/json":
+        try:
+            data = json.loads(request.body or b"{}")
+        except ValueError:
+            return _json({"ok": False, "errors": {"body": ["Not valid JSON."]}, "message": "Not valid JSON."}, 400)
+        if not isinstance(data, dict):
+            data = {}
+    else:
+        data = request.POST.dict()
+    outcome = controls.apply_control(request.user, data)
+    if outcome.ok and outcome.event:
+        import time
+
+        broadcast_event({**outcome.event, "at": time.time(), "by": request.user.get_username()}, {})
+    status = 200 if outcome.ok else (403 if "permission" in outcome.errors else 400)
+    return _json(outcome.as_json(), status)
+
+
+# --- org pages --------------------------------------------------------------------------
+
+
+@never_cache
+@login_required
+def org_page(request: HttpRequest, slug: str) -> HttpResponse:
+    org = selectors.org_for_user(request.user, slug)
+    if org is None:
+        raise Http404("No such organisation.")
+    status = selectors.org_status(org)
+    initial = {"status": status, "ws_path": f"/ws/orgs/{org.slug}/"}
+    return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
+                                                "live": status["source"] == "scheduler"})
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() in {"bearer", "token"} and value.strip():
+        return value.strip()
+    return None
+
+
+@never_cache
+@require_GET
+def org_status_json(request: HttpRequest, slug: str) -> JsonResponse:
+    """The org's status for a producer's systems: session login or ``Authorization: Bearer <token>``.
+
+    Query: ``offset``, ``limit`` (default 500, at most 5000), ``external_id``.
+    """
+    raw = _bearer(request)
+    if raw is not None:
+        token = OrgToken.authenticate(raw)
+        if token is None:
+            response = _json({"error": "invalid or revoked token"}, 401)
+            response["WWW-Authenticate"] = 'Bearer realm="fairsched"'
+            return response
+        if token.org.slug != slug:
+            raise Http404("No such organisation.")
+        org = token.org
+    elif request.user.is_authenticated:
+        org = selectors.org_for_user(request.user, slug)
+        if org is None:
+            raise Http404("No such organisation.")
+    else:
+        response = _json({"error": "authentication required: log in or send Authorization: Bearer <token>"}, 401)
+        response["WWW-Authenticate"] = 'Bearer realm="fairsched"'
+        return response
+    return _json(selectors.org_status(org, offset=_int_arg(request, "offset", 0) or 0,
+                                      limit=_int_arg(request, "limit", 500) or 500,
+                                      external_id=request.GET.get("external_id") or None))
