@@ -46,12 +46,14 @@ def fifo_key(created_at: float, seq: int) -> tuple:
     return (created_at, seq)
 
 
-def queue_key(tier: int, k1, created_at: float, seq: int, chart_id: str, entry) -> tuple:
+def queue_key(tier: int, k1, created_at: float, seq: int, chart_id: str, entry, pair) -> tuple:
     """Key of a chart in the live order (:class:`FairQueue`).
 
     # 1: tier (priority before normal)
-    # 2: priority tier: prioritized_at (missing: created_at); normal tier: round
+    # 2: priority tier: prioritized_at (missing: created_at), see priority_key;
+    #    normal tier: round, see normal_key; fifo baseline: 0, see fifo_key
     # 3: created_at  # 4: arrival  # 5: chart id (only if a caller repeats a seq)
-    The trailing ``entry`` is payload; the id is unique so it is never compared.
+    The trailing ``entry`` and ``pair`` (org, workflow) are payload; the id is
+    unique so they are never compared.
     """
-    return (tier, k1, created_at, seq, chart_id, entry)
+    return (tier, k1, created_at, seq, chart_id, entry, pair)

@@ -116,16 +116,28 @@ _make_eta = partial(tuple.__new__, Eta)
 
 
 def collect_etas(ids: Sequence[str], orgs: Sequence[str], starts: list, fins: list,
-                 etas: dict, org_clear: dict) -> None:
-    """Add the walk's results to ``etas`` (id -> Eta) and ``org_clear`` (org -> latest finish)."""
+                 etas: dict, org_clear: dict, pairs: Sequence | None = None) -> None:
+    """Add the walk's results to ``etas`` (id -> Eta) and ``org_clear`` (org ->
+    latest finish). With ``pairs`` ((org, workflow) of each chart, whose
+    estimate is one number) the clear-times need no per-chart loop: starts are
+    non-decreasing along the order, so a pair's latest finish is that of its
+    last chart in the order."""
     if None in fins:
         keep = [i for i, f in enumerate(fins) if f is not None]
         ids = [ids[i] for i in keep]
-        orgs = [orgs[i] for i in keep]
+        orgs = [orgs[i] for i in keep] if orgs else [pairs[i][0] for i in keep]
         starts = [starts[i] for i in keep]
         fins = [fins[i] for i in keep]
+        pairs = None
     etas.update(zip(ids, map(_make_eta, zip(starts, fins))))
     get = org_clear.get
+    if pairs is not None:
+        last = dict(zip(pairs, range(len(pairs))))  # last write wins: last index per pair
+        for pair, i in last.items():
+            fin = fins[i]
+            if fin > get(pair[0], -1.0):
+                org_clear[pair[0]] = fin
+        return
     for org, fin in zip(orgs, fins):
         if fin > get(org, -1.0):
             org_clear[org] = fin
@@ -267,8 +279,9 @@ def _plan(
     info: dict = {}
     for pair in cost_cache:
         info[pair] = (cost_cache[pair], float(estimate(pair[0], pair[1])))
-    starts, fins = lane_pass([info[c.org, c.workflow] for c in order], lanes)
-    collect_etas(order_ids, [c.org for c in order], starts, fins, etas, org_clear)
+    pairs = [(c.org, c.workflow) for c in order]
+    starts, fins = lane_pass(list(map(info.__getitem__, pairs)), lanes)
+    collect_etas(order_ids, (), starts, fins, etas, org_clear, pairs)
     for org in weights:
         org_clear.setdefault(org, 0.0)
     clear = max(org_clear.values(), default=0.0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from .keys import TIER_NORMAL, TIER_PRIORITY, fifo_key, org_rank_key, priority_key
+from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key, priority_key, queue_key
 from itertools import chain
 from operator import attrgetter, itemgetter
 
@@ -32,6 +32,7 @@ from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
 
 _payload = itemgetter(5)
 _kid = itemgetter(4)
+_kpair = itemgetter(6)
 _pair = attrgetter("pair")
 _org = attrgetter("org")
 
@@ -121,6 +122,12 @@ class FairQueue:
         """Rebuild at start-up from the static backlog: the static plan's rounds,
         ``head = 0`` (contracts/simulate.md). Its order equals :func:`plan`'s.
         Any ``round`` on the charts is ignored. O(n log n)."""
+        with gc_paused():
+            return cls._from_backlog(queued, budget=budget, weights=weights, costs=costs,
+                                     policy=policy)
+
+    @classmethod
+    def _from_backlog(cls, queued, *, budget, weights, costs, policy) -> "FairQueue":
         q = cls(budget=budget, weights=weights, costs=costs, policy=policy)
         keys = []
         for c in queued:
@@ -480,13 +487,11 @@ class FairQueue:
     def _full_pass(self, lanes, etas, org_clear, estimate) -> EtaReport:
         costs = self._costs
         keys = list(chain.from_iterable(self._order.sublists()))
-        entries = list(map(_payload, keys))
-        pairs = list(map(_pair, entries))
+        pairs = list(map(_kpair, keys))
         info = {pair: (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
                 for pair in set(pairs)}
         starts, fins = lane_pass(list(map(info.__getitem__, pairs)), lanes)
-        collect_etas(list(map(_kid, keys)), list(map(_org, entries)), starts, fins,
-                     etas, org_clear)
+        collect_etas(list(map(_kid, keys)), (), starts, fins, etas, org_clear, pairs)
         return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
 
     def plan(
@@ -530,11 +535,13 @@ class FairQueue:
         e.state = ""
 
     def _key(self, e: _Entry) -> tuple:
+        """The chart's key in the order; all keys are defined in :mod:`.keys`."""
         if self.policy == "fifo":
-            return (TIER_NORMAL, 0) + fifo_key(e.created_at, e.seq) + (e.id, e)
+            return queue_key(TIER_NORMAL, 0, e.created_at, e.seq, e.id, e, e.pair)
         if e.priority:
-            return (TIER_PRIORITY,) + priority_key(e.created_at, e.seq, e.prioritized_at) + (e.id, e)
-        return (TIER_NORMAL, e.round, e.created_at, e.seq, e.id, e)
+            k1 = priority_key(e.created_at, e.seq, e.prioritized_at)[0]
+            return queue_key(TIER_PRIORITY, k1, e.created_at, e.seq, e.id, e, e.pair)
+        return queue_key(TIER_NORMAL, e.round, e.created_at, e.seq, e.id, e, e.pair)
 
     def _place(self, e: _Entry, arrive: bool = True, insert: bool = True) -> tuple | None:
         """Classify ``e`` and put it in the order or aside. ``arrive``: give an
