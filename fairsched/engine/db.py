@@ -1,0 +1,134 @@
+"""The scheduler's database reads and writes: plain synchronous functions.
+
+The live loop calls them through ``sync_to_async(thread_sensitive=True)`` (one
+thread, so one connection). Each starts with ``close_old_connections()`` so a
+database that restarted or dropped the connection is reconnected, not fatal.
+Writes go through ``charts.services`` (compare-and-set, notifications).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from django.db import close_old_connections
+
+from charts.models import Chart, ChartState, DurationStat
+from fairsched.engine.state import ChartRow, Config, OrgRow, World
+from fairsched.models import SchedulerSettings
+from orgs.models import Org, Workflow, WorkflowCost
+
+CHART_FIELDS = (
+    "id", "org_id", "workflow__name", "state", "created_at", "priority", "prioritized_at", "paused",
+    "moved_to_front_at", "cancel_requested", "external_id", "started_at", "dispatched_cost", "temporal_run_id",
+)
+ACTIVE = (ChartState.QUEUED, ChartState.RUNNING)
+
+
+def _ts(d: datetime | None) -> float | None:
+    return d.timestamp() if d is not None else None
+
+
+def _row(v: tuple) -> ChartRow:
+    (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id) = v
+    return ChartRow(pk, org, wf, state, created.timestamp(), prio, _ts(prio_at), paused, _ts(front), cancel,
+                    ext, _ts(started), cost, run_id or "")
+
+
+def read_config() -> Config:
+    close_old_connections()
+    s = SchedulerSettings.get()
+    return Config(budget=s.budget, eta_interval_s=s.eta_interval_s, reconcile_interval_s=s.reconcile_interval_s)
+
+
+def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
+    close_old_connections()
+    qs = Org.objects.order_by("pk")
+    if ids is not None:
+        qs = qs.filter(pk__in=list(ids))
+    return [OrgRow(pk, name, slug, weight) for pk, name, slug, weight in qs.values_list("pk", "name", "slug", "weight")]
+
+
+def read_costs() -> dict[tuple[str, str], int]:
+    close_old_connections()
+    return {(str(o), w): c for o, w, c in WorkflowCost.objects.values_list("org_id", "workflow__name", "cost")}
+
+
+def read_averages() -> dict[tuple[str, str | None], float]:
+    close_old_connections()
+    out: dict[tuple[str, str | None], float] = {}
+    for org, wf, count, total in DurationStat.objects.values_list("org_id", "workflow__name", "count", "total_s"):
+        if count:
+            out[(str(org), wf)] = total / count
+    return out
+
+
+def read_world() -> World:
+    """Everything the scheduler holds, in one read (start-up and resync)."""
+    config = read_config()
+    charts = [_row(v) for v in Chart.objects.filter(state__in=ACTIVE).order_by("pk").values_list(*CHART_FIELDS)]
+    return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts)
+
+
+def read_charts(ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]:
+    """The named charts (missing ones absent) and their orgs."""
+    close_old_connections()
+    ids = list(ids)
+    rows: dict[int, ChartRow] = {}
+    for start in range(0, len(ids), 500):
+        for v in Chart.objects.filter(pk__in=ids[start:start + 500]).values_list(*CHART_FIELDS):
+            rows[v[0]] = _row(v)
+    return rows, read_orgs({r.org for r in rows.values()})
+
+
+@dataclass(frozen=True, slots=True)
+class StartRow:
+    """What starting a chart's workflow needs."""
+
+    row: ChartRow
+    org_slug: str
+    temporal_type: str
+    payload: dict[str, Any]
+
+
+def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
+    close_old_connections()
+    out = {}
+    fields = CHART_FIELDS + ("org__slug", "workflow__temporal_type", "payload")
+    for v in Chart.objects.filter(pk__in=list(ids)).values_list(*fields):
+        row = _row(v[:len(CHART_FIELDS)])
+        slug, ttype, payload = v[len(CHART_FIELDS):]
+        out[row.id] = StartRow(row, slug, ttype or row.workflow, payload or {})
+    return out
+
+
+def mark_running(items: list[tuple[int, int, str, float]]) -> dict[int, bool]:
+    """queued -> running by compare-and-set for each (chart id, cost, run id, start time)."""
+    from charts.services import chart_mark_running
+
+    close_old_connections()
+    return {cid: chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
+                                    at=datetime.fromtimestamp(at, tz=timezone.utc))
+            for cid, cost, run_id, at in items}
+
+
+def record_outcome(chart_id: int, state: str, error: str, started_at: datetime | None,
+                   finished_at: datetime | None, run_id: str | None) -> bool:
+    from charts.services import chart_record_outcome
+
+    close_old_connections()
+    return chart_record_outcome(chart_id=chart_id, state=state, error=error, started_at=started_at,
+                                finished_at=finished_at, run_id=run_id)
+
+
+def requeue(chart_id: int, reason: str) -> bool:
+    from charts.services import chart_requeue
+
+    close_old_connections()
+    return chart_requeue(chart_id=chart_id, reason=reason)
+
+
+def workflow_names() -> dict[int, str]:
+    close_old_connections()
+    return dict(Workflow.objects.values_list("pk", "name"))

@@ -1,0 +1,86 @@
+"""The snapshot the scheduler publishes after each ETA pass (schema: ``fairsched/snapshot.py``).
+
+Pure: builds the three JSON values from the live state and an ETA report;
+the live loop stores them (``fairsched.snapshot.store``) and tells the dashboards.
+Fields beyond the documented schema: ``head`` (the round of the last
+normal-tier dispatch) in the snapshot, for ``fairsched.live``'s replayable dump.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
+from fairsched.engine.state import LiveState
+from fairsched.temporal.shared import workflow_id
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dict, list[dict], dict[int, dict]]:
+    """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`."""
+    queue = state.queue
+    etas = report.etas
+    order_rows: list[dict[str, Any]] = []
+    for pos, q in enumerate(queue.iter_charts()):
+        eta = etas.get(q.id)
+        order_rows.append({
+            "id": int(q.id), "pos": pos, "org": int(q.org), "workflow": q.workflow,
+            "cost": queue.cost_of(q.org, q.workflow), "round": q.round, "priority": q.priority,
+            "state": "ordered", "external_id": state.external_ids.get(int(q.id)),
+            "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
+        })
+    for aside in (HELD, PAUSED, BLOCKED):
+        for cid in getattr(queue, aside):
+            q = queue.get(cid)
+            order_rows.append({
+                "id": int(cid), "pos": None, "org": int(q.org), "workflow": q.workflow,
+                "cost": queue.cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
+                "state": aside, "external_id": state.external_ids.get(int(cid)), "start_s": None, "finish_s": None,
+            })
+    running_rows = []
+    used_by_org: dict[int, int] = {}
+    running_by_org: dict[int, int] = {}
+    for r in sorted(state.running.values(), key=lambda r: (r.started_at, r.id)):
+        eta = etas.get(str(r.id))
+        running_rows.append({
+            "id": r.id, "org": r.org, "workflow": r.workflow, "cost": r.cost, "external_id": r.external_id,
+            "started_at": iso(r.started_at), "elapsed_s": max(0.0, now - r.started_at),
+            "expected_s": state.durations(str(r.org), r.workflow),
+            "finish_s": eta.finish_s if eta else 0.0, "workflow_id": workflow_id(r.id), "run_id": r.run_id,
+        })
+        used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
+        running_by_org[r.org] = running_by_org.get(r.org, 0) + 1
+    used = sum(used_by_org.values())
+    active_weight = sum(o.weight for o in state.orgs.values()
+                        if state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0))
+    org_rows = []
+    for o in sorted(state.orgs.values(), key=lambda o: (o.name, o.id)):
+        clear = report.org_clear_s.get(str(o.id), 0.0)
+        active = state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0)
+        org_rows.append({
+            "id": o.id, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
+            "queued": state.queued_by_org.get(o.id, 0), "running": running_by_org.get(o.id, 0),
+            "used_cost": used_by_org.get(o.id, 0),
+            "share_budget": round(used_by_org.get(o.id, 0) / used, 4) if used else 0.0,
+            "share_weight": round(o.weight / active_weight, 4) if active and active_weight else 0.0,
+            "clear_s": clear, "clear_at": iso(now + clear),
+        })
+    snapshot = {
+        "version": 1, "generated_at": iso(now), "now": now,
+        "budget": state.budget, "used": used,
+        "counters": {"queued": len(queue), "ordered": queue.order_len, "running": len(state.running),
+                     "held": len(queue.held), "paused": len(queue.paused), "blocked": len(queue.blocked)},
+        "clear_s": report.clear_s, "clear_at": iso(now + report.clear_s),
+        "orgs": org_rows, "running": running_rows, "head": queue.head,
+    }
+    per_org: dict[int, dict] = {row["id"]: {"org": row, "charts": []} for row in org_rows}
+    for row in order_rows:
+        if row["org"] in per_org:
+            per_org[row["org"]]["charts"].append(row)
+    for row in running_rows:
+        if row["org"] in per_org:
+            per_org[row["org"]]["charts"].append({**row, "state": "running"})
+    return snapshot, order_rows, per_org

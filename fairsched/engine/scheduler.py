@@ -1,0 +1,703 @@
+"""The live scheduler loop (``manage.py runscheduler``).
+
+One asyncio loop owns all state (:class:`fairsched.engine.state.LiveState`).
+Other tasks only *report*: the notification listener appends messages from
+Redis, the result watchers append workflows that closed, the lease keeper
+says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
+
+1. records workflows that closed (result watchers: sub-second refill),
+2. re-reads the rows named by notifications (the row is the truth),
+3. resyncs everything every ``RESYNC_INTERVAL_S`` (bulk writes, raw SQL, lost messages),
+4. reconciles against Temporal every ``reconcile_interval_s`` (closed workflows,
+   rows Temporal does not know, workflows whose row was never marked running),
+5. cancels the workflows of charts whose cancel was requested,
+6. dispatches whenever budget is free (head-of-line down the fair order),
+7. runs the ETA pass every ``eta_interval_s`` or at once after a budget, weight
+   or cost change, and publishes it.
+
+Crash safety rests on workflow ids and compare-and-set, not on the lease:
+a chart is started as workflow ``chart-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
+*before* its row moves queued -> running. A crash in between leaves a queued
+row whose workflow runs: the next reconcile (run before the first dispatch
+after a start) adopts it, and were it missed, starting it again returns the
+same execution; if it already closed, the start is refused and its real
+outcome recorded. So nothing runs twice and nothing is lost.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+from asgiref.sync import sync_to_async
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from fairsched.engine import db
+from fairsched.engine.lease import Lease
+from fairsched.engine.publish import build_snapshot
+from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState
+from fairsched.notify import CHANNEL
+from fairsched.temporal.client import Outcome, connect, outcome_of, start_chart
+from fairsched.temporal.shared import ChartInput, chart_id_of, split_temporal_type, workflow_id
+
+log = logging.getLogger("fairsched.engine")
+
+
+class LeaseLost(Exception):
+    """Another scheduler holds the lease: step down to standby."""
+
+
+class Backoff:
+    """Capped exponential backoff for one kind of operation."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+        self.delay = 0.0
+        self.not_before = 0.0
+        self.failures = 0
+
+    def ready(self, now: float) -> bool:
+        return now >= self.not_before
+
+    def fail(self, now: float) -> float:
+        self.failures += 1
+        self.delay = min(self.high, self.delay * 2 if self.delay else self.low)
+        self.not_before = now + self.delay
+        return self.delay
+
+    def ok(self) -> None:
+        self.delay, self.not_before, self.failures = 0.0, 0.0, 0
+
+
+def _db(fn: Callable) -> Callable:
+    """Run a synchronous ORM function in the one database thread."""
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+class Scheduler:
+    LEASE_TTL_S: float = 5.0          # a standby takes over at most this long after the leader dies
+    LEASE_RENEW_S: float = 1.0
+    STANDBY_POLL_S: float = 0.5
+    RESYNC_INTERVAL_S: float = 3.0    # full re-read of the database
+    MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
+    BACKOFF_MIN_S: float = 0.5
+    BACKOFF_MAX_S: float = 10.0
+    START_CONCURRENCY: int = 32       # workflow starts in flight at once
+    DESCRIBE_CONCURRENCY: int = 16    # reconcile RPCs in flight at once
+    MAX_EVENTS_PER_TICK: int = 50     # more are summarised in one "batch" event
+    PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
+
+    def __init__(
+        self,
+        *,
+        temporal_address: str,
+        namespace: str,
+        task_queue: str,
+        redis_url: str,
+        watch_results: bool = True,
+        lease_ttl_s: float | None = None,
+        resync_interval_s: float | None = None,
+        crash_after_starts: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.temporal_address = temporal_address
+        self.namespace = namespace
+        self.task_queue = task_queue
+        self.redis_url = redis_url
+        self.watch_results = watch_results
+        if lease_ttl_s is not None:
+            self.LEASE_TTL_S = lease_ttl_s
+            self.LEASE_RENEW_S = max(0.2, lease_ttl_s / 5)
+        if resync_interval_s is not None:
+            self.RESYNC_INTERVAL_S = resync_interval_s
+        self.crash_after_starts = crash_after_starts  # fault injection for the crash tests
+        self.clock = clock
+
+        self.state: LiveState | None = None
+        self.client: Client | None = None
+        self.redis: aredis.Redis | None = None
+        self.lease: Lease | None = None
+        self.leading = False
+        self.starts = 0  # workflows started by this process (bench, tests)
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._notes: list[dict[str, Any]] = []
+        self._finished: list[tuple[int, Outcome]] = []
+        self._watchers: dict[int, asyncio.Task] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._lease_ok_until = 0.0
+        self._lost_lease = False
+        self._resync_due = 0.0
+        self._reconcile_due = 0.0
+        self._eta_due = 0.0
+        self._eta_now = True
+        self._resync_requested = False
+        self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel")}
+
+    # ================================================================ lifecycle
+    def stop(self) -> None:
+        """Warm stop: finish the current step, leave running work alone, release the lease."""
+        self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Stand by until holding the lease, then lead until stopped or the lease is lost."""
+        self.redis = aredis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=1)
+        self.lease = Lease(self.redis, self.LEASE_TTL_S)
+        try:
+            while not self._stop.is_set():
+                if not await self._acquire_lease():
+                    break
+                try:
+                    await self._lead()
+                except LeaseLost:
+                    log.warning("lease lost to %s: stepping down to standby", await self._lease_holder())
+                finally:
+                    await self._step_down()
+        finally:
+            if self.lease is not None:
+                try:
+                    await self.lease.release()
+                except (redis.RedisError, OSError):
+                    pass
+            await self.redis.aclose()
+            log.info("scheduler stopped")
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: int) -> None:
+        log.info("%s: warm stop (running workflows keep running)", signal.Signals(sig).name)
+        self.stop()
+
+    async def _lease_holder(self) -> str | None:
+        try:
+            return await self.lease.holder()
+        except (redis.RedisError, OSError):
+            return None
+
+    async def _acquire_lease(self) -> bool:
+        backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+        announced = False
+        while not self._stop.is_set():
+            try:
+                if await self.lease.acquire():
+                    self._lease_ok_until = time.monotonic() + self.LEASE_TTL_S
+                    log.info("lease %s acquired: this scheduler is active", self.lease.token)
+                    return True
+                backoff.ok()
+                if not announced:
+                    log.info("standby: the lease is held by %s", await self._lease_holder())
+                    announced = True
+                delay = self.STANDBY_POLL_S
+            except (redis.RedisError, OSError) as exc:
+                delay = backoff.fail(time.monotonic())
+                log.warning("Redis unreachable while taking the lease (%s); retrying in %.1f s", exc, delay)
+            await self._sleep(delay)
+        return False
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _lead(self) -> None:
+        self.leading = True
+        self._lost_lease = False
+        self._tasks = [asyncio.create_task(self._keep_lease(), name="lease"),
+                       asyncio.create_task(self._listen(), name="notifications")]
+        self.client = await connect(self.temporal_address, self.namespace, stopping=self._stop.is_set)
+        await self._load()
+        if self._stop.is_set():
+            return
+        # Adopt what a crashed predecessor started but never recorded, before dispatching anything.
+        await self._guarded("reconcile", self._reconcile)
+        now = time.monotonic()
+        self._reconcile_due = now + self.state.config.reconcile_interval_s
+        self._resync_due = now + self.RESYNC_INTERVAL_S
+        while not self._stop.is_set():
+            if self._lost_lease:
+                raise LeaseLost()
+            await self.tick()
+            await self._wait_for_work()
+
+    async def _step_down(self) -> None:
+        self.leading = False
+        for task in self._tasks + list(self._watchers.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._watchers.values(), return_exceptions=True)
+        self._tasks, self._watchers = [], {}
+        self.state = None
+        self._notes.clear()
+        self._finished.clear()
+
+    async def _load(self) -> None:
+        backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+        while not self._stop.is_set():
+            try:
+                world = await _db(db.read_world)()
+                break
+            except Exception as exc:  # noqa: BLE001 - database down: retry
+                delay = backoff.fail(time.monotonic())
+                log.warning("cannot load the backlog (%s); retrying in %.1f s", exc, delay)
+                await self._sleep(delay)
+        else:
+            return
+        self.state = LiveState(world)
+        self._notes.clear()  # the load read everything they could name
+        log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
+                 len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
+                 self.state.budget, len(self.state.orgs))
+        for chart_id in self.state.running:
+            self._watch(chart_id)
+
+    async def _wait_for_work(self) -> None:
+        now = time.monotonic()
+        due = min(self._resync_due, self._reconcile_due, self._eta_due, now + self.MAX_SLEEP_S)
+        if self._notes or self._finished:
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, due - now))
+        except asyncio.TimeoutError:
+            pass
+
+    # ================================================================ the step
+    async def tick(self) -> None:
+        """One pass of the loop (see the module docstring). Never raises on I/O errors."""
+        self._wake.clear()
+        state = self.state
+        if state is None:
+            return
+        fx = Effects()
+        now = time.monotonic()
+        if self._finished and self._backoff["finish"].ready(now):
+            fx.merge(await self._guarded("finish", self._record_finished) or Effects())
+        if self._notes and self._backoff["notes"].ready(now):
+            fx.merge(await self._guarded("notes", self._apply_notes) or Effects())
+        if (self._resync_requested or now >= self._resync_due) and self._backoff["resync"].ready(now):
+            fx.merge(await self._guarded("resync", self._resync) or Effects())
+            self._resync_due = time.monotonic() + self.RESYNC_INTERVAL_S
+        if now >= self._reconcile_due and self._backoff["reconcile"].ready(now):
+            fx.merge(await self._guarded("reconcile", self._reconcile) or Effects())
+            self._reconcile_due = time.monotonic() + self.state.config.reconcile_interval_s
+        await self._carry_out(fx)
+        if self.may_dispatch() and self._backoff["dispatch"].ready(now):
+            dfx = await self._guarded("dispatch", self._dispatch) or Effects()
+            await self._carry_out(dfx)
+            fx.merge(dfx)
+        if (fx.eta_now or self._eta_now or time.monotonic() >= self._eta_due) and self._backoff["eta"].ready(now):
+            if await self._guarded("eta", self._eta_pass) is not None:
+                self._eta_now = False
+            self._eta_due = time.monotonic() + self.state.config.eta_interval_s
+        if fx.events:
+            await self._broadcast(fx.events)
+
+    async def _guarded(self, name: str, step: Callable[[], Any]) -> Any:
+        """Run one step; on failure log it and back off that step (the loop keeps going)."""
+        try:
+            result = await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - per-step error handling, the loop must survive
+            delay = self._backoff[name].fail(time.monotonic())
+            if name == "notes":
+                self._resync_requested = True
+            log.warning("%s failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay)
+            return None
+        self._backoff[name].ok()
+        return result if result is not None else True
+
+    def may_dispatch(self) -> bool:
+        return self.leading and time.monotonic() < self._lease_ok_until and not self._stop.is_set()
+
+    # ================================================================ applying changes
+    async def _apply_rows(self, ids: set[int]) -> Effects:
+        rows, orgs = await _db(db.read_charts)(ids)
+        fx = self.state.apply_orgs(orgs) if any(o.id not in self.state.orgs for o in orgs) else Effects()
+        for chart_id in sorted(ids):
+            fx.merge(self.state.apply_chart(chart_id, rows.get(chart_id)))
+        return fx
+
+    async def _apply_notes(self) -> Effects:
+        notes, self._notes = self._notes, []
+        try:
+            return await self._apply_note_batch(notes)
+        except Exception:
+            self._notes = notes + self._notes
+            raise
+
+    async def _apply_note_batch(self, notes: list[dict]) -> Effects:
+        state = self.state
+        fx = Effects()
+        ids: set[int] = set()
+        orgs: set[int] = set()
+        costs = settings = False
+        for note in notes:
+            kind = note.get("kind")
+            if kind == "chart" and isinstance(note.get("id"), int):
+                ids.add(note["id"])
+            elif kind == "charts":
+                got = [i for i in note.get("ids", []) if isinstance(i, int)]
+                ids.update(got)
+                if note.get("count", len(got)) > len(got):
+                    self._resync_requested = True
+            elif kind == "org" and isinstance(note.get("id"), int):
+                orgs.add(note["id"])
+            elif kind == "cost":
+                costs = True
+            elif kind == "settings":
+                settings = True
+            else:  # "resync", or anything this version does not know
+                self._resync_requested = True
+        if settings:
+            config = await _db(db.read_config)()
+            fx.merge(state.apply_config(config))
+        if orgs:
+            fx.merge(state.apply_orgs(await _db(db.read_orgs)(orgs)))
+        if costs:
+            fx.merge(state.apply_costs(await _db(db.read_costs)()))
+        if ids:
+            fx.merge(await self._apply_rows(ids))
+        return fx
+
+    async def _resync(self) -> Effects:
+        self._resync_requested = False
+        world = await _db(db.read_world)()
+        fx = self.state.apply_world(world)
+        changes = [e for e in fx.events if e["kind"] not in ("budget", "weight", "cost")]
+        if changes:
+            log.info("resync: %d change(s) without a notification applied (%s)", len(changes),
+                     ", ".join(f"{e['kind']} #{e.get('chart', e.get('org'))}" for e in changes[:10]))
+        return fx
+
+    async def _carry_out(self, fx: Effects) -> None:
+        for chart_id in fx.unwatch:
+            task = self._watchers.pop(chart_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        for chart_id in fx.watch:
+            if chart_id in self.state.running:
+                self._watch(chart_id)
+        for chart_id in fx.cancel:
+            await self._cancel(chart_id)
+
+    async def _cancel(self, chart_id: int) -> None:
+        r = self.state.running.get(chart_id)
+        try:
+            await self.client.get_workflow_handle(workflow_id(chart_id)).cancel()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                log.warning("cancel of chart #%d failed (%s); will retry", chart_id, exc)
+                return
+        if r is not None:
+            r.cancel_sent = True
+        log.info("cancel chart #%d: cancellation requested for workflow %s", chart_id, workflow_id(chart_id))
+
+    # ================================================================ finishing
+    def _watch(self, chart_id: int) -> None:
+        if not self.watch_results or chart_id in self._watchers:
+            return
+        self._watchers[chart_id] = asyncio.create_task(self._watch_result(chart_id), name=f"watch-{chart_id}")
+
+    async def _watch_result(self, chart_id: int) -> None:
+        """Wait for a workflow to close (any type, ours or a user's) and report its outcome."""
+        handle = self.client.get_workflow_handle(workflow_id(chart_id))
+        backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+        while True:
+            try:
+                try:
+                    await handle.result()
+                except WorkflowFailureError:
+                    pass
+                outcome = await outcome_of(handle)
+                if outcome is None:
+                    continue
+                self._finished.append((chart_id, outcome))
+                self._wake.set()
+                return
+            except asyncio.CancelledError:
+                raise
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return  # reconciliation decides
+                await asyncio.sleep(backoff.fail(time.monotonic()))
+            except Exception as exc:  # noqa: BLE001
+                log.debug("watch of chart #%d: %s", chart_id, exc)
+                await asyncio.sleep(backoff.fail(time.monotonic()))
+
+    async def _record_finished(self) -> Effects:
+        fx = Effects()
+        while self._finished:
+            chart_id, outcome = self._finished[0]
+            fx.merge(await self._record(chart_id, outcome, "result"))
+            self._finished.pop(0)
+        return fx
+
+    async def _record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
+        """Write a closed workflow's outcome (idempotent) and free its budget."""
+        wrote = await _db(db.record_outcome)(chart_id, outcome.state, outcome.error, outcome.started_at,
+                                             outcome.finished_at, outcome.run_id)
+        r = self.state.running.get(chart_id)
+        fx = self.state.finished(chart_id, outcome.state)
+        fx.merge(await self._apply_rows({chart_id}))
+        took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
+                if outcome.finished_at and outcome.started_at else "")
+        if wrote and source != "result":
+            log.info("reconcile: chart #%d closed as %s in Temporal%s; row corrected%s", chart_id, outcome.state,
+                     took, f" (error: {outcome.error})" if outcome.error else "")
+        elif r is not None or wrote:
+            log.info("finish chart #%d %s%s (%s), cost %d freed%s", chart_id, outcome.state, took,
+                     "recorded by the scheduler" if wrote else "recorded by the workflow",
+                     r.cost if r else 0, f"; error: {outcome.error}" if outcome.error else "")
+        return fx
+
+    # ================================================================ reconcile
+    async def _reconcile(self) -> Effects:
+        """Temporal is the truth for what is in flight."""
+        fx = Effects()
+        sem = asyncio.Semaphore(self.DESCRIBE_CONCURRENCY)
+
+        async def describe(chart_id: int) -> tuple[int, Outcome | None | str]:
+            async with sem:
+                try:
+                    return chart_id, await outcome_of(self.client.get_workflow_handle(workflow_id(chart_id)))
+                except RPCError as exc:
+                    if exc.status == RPCStatusCode.NOT_FOUND:
+                        return chart_id, "unknown"
+                    raise
+
+        results = await asyncio.gather(*(describe(c) for c in list(self.state.running)))
+        for chart_id, result in results:
+            r = self.state.running.get(chart_id)
+            if r is None:
+                continue
+            if result == "unknown":
+                if r.cancel_requested:
+                    outcome = Outcome("cancelled", "cancelled before Temporal knew the workflow", None, None, "")
+                    fx.merge(await self._record(chart_id, outcome, "reconcile"))
+                    continue
+                reason = f"Temporal does not know workflow {workflow_id(chart_id)}"
+                if await _db(db.requeue)(chart_id, reason):
+                    log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
+                fx.merge(self.state.finished(chart_id, "requeued"))  # Temporal holds nothing for it
+                fx.merge(await self._apply_rows({chart_id}))
+            elif result is not None:
+                fx.merge(await self._record(chart_id, result, "reconcile"))
+        fx.merge(await self._adopt_orphans())
+        return fx
+
+    async def _adopt_orphans(self) -> Effects:
+        """Running workflows ``chart-<pk>`` whose row is still queued (a crash between
+        start and compare-and-set) are adopted; those of cancelled rows are cancelled."""
+        fx = Effects()
+        found: dict[int, str] = {}
+        async for wf in self.client.list_workflows('ExecutionStatus = "Running"', page_size=1000):
+            chart_id = chart_id_of(wf.id)
+            if chart_id is not None and chart_id not in self.state.running:
+                found[chart_id] = wf.run_id
+        if not found:
+            return fx
+        rows, _ = await _db(db.read_charts)(found)
+        adopt = []
+        for chart_id, row in rows.items():
+            if row.state == QUEUED:
+                adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
+                              self.clock()))
+            elif row.state == "cancelled":
+                await self._cancel(chart_id)
+        if adopt:
+            await _db(db.mark_running)(adopt)
+            for chart_id, cost, run_id, _ in adopt:
+                log.info("reconcile: chart #%d adopted: workflow %s (run %s) runs but its row was queued",
+                         chart_id, workflow_id(chart_id), run_id)
+            fx.merge(await self._apply_rows({a[0] for a in adopt}))
+        return fx
+
+    # ================================================================ dispatch
+    async def _dispatch(self) -> Effects:
+        fx = Effects()
+        state = self.state
+        for _ in range(self.PLAN_ATTEMPTS):
+            planned = state.to_start()
+            if not planned:
+                return fx
+            rows = await _db(db.read_for_start)([int(c) for c in planned])
+            changed = False
+            for cid in planned:
+                s = rows.get(int(cid))
+                q = state.queue.get(cid)
+                if s is None or s.row.state != QUEUED or s.row.paused != q.paused or s.row.priority != q.priority \
+                        or s.row.org != int(q.org) or s.row.workflow != q.workflow:
+                    fx.merge(state.apply_chart(int(cid), s.row if s else None))
+                    changed = True
+            if not changed:
+                break
+        else:
+            return fx
+        before = {cid: (state.queue.position(cid), state.queue.round_of(cid)) for cid in planned}
+        free_before = state.free
+        sem = asyncio.Semaphore(self.START_CONCURRENCY)
+        closed: dict[int, Outcome] = {}
+
+        async def start(cid: str) -> tuple[str, str | None]:
+            s = rows[int(cid)]
+            ttype, queue = split_temporal_type(s.temporal_type, self.task_queue)
+            chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
+                               external_id=s.row.external_id, payload=s.payload)
+            async with sem:
+                try:
+                    handle = await start_chart(self.client, temporal_type=ttype, task_queue=queue, chart=chart)
+                    run_id = handle.result_run_id or ""
+                except WorkflowAlreadyStartedError:
+                    # It ran before (a crash after starting, before recording): never again. Its real outcome:
+                    outcome = await outcome_of(self.client.get_workflow_handle(workflow_id(s.row.id)))
+                    if outcome is None:  # raced with a start that is still running: adopt that run
+                        return cid, ""
+                    closed[s.row.id] = outcome
+                    return cid, outcome.run_id
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("start of chart #%s (%s on %s) failed: %s", cid, ttype, queue, exc)
+                    return cid, None
+            self.starts += 1
+            if self.crash_after_starts is not None and self.starts >= self.crash_after_starts:
+                log.warning("fault injection: SIGKILL after start #%d, before its compare-and-set", self.starts)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return cid, run_id
+
+        results = await asyncio.gather(*(start(cid) for cid in planned))
+        at = self.clock()
+        started = {cid: (run_id, at) for cid, run_id in results if run_id is not None}
+        if len(started) < len(planned):
+            self._backoff["dispatch"].fail(time.monotonic())  # Temporal trouble: do not spin
+        if not started:
+            return fx
+        new = state.commit_dispatch(planned, started)
+        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at) for r in new if r.id not in closed])
+        free = free_before
+        for r in new:
+            pos, rnd = before.get(str(r.id), (None, None))
+            free -= r.cost
+            if r.id in closed:
+                log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
+                         r.id, workflow_id(r.id), closed[r.id].state)
+                fx.merge(await self._record(r.id, closed[r.id], "adopt"))
+                continue
+            if ran.get(r.id):
+                log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d",
+                         r.id, r.org, r.workflow, r.cost, rnd, pos, r.run_id, free)
+                fx.events.append({"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost})
+                self._watch(r.id)
+                continue
+            # The row moved meanwhile: it is the truth.
+            rows_now, _ = await _db(db.read_charts)({r.id})
+            row = rows_now.get(r.id)
+            log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
+            if row is None or row.state == "cancelled":
+                await self._cancel(r.id)
+            fx.merge(state.apply_chart(r.id, row))
+            if row is not None and row.state == RUNNING:
+                self._watch(r.id)
+        return fx
+
+    # ================================================================ publishing
+    async def _eta_pass(self) -> bool:
+        from dashboard.broadcast import abroadcast_snapshot
+        from fairsched import snapshot as snapshot_store
+
+        now = self.clock()
+        state = self.state
+        report = state.queue.etas(state.running_charts(), now, estimate=state.durations)
+        snap, rows, per_org = build_snapshot(state, report, now)
+        seq = await asyncio.to_thread(snapshot_store.store, snap, rows, per_org)
+        await abroadcast_snapshot(seq)
+        return True
+
+    async def _broadcast(self, events: list[dict]) -> None:
+        from dashboard.broadcast import abroadcast_event
+
+        counters = self.state.counters()
+        if len(events) > self.MAX_EVENTS_PER_TICK:
+            events = [{"kind": "batch", "count": len(events)}]
+        for event in events:
+            await abroadcast_event(event, counters)
+
+    # ================================================================ background reporters
+    async def _keep_lease(self) -> None:
+        warned = False
+        while True:
+            await asyncio.sleep(self.LEASE_RENEW_S)
+            try:
+                ok = await self.lease.renew() or await self.lease.acquire()
+            except (redis.RedisError, OSError) as exc:
+                if not warned:
+                    log.warning("cannot renew the lease (%s); dispatch pauses %.1f s after the last renewal",
+                                exc, self.LEASE_TTL_S)
+                    warned = True
+                continue
+            if not ok:
+                self._lost_lease = True
+                self._wake.set()
+                return
+            if warned or time.monotonic() >= self._lease_ok_until:
+                log.info("lease renewed again: dispatch resumes (after a resync)")
+                self._resync_requested = True
+                self._wake.set()
+            warned = False
+            self._lease_ok_until = time.monotonic() + self.LEASE_TTL_S
+
+    async def _listen(self) -> None:
+        """Append scheduler notifications from Redis; after a reconnect ask for a resync."""
+        backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+        client = aredis.Redis.from_url(self.redis_url, socket_connect_timeout=1, health_check_interval=5)
+        first = True
+        try:
+            while True:
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                try:
+                    await pubsub.subscribe(CHANNEL)
+                    if not first:
+                        log.info("notifications: subscribed again; resyncing what was missed")
+                        self._resync_requested = True
+                        self._wake.set()
+                    first = False
+                    backoff.ok()
+                    while True:
+                        message = await pubsub.get_message(timeout=1.0)
+                        if message is None or message.get("type") != "message":
+                            continue
+                        try:
+                            note = json.loads(message["data"])
+                        except (TypeError, ValueError):
+                            note = {"kind": "resync"}
+                        self._notes.append(note if isinstance(note, dict) else {"kind": "resync"})
+                        self._wake.set()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - Redis down: back off, reconnect
+                    delay = backoff.fail(time.monotonic())
+                    if backoff.failures == 1:
+                        log.warning("notifications: Redis unreachable (%s); the resync covers; retrying", exc)
+                    await asyncio.sleep(delay)
+                finally:
+                    try:
+                        await pubsub.aclose()
+                    except Exception:  # noqa: BLE001
+                        pass
+        finally:
+            await client.aclose()

@@ -1,0 +1,350 @@
+"""The scheduler's in-memory state and every change to it: no I/O, no clock.
+
+:class:`LiveState` owns the fair order (a :class:`fairsched.core.FairQueue`),
+the running charts with the cost each was dispatched with, and what the
+snapshot needs to name things (orgs, external ids). The live loop
+(:mod:`fairsched.engine.scheduler`) reads rows from the database, hands them to
+these methods and carries out the :class:`Effects` they return (cancel a
+workflow, watch or stop watching a workflow's result, run the ETA pass now).
+
+Rows are the truth: :meth:`LiveState.apply_chart` makes memory agree with one
+re-read row, whatever it was before; :meth:`LiveState.apply_world` does that
+for everything (the periodic resync).
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from fairsched.core import Durations, FairQueue, QueuedChart, RunningChart
+
+log = logging.getLogger("fairsched.engine")
+
+QUEUED, RUNNING = "queued", "running"
+FINAL = frozenset({"succeeded", "failed", "cancelled"})
+DEFAULT_AVG_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class OrgRow:
+    id: int
+    name: str
+    slug: str
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChartRow:
+    """What the scheduler reads of one chart row (times as epoch seconds)."""
+
+    id: int
+    org: int
+    workflow: str
+    state: str
+    created_at: float
+    priority: bool = False
+    prioritized_at: float | None = None
+    paused: bool = False
+    front_at: float | None = None
+    cancel_requested: bool = False
+    external_id: str | None = None
+    started_at: float | None = None
+    dispatched_cost: int | None = None
+    run_id: str = ""
+
+    def queued_chart(self) -> QueuedChart:
+        return QueuedChart(str(self.id), str(self.org), self.workflow, self.created_at, self.id,
+                           self.priority, self.prioritized_at, self.paused, self.front_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    budget: int
+    eta_interval_s: float = 3.0
+    reconcile_interval_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """One full read of the database (start-up and periodic resync)."""
+
+    config: Config
+    orgs: list[OrgRow]
+    costs: dict[tuple[str, str], int]
+    averages: dict[tuple[str, str | None], float]
+    charts: list[ChartRow]  # every queued and running chart
+
+
+@dataclass(slots=True)
+class Running:
+    """A chart in flight and the cost it holds (a later cost change never touches it)."""
+
+    id: int
+    org: int
+    workflow: str
+    started_at: float
+    cost: int
+    external_id: str | None = None
+    run_id: str = ""
+    cancel_requested: bool = False
+    cancel_sent: bool = False
+    closing: bool = False  # the row is final; waiting for Temporal to confirm the close
+
+    def core(self) -> RunningChart:
+        return RunningChart(str(self.id), str(self.org), self.workflow, self.started_at, self.cost)
+
+
+@dataclass(slots=True)
+class Effects:
+    """What the live loop must carry out after a change."""
+
+    cancel: set[int] = field(default_factory=set)    # cancel these charts' workflows
+    watch: set[int] = field(default_factory=set)     # watch these workflows' results
+    unwatch: set[int] = field(default_factory=set)   # stop watching
+    eta_now: bool = False                            # budget / weight / cost changed
+    events: list[dict] = field(default_factory=list)  # for the dashboard's counters
+
+    def merge(self, other: "Effects") -> "Effects":
+        self.cancel |= other.cancel
+        self.watch |= other.watch
+        self.unwatch |= other.unwatch
+        self.eta_now |= other.eta_now
+        self.events.extend(other.events)
+        return self
+
+    def __bool__(self) -> bool:
+        return bool(self.cancel or self.watch or self.unwatch or self.eta_now or self.events)
+
+
+class LiveState:
+    """The fair order, the running charts and their names: one owner, no I/O."""
+
+    def __init__(self, world: World) -> None:
+        self.config = world.config
+        self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
+        weights = {str(o.id): o.weight for o in world.orgs}
+        queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
+        self.queue = FairQueue.from_backlog(
+            [c.queued_chart() for c in queued], budget=world.config.budget, weights=weights,
+            costs=dict(world.costs),
+        )
+        self.durations = Durations(dict(world.averages), DEFAULT_AVG_S)
+        self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
+        self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
+        self.running: dict[int, Running] = {}
+        for c in world.charts:
+            if c.state == RUNNING:
+                self._add_running(c)
+
+    # ------------------------------------------------------------- reading
+    @property
+    def budget(self) -> int:
+        return self.queue.budget
+
+    @property
+    def used(self) -> int:
+        return sum(r.cost for r in self.running.values())
+
+    @property
+    def free(self) -> int:
+        """Free budget; negative after the budget was lowered under running work."""
+        return self.budget - self.used
+
+    def running_charts(self) -> list[RunningChart]:
+        return [r.core() for r in self.running.values()]
+
+    def counters(self) -> dict:
+        """Cheap counters for every dashboard event, O(orgs)."""
+        held, paused, blocked = len(self.queue.held), len(self.queue.paused), len(self.queue.blocked)
+        running_by_org: Counter[int] = Counter()
+        used_by_org: Counter[int] = Counter()
+        for r in self.running.values():
+            running_by_org[r.org] += 1
+            used_by_org[r.org] += r.cost
+        return {
+            "queued": len(self.queue), "ordered": self.queue.order_len, "running": len(self.running),
+            "held": held, "paused": paused, "blocked": blocked,
+            "budget": self.budget, "used": self.used,
+            "orgs": {str(o): {"queued": self.queued_by_org.get(o, 0), "running": running_by_org.get(o, 0),
+                              "used_cost": used_by_org.get(o, 0)} for o in self.orgs},
+        }
+
+    # ------------------------------------------------------------- settings and orgs
+    def apply_config(self, config: Config) -> Effects:
+        fx = Effects()
+        if self.queue.set_budget(config.budget):
+            log.info("budget set to %d (running cost %d; running work is never stopped)", config.budget, self.used)
+            fx.eta_now = True
+            fx.events.append({"kind": "budget", "budget": config.budget})
+        self.config = config
+        return fx
+
+    def apply_orgs(self, orgs: list[OrgRow]) -> Effects:
+        fx = Effects()
+        for o in orgs:
+            self.orgs[o.id] = o
+            if self.queue.set_weight(str(o.id), o.weight):
+                fx.eta_now = True
+                fx.events.append({"kind": "weight", "org": o.id, "weight": o.weight})
+        return fx
+
+    def apply_costs(self, costs: dict[tuple[str, str], int], pairs: set[tuple[str, str]] | None = None) -> Effects:
+        """Set the costs of ``pairs`` (all pairs if None) to ``costs`` (absent: 1)."""
+        fx = Effects()
+        current = self.queue.costs
+        todo = pairs if pairs is not None else set(current) | set(costs)
+        for pair in sorted(todo, key=str):
+            if pair[0] not in self.queue.weights:
+                continue
+            cost = costs.get(pair, 1)
+            if current.get(pair, 1) != cost and self.queue.set_cost(pair[0], pair[1], cost):
+                fx.eta_now = True
+                fx.events.append({"kind": "cost", "org": int(pair[0]), "workflow": pair[1], "cost": cost})
+        return fx
+
+    def apply_averages(self, averages: dict[tuple[str, str | None], float]) -> None:
+        self.durations = Durations(dict(averages), DEFAULT_AVG_S)
+
+    # ------------------------------------------------------------- charts
+    def apply_chart(self, chart_id: int, row: ChartRow | None) -> Effects:
+        """Make memory agree with the re-read ``row`` (None: the row is gone)."""
+        fx = Effects()
+        cid = str(chart_id)
+        if row is None or row.state in FINAL:
+            if cid in self.queue:
+                self._remove_queued(chart_id)
+                fx.events.append({"kind": "removed", "chart": chart_id, "state": row.state if row else "deleted"})
+            r = self.running.get(chart_id)
+            if r is not None and not r.closing:
+                # Recorded (by the workflow's last activity) but only Temporal says when the
+                # workflow has closed: the cost stays held until then (a result watch or the
+                # reconciliation calls finished()), so Temporal never sees more than the budget.
+                r.closing = True
+                fx.watch.add(chart_id)
+            return fx
+        if row.org not in self.orgs:
+            return fx  # an org we have not read yet: the caller reads orgs first
+        if row.state == RUNNING:
+            if cid in self.queue:
+                self._remove_queued(chart_id)  # dispatched elsewhere (another scheduler, an adoption)
+            r = self.running.get(chart_id)
+            if r is None:
+                r = self._add_running(row)
+                fx.watch.add(chart_id)
+                fx.events.append({"kind": "running", "chart": chart_id, "org": row.org})
+            r.cancel_requested = row.cancel_requested
+            if row.run_id:
+                r.run_id = row.run_id
+            if r.cancel_requested and not r.cancel_sent:
+                fx.cancel.add(chart_id)
+            return fx
+        # queued
+        if chart_id in self.running:
+            # Requeued behind our back: the row wins; Temporal's listing re-adopts it if it really runs.
+            self.running.pop(chart_id)
+            fx.unwatch.add(chart_id)
+        q = self.queue.get(cid)
+        if q is not None and (q.org != str(row.org) or q.workflow != row.workflow or q.created_at != row.created_at):
+            self._remove_queued(chart_id)
+            q = None
+        if q is None:
+            self.queue.add(row.queued_chart())
+            self.external_ids[chart_id] = row.external_id
+            self.queued_by_org[row.org] += 1
+            fx.events.append({"kind": "queued", "chart": chart_id, "org": row.org})
+            return fx
+        self.external_ids[chart_id] = row.external_id
+        if row.paused != q.paused:
+            (self.queue.pause if row.paused else self.queue.resume)(cid)
+            fx.events.append({"kind": "paused" if row.paused else "resumed", "chart": chart_id})
+        if row.priority != q.priority:
+            if row.priority:
+                self.queue.prioritize(cid, row.prioritized_at)
+            else:
+                self.queue.unprioritize(cid)
+            fx.events.append({"kind": "prioritized" if row.priority else "unprioritized", "chart": chart_id})
+        if row.front_at is not None and row.front_at != q.front_at:
+            self.queue.move_to_front(cid, row.front_at)
+            fx.events.append({"kind": "moved_to_front", "chart": chart_id})
+        return fx
+
+    def apply_world(self, world: World) -> Effects:
+        """The periodic resync: everything in memory agrees with ``world`` afterwards."""
+        fx = self.apply_orgs(world.orgs)
+        fx.merge(self.apply_config(world.config))
+        fx.merge(self.apply_costs(world.costs))
+        self.apply_averages(world.averages)
+        seen: set[int] = set()
+        for row in world.charts:
+            seen.add(row.id)
+            fx.merge(self.apply_chart(row.id, row))
+        stale = [c for c in self.external_ids if c not in seen] + [c for c in self.running if c not in seen]
+        for chart_id in stale:
+            fx.merge(self.apply_chart(chart_id, None))
+        return fx
+
+    # ------------------------------------------------------------- dispatch
+    def to_start(self) -> list[str]:
+        """The head of the order that fits in the free budget (not yet removed)."""
+        free = self.free
+        return self.queue.peek(free) if free > 0 else []
+
+    def commit_dispatch(self, planned: list[str], started: dict[str, tuple[str, float]]) -> list[Running]:
+        """Charts of ``planned`` (from :meth:`to_start`) that really started on Temporal
+        (``started``: id -> (run id, start time)) leave the order and hold their cost.
+
+        The longest started prefix is dispatched through the core (rounds persist,
+        ``head`` moves); a start that succeeded after one that failed is taken out
+        with ``remove``. Returns the new running charts."""
+        prefix_cost = 0
+        prefix = 0
+        for cid in planned:
+            if cid not in started:
+                break
+            q = self.queue.get(cid)
+            prefix_cost += self.queue.cost_of(q.org, q.workflow)
+            prefix += 1
+        costs = {cid: self.queue.cost_of(q.org, q.workflow)
+                 for cid in started if (q := self.queue.get(cid)) is not None}
+        charts = {c.id: c for c in self.queue.dispatch(prefix_cost)} if prefix else {}
+        if list(charts) != planned[:prefix]:  # never expected: the order did not change in between
+            log.error("dispatch mismatch: planned %s, core dispatched %s", planned[:prefix], list(charts))
+        for cid in started:
+            if cid not in charts:
+                q = self.queue.remove(cid)
+                if q is not None:
+                    charts[cid] = q
+        out = []
+        for cid, q in charts.items():
+            chart_id = int(cid)
+            self.queued_by_org[int(q.org)] -= 1
+            run_id, at = started.get(cid, ("", 0.0))
+            r = Running(chart_id, int(q.org), q.workflow, at, costs.get(cid, 1),
+                        self.external_ids.pop(chart_id, None), run_id)
+            self.running[chart_id] = r
+            out.append(r)
+        return out
+
+    def finished(self, chart_id: int, state: str = "") -> Effects:
+        """A running chart's workflow closed (Temporal says so): its cost is free again."""
+        fx = Effects()
+        r = self.running.pop(chart_id, None)
+        if r is not None:
+            fx.unwatch.add(chart_id)
+            fx.events.append({"kind": "finish", "chart": chart_id, "org": r.org, "state": state, "cost": r.cost})
+        return fx
+
+    # ------------------------------------------------------------- internals
+    def _remove_queued(self, chart_id: int) -> None:
+        q = self.queue.remove(str(chart_id))
+        self.external_ids.pop(chart_id, None)
+        if q is not None:
+            self.queued_by_org[int(q.org)] -= 1
+
+    def _add_running(self, row: ChartRow) -> Running:
+        cost = row.dispatched_cost or self.queue.cost_of(str(row.org), row.workflow)
+        r = Running(row.id, row.org, row.workflow, row.started_at or 0.0, cost, row.external_id, row.run_id,
+                    row.cancel_requested)
+        self.running[row.id] = r
+        return r

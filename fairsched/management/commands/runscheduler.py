@@ -1,0 +1,36 @@
+"""``manage.py runscheduler``: the live scheduler (one active; a second one waits as standby)."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from fairsched.engine.scheduler import Scheduler
+
+
+class Command(BaseCommand):
+    help = "Run the scheduler: fair order, dispatch to Temporal, reconciliation, ETA pass, publishing."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--task-queue", default=None, help="default: settings.FAIRSCHED_TASK_QUEUE")
+        parser.add_argument("--lease-ttl", type=float, default=None, help="lease time in seconds (default 5)")
+        parser.add_argument("--no-watch", action="store_true",
+                            help="do not watch workflow results (completions come from the lifecycle "
+                                 "activity and the reconciliation only)")
+
+    def handle(self, *args, **opts) -> None:
+        crash = os.environ.get("FAIRSCHED_TEST_CRASH_AFTER_STARTS")  # fault injection for the crash tests
+        scheduler = Scheduler(
+            temporal_address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
+            task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
+            watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
+            crash_after_starts=int(crash) if crash else None,
+        )
+
+        async def main() -> None:
+            scheduler.install_signal_handlers()
+            await scheduler.run()
+
+        asyncio.run(main())

@@ -1,0 +1,153 @@
+"""Fixtures for the live scheduler's integration tests: real Temporal, real Redis,
+``runscheduler`` / ``runworker`` as subprocesses sharing the test database."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.conftest import ARTIFACTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url() -> str:
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    auth = s["USER"] or ""
+    if s.get("PASSWORD"):
+        auth += f":{s['PASSWORD']}"
+    host = s.get("HOST") or "127.0.0.1"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.1, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@dataclass
+class Proc:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> "Proc":
+        out = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *self.args], env=self.env, cwd=ROOT,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Live:
+    """The environment of one test: a task queue of its own and the processes it started."""
+
+    env: dict[str, str]
+    task_queue: str
+    artifacts: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def spawn(self, kind: str, *extra: str, env: dict[str, str] | None = None, name: str | None = None) -> Proc:
+        name = name or f"{kind}{sum(p.name.startswith(kind) for p in self.procs) + 1}"
+        proc = Proc(name, [kind, *extra], {**self.env, **(env or {})}, self.artifacts / f"{name}.log")
+        self.procs.append(proc.start())
+        return proc
+
+    def scheduler(self, *extra: str, env: dict[str, str] | None = None, name: str | None = None) -> Proc:
+        return self.spawn("runscheduler", *extra, env=env, name=name)
+
+    def worker(self, *extra: str, env: dict[str, str] | None = None) -> Proc:
+        return self.spawn("runworker", *extra, env=env)
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.alive():
+                p.terminate(timeout=5)
+
+
+@pytest.fixture
+def live(request, redis_url, temporal_address, settings) -> Iterator[Live]:
+    """Subprocess environment for this test (same database, Redis, Temporal; a fresh task queue)."""
+    task_queue = f"test-{uuid.uuid4().hex[:10]}"
+    settings.FAIRSCHED_TASK_QUEUE = task_queue
+    artifacts = ARTIFACTS / "integration" / request.node.name.replace("/", "_")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    for old in artifacts.glob("*.log"):
+        old.unlink()
+    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis_url,
+           "TEMPORAL_ADDRESS": temporal_address, "FAIRSCHED_TASK_QUEUE": task_queue,
+           "FAIRSCHED_CHANNEL_LAYER": "redis", "FAIRSCHED_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+    env.pop("FAIRSCHED_TEST_CRASH_AFTER_STARTS", None)
+    live = Live(env=env, task_queue=task_queue, artifacts=artifacts)
+    try:
+        yield live
+    finally:
+        live.stop_all()
+
+
+@pytest.fixture
+def temporal(temporal_address):
+    """A sync facade over a Temporal client for assertions."""
+    from temporalio.client import Client
+
+    class T:
+        def __init__(self) -> None:
+            self.loop = asyncio.new_event_loop()
+            self.client = self.loop.run_until_complete(Client.connect(temporal_address))
+
+        def run(self, coro):
+            return self.loop.run_until_complete(coro)
+
+        def executions(self, workflow_id: str) -> list:
+            async def go():
+                return [wf async for wf in self.client.list_workflows(f'WorkflowId = "{workflow_id}"')]
+            return self.run(go())
+
+        def describe(self, workflow_id: str):
+            return self.run(self.client.get_workflow_handle(workflow_id).describe())
+
+    t = T()
+    yield t
+    t.loop.close()
