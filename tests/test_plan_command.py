@@ -1,0 +1,92 @@
+"""``manage.py plan`` as a subprocess: JSON on stdout; bad input exit 2 with one stderr line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MANAGE = ROOT / "manage.py"
+SEED = Path("/work/shared/scenarios/seed_example.json")
+
+pytestmark = pytest.mark.skipif(not MANAGE.exists(), reason="manage.py not there yet")
+
+
+def seed() -> dict:
+    from tests.core.helpers import seed_scenario
+    return seed_scenario()
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def seed_file(tmp_path) -> Path:
+    p = tmp_path / "seed.json"
+    p.write_text(json.dumps(seed()))
+    return p
+
+
+def test_plan_prints_the_worked_example(seed_file):
+    r = run("plan", str(seed_file))
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["order"] == ["A", "B", "C", "F", "D", "E", "G"]
+    assert p["dispatch"] == ["A", "B", "C"]
+    assert p["clear_s"] == 1800.0
+
+
+def test_plan_reads_stdin():
+    r = run("plan", "-", stdin=json.dumps(seed()))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["order"] == ["A", "B", "C", "F", "D", "E", "G"]
+
+
+def test_plan_table_shows_time_of_day_and_clear_times(seed_file):
+    r = run("plan", "--table", str(seed_file))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    row = next(line for line in lines if line.split()[:2] == ["4", "F"])
+    assert "12:10:00" in row and "12:20:00" in row
+    assert any(line.startswith("clear-time 12:30:00") for line in lines)
+
+
+def _bad(tmp_path, scenario) -> subprocess.CompletedProcess:
+    p = tmp_path / "bad.json"
+    p.write_text(scenario if isinstance(scenario, str) else json.dumps(scenario))
+    return run("plan", str(p))
+
+
+def _with(path, value):
+    s = seed()
+    obj = s
+    for k in path[:-1]:
+        obj = obj[k]
+    obj[path[-1]] = value
+    return s
+
+
+@pytest.mark.parametrize("scenario,expected", [
+    (_with(["queued", 3, "org"], "9"), "queued[3].org: unknown org '9'"),
+    (_with(["budget"], -1), "budget: must be >= 0, got -1"),
+    (_with(["now"], "2026-11-29 12:00"), "now: timestamp without offset '2026-11-29 12:00'"),
+    ("{not json", "invalid JSON"),
+], ids=["unknown-org", "negative-budget", "no-offset", "invalid-json"])
+def test_bad_input_exits_2_with_one_line(tmp_path, scenario, expected):
+    r = _bad(tmp_path, scenario)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_file_exits_2():
+    r = run("plan", "/nonexistent/scenario.json")
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "no such file" in r.stderr

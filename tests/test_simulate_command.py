@@ -1,0 +1,69 @@
+"""``manage.py simulate`` as a subprocess."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MANAGE = ROOT / "manage.py"
+
+pytestmark = pytest.mark.skipif(not MANAGE.exists(), reason="manage.py not there yet")
+
+HEADLINE = {
+    "budget": 3, "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 1}],
+    "arrivals": [{"id": f"a{i}", "org": "A", "workflow": "w", "at_s": 0, "actual_s": 60}
+                 for i in range(1000)]
+    + [{"id": f"b{i}", "org": "B", "workflow": "w", "at_s": 0, "actual_s": 60} for i in range(100)],
+}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def trace_file(tmp_path) -> Path:
+    p = tmp_path / "trace.json"
+    p.write_text(json.dumps(HEADLINE))
+    return p
+
+
+@pytest.mark.parametrize("policy,first_b", [("wrr", 0.0), ("fifo", 333 * 60.0),
+                                            ("proportional", 167 * 60.0)],
+                         ids=["wrr", "fifo", "proportional"])
+def test_simulate_headline(trace_file, policy, first_b):
+    r = run("simulate", str(trace_file), "--policy", policy)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["policy"] == policy
+    assert len(out["charts"]) == 1100
+    assert min(c["start_s"] for c in out["charts"] if c["org"] == "B") == first_b
+
+
+def test_simulate_summary_table(trace_file):
+    r = run("simulate", str(trace_file), "--policy", "fifo", "--summary")
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("B "))
+    assert row.split()[1:4] == ["100", "100", "19980"]
+
+
+def test_unknown_policy_exits_2_with_one_line(trace_file):
+    r = run("simulate", str(trace_file), "--policy", "lottery")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "policy: unknown policy 'lottery'" in lines[0]
+
+
+def test_bad_trace_exits_2(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"budget": 1, "orgs": [{"id": "A", "weight": 1}],
+                             "arrivals": [{"id": "x", "org": "Z", "workflow": None,
+                                           "at_s": 0, "actual_s": 1}]}))
+    r = run("simulate", str(p))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["CommandError: arrivals[0].org: unknown org 'Z'"]
