@@ -1,0 +1,122 @@
+"""``manage.py seed_demo``: the write-up's situation, ready to watch.
+
+One large tenant with about a thousand charts waiting, several small ones, three
+workflow types of different cost and duration (seconds to a few minutes, so the
+demo moves), one org held, a few priority charts. Everything goes through the
+services (``org_create``, ``workflow_cost_set``, ``chart_submit_many``, ...), so
+the scheduler hears about it like any other write.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from charts.models import Chart
+from charts.services import chart_submit_many
+from fairsched.services import budget_set
+from orgs import services as org_services
+from orgs.models import Org, Workflow
+
+
+@dataclass(frozen=True)
+class DemoWorkflow:
+    name: str
+    description: str
+    seconds: tuple[float, float]  # DemoChart runs this long (payload["seconds"]), uniformly drawn
+    cost: int  # per (org, workflow) pair; a few orgs pay more, see ORGS
+
+
+@dataclass(frozen=True)
+class DemoOrg:
+    name: str
+    weight: int
+    charts: int
+    mix: tuple[float, float, float]  # share of review / code / audit
+    held: bool = False
+    priority: int = 0  # how many of its charts are in the priority tier
+    cost_bump: int = 0  # added to every workflow's cost for this org (bigger models, say)
+
+
+WORKFLOWS = (
+    DemoWorkflow("review", "Quick second look at a coded chart (seconds).", (5.0, 20.0), 1),
+    DemoWorkflow("code", "An agent codes a medical chart (under a minute).", (20.0, 60.0), 2),
+    DemoWorkflow("audit", "Full audit trail with several tool calls (minutes).", (60.0, 180.0), 3),
+)
+
+ORGS = (
+    DemoOrg("Acme Health", weight=2, charts=1000, mix=(0.5, 0.4, 0.1)),
+    DemoOrg("Beacon Clinic", weight=1, charts=40, mix=(0.4, 0.4, 0.2), priority=2),
+    DemoOrg("Cedar Labs", weight=1, charts=25, mix=(0.3, 0.5, 0.2), cost_bump=1),
+    DemoOrg("Delta Care", weight=1, charts=15, mix=(0.6, 0.3, 0.1), priority=1),
+    DemoOrg("Evergreen Medical", weight=1, charts=30, mix=(0.5, 0.3, 0.2), held=True),
+    DemoOrg("Fjord Pediatrics", weight=1, charts=8, mix=(0.5, 0.5, 0.0), priority=1),
+)
+
+DEMO_BUDGET = 12
+FAIL_RATE = 0.02  # a few charts fail (payload["fail"]), so failures show up too
+
+
+def demo_chart(rng: random.Random, org: str, mix: tuple[float, float, float], external_id: str,
+               *, priority: bool = False) -> dict:
+    # Priority charts are quick reviews: they go first and finish soon, so the tier is seen at work.
+    workflow = WORKFLOWS[0] if priority else rng.choices(WORKFLOWS, weights=mix)[0]
+    low, high = workflow.seconds
+    payload = {"seconds": round(rng.uniform(low, high), 1)}
+    if rng.random() < FAIL_RATE:
+        payload["fail"] = True
+    return {"org": org, "workflow": workflow.name, "payload": payload, "external_id": external_id,
+            "priority": priority}
+
+
+class Command(BaseCommand):
+    help = "Seed the demo: a large tenant, several small ones, three workflow types, one org held."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--if-empty", action="store_true",
+                            help="do nothing if any org exists (what make run uses)")
+        parser.add_argument("--scale", type=float, default=1.0,
+                            help="multiply every org's chart count (e.g. 0.1 for a quick demo)")
+        parser.add_argument("--seed", type=int, default=7, help="random seed (the demo is reproducible)")
+        parser.add_argument("--short", action="store_true",
+                            help="short charts only (1-5 s each): the whole backlog runs in minutes")
+
+    def handle(self, *args, **opts) -> None:
+        if Org.objects.exists():
+            if opts["if_empty"]:
+                self.stdout.write("Demo not seeded: the database already has orgs.")
+                return
+            if Org.objects.filter(name__in=[o.name for o in ORGS]).exists():
+                raise CommandError("the demo orgs exist already (seed_demo runs once on a fresh database).")
+        if opts["scale"] <= 0:
+            raise CommandError("--scale must be above 0.")
+        rng = random.Random(opts["seed"])
+        with transaction.atomic():
+            for wf in WORKFLOWS:
+                org_services.workflow_create(name=wf.name, temporal_type="DemoChart", description=wf.description)
+            total = 0
+            for spec in ORGS:
+                org = org_services.org_create(name=spec.name, weight=spec.weight)
+                for wf in WORKFLOWS:
+                    cost = wf.cost + spec.cost_bump
+                    if cost != 1:
+                        org_services.workflow_cost_set(org=org, workflow=Workflow.objects.get(name=wf.name),
+                                                       cost=cost)
+                n = max(1, round(spec.charts * opts["scale"]))
+                prefix = "".join(w[0] for w in spec.name.lower().split())
+                items = [demo_chart(rng, org.slug, spec.mix, f"{prefix}-{i:05d}", priority=i < spec.priority)
+                         for i in range(n)]
+                if opts["short"]:
+                    for item in items:
+                        item["payload"] = {"seconds": round(rng.uniform(1.0, 5.0), 1)}
+                chart_submit_many(charts=items)
+                total += n
+                if spec.held:
+                    org_services.org_hold(org=org)
+            budget_set(budget=DEMO_BUDGET)
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo seeded: {len(ORGS)} orgs ({sum(o.held for o in ORGS)} held), {len(WORKFLOWS)} workflows, "
+            f"{total} charts ({Chart.objects.filter(priority=True).count()} priority), budget {DEMO_BUDGET}."
+        ))
