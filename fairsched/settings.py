@@ -68,9 +68,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before channels: its own ``runworker`` command would shadow fairsched's Temporal worker.
+    "fairsched",
     "channels",
     "django_rq",
-    "fairsched",
     "orgs",
     "charts",
     "dashboard",
