@@ -33,6 +33,7 @@ def gc_paused():
 _created = attrgetter("created_at")
 _seq = attrgetter("seq")
 _org = attrgetter("org")
+_id = attrgetter("id")
 
 
 def plan_dispatch(order: Iterable[T], free: int, cost_of: Callable[[T], int]) -> list[T]:
@@ -250,16 +251,19 @@ def _plan(
         counts = Counter(map(_org, normal))
         max_round = max(((n - 1) // weights[o] for o, n in counts.items()), default=-1)
         buckets: list[list[QueuedChart]] = [[] for _ in range(max_round + 1)]
+        rnds: list[int] = []
+        keep = rnds.append
         for c in normal:
             if c.front_at is None:
                 org = c.org
                 r = rank.get(org, 0)
                 rank[org] = r + 1
                 rnd = r // weights[org]
-                rounds[c.id] = rnd
             else:
                 rnd = rounds[c.id]
+            keep(rnd)
             buckets[rnd].append(c)
+        rounds = dict(zip(map(_id, normal), rnds))
         tier = [c for b in buckets for c in b]
     order = prio + tier
     order_ids = [c.id for c in order]
