@@ -1,0 +1,117 @@
+"""A real web server for browser tests: daphne on a free port, against the test
+database (a file, or PostgreSQL) and the test Redis, with the Redis channel layer.
+
+The scheduler is simulated (``dashboard.simulate.publish_from_db``): the test
+stores a snapshot and broadcasts it over the Redis channel layer, exactly what
+``manage.py runscheduler`` does after an ETA pass.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from fairsched import embedded
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "var" / "test-artifacts"
+
+
+def _database_url(settings_dict: dict) -> str:
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = quote(settings_dict.get("USER") or "")
+    password = quote(settings_dict.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def browser_server(django_db_setup, django_db_blocker, redis_service) -> Iterator[str]:
+    """``http://127.0.0.1:<port>``: daphne serving fairsched.asgi:application."""
+    from django.db import connection
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium) to run browser tests")
+    with django_db_blocker.unblock():
+        db_url = _database_url(connection.settings_dict)
+    port = embedded.free_port()
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
+    env.update(DATABASE_URL=db_url, REDIS_URL=redis_service.url, DJANGO_SETTINGS_MODULE="fairsched.settings",
+               DJANGO_DEBUG="1", FAIRSCHED_SERVE_STATIC="1", PYTHONUNBUFFERED="1")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = open(ARTIFACTS / "daphne-browser.log", "ab")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+                             "fairsched.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        embedded.wait_for_port(port, timeout=60, proc=proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+@pytest.fixture
+def browser(browser_server, monkeypatch) -> Iterator:
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def redis_layer_publish(redis_url):
+    """Store a snapshot of the DB and broadcast it over the *Redis* channel layer (the
+    test process itself uses the in-memory one), like the scheduler does."""
+    from asgiref.sync import async_to_sync
+    from channels_redis.core import RedisChannelLayer
+
+    from dashboard.broadcast import GROUP
+    from dashboard.simulate import build_from_db
+    from fairsched import snapshot
+
+    layer = RedisChannelLayer(hosts=[redis_url])
+
+    def send(seq: int) -> None:
+        async_to_sync(layer.group_send)(GROUP, {"type": "queue.snapshot", "seq": seq})
+
+    def publish() -> int:
+        seq = snapshot.store(*build_from_db())
+        # Playwright's sync API runs an event loop in this thread: send from another one.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(send, seq).result(timeout=10)
+        return seq
+
+    return publish
+
+
+def login(page, base: str, username: str, password: str = "pw-for-tests-1", then: str = "/") -> None:
+    page.goto(f"{base}/accounts/login/?next={then}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("domcontentloaded")

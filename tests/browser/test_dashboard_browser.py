@@ -1,0 +1,131 @@
+"""The dashboard and org pages in headless Chromium against a real daphne.
+
+Each test drives real pages: login, live updates over the Redis channel layer,
+controls clicked in one page and seen in the database and on a second page.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from charts.models import Chart
+from charts.services import chart_pause
+from fairsched.models import SchedulerSettings
+from orgs.models import Org
+from tests.browser.conftest import login
+from tests.factories import make_chart, make_org, make_user, make_workflow
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def world(db):
+    wf = make_workflow("code")
+    acme, beta = make_org("Acme", weight=2), make_org("Beta")
+    charts = [make_chart(acme, wf, external_id=f"acme-{i}") for i in range(3)]
+    charts += [make_chart(beta, wf, external_id=f"beta-{i}") for i in range(2)]
+    make_user("root", superuser=True)
+    member = make_user("alice")
+    acme.members.add(member)
+    return {"wf": wf, "acme": acme, "beta": beta, "charts": charts}
+
+
+def open_dashboard(browser, base: str, username: str = "root"):
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = context.new_page()
+    login(page, base, username, then="/dashboard/")
+    expect(page).to_have_url(f"{base}/dashboard/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=10_000)
+    return page
+
+
+def test_live_dashboard_controls_reach_db_and_other_pages(browser, browser_server, redis_layer_publish, world):
+    base = browser_server
+    redis_layer_publish()
+    one = open_dashboard(browser, base)
+    two = open_dashboard(browser, base)
+    expect(one.locator("tr[data-chart-id]")).to_have_count(5)
+
+    # A chart created through the ORM appears without reloading once the scheduler publishes.
+    fresh = make_chart(world["beta"], world["wf"], external_id="beta-new")
+    published = time.monotonic()
+    redis_layer_publish()
+    row = one.locator(f'tr[data-chart-id="{fresh.pk}"]')
+    expect(row).to_be_visible(timeout=5_000)
+    expect(row).to_contain_text("beta-new")
+    assert time.monotonic() - published < 5
+
+    # Pause in page one: paused in the DB, and on page two within a second (no snapshot needed).
+    target = world["charts"][1]
+    one.locator(f'tr[data-chart-id="{target.pk}"] button[data-action="pause"]').click()
+    wait_for(lambda: Chart.objects.get(pk=target.pk).paused, what="the chart paused in the DB")
+    expect(two.locator(f'tr[data-chart-id="{target.pk}"]')).to_have_attribute("data-state", "paused", timeout=1_500)
+    expect(two.locator(f'tr[data-chart-id="{target.pk}"] button[data-action="resume"]')).to_be_visible()
+
+    # Hold an org.
+    acme_row = one.locator(f'tr[data-org-id="{world["acme"].pk}"]').first
+    acme_row.locator('button[data-action="hold"]').click()
+    wait_for(lambda: Org.objects.get(pk=world["acme"].pk).weight == 0, what="Acme held in the DB")
+    expect(two.locator(f'#orgs tr[data-org-id="{world["acme"].pk}"] button[data-action="release"]')).to_be_visible(timeout=1_500)
+
+    # Change the budget.
+    one.fill("#budget-input", "7")
+    one.click("#budget-form button[type=submit]")
+    wait_for(lambda: SchedulerSettings.get().budget == 7, what="the budget set to 7")
+    expect(two.locator("#dial-text")).to_contain_text("/ 7", timeout=1_500)
+
+    # The next snapshot agrees with what the pages already showed.
+    redis_layer_publish()
+    expect(two.locator(f'tr[data-chart-id="{target.pk}"]')).to_have_attribute("data-state", "paused")
+    expect(two.locator("[data-counter=held]")).to_have_text("3", timeout=3_000)
+
+
+def test_refused_control_shows_an_error(browser, browser_server, redis_layer_publish, world):
+    redis_layer_publish()
+    page = open_dashboard(browser, browser_server)
+    target = world["charts"][0]
+    chart_pause(chart=target.pk)  # someone else paused it; this page still offers "pause"
+    page.locator(f'tr[data-chart-id="{target.pk}"] button[data-action="pause"]').click()
+    alert = page.locator(".toast.error").first
+    expect(alert).to_be_visible(timeout=3_000)
+    expect(alert).to_contain_text(f"cannot pause chart #{target.pk}")
+
+
+def test_viewer_gets_no_controls(browser, browser_server, redis_layer_publish, world):
+    make_user("viewer", staff=True, perms=("charts.view_chart",))
+    redis_layer_publish()
+    page = open_dashboard(browser, browser_server, "viewer")
+    expect(page.locator("tr[data-chart-id]")).to_have_count(5)
+    expect(page.locator("[data-action]")).to_have_count(0)
+
+
+def test_dashboard_without_a_scheduler_says_so(browser, browser_server, redis_url, world):
+    page = open_dashboard(browser, browser_server)
+    expect(page.locator("#order-waiting")).to_be_visible()
+    expect(page.locator("[data-counter=queued]")).to_have_text("5")
+
+
+def test_org_page_is_live_and_member_scoped(browser, browser_server, redis_layer_publish, world):
+    redis_layer_publish()
+    context = browser.new_context()
+    page = context.new_page()
+    login(page, browser_server, "alice")
+    expect(page).to_have_url(f"{browser_server}/orgs/acme/")
+    expect(page.locator("[data-live]")).to_have_attribute("data-state", "live", timeout=10_000)
+    expect(page.locator("tr[data-chart-id]")).to_have_count(3)
+    expect(page.locator("body")).not_to_contain_text("beta-0")
+    fresh = make_chart(world["acme"], world["wf"], external_id="acme-new")
+    redis_layer_publish()
+    expect(page.locator(f'tr[data-chart-id="{fresh.pk}"]')).to_contain_text("acme-new", timeout=5_000)
+    assert page.goto(f"{browser_server}/orgs/beta/").status == 404
