@@ -91,3 +91,146 @@ def test_running_cost_seen_in_temporal_never_exceeds_budget(live, temporal):
     assert max_concurrent_cost(intervals) == 3  # used the whole budget, never more
     rows = Chart.objects.filter(pk__in=ids)
     assert all(r.dispatched_cost == cost[r.pk] for r in rows)
+
+
+def executions_per_chart(temporal, ids: list[int]) -> dict[int, int]:
+    return {c: len(temporal.executions(f"chart-{c}")) for c in ids}
+
+
+def test_sigkill_mid_run_then_restart_runs_every_chart_exactly_once(live, temporal):
+    configure(budget=3)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    ids = [make_chart(org, wf, payload={"seconds": 0.6}).pk for _ in range(12)]
+    live.worker()
+    sched = live.scheduler()
+    wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 3,
+               timeout=30, what="some charts done")
+    sched.kill()
+    assert Chart.objects.filter(pk__in=ids, state=ChartState.QUEUED).exists()
+    live.scheduler()
+    wait_until(lambda: all_final(ids), timeout=60, what="all charts final after the restart")
+    assert set(states(ids).values()) == {"succeeded"}
+    assert set(executions_per_chart(temporal, ids).values()) == {1}
+
+
+def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temporal):
+    configure(budget=2)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    ids = [make_chart(org, wf, payload={"seconds": 4}).pk for _ in range(3)]
+    live.worker()
+    crashing = live.scheduler("--lease-ttl", "1.5", env={"FAIRSCHED_TEST_CRASH_AFTER_STARTS": "1"})
+    wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
+    assert crashing.proc.returncode == -9
+    # The workflow runs, but its row was never marked running.
+    orphans = [c for c in ids if temporal.executions(f"chart-{c}")]
+    assert orphans and all(s == "queued" for s in states(orphans).values())
+    sched = live.scheduler("--lease-ttl", "1.5")
+    wait_until(lambda: all_final(ids), timeout=60, what="all charts final after the restart")
+    assert set(states(ids).values()) == {"succeeded"}
+    assert set(executions_per_chart(temporal, ids).values()) == {1}
+    assert f"chart #{orphans[0]} adopted" in sched.log(), sched.log()[-3000:]
+
+
+def test_failed_workflow_marks_chart_failed_and_cancel_cancels_workflow(live, temporal):
+    from charts.services import chart_cancel
+    from temporalio.client import WorkflowExecutionStatus
+
+    configure(budget=2)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    failing = make_chart(org, wf, payload={"seconds": 0.2, "fail": True})
+    slow = make_chart(org, wf, payload={"seconds": 60})
+    live.worker()
+    live.scheduler()
+    wait_until(lambda: Chart.objects.get(pk=slow.pk).state == ChartState.RUNNING, timeout=30, what="slow running")
+    chart_cancel(chart=slow.pk)
+    wait_until(lambda: all_final([failing.pk, slow.pk]), timeout=30, what="both final")
+    failing.refresh_from_db()
+    slow.refresh_from_db()
+    assert failing.state == ChartState.FAILED
+    assert "failed on purpose" in failing.error
+    assert slow.state == ChartState.CANCELLED
+    assert temporal.describe(f"chart-{slow.pk}").status == WorkflowExecutionStatus.CANCELED
+    assert temporal.describe(f"chart-{failing.pk}").status == WorkflowExecutionStatus.FAILED
+
+
+def test_dropped_completion_is_repaired_by_reconciliation(live, temporal):
+    configure(budget=2, reconcile=1.0)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    lost = make_chart(org, wf, payload={"seconds": 0.2, "fail_record": True})
+    after = make_chart(org, wf, payload={"seconds": 0.2})
+    live.worker()
+    sched = live.scheduler("--no-watch")  # no result watch: only the reconciliation can notice
+    wait_until(lambda: all_final([lost.pk, after.pk]), timeout=30, what="both final")
+    lost.refresh_from_db()
+    assert lost.state == ChartState.SUCCEEDED
+    assert lost.finished_at is not None
+    assert lost.finished_at == temporal.describe(f"chart-{lost.pk}").close_time  # Temporal's time
+    assert f"reconcile: chart #{lost.pk} closed as succeeded" in sched.log()
+
+
+def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
+    configure(budget=1)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    ghost = make_chart(org, wf, payload={"seconds": 0.2}, state=ChartState.RUNNING, dispatched_cost=1,
+                       started_at=timezone.now())
+    live.worker()
+    sched = live.scheduler()
+    wait_until(lambda: all_final([ghost.pk]), timeout=30, what="ghost final")
+    ghost.refresh_from_db()
+    assert ghost.state == ChartState.SUCCEEDED
+    assert f"reconcile: chart #{ghost.pk} requeued: Temporal does not know workflow chart-{ghost.pk}" in sched.log()
+    assert len(temporal.executions(f"chart-{ghost.pk}")) == 1
+
+
+def test_lowering_budget_and_pausing_never_touch_running_work(live, temporal):
+    from charts.services import chart_pause
+    from fairsched.services import budget_set
+    from orgs.services import org_hold
+
+    configure(budget=2)
+    a, b = make_org("Acme"), make_org("Beta")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    r1, r2 = make_chart(a, wf, payload={"seconds": 3}), make_chart(b, wf, payload={"seconds": 3})
+    later = make_chart(a, wf, payload={"seconds": 0.2})
+    live.worker()
+    live.scheduler()
+    wait_until(lambda: Chart.objects.filter(pk__in=[r1.pk, r2.pk], state=ChartState.RUNNING).count() == 2,
+               timeout=30, what="two running")
+    budget_set(budget=1)
+    org_hold(org=b)
+    with pytest.raises(Exception):
+        chart_pause(chart=r1.pk)  # running work cannot be paused
+    wait_until(lambda: all_final([r1.pk, r2.pk]), timeout=30, what="both running charts done")
+    assert set(states([r1.pk, r2.pk]).values()) == {"succeeded"}
+    wait_until(lambda: all_final([later.pk]), timeout=30, what="the queued chart after the drain")
+    later.refresh_from_db()
+    r1.refresh_from_db()
+    r2.refresh_from_db()
+    assert later.started_at >= max(r1.finished_at, r2.finished_at)  # waited for the drain: 2 running > budget 1
+
+
+def test_snapshot_published_and_resync_catches_a_bulk_update(live):
+    from fairsched import snapshot
+
+    configure(budget=1, eta=0.3)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    busy = make_chart(org, wf, payload={"seconds": 30})
+    ids = [make_chart(org, wf, payload={"seconds": 0.2}).pk for _ in range(3)]
+    live.worker()
+    live.scheduler()
+    snap = wait_until(lambda: (s := snapshot.read_snapshot()) and s["counters"]["ordered"] == 3 and s,
+                      timeout=20, what="a snapshot with 3 ordered charts")
+    assert snap["budget"] == 1 and snap["used"] == 1 and snap["orgs"][0]["queued"] == 3
+    assert [r["id"] for r in snap["running"]] == [busy.pk] and snap["running"][0]["workflow_id"] == f"chart-{busy.pk}"
+    _, rows = snapshot.read_order()
+    assert [r["id"] for r in rows] == ids and [r["pos"] for r in rows] == [0, 1, 2]
+    assert snapshot.read_org(org.pk)["org"]["name"] == "Acme"
+    Chart.objects.filter(pk__in=ids[:2]).update(paused=True)  # no notification: the resync must see it
+    wait_until(lambda: (s := snapshot.read_snapshot()) and s["counters"]["paused"] == 2, timeout=20,
+               what="the resync to apply the bulk pause")
