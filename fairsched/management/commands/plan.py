@@ -148,6 +148,16 @@ class Command(BaseCommand):
                             help="print the live state as a scenario (replayable)")
 
     def handle(self, *args, **opts) -> None:
+        from django.db import DatabaseError
+
+        try:
+            return self._handle(opts)
+        except DatabaseError as e:
+            msg = " ".join(str(e).split()) or type(e).__name__
+            raise CommandError(f"database: {msg} (is it migrated? manage.py migrate)",
+                               returncode=1) from None
+
+    def _handle(self, opts) -> None:
         try:
             if opts["dump"]:
                 self.stdout.write(json.dumps(live_scenario(), indent=2))
