@@ -178,6 +178,11 @@ FAIRSCHED_WEBHOOK_TIMEOUT_S = env_int("FAIRSCHED_WEBHOOK_TIMEOUT_S", 10)
 # Seconds before each retry of a failed delivery; its length is the number of retries.
 FAIRSCHED_WEBHOOK_RETRY_S = [int(s) for s in env_list("FAIRSCHED_WEBHOOK_RETRY_S", ["10", "30", "120", "600", "1800"])]
 
+# make run (manage.py runall): the demo load generator and the demo admin's first password.
+FAIRSCHED_DEMO_LOAD = env_bool("FAIRSCHED_DEMO_LOAD", True)
+FAIRSCHED_DEMO_RATE = env_int("FAIRSCHED_DEMO_RATE", 6)  # charts per minute
+FAIRSCHED_ADMIN_PASSWORD = os.environ.get("FAIRSCHED_ADMIN_PASSWORD", "")  # default: generated, kept in var/
+
 # --- Temporal -----------------------------------------------------------------
 
 TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
