@@ -6,6 +6,7 @@ execution per workflow id).
 """
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -234,3 +235,55 @@ def test_snapshot_published_and_resync_catches_a_bulk_update(live):
     Chart.objects.filter(pk__in=ids[:2]).update(paused=True)  # no notification: the resync must see it
     wait_until(lambda: (s := snapshot.read_snapshot()) and s["counters"]["paused"] == 2, timeout=20,
                what="the resync to apply the bulk pause")
+
+
+def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
+    from fairsched import embedded
+
+    port = embedded.free_port()
+    redis_log = live.artifacts / "redis-own.log"
+    own = embedded.start_redis(port, log=redis_log)
+    try:
+        settings.REDIS_URL = own.url  # this process's notifications go to it too
+        configure(budget=1)
+        org = make_org("Acme")
+        wf = make_workflow("code", temporal_type="DemoChart")
+        first = make_chart(org, wf, payload={"seconds": 0.2})
+        live.worker(env={"REDIS_URL": own.url})
+        sched = live.scheduler("--lease-ttl", "1", env={"REDIS_URL": own.url})
+        wait_until(lambda: all_final([first.pk]), timeout=30, what="the first chart")
+        own.stop()
+        during = make_chart(org, wf, payload={"seconds": 0.2})  # its notification is lost
+        time.sleep(2.0)  # longer than the lease: dispatch pauses until the lease is held again
+        own = embedded.start_redis(port, log=redis_log)
+        after = make_chart(org, wf, payload={"seconds": 0.2})
+        wait_until(lambda: all_final([during.pk, after.pk]), timeout=40, what="charts created around the restart")
+        assert set(states([first.pk, during.pk, after.pk]).values()) == {"succeeded"}
+        assert sched.alive()
+        log = sched.log()
+        assert "cannot renew the lease" in log and "dispatch resumes" in log, log[-3000:]
+    finally:
+        live.stop_all()
+        own.stop()
+
+
+def test_two_schedulers_only_one_dispatches_and_the_standby_takes_over(live, temporal):
+    configure(budget=2)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    ids = [make_chart(org, wf, payload={"seconds": 0.5}).pk for _ in range(10)]
+    live.worker()
+    one = live.scheduler("--lease-ttl", "2")
+    two = live.scheduler("--lease-ttl", "2")
+    wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 4,
+               timeout=30, what="some charts done")
+    logs = {p.name: p.log() for p in (one, two)}
+    dispatching = [name for name, log in logs.items() if "dispatch chart #" in log]
+    assert len(dispatching) == 1, logs
+    leader, standby = (one, two) if dispatching == [one.name] else (two, one)
+    assert "standby: the lease is held by" in standby.log()
+    leader.kill()
+    wait_until(lambda: all_final(ids), timeout=60, what="the standby to finish the backlog")
+    assert "dispatch chart #" in standby.log()
+    assert set(states(ids).values()) == {"succeeded"}
+    assert set(executions_per_chart(temporal, ids).values()) == {1}
