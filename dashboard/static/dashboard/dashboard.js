@@ -104,11 +104,11 @@
     syncRows($("running-body"), rows, (r) => "r" + r.id, (r) => {
       const started = S.now - (r.elapsed_s || 0);
       const url = `${init.temporal_ui}/namespaces/${encodeURIComponent(init.temporal_namespace)}/workflows/${encodeURIComponent(r.workflow_id || "chart-" + r.id)}`;
-      return `<td class="mono">#${r.id} ${esc(r.external_id || "")}</td><td>${esc((orgs.get(r.org) || {}).name || r.org)}</td>
+      return `<td class="mono"><a href="${esc(url)}" target="_blank" rel="noopener" title="open chart-${r.id} in the Temporal web UI">#${r.id} ${esc(r.external_id || "")} ↗</a></td>
+        <td>${esc((orgs.get(r.org) || {}).name || r.org)}</td>
         <td>${esc(r.workflow)}</td><td class="num">${r.cost}</td>
         <td><span class="progress" data-started="${started}" data-expected="${r.expected_s}"><span></span></span> <span class="elapsed muted"></span></td>
         <td data-eta="${at(r.finish_s)}"></td>
-        <td><a href="${esc(url)}" target="_blank" rel="noopener">Temporal ↗</a></td>
         <td>${r.cancel_requested ? '<span class="badge">cancelling</span>' : btn("cancel", "Cancel", "c" + r.id)}</td>`;
     }, (tr, r) => { tr.dataset.chartId = r.id; });
   }
