@@ -182,6 +182,10 @@ FAIRSCHED_WEBHOOK_RETRY_S = [int(s) for s in env_list("FAIRSCHED_WEBHOOK_RETRY_S
 FAIRSCHED_DEMO_LOAD = env_bool("FAIRSCHED_DEMO_LOAD", True)
 FAIRSCHED_DEMO_RATE = env_int("FAIRSCHED_DEMO_RATE", 6)  # charts per minute
 FAIRSCHED_ADMIN_PASSWORD = os.environ.get("FAIRSCHED_ADMIN_PASSWORD", "")  # default: generated, kept in var/
+# Ports of the Redis and Temporal that make run starts (a taken one is replaced by a free one).
+FAIRSCHED_REDIS_PORT = env_int("FAIRSCHED_REDIS_PORT", 6379)
+FAIRSCHED_TEMPORAL_PORT = env_int("FAIRSCHED_TEMPORAL_PORT", 7233)
+FAIRSCHED_TEMPORAL_UI_PORT = env_int("FAIRSCHED_TEMPORAL_UI_PORT", 8233)
 
 # --- Temporal -----------------------------------------------------------------
 

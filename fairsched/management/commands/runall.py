@@ -4,7 +4,8 @@
    one ``make run`` per directory; processes left over by a run that was killed
    outright are stopped first.
 2. Picks ports: ``PORT`` for the web app (taken -> a clear error), Redis on 6379
-   and Temporal on 7233/8233 unless taken (then free ones). ``REDIS_URL`` or
+   and Temporal on 7233/8233 (``FAIRSCHED_REDIS_PORT``, ``FAIRSCHED_TEMPORAL_PORT``,
+   ``FAIRSCHED_TEMPORAL_UI_PORT``) unless taken (then free ones). ``REDIS_URL`` or
    ``TEMPORAL_ADDRESS`` set in the environment mean "use that one, start none".
 3. Starts Redis (persisting to ``var/redis/``) and the Temporal dev server
    (persisting to ``var/temporal.db``, with its web UI) under the supervisor.
@@ -164,7 +165,7 @@ class Command(BaseCommand):
             redis_url = os.environ["REDIS_URL"]
             sup.say(f"using the Redis at {redis_url} (REDIS_URL is set)")
         else:
-            redis_port = self.pick_port(sup, 6379, "Redis")
+            redis_port = self.pick_port(sup, settings.FAIRSCHED_REDIS_PORT, "Redis")
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
             sup.add(ProcessSpec("redis", embedded.redis_command(redis_port, var / "redis"), listens=redis_port,
                                 essential=True, service=True, ready_timeout_s=30, env=env))
@@ -175,8 +176,8 @@ class Command(BaseCommand):
             temporal_ui = settings.TEMPORAL_UI_URL
             sup.say(f"using the Temporal at {temporal_address} (TEMPORAL_ADDRESS is set)")
         else:
-            temporal_port = self.pick_port(sup, 7233, "Temporal")
-            ui_port = self.pick_port(sup, 8233, "Temporal UI")
+            temporal_port = self.pick_port(sup, settings.FAIRSCHED_TEMPORAL_PORT, "Temporal")
+            ui_port = self.pick_port(sup, settings.FAIRSCHED_TEMPORAL_UI_PORT, "Temporal UI")
             temporal_address = f"127.0.0.1:{temporal_port}"
             temporal_ui = f"http://127.0.0.1:{ui_port}"
             sup.add(ProcessSpec("temporal", embedded.temporal_command(temporal_port, ui_port, var / "temporal.db",
