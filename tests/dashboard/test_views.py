@@ -208,3 +208,14 @@ def test_admin_token_creation_shows_the_token_once(two_orgs):
     assert response.status_code == 200
     token = OrgToken.objects.get()
     assert f"{token.prefix}" in response.content.decode() and "not shown again" in response.content.decode()
+
+
+def test_orgtoken_command_prints_a_working_token(two_orgs, redis_url):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("orgtoken", "acme", "erp", stdout=out)
+    raw = out.getvalue().strip()
+    assert Client().get("/orgs/acme/status.json", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200

@@ -15,8 +15,11 @@
   F.connect("/ws/dashboard/", {onMessage(msg) {
     if (msg.type === "snapshot") S = msg.state;
     else if (msg.type === "events" && S) {
-      if (msg.counters) S.counters = Object.assign({}, S.counters, msg.counters);
-      (msg.events || []).forEach((ev) => { if (ev.kind === "settings" && ev.budget != null) S.budget = ev.budget; });
+      const c = msg.counters || {};
+      S.counters = Object.assign({}, S.counters, c);
+      if (c.used != null) S.used = c.used;
+      if (c.budget != null) S.budget = c.budget;
+      (msg.events || []).forEach((ev) => { if ((ev.kind === "settings" || ev.kind === "budget") && ev.budget != null) S.budget = ev.budget; });
     }
     render();
   }});

@@ -179,6 +179,13 @@
         else if (r.state === "paused") r.state = "ordered";
       });
       (S.running || []).forEach((r) => { if (r.id === c.id && c.cancel_requested) r.cancel_requested = true; });
+    } else if ((ev.kind === "paused" || ev.kind === "resumed" || ev.kind === "removed") && typeof ev.chart === "number") {
+      (O.rows || []).forEach((r) => {                         // the scheduler's own events
+        if (r.id !== ev.chart) return;
+        if (ev.kind === "paused") r.state = "paused";
+        else if (ev.kind === "resumed" && r.state === "paused") r.state = "ordered";
+        else if (ev.kind === "removed") r.state = "cancelled";
+      });
     } else if (ev.kind === "org" && ev.org_row) {
       (S.orgs || []).forEach((o) => {
         if (o.id !== ev.org_row.id) return;
@@ -192,8 +199,10 @@
     } else if (ev.kind === "cost") {
       C.costs = (C.costs || []).filter((c) => !(c.org === ev.org && c.workflow === ev.workflow));
       C.costs.push({org: ev.org, workflow: ev.workflow, cost: ev.cost});
-    } else if (ev.kind === "settings" && ev.budget != null) {
-      S.budget = ev.budget;
+    } else if ((ev.kind === "settings" || ev.kind === "budget") && ev.budget != null) {
+      S.budget = ev.budget;                                   // ours / the scheduler's
+    } else if (ev.kind === "weight" && ev.org != null) {      // the scheduler applied a weight
+      (S.orgs || []).forEach((o) => { if (o.id === ev.org) { o.weight = ev.weight; o.held = ev.weight === 0; } });
     }
   }
 
@@ -202,7 +211,16 @@
       applyEvent(ev);
       if (ev.at) patches.push(ev);
     });
-    if (msg.counters && Object.keys(msg.counters).length) S.counters = Object.assign({}, S.counters, msg.counters);
+    const c = msg.counters || {};
+    ["queued", "ordered", "running", "held", "paused", "blocked"].forEach((k) => {
+      if (c[k] != null) S.counters = Object.assign({}, S.counters, {[k]: c[k]});
+    });
+    if (c.used != null) S.used = c.used;
+    if (c.budget != null) S.budget = c.budget;
+    if (c.orgs) (S.orgs || []).forEach((o) => {
+      const x = c.orgs[String(o.id)];
+      if (x) { o.queued = x.queued; o.running = x.running; if (x.used_cost != null) o.used_cost = x.used_cost; }
+    });
     render();
   }
 
