@@ -148,6 +148,17 @@ def temporal(temporal_address):
         def describe(self, workflow_id: str):
             return self.run(self.client.get_workflow_handle(workflow_id).describe())
 
+        def exists(self, workflow_id: str) -> bool:
+            from temporalio.service import RPCError, RPCStatusCode
+
+            try:
+                self.describe(workflow_id)
+                return True
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return False
+                raise
+
     t = T()
     yield t
     t.loop.close()

@@ -66,7 +66,7 @@ def test_charts_run_in_plan_order_and_all_succeed(live, temporal):
 
     started = {c: temporal.describe(f"chart-{c}").start_time for c in ids}
     assert sorted(ids, key=started.get) == expected
-    assert all(len(temporal.executions(f"chart-{c}")) == 1 for c in ids)
+    assert set(executions_per_chart(temporal, ids).values()) == {1}
     assert "dispatch chart #" in sched.log()
 
 
@@ -95,7 +95,10 @@ def test_running_cost_seen_in_temporal_never_exceeds_budget(live, temporal):
 
 
 def executions_per_chart(temporal, ids: list[int]) -> dict[int, int]:
-    return {c: len(temporal.executions(f"chart-{c}")) for c in ids}
+    """Executions per workflow id, as Temporal's visibility lists them (after it caught up)."""
+    counts = lambda: {c: len(temporal.executions(f"chart-{c}")) for c in ids}  # noqa: E731
+    wait_until(lambda: all(counts().values()), timeout=10, what="visibility to list every chart's run")
+    return counts()
 
 
 def test_sigkill_mid_run_then_restart_runs_every_chart_exactly_once(live, temporal):
@@ -125,7 +128,7 @@ def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temp
     wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
     assert crashing.proc.returncode == -9
     # The workflow runs, but its row was never marked running.
-    orphans = [c for c in ids if temporal.executions(f"chart-{c}")]
+    orphans = [c for c in ids if temporal.exists(f"chart-{c}")]
     assert orphans and all(s == "queued" for s in states(orphans).values())
     sched = live.scheduler("--lease-ttl", "1.5")
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final after the restart")
@@ -185,7 +188,7 @@ def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
     ghost.refresh_from_db()
     assert ghost.state == ChartState.SUCCEEDED
     assert f"reconcile: chart #{ghost.pk} requeued: Temporal does not know workflow chart-{ghost.pk}" in sched.log()
-    assert len(temporal.executions(f"chart-{ghost.pk}")) == 1
+    assert executions_per_chart(temporal, [ghost.pk]) == {ghost.pk: 1}
 
 
 def test_lowering_budget_and_pausing_never_touch_running_work(live, temporal):
@@ -287,3 +290,65 @@ def test_two_schedulers_only_one_dispatches_and_the_standby_takes_over(live, tem
     assert "dispatch chart #" in standby.log()
     assert set(states(ids).values()) == {"succeeded"}
     assert set(executions_per_chart(temporal, ids).values()) == {1}
+
+
+@pytest.fixture
+def user_worker(temporal_address, live):
+    """A user's own worker for ``UserChart`` on its own task queue, in a thread of this process."""
+    import asyncio
+    import threading
+
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from tests.integration.user_workflows import UserChart
+
+    queue = f"{live.task_queue}-user"
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder = {}
+
+    async def main() -> None:
+        holder["stop"] = asyncio.Event()
+        try:
+            client = await Client.connect(temporal_address)
+            worker = Worker(client, task_queue=queue, workflows=[UserChart])
+        finally:
+            ready.set()
+        run = asyncio.create_task(worker.run())
+        await holder["stop"].wait()
+        await worker.shutdown()
+        await run
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(30)
+    yield queue
+    loop.call_soon_threadsafe(holder["stop"].set)
+    thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(live, temporal, user_worker):
+    configure(budget=1)
+    org = make_org("Acme")
+    wf = make_workflow("user", temporal_type=f"UserChart@{user_worker}")
+    first = make_chart(org, wf, payload={"seconds": 0.3}, external_id="u-1")
+    failing = make_chart(org, wf, payload={"seconds": 0.1, "fail": True}, external_id="u-2")
+    crashing = live.scheduler("--lease-ttl", "1", env={"FAIRSCHED_TEST_CRASH_AFTER_STARTS": "1"})
+    wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
+    # The workflow ran to its end while no scheduler was alive; its row still says queued.
+    wait_until(lambda: temporal.describe(f"chart-{first.pk}").close_time, timeout=10, what="the run to close")
+    assert states([first.pk]) == {first.pk: "queued"}
+    sched = live.scheduler("--lease-ttl", "1")
+    wait_until(lambda: all_final([first.pk, failing.pk]), timeout=30, what="both final")
+    first.refresh_from_db()
+    failing.refresh_from_db()
+    assert first.state == ChartState.SUCCEEDED and first.finished_at is not None
+    assert failing.state == ChartState.FAILED and "user workflow refused chart u-2" in failing.error
+    assert set(executions_per_chart(temporal, [first.pk, failing.pk]).values()) == {1}
+    assert f"dispatch chart #{first.pk} skipped: workflow chart-{first.pk} already closed" in sched.log()
