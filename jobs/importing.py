@@ -33,7 +33,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from charts.services import chart_submit_many
@@ -310,17 +309,23 @@ def import_run(import_id: int, *, on_batch: Callable[[ImportJob], None] | None =
     check_rows(rows)
     ImportJob.objects.filter(pk=job.pk).update(total_rows=len(rows))
     batch = max(1, job.batch_size)
-    start = job.next_row
-    while start < len(rows):
-        chunk = rows[start:start + batch]
+    while True:
+        # The job row is locked for the batch: two runners of one import (a "Resume"
+        # while the first is still going) share the batches instead of repeating them.
         with transaction.atomic():
+            locked = ImportJob.objects.select_for_update().get(pk=job.pk)
+            start = locked.next_row
+            if start >= len(rows) or locked.is_final:
+                break
+            chunk = rows[start:start + batch]
             outcome = submit_batch(chunk)
             errors = sorted([(r.number, r.error) for r in chunk if r.error] + outcome.errors)
-            _record_batch(job.pk, next_row=start + len(chunk), outcome=outcome, errors=errors)
-        start += len(chunk)
+            _record_batch(locked, next_row=start + len(chunk), outcome=outcome, errors=errors)
         if on_batch is not None:
             on_batch(ImportJob.objects.get(pk=job.pk))
     job = ImportJob.objects.get(pk=job.pk)
+    if job.is_final:
+        return job
     job.status = ImportStatus.PARTIAL if job.error_count else ImportStatus.SUCCEEDED
     job.finished_at = timezone.now()
     job.message = _summary(job)
@@ -329,18 +334,14 @@ def import_run(import_id: int, *, on_batch: Callable[[ImportJob], None] | None =
     return job
 
 
-def _record_batch(import_id: int, *, next_row: int, outcome: BatchOutcome, errors: list[tuple[int, str]]) -> None:
-    job = ImportJob.objects.select_for_update().get(pk=import_id)
+def _record_batch(job: ImportJob, *, next_row: int, outcome: BatchOutcome, errors: list[tuple[int, str]]) -> None:
     room = max(0, ImportJob.MAX_STORED_ERRORS - len(job.errors))
-    if errors and room:
-        job.errors = job.errors + [{"row": n, "message": m} for n, m in errors[:room]]
-        job.save(update_fields=["errors"])
-    ImportJob.objects.filter(pk=import_id).update(
-        next_row=next_row,
-        created_count=F("created_count") + outcome.created,
-        existing_count=F("existing_count") + outcome.existing,
-        error_count=F("error_count") + len(errors),
-    )
+    job.errors = job.errors + [{"row": n, "message": m} for n, m in errors[:room]]
+    job.next_row = next_row
+    job.created_count += outcome.created
+    job.existing_count += outcome.existing
+    job.error_count += len(errors)
+    job.save(update_fields=["errors", "next_row", "created_count", "existing_count", "error_count"])
 
 
 def _summary(job: ImportJob) -> str:

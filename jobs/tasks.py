@@ -27,7 +27,8 @@ def import_charts(import_id: int) -> dict:
 def deliver_webhook(delivery_id: int) -> str:
     job = get_current_job()
     retry_in = job.get_retry_interval() if job is not None and job.should_retry else None
-    return webhooks.webhook_deliver(delivery_id=delivery_id, retry_in_s=retry_in).status
+    delivery = webhooks.webhook_deliver(delivery_id=delivery_id, retry_in_s=retry_in)
+    return delivery.status if delivery is not None else "deleted"
 
 
 def sweep() -> dict:

@@ -163,15 +163,16 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Atte
         return Attempt(None, "", f"{type(exc).__name__}: {reason}")
 
 
-def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDelivery:
+def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDelivery | None:
     """Make one attempt. ``retry_in_s`` is when rq will try again if this one fails
-    (None: this is the last attempt). Raises :class:`DeliveryFailed` on failure."""
+    (None: this is the last attempt). Raises :class:`DeliveryFailed` on failure;
+    returns None if the delivery was deleted meanwhile."""
     now = timezone.now()
     claimed = WebhookDelivery.objects.filter(pk=delivery_id, status=DeliveryStatus.PENDING).filter(
         Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
     ).update(last_attempt_at=now, claimed_until=now + timedelta(seconds=CLAIM_S))
-    delivery = WebhookDelivery.objects.select_related("org").get(pk=delivery_id)
-    if not claimed:
+    delivery = WebhookDelivery.objects.select_related("org").filter(pk=delivery_id).first()
+    if delivery is None or not claimed:
         return delivery  # already sent, given up, or another job is sending it right now
     org = delivery.org
     if not org.webhook_url:

@@ -174,6 +174,22 @@ def test_a_crash_between_batches_is_reported_and_resume_imports_the_rest_exactly
     assert Chart.objects.count() == 10
 
 
+def test_two_runners_of_one_import_share_its_batches_and_never_repeat_one(acme, code):
+    """A "Resume" while the first runner is still going: the second one takes the
+    remaining batches, the first one stops, every row is imported once."""
+    job = import_create(filename="c.csv", data=_csv("org,workflow", *["acme-health,code"] * 10), batch_size=3)
+    second: list[ImportJob] = []
+
+    def start_another_runner(progress: ImportJob) -> None:
+        if not second:
+            second.append(importing.import_run(job.pk))
+
+    first = importing.import_run(job.pk, on_batch=start_another_runner)
+    assert (second[0].status, second[0].created_count) == (ImportStatus.SUCCEEDED, 10)
+    assert (first.status, first.next_row, first.created_count) == (ImportStatus.SUCCEEDED, 10, 10)
+    assert Chart.objects.count() == 10
+
+
 def test_an_unreadable_file_fails_with_nothing_imported(acme, code):
     job = importing.import_run(import_create(filename="x.json", data=b"[{").pk)
     assert job.status == ImportStatus.FAILED
