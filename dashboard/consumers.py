@@ -23,6 +23,7 @@ socket, so a burst of scheduler events or a hundred open pages stay cheap.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -79,11 +80,13 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({**message, "n": self.n, "server_time": time.time()})
 
     async def send_snapshot(self) -> None:
-        payload = await database_sync_to_async(self.read_snapshot)()
-        self.seq = payload.get("seq")
+        seq, source, text = await database_sync_to_async(self.read_snapshot)()
+        self.seq = seq
         self.last_flush = time.monotonic()
-        await self.send_numbered({"type": "snapshot", **payload})
-        if payload.get("state", {}).get("source") == "db" and self.refresh_task is None:
+        self.n += 1
+        # ``text`` is a JSON object shared with other sockets: prepend this socket's number.
+        await self.send(text_data=f'{{"n":{self.n},"server_time":{time.time():.3f},{text[1:]}')
+        if source == "db" and self.refresh_task is None:
             self.refresh_task = asyncio.create_task(self._refresh_from_db())
 
     async def _refresh_from_db(self) -> None:
@@ -193,7 +196,8 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     def wants_event(self, event: dict[str, Any]) -> bool:
         return True
 
-    def read_snapshot(self) -> dict[str, Any]:
+    def read_snapshot(self) -> tuple[int | None, str, str]:
+        """``(seq, source, json text of the snapshot message without n)``."""
         raise NotImplementedError
 
     def read_page(self) -> dict[str, Any]:
@@ -206,15 +210,8 @@ class DashboardConsumer(_LiveConsumer):
     async def allowed(self, user) -> bool:
         return await database_sync_to_async(controls.can_view_dashboard)(user)
 
-    def read_snapshot(self) -> dict[str, Any]:
-        state = selectors.dashboard_state()
-        if state.get("source") == "scheduler":
-            try:
-                selectors.record_history(state)
-            except Exception:  # noqa: BLE001 - history is a nicety
-                pass
-        order = selectors.order_page(state if state.get("source") == "scheduler" else None, **self.view)
-        return {"seq": state.get("seq"), "state": state, "order": order, "costs": selectors.cached_costs()}
+    def read_snapshot(self) -> tuple[int | None, str, str]:
+        return selectors.snapshot_message(self.view)
 
     def read_page(self) -> dict[str, Any]:
         state = selectors.read_live_snapshot()
@@ -251,9 +248,14 @@ class OrgConsumer(_LiveConsumer):
     def wants_event(self, event: dict[str, Any]) -> bool:
         return event.get("org") == self.org.pk
 
-    def read_snapshot(self) -> dict[str, Any]:
+    def read_status(self) -> dict[str, Any]:
         status = selectors.org_status(self.org, offset=self.view["offset"], limit=self.view["limit"])
         return {"seq": status.get("seq"), "state": status}
 
+    def read_snapshot(self) -> tuple[int | None, str, str]:
+        payload = self.read_status()
+        text = json.dumps({"type": "snapshot", **payload}, separators=(",", ":"))
+        return payload["seq"], payload["state"]["source"], text
+
     def read_page(self) -> dict[str, Any]:
-        return self.read_snapshot()
+        return self.read_status()

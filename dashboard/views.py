@@ -6,6 +6,7 @@ the database when there is none) and then go live over a WebSocket.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from django.conf import settings
@@ -99,8 +100,6 @@ def control(request: HttpRequest) -> JsonResponse:
         data = request.POST.dict()
     outcome = controls.apply_control(request.user, data)
     if outcome.ok and outcome.event:
-        import time
-
         broadcast_event({**outcome.event, "at": time.time(), "by": request.user.get_username()}, {})
     status = 200 if outcome.ok else (403 if "permission" in outcome.errors else 400)
     return _json(outcome.as_json(), status)

@@ -14,7 +14,7 @@ from charts.models import Chart
 from charts.services import chart_pause
 from fairsched.models import SchedulerSettings
 from orgs.models import Org
-from tests.browser.conftest import login
+from tests.browser.conftest import ARTIFACTS, login
 from tests.factories import make_chart, make_org, make_user, make_workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -128,4 +128,6 @@ def test_org_page_is_live_and_member_scoped(browser, browser_server, redis_layer
     fresh = make_chart(world["acme"], world["wf"], external_id="acme-new")
     redis_layer_publish()
     expect(page.locator(f'tr[data-chart-id="{fresh.pk}"]')).to_contain_text("acme-new", timeout=5_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "org-page.png"), full_page=True)
     assert page.goto(f"{browser_server}/orgs/beta/").status == 404
