@@ -46,7 +46,7 @@ from fairsched.engine.lease import Lease
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState
 from fairsched.notify import CHANNEL
-from fairsched.temporal.client import Outcome, connect, outcome_of, start_chart
+from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
 from fairsched.temporal.shared import ChartInput, chart_id_of, split_temporal_type, workflow_id
 
 log = logging.getLogger("fairsched.engine")
@@ -400,7 +400,7 @@ class Scheduler:
     async def _cancel(self, chart_id: int) -> None:
         r = self.state.running.get(chart_id)
         try:
-            await self.client.get_workflow_handle(workflow_id(chart_id)).cancel()
+            await self.client.get_workflow_handle(workflow_id(chart_id)).cancel(rpc_timeout=RPC_TIMEOUT)
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel of chart #%d failed (%s); will retry", chart_id, exc)
@@ -507,7 +507,8 @@ class Scheduler:
         start and compare-and-set) are adopted; those of cancelled rows are cancelled."""
         fx = Effects()
         found: dict[int, str] = {}
-        async for wf in self.client.list_workflows('ExecutionStatus = "Running"', page_size=1000):
+        async for wf in self.client.list_workflows('ExecutionStatus = "Running"', page_size=1000,
+                                                   rpc_timeout=RPC_TIMEOUT):
             chart_id = chart_id_of(wf.id)
             if chart_id is not None and chart_id not in self.state.running:
                 found[chart_id] = wf.run_id

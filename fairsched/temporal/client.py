@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_BACKOFF_MIN_S = 0.5
 CONNECT_BACKOFF_MAX_S = 10.0
+RPC_TIMEOUT = timedelta(seconds=5)  # a Temporal outage must not stall the scheduler's loop for long
 
 
 async def connect(
@@ -62,7 +63,7 @@ async def start_chart(
     return await client.start_workflow(
         temporal_type, chart, id=workflow_id(chart.chart_id), task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, rpc_timeout=RPC_TIMEOUT,
     )
 
 
@@ -109,7 +110,7 @@ async def outcome_of(handle: WorkflowHandle) -> Outcome | None:
     """The outcome of a closed workflow, None if it is still running.
 
     Raises ``RPCError`` (NOT_FOUND when Temporal does not know it)."""
-    desc = await handle.describe()
+    desc = await handle.describe(rpc_timeout=RPC_TIMEOUT)
     if desc.status is None or desc.status in (WorkflowExecutionStatus.RUNNING,
                                               WorkflowExecutionStatus.CONTINUED_AS_NEW):
         return None

@@ -352,3 +352,31 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
     assert failing.state == ChartState.FAILED and "user workflow refused chart u-2" in failing.error
     assert set(executions_per_chart(temporal, [first.pk, failing.pk]).values()) == {1}
     assert f"dispatch chart #{first.pk} skipped: workflow chart-{first.pk} already closed" in sched.log()
+
+
+def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
+    from fairsched import embedded
+
+    port, ui = embedded.free_port(), embedded.free_port()
+    db_file = live.artifacts / "temporal-own.db"
+    db_file.unlink(missing_ok=True)
+    own = embedded.start_temporal(port, ui, log=live.artifacts / "temporal-own.log", db_file=db_file)
+    try:
+        configure(budget=1, reconcile=1.0)
+        org = make_org("Acme")
+        wf = make_workflow("code", temporal_type="DemoChart")
+        first = make_chart(org, wf, payload={"seconds": 0.2})
+        env = {"TEMPORAL_ADDRESS": own.url}
+        live.worker(env=env)
+        sched = live.scheduler(env=env)
+        wait_until(lambda: all_final([first.pk]), timeout=30, what="the first chart")
+        own.stop()
+        during = make_chart(org, wf, payload={"seconds": 0.2})
+        time.sleep(2.0)
+        own = embedded.start_temporal(port, ui, log=live.artifacts / "temporal-own.log", db_file=db_file)
+        wait_until(lambda: all_final([during.pk]), timeout=60, what="the chart created while Temporal was down")
+        assert set(states([first.pk, during.pk]).values()) == {"succeeded"}
+        assert sched.alive()
+    finally:
+        live.stop_all()
+        own.stop()
