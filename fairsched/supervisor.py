@@ -57,6 +57,7 @@ class ProcessSpec:
     ready_timeout_s: float = 90.0
     stop_timeout_s: float = 10.0
     service: bool = False  # a backing service (Redis, Temporal): stopped after the processes that use it
+    quiet_stop: bool = False  # while it stops, its output goes to its log file only (shutdown chatter)
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Managed:
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=25))
     descendants: dict[int, psutil.Process] = field(default_factory=dict)
     announced_wait: bool = False
+    muted: bool = False
     reader: threading.Thread | None = None
 
 
@@ -119,9 +121,12 @@ class Supervisor:
         if self.colour:
             prefix = f"\x1b[{colour}m{prefix}\x1b[0m"
         with self._write_lock:
-            for line in text.splitlines() or [""]:
-                self.out.write(prefix + line + "\n")
-            self.out.flush()
+            try:
+                for line in text.splitlines() or [""]:
+                    self.out.write(prefix + line + "\n")
+                self.out.flush()
+            except (OSError, ValueError):
+                pass  # a closed terminal or pipe must not stop the pumps (children would block)
 
     def _pump(self, proc: Managed, stream: IO[bytes]) -> None:
         log = open(self.log_dir / f"{proc.spec.name}.log", "ab") if self.log_dir else None
@@ -132,7 +137,8 @@ class Supervisor:
                     log.flush()
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 proc.tail.append(line)
-                self.say(line, proc.spec.name, proc.colour)
+                if not proc.muted:
+                    self.say(line, proc.spec.name, proc.colour)
         finally:
             stream.close()
             if log:
@@ -296,6 +302,7 @@ class Supervisor:
         self._scan_descendants()
         for proc in running:
             self.say(f"stopping {proc.spec.name} (pid {proc.popen.pid})")
+            proc.muted = proc.spec.quiet_stop
             self._signal_group(proc, signal.SIGTERM)
         start = time.monotonic()
         second = set()

@@ -183,7 +183,7 @@ class Command(BaseCommand):
             sup.add(ProcessSpec("temporal", embedded.temporal_command(temporal_port, ui_port, var / "temporal.db",
                                                                      namespace=settings.TEMPORAL_NAMESPACE),
                                 listens=temporal_port, essential=True, service=True, ready_timeout_s=120,
-                                env=env))
+                                quiet_stop=True, env=env))
             temporal_needs = (temporal_port,)
 
         env.update(REDIS_URL=redis_url, TEMPORAL_ADDRESS=temporal_address, TEMPORAL_UI_URL=temporal_ui)
