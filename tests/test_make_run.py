@@ -82,6 +82,23 @@ def test_a_process_starts_once_the_port_it_needs_answers_and_is_restarted_when_i
     assert service.popen.poll() is not None
 
 
+def test_a_service_killed_by_hand_is_started_again(tmp_path):
+    port = free_port()
+    out = StringIO()
+    sup = Supervisor(out=out)
+    sup.BACKOFF_S = (0.2,)
+    svc = sup.add(ProcessSpec("svc", _script(tmp_path, "svc", LISTENER) + [str(port)], listens=port,
+                              essential=True, service=True))
+    try:
+        _run_until(sup, lambda: svc.ready)
+        first = svc.popen.pid
+        os.kill(first, signal.SIGKILL)
+        _run_until(sup, lambda: svc.popen.pid != first and svc.ready)
+        assert "svc exited with status -9" in out.getvalue() and svc.restarts == 1
+    finally:
+        sup.shutdown()
+
+
 def test_an_essential_service_that_cannot_start_stops_everything_with_its_last_words(tmp_path):
     sup = Supervisor(out=StringIO())
     sup.add(ProcessSpec("redis", _script(tmp_path, "bad", """
