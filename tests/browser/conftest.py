@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,6 +68,8 @@ def browser_server(django_db_setup, django_db_blocker, redis_service) -> Iterato
             proc.kill()
             proc.wait(5)
         log.close()
+        if not db_url.startswith("sqlite"):
+            time.sleep(1.0)  # let PostgreSQL end daphne's backends before the test database is dropped
 
 
 @pytest.fixture
@@ -81,6 +84,10 @@ def browser(browser_server, monkeypatch) -> Iterator:
             yield b
         finally:
             b.close()
+            # The test's ORM calls ran in Playwright's context, with connections of their own.
+            from django.db import connections
+
+            connections.close_all()
 
 
 @pytest.fixture
