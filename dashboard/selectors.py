@@ -147,7 +147,7 @@ def db_state() -> dict[str, Any]:
         "orgs": [{
             "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
             "queued": o.n_queued, "running": o.n_running, "used_cost": o.used or 0,
-            "share_budget": (o.used or 0) / budget if budget else 0.0,
+            "share_budget": (o.used or 0) / used_total if used_total else 0.0,  # share of the budget in use
             "share_weight": o.weight / weight_total if weight_total and (o.n_queued or o.n_running) else 0.0,
             "clear_s": None, "clear_at": None,
         } for o in orgs],

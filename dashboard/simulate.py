@@ -102,7 +102,7 @@ def build_from_db(now: float | None = None) -> tuple[dict[str, Any], list[dict[s
         org_rows.append({
             "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
             "queued": queued_by_org[o.pk], "running": len(running_by_org[o.pk]), "used_cost": used_o,
-            "share_budget": round(used_o / budget, 4) if budget else 0.0,
+            "share_budget": round(used_o / used, 4) if used else 0.0,  # share of the budget in use
             "share_weight": round(o.weight / active_weight, 4)
             if active_weight and o.weight and (queued_by_org[o.pk] or running_by_org[o.pk]) else 0.0,
             "clear_s": clear_s, "clear_at": _iso(now + clear_s)})
