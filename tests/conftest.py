@@ -33,6 +33,18 @@ def capture_notifications(django_capture_on_commit_callbacks) -> Iterator[list[d
 
 
 @pytest.fixture(autouse=True)
+def _in_memory_channel_layer(settings) -> None:
+    """Every test's own Channels layer is in memory (channels resets its layers on the
+    setting change). The environment variable above reaches subprocesses only: pytest-django
+    has imported the settings before this file runs. Tests that start daphne or the
+    scheduler as subprocesses give them the Redis layer explicitly."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # The machine's own Redis (6379) is never used by accident: a test that needs Redis asks
+    # for the redis_url fixture, which points this at the session's own server.
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"
+
+
+@pytest.fixture(autouse=True)
 def _no_real_notifications(request) -> Iterator[None]:
     """Outside integration tests, notifications never leave the process."""
     if request.node.get_closest_marker("integration"):

@@ -94,6 +94,8 @@ class Scheduler:
     START_CONCURRENCY: int = 32       # workflow starts in flight at once
     DESCRIBE_CONCURRENCY: int = 16    # reconcile RPCs in flight at once
     MAX_EVENTS_PER_TICK: int = 50     # more are summarised in one "batch" event
+    ETA_SOON_MIN_GAP_S: float = 0.2   # after a change, publish this soon after the last pass ...
+    ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
 
     def __init__(
@@ -140,6 +142,8 @@ class Scheduler:
         self._reconcile_due = 0.0
         self._eta_due = 0.0
         self._eta_now = True
+        self._eta_last_end = 0.0   # monotonic time the last ETA pass ended
+        self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
         self._resync_requested = False
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel")}
@@ -301,10 +305,19 @@ class Scheduler:
             dfx = await self._guarded("dispatch", self._dispatch) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
+        if fx.events:
+            # Something changed (arrival, dispatch, finish, control): publish soon, coalesced, so
+            # a dashboard sees it well within a second; the gap grows with the pass's own cost
+            # so a large backlog under constant change keeps the loop at most half busy with it.
+            gap = max(self.ETA_SOON_MIN_GAP_S, self.ETA_SOON_COST_FACTOR * self._eta_last_cost)
+            self._eta_due = min(self._eta_due, self._eta_last_end + gap)
         if (fx.eta_now or self._eta_now or time.monotonic() >= self._eta_due) and self._backoff["eta"].ready(now):
+            started = time.monotonic()
             if await self._guarded("eta", self._eta_pass) is not None:
                 self._eta_now = False
-            self._eta_due = time.monotonic() + self.state.config.eta_interval_s
+            self._eta_last_end = time.monotonic()
+            self._eta_last_cost = self._eta_last_end - started
+            self._eta_due = self._eta_last_end + self.state.config.eta_interval_s
         if fx.events:
             await self._broadcast(fx.events)
 

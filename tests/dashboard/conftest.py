@@ -7,16 +7,6 @@ from tests.factories import make_chart, make_org, make_user, make_workflow
 
 
 @pytest.fixture(autouse=True)
-def _in_memory_channel_layer(settings):
-    """Consumers talk through the in-memory layer here. (tests/conftest.py asks for it with an
-    environment variable, but pytest-django has imported the settings by then, so without this
-    the layer would be Redis at the default REDIS_URL: a machine's own Redis, shared with
-    whatever else runs there.)"""
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    yield
-
-
-@pytest.fixture(autouse=True)
 def _fresh_caches():
     selectors.clear_caches()
     admin_live._snap.update(at=0.0, value=None)

@@ -380,3 +380,20 @@ def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
     finally:
         live.stop_all()
         own.stop()
+
+
+def test_a_change_is_published_soon_not_at_the_next_periodic_eta_pass(live):
+    """With the periodic ETA pass a minute away, a new chart still reaches the published
+    order (what every dashboard shows) within a few seconds: changes trigger a coalesced pass."""
+    from fairsched import snapshot
+
+    configure(budget=0, eta=60)
+    org = make_org("Acme")
+    wf = make_workflow("code", temporal_type="DemoChart")
+    first = make_chart(org, wf)
+    live.scheduler()
+    wait_until(lambda: [r["id"] for r in snapshot.read_order()[1]] == [first.pk], timeout=20,
+               what="the first snapshot")
+    second = make_chart(org, wf)  # notified on commit; no ETA pass is due for 60 s
+    wait_until(lambda: [r["id"] for r in snapshot.read_order()[1]] == [first.pk, second.pk], timeout=5,
+               what="the new chart in the published order")
