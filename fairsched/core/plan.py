@@ -190,14 +190,7 @@ def _plan(
     estimate: Callable[[str, str | None], float] = Durations(),
     now: float = 0.0,
 ) -> Plan:
-    """The static plan of one moment, exactly as ``contracts/scenario.md``.
-
-    ``queued`` in arrival order (``seq`` breaks ties anyway). ``weights`` must
-    name every org of the charts; ``costs`` maps (org, workflow) to a cost, 1
-    if absent. If every normal-tier chart carries a ``round`` (a live dump),
-    those rounds are used; otherwise rounds are computed (rank // weight, the
-    rank taking ``front_at`` into account, see :mod:`fairsched.core`).
-    """
+    """:func:`plan` with the garbage collector running (see there)."""
     costs = costs or {}
     held: list[QueuedChart] = []
     paused: list[QueuedChart] = []
