@@ -6,7 +6,8 @@ from pathlib import Path
 
 from fairsched.core import QueuedChart
 
-SHARED = Path("/work/shared")
+# shared/ lies beside the repository (in CI too: a copy of it next to the clone).
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 SEED = SHARED / "scenarios" / "seed_example.json"
 NOW = "2026-11-29T12:00:00+00:00"
 
