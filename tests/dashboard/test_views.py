@@ -46,6 +46,16 @@ def test_home_sends_staff_to_dashboard_and_members_to_their_org(two_orgs, viewer
     assert _client(two_orgs["alice"]).get("/")["Location"] == "/orgs/acme/"
 
 
+def test_home_sends_staff_without_dashboard_permission_to_the_admin(db):
+    clerk = make_user("clerk", staff=True, perms=("orgs.view_org",))
+    assert _client(clerk).get("/")["Location"] == "/admin/"
+
+
+def test_home_refuses_a_user_of_no_org(db):
+    response = _client(make_user("loner")).get("/")
+    assert response.status_code == 403 and b"does not belong to any organisation" in response.content
+
+
 def test_dashboard_renders_from_the_db_without_a_snapshot(two_orgs, viewer, redis_url):
     Org.objects.filter(pk=two_orgs["b"].pk).update(weight=0)
     Chart.objects.filter(pk=two_orgs["charts_a"][0].pk).update(paused=True)
