@@ -142,25 +142,23 @@ def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
         if oid in weights:
             raise ScenarioError(f"{p}.id", f"duplicate org {_show(oid)}")
         weights[oid] = _int(_get(o, "weight", p), f"{p}.weight", 0)
-    costs: dict = {}
-    for i, c in enumerate(_list(d.get("costs", []), "costs")):
-        p = f"costs[{i}]"
-        c = _obj(c, p)
-        org = _org(_get(c, "org", p), f"{p}.org", weights)
-        wf = _str(_get(c, "workflow", p), f"{p}.workflow", nullable=True)
-        if (org, wf) in costs:
-            raise ScenarioError(p, f"duplicate cost of ({_show(org)}, {_show(wf)})")
-        costs[(org, wf)] = _int(_get(c, "cost", p), f"{p}.cost", 1)
-    averages: dict = {}
-    for i, a in enumerate(_list(d.get("averages", []), "averages")):
-        p = f"averages[{i}]"
-        a = _obj(a, p)
-        org = _org(_get(a, "org", p), f"{p}.org", weights)
-        wf = _str(_get(a, "workflow", p), f"{p}.workflow", nullable=True)
-        if (org, wf) in averages:
-            raise ScenarioError(p, f"duplicate average of ({_show(org)}, {_show(wf)})")
-        averages[(org, wf)] = _num(_get(a, "avg_s", p), f"{p}.avg_s", 0)
+    costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: _int(v, f, 1))
+    averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: _num(v, f, 0))
     return budget, weights, costs, Durations(averages, default_avg)
+
+
+def _pair_table(d: dict, key: str, field: str, noun: str, weights: dict, parse) -> dict:
+    """``costs`` / ``averages``: a list of {org, workflow, <field>} as {(org, workflow): value}."""
+    table: dict = {}
+    for i, item in enumerate(_list(d.get(key, []), key)):
+        p = f"{key}[{i}]"
+        item = _obj(item, p)
+        org = _org(_get(item, "org", p), f"{p}.org", weights)
+        wf = _str(_get(item, "workflow", p), f"{p}.workflow", nullable=True)
+        if (org, wf) in table:
+            raise ScenarioError(p, f"duplicate {noun} of ({_show(org)}, {_show(wf)})")
+        table[(org, wf)] = parse(_get(item, field, p), f"{p}.{field}")
+    return table
 
 
 def _org(v: Any, path: str, weights: Mapping[str, int]) -> str:
