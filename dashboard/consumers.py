@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL_S = 0.2  # at most 5 updates per second per socket
 DB_REFRESH_S = 10.0  # without a scheduler, re-read the DB counts this often
 CLOSE_FORBIDDEN = 4403
+REAUTH_S = 15.0  # an open socket re-checks its user's access this often (revocation, membership)
+
+
+def _fresh_user(pk: int | None):
+    """The user as the database has it now (the scope's copy caches permissions)."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.filter(pk=pk, is_active=True).first() if pk is not None else None
 
 
 class _LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -57,6 +65,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         self.flush_task: asyncio.Task | None = None
         self.refresh_task: asyncio.Task | None = None
         self.joined = False
+        self.checked_at = time.monotonic()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not await self.allowed(user):
             await self.close(code=CLOSE_FORBIDDEN)
@@ -116,7 +125,24 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         except Exception:  # noqa: BLE001 - a failed push must not kill the socket
             log.exception("dashboard push failed")
 
+    async def still_allowed(self) -> bool:
+        """Re-check access every :data:`REAUTH_S` from a fresh user row; close the socket
+        (4403) when a permission or an org membership was revoked since it opened."""
+        now = time.monotonic()
+        if now - self.checked_at < REAUTH_S:
+            return True
+        self.checked_at = now
+        user = await database_sync_to_async(_fresh_user)(getattr(self.scope.get("user"), "pk", None))
+        if user is not None and await self.allowed(user):
+            return True
+        log.info("closing a live socket of user %s: access revoked", getattr(self.scope.get("user"), "pk", None))
+        self.events, self.counters, self.want_snapshot = [], None, False
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
     async def flush(self) -> None:
+        if not await self.still_allowed():
+            return
         events, counters = self.events, self.counters
         self.events, self.counters = [], None
         if events or counters:
@@ -151,7 +177,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     # --- client messages -----------------------------------------------------------
 
     async def receive_json(self, content: Any, **kwargs) -> None:
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or not await self.still_allowed():
             return
         kind = content.get("type")
         if kind == "resync":

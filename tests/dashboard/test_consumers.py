@@ -317,6 +317,33 @@ async def test_permission_revoked_after_connecting_is_honoured(two_orgs, operato
         await comm.disconnect()
 
 
+async def test_socket_of_a_user_whose_access_was_revoked_is_closed(two_orgs, viewer, redis_url, monkeypatch):
+    monkeypatch.setattr(consumers, "REAUTH_S", 0.0)
+    await database_sync_to_async(publish_from_db)()
+    staff, _ = await _open(viewer)
+    member, _ = await _open(two_orgs["alice"], "/ws/orgs/acme/")
+    try:
+        await database_sync_to_async(viewer.user_permissions.clear)()
+        await database_sync_to_async(two_orgs["a"].members.remove)(two_orgs["alice"])
+        await _group({"type": "queue.event", "event": {"kind": "chart", "org": two_orgs["a"].pk}, "counters": {}})
+        for comm in (staff, member):
+            assert await comm.receive_output(timeout=3) == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}
+    finally:
+        await staff.disconnect()
+        await member.disconnect()
+
+
+async def test_socket_of_a_user_who_keeps_access_stays_open(two_orgs, viewer, redis_url, monkeypatch):
+    monkeypatch.setattr(consumers, "REAUTH_S", 0.0)
+    await database_sync_to_async(publish_from_db)()
+    comm, _ = await _open(viewer)
+    try:
+        await _group({"type": "queue.event", "event": {"kind": "dispatch", "id": 1}, "counters": {"running": 1}})
+        assert (await comm.receive_json_from(timeout=3))["type"] == "events"
+    finally:
+        await comm.disconnect()
+
+
 # --- the org socket --------------------------------------------------------------------------------------------
 
 
