@@ -5,8 +5,9 @@ running) and, with ``include_rounds=True`` (the default), gives each queued
 normal-tier chart the round the live scheduler holds for it, read from the
 order it last published (``fairsched:order`` in Redis). A chart that arrived
 after that publication gets the round the scheduler's arrival rule gives it
-(``max(head, last)``, +1 when its org's last round is full), so a plan of the
-dump replays the live order. Without a published order (no scheduler running)
+(``max(head, last)``, +1 when its org's last round is full), from the per-org
+``(last, used)`` the scheduler publishes with the snapshot (``rounds``; it counts
+dispatched charts too), so a plan of the dump replays the live order. Without a published order (no scheduler running)
 no rounds are given and the plan computes the static rounds, which is exactly
 what a restarted scheduler rebuilds.
 
@@ -75,8 +76,11 @@ def _add_live_rounds(scn: dict[str, Any], weights: dict[int, int], costs: dict, 
         return
     published = {str(r["id"]): r["round"] for r in rows if r.get("round") is not None and r.get("state") == "ordered"}
     head = int(snap.get("head", 0))
-    last: dict[str, int] = {}
-    used: dict[str, int] = {}
+    # The scheduler's own (last, used) per org counts dispatched charts too; an older
+    # snapshot without it falls back to what the published order shows.
+    exact = snap.get("rounds")
+    last: dict[str, int] = {o: int(lu[0]) for o, lu in exact.items()} if exact is not None else {}
+    used: dict[str, int] = {o: int(lu[1]) for o, lu in exact.items()} if exact is not None else {}
     eligible = []
     for item in scn["queued"]:
         w = weights.get(int(item["org"]), 0)
@@ -84,7 +88,7 @@ def _add_live_rounds(scn: dict[str, Any], weights: dict[int, int], costs: dict, 
             continue
         eligible.append(item)
         r = published.get(item["id"])
-        if r is not None:
+        if r is not None and exact is None:
             if r > last.get(item["org"], -1):
                 last[item["org"]], used[item["org"]] = r, 1
             elif r == last[item["org"]]:

@@ -149,6 +149,12 @@ class FairQueue:
         """The round of the last normal-tier chart dispatched (0 at start)."""
         return self._head
 
+    def round_state(self) -> dict[str, tuple[int, int]]:
+        """Per org ``(last, used)``: its highest assigned round and how many of its charts,
+        queued *or dispatched*, hold it (simulate.md). With :attr:`head` this is all the
+        arrival rule needs, so a reader can place charts that arrived after a publication."""
+        return {org: (last, self._used[org]) for org, last in self._last.items()}
+
     @property
     def budget(self) -> int:
         return self._budget

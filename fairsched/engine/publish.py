@@ -2,7 +2,8 @@
 
 Pure: builds the three JSON values from the live state and an ETA report;
 the live loop stores them (``fairsched.snapshot.store``) and tells the dashboards.
-Fields beyond the documented schema: ``head`` (the round of the last
+Fields beyond the documented schema: ``rounds`` (per org id ``[last, used]``, the
+persistent round-robin's state, for ``plan --live``), ``head`` (the round of the last
 normal-tier dispatch) in the snapshot, for ``fairsched.live``'s replayable dump.
 """
 from __future__ import annotations
@@ -75,6 +76,7 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
                      "held": len(queue.held), "paused": len(queue.paused), "blocked": len(queue.blocked)},
         "clear_s": report.clear_s, "clear_at": iso(now + report.clear_s),
         "orgs": org_rows, "running": running_rows, "head": queue.head,
+        "rounds": {org: list(lu) for org, lu in queue.round_state().items()},
     }
     per_org: dict[int, dict] = {row["id"]: {"org": row, "charts": []} for row in org_rows}
     for row in order_rows:
