@@ -294,12 +294,14 @@ def chart_cancel(*, chart: Chart | int) -> Chart:
 
 
 def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: datetime | None = None) -> bool:
-    """queued -> running, compare-and-set. False if the row moved meanwhile (paused,
-    cancelled, already running): the caller must not count it as dispatched."""
+    """queued -> running, compare-and-set. False if the row moved meanwhile (cancelled,
+    already running): the caller must not count it as dispatched. A pause that raced with
+    the start loses (the workflow already runs, and running work is never touched), so the
+    flag is cleared rather than left on a running chart."""
     now = at or timezone.now()
     with transaction.atomic():
         updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
-            state=ChartState.RUNNING, dispatched_at=now, started_at=now, dispatched_cost=cost,
+            state=ChartState.RUNNING, paused=False, dispatched_at=now, started_at=now, dispatched_cost=cost,
             temporal_run_id=run_id, error="", updated_at=now,
         )
     return bool(updated)

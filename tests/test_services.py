@@ -281,11 +281,12 @@ def test_cancel_queued_is_immediate_and_running_is_requested():
 
 
 def test_mark_running_is_compare_and_set():
-    chart = make_chart(make_org())
+    chart = make_chart(make_org(), paused=True)  # a pause that raced with the start loses
     assert charts_services.chart_mark_running(chart_id=chart.pk, cost=2, run_id="r1") is True
     assert charts_services.chart_mark_running(chart_id=chart.pk, cost=2, run_id="r2") is False
     chart.refresh_from_db()
     assert (chart.state, chart.dispatched_cost, chart.temporal_run_id) == (ChartState.RUNNING, 2, "r1")
+    assert chart.paused is False
 
 
 def test_record_outcome_is_idempotent_and_feeds_duration_stats():
