@@ -468,7 +468,6 @@ class Scheduler:
                                              outcome.finished_at, outcome.run_id)
         r = self.state.running.get(chart_id)
         fx = self.state.finished(chart_id, outcome.state)
-        fx.merge(await self._apply_rows({chart_id}))
         took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
                 if outcome.finished_at and outcome.started_at else "")
         if wrote and source != "result":
@@ -478,6 +477,7 @@ class Scheduler:
             log.info("finish chart #%d %s%s (%s), cost %d freed%s", chart_id, outcome.state, took,
                      "recorded by the scheduler" if wrote else "recorded by the workflow",
                      r.cost if r else 0, f"; error: {outcome.error}" if outcome.error else "")
+        fx.merge(await self._apply_rows({chart_id}))
         return fx
 
     # ================================================================ reconcile

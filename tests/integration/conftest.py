@@ -79,6 +79,16 @@ class Proc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def saw(self, text: str, timeout: float = 10.0) -> bool:
+        """Wait for `text` in this process's log; a line is written just after the write it reports,
+        so a test that has seen the database change may still be a moment ahead of the log."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} never logged {text!r}; its log ends:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+        return True
+
 
 @dataclass
 class Live:

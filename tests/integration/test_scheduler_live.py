@@ -134,7 +134,7 @@ def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temp
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final after the restart")
     assert set(states(ids).values()) == {"succeeded"}
     assert set(executions_per_chart(temporal, ids).values()) == {1}
-    assert f"chart #{orphans[0]} adopted" in sched.log(), sched.log()[-3000:]
+    assert sched.saw(f"chart #{orphans[0]} adopted")
 
 
 def test_failed_workflow_marks_chart_failed_and_cancel_cancels_workflow(live, temporal):
@@ -173,7 +173,7 @@ def test_dropped_completion_is_repaired_by_reconciliation(live, temporal):
     assert lost.state == ChartState.SUCCEEDED
     assert lost.finished_at is not None
     assert lost.finished_at == temporal.describe(f"chart-{lost.pk}").close_time  # Temporal's time
-    assert f"reconcile: chart #{lost.pk} closed as succeeded" in sched.log()
+    assert sched.saw(f"reconcile: chart #{lost.pk} closed as succeeded")
 
 
 def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
@@ -187,7 +187,7 @@ def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
     wait_until(lambda: all_final([ghost.pk]), timeout=30, what="ghost final")
     ghost.refresh_from_db()
     assert ghost.state == ChartState.SUCCEEDED
-    assert f"reconcile: chart #{ghost.pk} requeued: Temporal does not know workflow chart-{ghost.pk}" in sched.log()
+    assert sched.saw(f"reconcile: chart #{ghost.pk} requeued: Temporal does not know workflow chart-{ghost.pk}")
     assert executions_per_chart(temporal, [ghost.pk]) == {ghost.pk: 1}
 
 
@@ -351,7 +351,7 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
     assert first.state == ChartState.SUCCEEDED and first.finished_at is not None
     assert failing.state == ChartState.FAILED and "user workflow refused chart u-2" in failing.error
     assert set(executions_per_chart(temporal, [first.pk, failing.pk]).values()) == {1}
-    assert f"dispatch chart #{first.pk} skipped: workflow chart-{first.pk} already closed" in sched.log()
+    assert sched.saw(f"dispatch chart #{first.pk} skipped: workflow chart-{first.pk} already closed")
 
 
 def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
