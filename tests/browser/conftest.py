@@ -39,37 +39,82 @@ def _database_url(settings_dict: dict) -> str:
     return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def browser_server(django_db_setup, django_db_blocker, redis_service) -> Iterator[str]:
-    """``http://127.0.0.1:<port>``: daphne serving fairsched.asgi:application."""
-    from django.db import connection
+class Daphne:
+    """daphne serving fairsched.asgi:application on ``port``, against the test database and Redis."""
 
+    def __init__(self, db_url: str, redis_url: str, port: int | None = None, log_name: str = "daphne-browser.log"):
+        self.db_url, self.redis_url = db_url, redis_url
+        self.port = port or embedded.free_port()
+        self.log_name = log_name
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Daphne":
+        env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
+        env.update(DATABASE_URL=self.db_url, REDIS_URL=self.redis_url, DJANGO_SETTINGS_MODULE="fairsched.settings",
+                   DJANGO_DEBUG="1", FAIRSCHED_SERVE_STATIC="1", PYTHONUNBUFFERED="1")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with open(ARTIFACTS / self.log_name, "ab") as log:
+            self.proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p",
+                                          str(self.port), "fairsched.asgi:application"], cwd=ROOT, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def _require_chromium() -> None:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium) to run browser tests")
+
+
+@pytest.fixture(scope="session")
+def test_db_url(django_db_setup, django_db_blocker) -> str:
+    from django.db import connection
+
     with django_db_blocker.unblock():
-        db_url = _database_url(connection.settings_dict)
-    port = embedded.free_port()
-    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
-    env.update(DATABASE_URL=db_url, REDIS_URL=redis_service.url, DJANGO_SETTINGS_MODULE="fairsched.settings",
-               DJANGO_DEBUG="1", FAIRSCHED_SERVE_STATIC="1", PYTHONUNBUFFERED="1")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "daphne-browser.log", "ab")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-                             "fairsched.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+        return _database_url(connection.settings_dict)
+
+
+@pytest.fixture(scope="session")
+def browser_server(test_db_url, redis_service) -> Iterator[str]:
+    """``http://127.0.0.1:<port>``: daphne serving fairsched.asgi:application."""
+    _require_chromium()
+    server = Daphne(test_db_url, redis_service.url)
     try:
-        embedded.wait_for_port(port, timeout=60, proc=proc)
-        yield f"http://127.0.0.1:{port}"
+        yield server.start().url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
-        if not db_url.startswith("sqlite"):
+        server.stop()
+        if not test_db_url.startswith("sqlite"):
             time.sleep(1.0)  # let PostgreSQL end daphne's backends before the test database is dropped
+
+
+@pytest.fixture
+def own_server(test_db_url, redis_service) -> Iterator[Daphne]:
+    """A daphne of this test's own, which the test may kill and start again on the same port."""
+    _require_chromium()
+    server = Daphne(test_db_url, redis_service.url, log_name="daphne-own.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+        if not test_db_url.startswith("sqlite"):
+            time.sleep(1.0)
 
 
 @pytest.fixture

@@ -131,3 +131,23 @@ def test_org_page_is_live_and_member_scoped(browser, browser_server, redis_layer
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "org-page.png"), full_page=True)
     assert page.goto(f"{browser_server}/orgs/beta/").status == 404
+
+
+def test_page_reconnects_by_itself_when_the_server_comes_back(browser, own_server, redis_layer_publish, world):
+    own_server.start()
+    redis_layer_publish()
+    page = open_dashboard(browser, own_server.url)
+    expect(page.locator("tr[data-chart-id]")).to_have_count(5)
+    page.evaluate("window.__not_reloaded = true")
+
+    own_server.stop(kill=True)
+    expect(page.locator("#live")).not_to_have_attribute("data-state", "live", timeout=5_000)
+
+    # While the page is cut off, a chart arrives and the scheduler publishes: the broadcast reaches
+    # nobody, so the row can only appear through the snapshot the page gets when it reconnects.
+    fresh = make_chart(world["beta"], world["wf"], external_id="beta-while-down")
+    redis_layer_publish()
+    own_server.start()
+    expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=20_000)
+    expect(page.locator(f'tr[data-chart-id="{fresh.pk}"]')).to_contain_text("beta-while-down", timeout=5_000)
+    assert page.evaluate("window.__not_reloaded === true"), "the page reloaded instead of reconnecting"
