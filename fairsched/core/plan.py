@@ -8,11 +8,11 @@ from heapq import heappop, heappush, heapreplace
 import gc
 from contextlib import contextmanager
 from functools import partial
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .keys import org_rank_key, priority_key
-from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+from .types import ById, Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
 
 T = TypeVar("T")
 
@@ -116,32 +116,48 @@ def lane_pass(cost_est: Sequence[tuple[int, float]], lanes: list[float]
 _make_eta = partial(tuple.__new__, Eta)
 
 
-def collect_etas(ids: Sequence[str], orgs: Sequence[str], starts: list, fins: list,
-                 etas: dict, org_clear: dict, pairs: Sequence | None = None) -> None:
-    """Add the walk's results to ``etas`` (id -> Eta) and ``org_clear`` (org ->
-    latest finish). With ``pairs`` ((org, workflow) of each chart, whose
-    estimate is one number) the clear-times need no per-chart loop: starts are
-    non-decreasing along the order, so a pair's latest finish is that of its
-    last chart in the order."""
+def walked(ids: Sequence[str], orgs: Sequence[str], starts: list, fins: list, org_clear: dict,
+           pairs: Sequence | None = None, pair_org: Mapping | None = None) -> tuple[Sequence, list, list]:
+    """The walk's charts that got an ETA, as ``(ids, starts, fins)``, and their
+    clear-times added to ``org_clear`` (org -> latest finish). With ``pairs``
+    (a key of each chart's (org, workflow), whose estimate is one number) the
+    clear-times need no per-chart loop: starts are non-decreasing along the
+    order, so a pair's latest finish is that of its last chart in the order.
+    A key is the (org, workflow) tuple itself, or anything ``pair_org`` maps
+    to the org; ``orgs`` (each chart's org) is only read without ``pairs``."""
+    org_of = pair_org.__getitem__ if pair_org is not None else itemgetter(0)
     if None in fins:
         keep = [i for i, f in enumerate(fins) if f is not None]
         ids = [ids[i] for i in keep]
-        orgs = [orgs[i] for i in keep] if orgs else [pairs[i][0] for i in keep]
+        orgs = [orgs[i] for i in keep] if orgs else [org_of(pairs[i]) for i in keep]
         starts = [starts[i] for i in keep]
         fins = [fins[i] for i in keep]
         pairs = None
-    etas.update(zip(ids, map(_make_eta, zip(starts, fins))))
     get = org_clear.get
     if pairs is not None:
         last = dict(zip(pairs, range(len(pairs))))  # last write wins: last index per pair
         for pair, i in last.items():
             fin = fins[i]
-            if fin > get(pair[0], -1.0):
-                org_clear[pair[0]] = fin
-        return
-    for org, fin in zip(orgs, fins):
-        if fin > get(org, -1.0):
-            org_clear[org] = fin
+            org = org_of(pair)
+            if fin > get(org, -1.0):
+                org_clear[org] = fin
+    else:
+        for org, fin in zip(orgs, fins):
+            if fin > get(org, -1.0):
+                org_clear[org] = fin
+    return ids, starts, fins
+
+
+def collect_etas(ids: Sequence[str], orgs: Sequence[str], starts: list, fins: list,
+                 etas: dict, org_clear: dict, pairs: Sequence | None = None) -> None:
+    """:func:`walked`, its ETAs added to the dict ``etas`` (id -> Eta)."""
+    ids, starts, fins = walked(ids, orgs, starts, fins, org_clear, pairs)
+    etas.update(zip(ids, map(_make_eta, zip(starts, fins))))
+
+
+def eta_map(head: dict, ids: Sequence[str], starts: list, fins: list) -> ById:
+    """:func:`walked`'s columns as an id -> Eta mapping (indexed on first lookup)."""
+    return ById(head, ids, lambda i: _make_eta((starts[i], fins[i])), lambda: map(_make_eta, zip(starts, fins)))
 
 
 def simulate_lanes(
@@ -256,7 +272,7 @@ def _plan(
                 rnd = rounds[c.id]
             keep(rnd)
             buckets[rnd].append(c)
-        rounds = dict(zip(map(_id, normal), rnds))
+        rounds = ById({}, list(map(_id, normal)), rnds.__getitem__, lambda: iter(rnds))
         tier = [c for b in buckets for c in b]
     order = prio + tier
     order_ids = [c.id for c in order]
@@ -273,12 +289,16 @@ def _plan(
         f = etas[r.id][1]
         if f > org_clear.get(r.org, -1.0):
             org_clear[r.org] = f
+    # One (cost, estimate) tuple per pair, reached org -> workflow (no tuple built per
+    # chart); the tuple's identity stands for its pair in the clear-time bookkeeping.
     info: dict = {}
-    for pair in cost_cache:
-        info[pair] = (cost_cache[pair], float(estimate(pair[0], pair[1])))
-    pairs = [(c.org, c.workflow) for c in order]
-    starts, fins = lane_pass(list(map(info.__getitem__, pairs)), lanes)
-    collect_etas(order_ids, (), starts, fins, etas, org_clear, pairs)
+    pair_org: dict = {}
+    for (org, wf), cost in cost_cache.items():
+        ce = info.setdefault(org, {})[wf] = (cost, float(estimate(org, wf)))
+        pair_org[id(ce)] = org
+    cost_est = [info[c.org][c.workflow] for c in order]
+    starts, fins = lane_pass(cost_est, lanes)
+    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, list(map(id, cost_est)), pair_org)
     for org in weights:
         org_clear.setdefault(org, 0.0)
     clear = max(org_clear.values(), default=0.0)
@@ -292,7 +312,7 @@ def _plan(
         held=by_seq(held),
         paused=by_seq(paused),
         blocked=by_seq(blocked),
-        etas=etas,
+        etas=eta_map(etas, walked_ids, starts, fins),
         org_clear_s=org_clear,
         clear_s=clear,
         rounds=rounds,

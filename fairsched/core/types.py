@@ -7,7 +7,8 @@ The core never reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, NamedTuple
+from itertools import chain
+from typing import Callable, Iterator, Mapping, NamedTuple
 
 Pair = tuple  # (org, workflow): workflow may be None
 
@@ -93,6 +94,53 @@ class EtaReport:
     clear_s: float
 
 
+class ById(Mapping):
+    """A read-only ``id -> value`` mapping over ids held in a list, its lookup
+    index built on first lookup.
+
+    A plan of a large backlog produces its values as lists aligned with the
+    order; hashing a million ids into a dict is a large share of the plan's
+    time and many callers only walk the order (the JSON writer, the snapshot).
+    ``head`` holds a few entries given up front (the running charts' ETAs);
+    ``value(i)`` is the value of ``ids[i]``, ``values()`` all of them in order.
+    Equal to any mapping with the same items.
+    """
+
+    __slots__ = ("_head", "_ids", "_value", "_values", "_index")
+
+    def __init__(self, head: dict, ids: list, value: Callable[[int], object], values: Callable[[], Iterator]):
+        self._head, self._ids, self._value, self._values = head, ids, value, values
+        self._index: dict | None = None
+
+    def _lookup(self) -> dict:
+        if self._index is None:
+            self._index = dict(zip(self._ids, range(len(self._ids))))
+        return self._index
+
+    def __getitem__(self, key):
+        if key in self._head:
+            return self._head[key]
+        return self._value(self._lookup()[key])
+
+    def __contains__(self, key) -> bool:
+        return key in self._head or key in self._lookup()
+
+    def __iter__(self) -> Iterator:
+        return chain(self._head, self._ids)
+
+    def __len__(self) -> int:
+        return len(self._head) + len(self._ids)
+
+    def items(self):  # in order, without the index
+        return list(chain(self._head.items(), zip(self._ids, self._values())))
+
+    def values(self):
+        return list(chain(self._head.values(), self._values()))
+
+    def __repr__(self) -> str:
+        return f"ById({dict(self.items())!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What the scheduler decides from one moment (``scenario.md``, "Plan").
@@ -106,7 +154,7 @@ class Plan:
     held: list[str]
     paused: list[str]
     blocked: list[str]
-    etas: dict[str, Eta]
+    etas: Mapping[str, Eta]
     org_clear_s: dict[str, float]
     clear_s: float
-    rounds: dict[str, int] = field(default_factory=dict)
+    rounds: Mapping[str, int] = field(default_factory=dict)

@@ -125,3 +125,23 @@ def test_weighted_rounds():
     p = plan(q, budget=1, weights={"A": 3, "B": 1})
     assert p.order == ["a0", "a1", "a2", "b0", "a3", "a4", "b1", "b2"]
     assert p.rounds == {"a0": 0, "a1": 0, "a2": 0, "a3": 1, "a4": 1, "b0": 0, "b1": 1, "b2": 2}
+
+
+def test_plan_etas_and_rounds_read_like_dicts_without_building_them_up_front():
+    from fairsched.core import ById
+
+    running = [RunningChart("r1", "A", "wf", 0.0, 1)]
+    queued = [QueuedChart(c, "A" if c.startswith("a") else "B", "wf", float(i), i)
+              for i, c in enumerate(["a0", "a1", "b0", "a2"])]
+    p = plan(queued, running, budget=2, weights={"A": 1, "B": 1}, estimate=Durations({}, 10.0), now=0.0)
+    assert isinstance(p.etas, ById) and p.etas._index is None          # nothing hashed yet
+    assert list(p.etas) == ["r1", *p.order]                             # running first, then the order
+    assert [k for k, _ in p.etas.items()] == ["r1", *p.order] and p.etas._index is None
+    assert p.etas["a0"] == Eta(0.0, 10.0) and p.etas["b0"] == Eta(10.0, 20.0) and p.etas["r1"] == Eta(0.0, 10.0)
+    assert "a2" in p.etas and "nope" not in p.etas and p.etas.get("nope") is None
+    with pytest.raises(KeyError):
+        p.etas["nope"]
+    as_dict = dict(p.etas.items())
+    assert p.etas == as_dict and as_dict == p.etas and len(p.etas) == 5
+    assert p.etas != {**as_dict, "a2": Eta(0.0, 0.0)}
+    assert p.rounds == {"a0": 0, "b0": 0, "a1": 1, "a2": 2} and p.rounds["a1"] == 1
