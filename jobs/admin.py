@@ -71,12 +71,13 @@ class ImportJobAdmin(admin.ModelAdmin):
     actions = ["resume"]
     readonly_fields = ("filename", "format", "status", "progress_bar", "total_rows", "next_row", "created_count",
                        "existing_count", "error_count", "message", "row_errors", "rq_job", "created_by",
-                       "created_at", "started_at", "finished_at", "batch_size")
+                       "created_at", "started_at", "finished_at", "batch_size", "heartbeat_at", "auto_resumes")
     fieldsets = (
         (None, {"fields": ("filename", "format", "status", "progress_bar", "message")}),
         ("Counts", {"fields": ("total_rows", "next_row", "created_count", "existing_count", "error_count")}),
         ("Row errors", {"fields": ("row_errors",)}),
-        ("Job", {"fields": ("rq_job", "batch_size", "created_by", "created_at", "started_at", "finished_at")}),
+        ("Job", {"fields": ("rq_job", "batch_size", "created_by", "created_at", "started_at", "heartbeat_at",
+                            "finished_at", "auto_resumes")}),
     )
     change_form_template = "admin/jobs/importjob/change_form.html"
 

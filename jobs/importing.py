@@ -297,7 +297,8 @@ def import_run(import_id: int, *, on_batch: Callable[[ImportJob], None] | None =
     if job.is_final:
         return job
     now = timezone.now()
-    ImportJob.objects.filter(pk=job.pk).update(status=ImportStatus.RUNNING, started_at=job.started_at or now)
+    ImportJob.objects.filter(pk=job.pk).update(status=ImportStatus.RUNNING, started_at=job.started_at or now,
+                                               heartbeat_at=now)
     try:
         rows = parse_rows(bytes(job.data), job.format)
     except ImportFileError as exc:
@@ -307,7 +308,7 @@ def import_run(import_id: int, *, on_batch: Callable[[ImportJob], None] | None =
         log.info("import #%s failed: %s", job.pk, exc)
         return ImportJob.objects.get(pk=job.pk)
     check_rows(rows)
-    ImportJob.objects.filter(pk=job.pk).update(total_rows=len(rows))
+    ImportJob.objects.filter(pk=job.pk).update(total_rows=len(rows), heartbeat_at=timezone.now())
     batch = max(1, job.batch_size)
     while True:
         # The job row is locked for the batch: two runners of one import (a "Resume"
@@ -341,7 +342,8 @@ def _record_batch(job: ImportJob, *, next_row: int, outcome: BatchOutcome, error
     job.created_count += outcome.created
     job.existing_count += outcome.existing
     job.error_count += len(errors)
-    job.save(update_fields=["errors", "next_row", "created_count", "existing_count", "error_count"])
+    job.heartbeat_at = timezone.now()
+    job.save(update_fields=["errors", "next_row", "created_count", "existing_count", "error_count", "heartbeat_at"])
 
 
 def _summary(job: ImportJob) -> str:

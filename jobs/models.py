@@ -49,6 +49,12 @@ class ImportJob(models.Model):
     )
     message = models.TextField(blank=True, help_text="What went wrong with the file as a whole.")
     rq_job_id = models.CharField(max_length=100, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the runner (set as it starts and after each batch)."
+    )
+    auto_resumes = models.PositiveSmallIntegerField(
+        default=0, help_text="Times the sweep re-queued this import after its worker stopped mid-way."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

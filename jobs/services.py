@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import django_rq
 import redis
@@ -65,7 +66,74 @@ def import_resume(*, import_job: ImportJob | int) -> ImportJob:
             raise ValidationError({"status": f"import #{pk}: the file cannot be read; upload a fixed file."})
         job.status = ImportStatus.PENDING
         job.finished_at = None
-        job.message = f"Resumed at {timezone.now():%Y-%m-%d %H:%M:%S} from row {job.next_row + 1}."
-        job.save(update_fields=["status", "finished_at", "message"])
+        job.heartbeat_at = timezone.now()
+        job.message = f"Resumed at {job.heartbeat_at:%Y-%m-%d %H:%M:%S} from row {job.next_row + 1}."
+        job.save(update_fields=["status", "finished_at", "heartbeat_at", "message"])
         transaction.on_commit(lambda: enqueue_import(pk))
     return job
+
+
+MAX_AUTO_RESUMES = 3
+WAITING = {"created", "queued", "deferred", "scheduled", "rate_limited", "ready_to_enqueue"}
+
+
+def _rq_status(job_id: str) -> str:
+    """The rq job's status, or "missing" (never queued, expired, or Redis lost it)."""
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job
+
+    if not job_id:
+        return "missing"
+    try:
+        status = Job.fetch(job_id, connection=django_rq.get_connection("default")).get_status(refresh=False)
+    except NoSuchJobError:
+        return "missing"
+    return getattr(status, "value", status) or "missing"
+
+
+def imports_revive(*, now=None, stale_s: float | None = None) -> list[int]:
+    """Re-queue imports whose worker stopped mid-way (killed, out of memory, machine lost).
+
+    An import is stalled when it is not final, has shown no sign of life for ``stale_s``
+    (FAIRSCHED_IMPORT_STALE_S; a runner writes a heartbeat as it starts and after each
+    batch) and its rq job is not waiting in a queue. It is re-queued and continues after
+    its last committed batch; if the runner was only slow after all, the two share the
+    remaining batches under the import's row lock, so no row is imported twice. After
+    MAX_AUTO_RESUMES the import is marked failed (a file that kills its worker every time
+    must not loop) and 'Resume' is left to a person. Returns the re-queued ids."""
+    now = now or timezone.now()
+    stale = timedelta(seconds=settings.FAIRSCHED_IMPORT_STALE_S if stale_s is None else stale_s)
+    revived: list[int] = []
+    candidates = ImportJob.objects.filter(status__in=[ImportStatus.PENDING, ImportStatus.RUNNING])
+    for job in candidates.only("pk", "status", "rq_job_id", "heartbeat_at", "created_at"):
+        last_sign = job.heartbeat_at or job.created_at
+        if now - last_sign < stale:
+            continue
+        rq_status = _rq_status(job.rq_job_id)
+        if rq_status in WAITING:
+            continue  # queued behind other jobs: its turn comes
+        with transaction.atomic():
+            job = ImportJob.objects.select_for_update().get(pk=job.pk)
+            if job.is_final or (job.heartbeat_at or job.created_at) != last_sign:
+                continue  # it finished or moved meanwhile
+            where = f"row {job.next_row + 1}" if job.total_rows is not None else "the start"
+            why = f"its worker stopped (rq job {job.rq_job_id or '-'} is {rq_status}, no progress since {last_sign:%H:%M:%S})"
+            if job.auto_resumes >= MAX_AUTO_RESUMES:
+                job.status = ImportStatus.FAILED
+                job.finished_at = now
+                job.message = (f"Stopped at {where}: {why}, after {job.auto_resumes} automatic resume(s); "
+                               f"not resumed again automatically. The {job.created_count} chart(s) created before that are in; "
+                               f"'Resume' continues at {where}.")
+                job.save(update_fields=["status", "finished_at", "message"])
+                log.warning("import #%s given up: %s", job.pk, why)
+                continue
+            job.auto_resumes += 1
+            job.status = ImportStatus.PENDING
+            job.heartbeat_at = now
+            job.message = f"Resumed automatically at {now:%Y-%m-%d %H:%M:%S} from {where}: {why}."
+            job.save(update_fields=["auto_resumes", "status", "heartbeat_at", "message"])
+            pk = job.pk
+            transaction.on_commit(lambda pk=pk: enqueue_import(pk))
+        log.info("import #%s re-queued from %s: %s", pk, where, why)
+        revived.append(pk)
+    return revived

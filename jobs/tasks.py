@@ -8,7 +8,7 @@ import logging
 
 from rq import get_current_job
 
-from jobs import importing, webhooks
+from jobs import importing, services, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,9 @@ def deliver_webhook(delivery_id: int) -> str:
 
 
 def sweep() -> dict:
-    """Periodic (rq cron, jobs/cron.py): finished charts and clear-time moves -> webhooks."""
+    """Periodic (rq cron, jobs/cron.py): finished charts and clear-time moves -> webhooks;
+    imports whose worker stopped mid-way -> queued again."""
     result = webhooks.sweep()
-    return {"finished": result.finished, "clear_time": result.clear_time, "requeued": result.requeued}
+    revived = services.imports_revive()
+    return {"finished": result.finished, "clear_time": result.clear_time, "requeued": result.requeued,
+            "imports_resumed": revived}

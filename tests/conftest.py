@@ -12,6 +12,7 @@ os.environ.setdefault("FAIRSCHED_CHANNEL_LAYER", "memory")
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from urllib.parse import quote  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -89,3 +90,24 @@ def temporal_service() -> Iterator[embedded.Service]:
 def temporal_address(temporal_service, settings) -> str:
     settings.TEMPORAL_ADDRESS = temporal_service.url
     return temporal_service.url
+
+
+def _database_url(settings_dict: dict) -> str:
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = quote(settings_dict.get("USER") or "")
+    password = quote(settings_dict.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def test_db_url(django_db_setup, django_db_blocker) -> str:
+    """``DATABASE_URL`` of the test database, for a subprocess (daphne, an rq worker) to share it."""
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        return _database_url(connection.settings_dict)

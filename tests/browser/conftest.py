@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
@@ -25,18 +24,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "var" / "test-artifacts"
-
-
-def _database_url(settings_dict: dict) -> str:
-    engine = settings_dict["ENGINE"]
-    if engine.endswith("sqlite3"):
-        return f"sqlite:///{settings_dict['NAME']}"
-    user = quote(settings_dict.get("USER") or "")
-    password = quote(settings_dict.get("PASSWORD") or "")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = settings_dict.get("HOST") or "127.0.0.1"
-    port = settings_dict.get("PORT") or 5432
-    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
 
 
 class Daphne:
@@ -81,14 +68,6 @@ class Daphne:
 def _require_chromium() -> None:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium) to run browser tests")
-
-
-@pytest.fixture(scope="session")
-def test_db_url(django_db_setup, django_db_blocker) -> str:
-    from django.db import connection
-
-    with django_db_blocker.unblock():
-        return _database_url(connection.settings_dict)
 
 
 @pytest.fixture(scope="session")
