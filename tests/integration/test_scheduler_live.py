@@ -86,12 +86,28 @@ def test_running_cost_seen_in_temporal_never_exceeds_budget(live, temporal):
     assert set(states(ids).values()) == {"succeeded"}
     cost = {c.pk: 2 if c.workflow_id == big.pk else 1 for c in charts}
     intervals = []
-    for c in ids:
-        d = temporal.describe(f"chart-{c}")
+    for c, d in closed_in_temporal(temporal, ids).items():
         intervals.append((d.start_time.timestamp(), d.close_time.timestamp(), cost[c]))
     assert max_concurrent_cost(intervals) == 3  # used the whole budget, never more
     rows = Chart.objects.filter(pk__in=ids)
     assert all(r.dispatched_cost == cost[r.pk] for r in rows)
+
+
+def closed_in_temporal(temporal, ids: list[int], timeout: float = 15.0) -> dict:
+    """Each chart's workflow description once Temporal has closed it. A row turns final when the
+    workflow's last activity records the outcome, a moment before the workflow itself closes."""
+    found: dict = {}
+
+    def all_closed() -> bool:
+        for c in ids:
+            if c not in found:
+                d = temporal.describe(f"chart-{c}")
+                if d.close_time is not None:
+                    found[c] = d
+        return len(found) == len(ids)
+
+    wait_until(all_closed, timeout=timeout, what="Temporal to close every chart's workflow")
+    return found
 
 
 def executions_per_chart(temporal, ids: list[int]) -> dict[int, int]:
@@ -156,8 +172,9 @@ def test_failed_workflow_marks_chart_failed_and_cancel_cancels_workflow(live, te
     assert failing.state == ChartState.FAILED
     assert "failed on purpose" in failing.error
     assert slow.state == ChartState.CANCELLED
-    assert temporal.describe(f"chart-{slow.pk}").status == WorkflowExecutionStatus.CANCELED
-    assert temporal.describe(f"chart-{failing.pk}").status == WorkflowExecutionStatus.FAILED
+    closed = closed_in_temporal(temporal, [slow.pk, failing.pk])
+    assert closed[slow.pk].status == WorkflowExecutionStatus.CANCELED
+    assert closed[failing.pk].status == WorkflowExecutionStatus.FAILED
 
 
 def test_dropped_completion_is_repaired_by_reconciliation(live, temporal):
