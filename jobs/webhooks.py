@@ -11,6 +11,9 @@ is the same bytes on every attempt, signed with the org's secret::
 A failed attempt (connection error, timeout, a non-2xx answer; redirects are not
 followed) is retried by rq with the backoff in ``FAIRSCHED_WEBHOOK_RETRY_S``;
 every attempt's outcome and the next retry time are on the row, in the admin.
+The connection checks the addresses the URL's host resolves to and connects to a
+checked one: link-local (cloud metadata), multicast and reserved addresses are
+never reached, loopback and private ones only with FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
 
 Finished charts are found by a periodic sweep over ``Chart.updated_at`` rather
 than a signal: charts finish through several paths (the lifecycle activity,
@@ -22,8 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import json
 import logging
+import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -131,12 +137,80 @@ def webhook_delivery_retry(*, delivery: WebhookDelivery | int) -> WebhookDeliver
 # --- sending ---------------------------------------------------------------------------
 
 
+class DestinationRefused(OSError):
+    """The webhook's host resolves to an address Fairsched does not POST to."""
+
+
+def check_destination(ip: str, host: str) -> None:
+    """Refuse addresses a webhook must not reach (server-side request forgery): link-local
+    (cloud metadata services such as 169.254.169.254), multicast, unspecified and reserved
+    ones always; loopback and private networks unless FAIRSCHED_WEBHOOK_ALLOW_PRIVATE."""
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    kind = ("link-local" if addr.is_link_local else "multicast" if addr.is_multicast
+            else "unspecified" if addr.is_unspecified else None)
+    if kind is None and addr.is_reserved and not addr.is_loopback:
+        kind = "reserved"
+    if kind is not None:
+        raise DestinationRefused(f"webhook destination {host} ({addr}) is a {kind} address; never allowed")
+    if not addr.is_global and not settings.FAIRSCHED_WEBHOOK_ALLOW_PRIVATE:
+        kind = "loopback" if addr.is_loopback else "private"
+        raise DestinationRefused(f"webhook destination {host} ({addr}) is a {kind} address; "
+                                 "set FAIRSCHED_WEBHOOK_ALLOW_PRIVATE=1 to allow private networks")
+
+
+def _guarded_connection(address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
+    """``socket.create_connection`` that checks every address the host resolves to first and
+    then connects to one of those very addresses (no second lookup a DNS answer could change)."""
+    host, port = address
+    infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    for *_, sockaddr in infos:
+        check_destination(sockaddr[0], host)
+    error: OSError | None = None
+    for family, socktype, proto, _, sockaddr in infos:
+        sock = socket.socket(family, socktype, proto)
+        try:
+            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error or OSError(f"{host} resolves to no address")
+
+
+class _GuardedHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = _guarded_connection
+
+
+class _GuardedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = _guarded_connection
+
+
+class _GuardedHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_GuardedHTTPConnection, req)
+
+
+class _GuardedHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_GuardedHTTPSConnection, req, context=self._context)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 - urllib's API
         return None  # a redirect is an answer to report, not to follow with the signed body
 
 
-_opener = urllib.request.build_opener(_NoRedirect)
+_opener = urllib.request.build_opener(_NoRedirect, _GuardedHTTPHandler, _GuardedHTTPSHandler)
 
 
 @dataclass
@@ -144,6 +218,7 @@ class Attempt:
     status_code: int | None
     response: str
     error: str
+    refused: bool = False  # the destination itself is not allowed: retrying cannot help
 
     @property
     def ok(self) -> bool:
@@ -160,6 +235,8 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Atte
         return Attempt(exc.code, text, f"HTTP {exc.code} {exc.reason}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, DestinationRefused):
+            return Attempt(None, "", f"refused: {reason}", refused=True)
         return Attempt(None, "", f"{type(exc).__name__}: {reason}")
 
 
@@ -201,13 +278,16 @@ def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDeliv
         delivery.status = DeliveryStatus.SUCCEEDED
         delivery.delivered_at = timezone.now()
         delivery.next_retry_at = None
-    elif retry_in_s is not None:
+    elif retry_in_s is not None and not attempt.refused:
         delivery.next_retry_at = timezone.now() + timedelta(seconds=retry_in_s)
     else:
         delivery.status = DeliveryStatus.FAILED
         delivery.next_retry_at = None
     delivery.save(update_fields=["url", "attempts", "last_status_code", "last_response", "last_error",
                                  "claimed_until", "status", "delivered_at", "next_retry_at"])
+    if attempt.refused:
+        log.warning("webhook #%s to %s not sent: %s", delivery.pk, org.webhook_url, attempt.error)
+        return delivery  # failed for good: no rq retry
     if not attempt.ok:
         log.info("webhook #%s to %s failed (attempt %s): %s", delivery.pk, org.webhook_url, delivery.attempts,
                  attempt.error)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, URLValidator
 from django.db import models
 from django.utils.text import slugify
 
@@ -18,7 +18,8 @@ class Org(models.Model):
         null=True, blank=True, editable=False, help_text="The weight to restore on release."
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="orgs")
-    webhook_url = models.URLField(blank=True, help_text="POSTed a signed JSON payload when charts finish.")
+    webhook_url = models.URLField(blank=True, validators=[URLValidator(schemes=["http", "https"])],
+                                  help_text="POSTed a signed JSON payload when charts finish (http or https).")
     webhook_secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for webhooks.")
     webhook_clear_margin_s = models.PositiveIntegerField(
         default=600, help_text="Notify when the org's clear-time moves by more than this many seconds."

@@ -22,7 +22,8 @@ SECRET = "s3cret-for-tests"
 
 
 @pytest.fixture
-def org(receiver):
+def org(receiver, settings):
+    settings.FAIRSCHED_WEBHOOK_ALLOW_PRIVATE = True  # the receiver is on 127.0.0.1
     org = make_org("Acme Health")
     org.webhook_url = receiver.url
     org.webhook_secret = SECRET
@@ -139,6 +140,60 @@ def test_an_unreachable_url_is_an_error_on_the_delivery(org, run_jobs, settings)
     assert delivery.status == DeliveryStatus.FAILED
     assert delivery.last_status_code is None
     assert "URLError" in delivery.last_error and "refused" in delivery.last_error.lower()
+
+
+def test_a_private_destination_is_refused_unless_allowed_and_never_retried(org, receiver, run_jobs, settings):
+    settings.FAIRSCHED_WEBHOOK_ALLOW_PRIVATE = False
+    settings.FAIRSCHED_WEBHOOK_RETRY_S = [1, 1]
+    org.webhook_url = receiver.url.replace("127.0.0.1", "localhost")  # a name that resolves to loopback
+    org.save()
+    _finish(org)
+    tasks.sweep()
+    run_jobs()
+    delivery = WebhookDelivery.objects.get()
+    assert receiver.requests == []
+    assert (delivery.status, delivery.attempts, delivery.next_retry_at) == (DeliveryStatus.FAILED, 1, None)
+    assert delivery.last_error.startswith("refused: webhook destination localhost (")
+    assert "loopback address; set FAIRSCHED_WEBHOOK_ALLOW_PRIVATE=1" in delivery.last_error
+    assert not django_rq.get_queue("default").scheduled_job_registry.get_job_ids()  # no retry planned
+
+    settings.FAIRSCHED_WEBHOOK_ALLOW_PRIVATE = True  # an internal receiver, allowed on purpose
+    webhooks.webhook_delivery_retry(delivery=delivery)
+    run_jobs()
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.SUCCEEDED and len(receiver.requests) == 1
+
+
+@pytest.mark.parametrize("ip, allowed_private, refused", [
+    ("93.184.216.34", False, None),
+    ("2606:4700::1111", False, None),
+    ("10.1.2.3", False, "is a private address"),
+    ("10.1.2.3", True, None),
+    ("127.0.0.1", False, "is a loopback address"),
+    ("::1", True, None),
+    ("169.254.169.254", True, "is a link-local address; never allowed"),  # cloud metadata
+    ("::ffff:169.254.169.254", True, "is a link-local address; never allowed"),
+    ("fe80::1%eth0", True, "is a link-local address; never allowed"),
+    ("0.0.0.0", True, "is a unspecified address; never allowed"),
+    ("224.0.0.1", True, "is a multicast address; never allowed"),
+])
+def test_destination_addresses(ip, allowed_private, refused, settings):
+    settings.FAIRSCHED_WEBHOOK_ALLOW_PRIVATE = allowed_private
+    if refused is None:
+        webhooks.check_destination(ip, "example")
+    else:
+        with pytest.raises(webhooks.DestinationRefused, match=refused):
+            webhooks.check_destination(ip, "example")
+
+
+def test_a_webhook_url_must_be_http_or_https(db):
+    from django.core.exceptions import ValidationError
+
+    org = make_org("Scheme")
+    org.webhook_url = "ftp://example.com/drop"
+    with pytest.raises(ValidationError) as exc:
+        org.full_clean()
+    assert "webhook_url" in exc.value.message_dict
 
 
 def test_a_url_removed_before_sending_skips_the_delivery(org, receiver, run_jobs):
