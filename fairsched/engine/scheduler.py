@@ -47,7 +47,7 @@ from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState
 from fairsched.notify import CHANNEL
 from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
-from fairsched.temporal.shared import ChartInput, chart_id_of, split_temporal_type, workflow_id
+from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, chart_id_of, split_temporal_type, workflow_id
 
 log = logging.getLogger("fairsched.engine")
 
@@ -520,8 +520,9 @@ class Scheduler:
         start and compare-and-set) are adopted; those of cancelled rows are cancelled."""
         fx = Effects()
         found: dict[int, str] = {}
-        async for wf in self.client.list_workflows('ExecutionStatus = "Running"', page_size=1000,
-                                                   rpc_timeout=RPC_TIMEOUT):
+        # Only this app's running workflows, however busy a shared namespace is.
+        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{WORKFLOW_ID_PREFIX}"'
+        async for wf in self.client.list_workflows(query, page_size=1000, rpc_timeout=RPC_TIMEOUT):
             chart_id = chart_id_of(wf.id)
             if chart_id is not None and chart_id not in self.state.running:
                 found[chart_id] = wf.run_id
