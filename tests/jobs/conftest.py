@@ -74,3 +74,72 @@ def receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _self_signed(directory) -> tuple[str, str]:
+    """A certificate for localhost and 127.0.0.1 (cryptography comes with daphne's twisted[tls])."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                       critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "receiver.crt", directory / "receiver.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+@dataclass
+class TlsReceiver(Receiver):
+    cert_file: str = ""
+
+
+@pytest.fixture
+def tls_receiver(tmp_path) -> Iterator[TlsReceiver]:
+    """An HTTPS receiver on localhost with a self-signed certificate (trusted only where a test
+    points SSL_CERT_FILE at ``cert_file``)."""
+    import ssl
+
+    cert_file, key_file = _self_signed(tmp_path)
+    state: dict[str, TlsReceiver] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's API
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            state["r"].requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    state["r"] = TlsReceiver(url=f"https://localhost:{server.server_address[1]}/hook", cert_file=cert_file)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state["r"]
+    finally:
+        server.shutdown()
+        server.server_close()

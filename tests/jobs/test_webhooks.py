@@ -164,6 +164,34 @@ def test_a_private_destination_is_refused_unless_allowed_and_never_retried(org, 
     assert delivery.status == DeliveryStatus.SUCCEEDED and len(receiver.requests) == 1
 
 
+def test_https_deliveries_verify_the_certificate_through_the_guarded_connection(org, tls_receiver, run_jobs,
+                                                                                  settings, monkeypatch):
+    settings.FAIRSCHED_WEBHOOK_RETRY_S = []
+    org.webhook_url = tls_receiver.url
+    org.save()
+    _finish(org)
+    tasks.sweep()
+    run_jobs()  # the receiver's certificate is not trusted: the TLS handshake refuses it
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.status == DeliveryStatus.FAILED and "CERTIFICATE_VERIFY_FAILED" in delivery.last_error
+    assert tls_receiver.requests == []
+
+    monkeypatch.setenv("SSL_CERT_FILE", tls_receiver.cert_file)  # now it is
+    webhooks.webhook_delivery_retry(delivery=delivery)
+    run_jobs()
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.SUCCEEDED, delivery.last_error
+    req = tls_receiver.requests[0]
+    assert req.headers["x-fairsched-signature"] == webhooks.sign(req.body, SECRET)
+
+    settings.FAIRSCHED_WEBHOOK_ALLOW_PRIVATE = False  # and the destination check still comes first
+    webhooks.webhook_delivery_retry(delivery=delivery)
+    run_jobs()
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.FAILED and delivery.last_error.startswith("refused: ")
+    assert len(tls_receiver.requests) == 1
+
+
 @pytest.mark.parametrize("ip, allowed_private, refused", [
     ("93.184.216.34", False, None),
     ("2606:4700::1111", False, None),
