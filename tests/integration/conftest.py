@@ -137,38 +137,43 @@ def live(request, redis_url, temporal_address, settings) -> Iterator[Live]:
         live.stop_all()
 
 
+class TemporalFacade:
+    """A sync facade over a Temporal client, for assertions."""
+
+    def __init__(self, address: str) -> None:
+        from temporalio.client import Client
+
+        self.loop = asyncio.new_event_loop()
+        self.client = self.loop.run_until_complete(Client.connect(address))
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def executions(self, workflow_id: str) -> list:
+        async def go():
+            return [wf async for wf in self.client.list_workflows(f'WorkflowId = "{workflow_id}"')]
+        return self.run(go())
+
+    def describe(self, workflow_id: str):
+        return self.run(self.client.get_workflow_handle(workflow_id).describe())
+
+    def exists(self, workflow_id: str) -> bool:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            self.describe(workflow_id)
+            return True
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+
+    def close(self) -> None:
+        self.loop.close()
+
+
 @pytest.fixture
 def temporal(temporal_address):
-    """A sync facade over a Temporal client for assertions."""
-    from temporalio.client import Client
-
-    class T:
-        def __init__(self) -> None:
-            self.loop = asyncio.new_event_loop()
-            self.client = self.loop.run_until_complete(Client.connect(temporal_address))
-
-        def run(self, coro):
-            return self.loop.run_until_complete(coro)
-
-        def executions(self, workflow_id: str) -> list:
-            async def go():
-                return [wf async for wf in self.client.list_workflows(f'WorkflowId = "{workflow_id}"')]
-            return self.run(go())
-
-        def describe(self, workflow_id: str):
-            return self.run(self.client.get_workflow_handle(workflow_id).describe())
-
-        def exists(self, workflow_id: str) -> bool:
-            from temporalio.service import RPCError, RPCStatusCode
-
-            try:
-                self.describe(workflow_id)
-                return True
-            except RPCError as exc:
-                if exc.status == RPCStatusCode.NOT_FOUND:
-                    return False
-                raise
-
-    t = T()
+    t = TemporalFacade(temporal_address)
     yield t
-    t.loop.close()
+    t.close()

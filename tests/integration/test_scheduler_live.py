@@ -6,6 +6,7 @@ execution per workflow id).
 """
 from __future__ import annotations
 
+import signal
 import time
 from datetime import timedelta
 
@@ -282,6 +283,45 @@ def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
         assert sched.alive()
         log = sched.log()
         assert "cannot renew the lease" in log and "dispatch resumes" in log, log[-3000:]
+    finally:
+        live.stop_all()
+        own.stop()
+
+
+def test_temporal_killed_and_restarted_under_a_running_system_loses_and_repeats_nothing(live):
+    from fairsched import embedded
+    from tests.integration.conftest import TemporalFacade
+
+    port = embedded.free_port()
+    db_file = live.artifacts / "temporal-own.db"
+    db_file.unlink(missing_ok=True)
+    start = lambda: embedded.start_temporal(port, log=live.artifacts / "temporal-own.log", db_file=db_file)  # noqa: E731
+    own = start()
+    try:
+        configure(budget=2, reconcile=1.0)
+        org = make_org("Acme")
+        wf = make_workflow("code", temporal_type="DemoChart")
+        ids = [make_chart(org, wf, payload={"seconds": 1.0}).pk for _ in range(8)]
+        env = {"TEMPORAL_ADDRESS": own.url}
+        live.worker(env=env)
+        sched = live.scheduler(env=env)
+        wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 2,
+                   timeout=60, what="two charts done before the outage")
+        wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.RUNNING).exists(),
+                   timeout=30, what="charts running when Temporal dies")
+        own.proc.send_signal(signal.SIGKILL)  # a crash: running workflows are in its database file
+        own.proc.wait(10)
+        time.sleep(12.0)  # longer than the SDK's own retries: the scheduler's backoff has to carry it
+        assert sched.alive()
+        own = start()
+        wait_until(lambda: all_final(ids), timeout=120, what="every chart final after Temporal came back")
+        assert set(states(ids).values()) == {"succeeded"}, sched.log()[-3000:]
+        assert sched.alive()
+        facade = TemporalFacade(own.url)
+        try:
+            assert set(executions_per_chart(facade, ids).values()) == {1}  # nothing ran twice
+        finally:
+            facade.close()
     finally:
         live.stop_all()
         own.stop()
