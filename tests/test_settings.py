@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,3 +47,45 @@ def test_sqlite_is_configured_for_several_writers():
     assert options["transaction_mode"] == "IMMEDIATE"
     assert "journal_mode=WAL" in options["init_command"]
     assert options["timeout"] >= 20
+
+
+WRITER = """
+import os, sys, django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fairsched.settings")
+django.setup()
+from charts.services import chart_pause, chart_submit
+from fairsched.services import budget_set
+k, n = int(sys.argv[1]), int(sys.argv[2])
+for i in range(n):
+    c = chart_submit(org="acme", workflow="code", external_id=f"w{k}-{i}", payload={"i": i})
+    if i % 10 == 0:
+        chart_pause(chart=c.pk)       # a second write to a row another writer may be reading
+        budget_set(budget=4 + k)      # every writer updates the same singleton row too
+print("ok", k)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_several_writer_processes_at_once_never_meet_a_locked_database(test_db_url):
+    """The web app, the scheduler, the worker and the rq worker all write: on SQLite, WAL and
+    IMMEDIATE transactions with a busy timeout make them wait their turn instead of failing."""
+    import django.db
+
+    from charts.models import Chart
+    from fairsched.models import SchedulerSettings
+    from tests.factories import make_org, make_workflow
+
+    make_org("Acme")
+    make_workflow("code")
+    django.db.connections.close_all()
+    env = {**os.environ, "DATABASE_URL": test_db_url, "REDIS_URL": "redis://127.0.0.1:9/0"}
+    writers, n = 4, 150
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(k), str(n)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for k in range(writers)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0 and "database is locked" not in out, out[-2000:]
+    assert Chart.objects.filter(external_id__startswith="w").count() == writers * n
+    assert Chart.objects.filter(paused=True).count() == writers * (n // 10)
+    assert SchedulerSettings.get().budget in {4 + k for k in range(writers)}
