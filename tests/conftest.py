@@ -111,3 +111,14 @@ def test_db_url(django_db_setup, django_db_blocker) -> str:
 
     with django_db_blocker.unblock():
         return _database_url(connection.settings_dict)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """SQLite's WAL sidecars of the destroyed test database outlive it when a subprocess still had
+    it open (a killed worker's orphan): remove them with it."""
+    from django.conf import settings
+
+    name = settings.DATABASES["default"].get("TEST", {}).get("NAME") or ""
+    if name.endswith(".sqlite3") and not Path(name).exists():
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(name + suffix).unlink(missing_ok=True)
