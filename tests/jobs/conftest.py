@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -45,9 +46,10 @@ class Receiver:
     statuses: list[int] = field(default_factory=lambda: [200])
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    """A local HTTP server on a free port that records every POST."""
+@contextmanager
+def _serving(make_receiver: Callable[[int], Receiver], wrap: Callable | None = None) -> Iterator[Receiver]:
+    """A local server on a free port that records every POST and answers the receiver's statuses
+    in turn; ``wrap`` may replace its listening socket (TLS)."""
     state: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):
@@ -66,7 +68,9 @@ def receiver() -> Iterator[Receiver]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state["r"] = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hook")
+    if wrap is not None:
+        server.socket = wrap(server.socket)
+    state["r"] = make_receiver(server.server_address[1])
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -74,6 +78,13 @@ def receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local HTTP server on a free port that records every POST."""
+    with _serving(lambda port: Receiver(url=f"http://127.0.0.1:{port}/hook")) as rec:
+        yield rec
 
 
 def _self_signed(directory) -> tuple[str, str]:
@@ -118,28 +129,8 @@ def tls_receiver(tmp_path) -> Iterator[TlsReceiver]:
     import ssl
 
     cert_file, key_file = _self_signed(tmp_path)
-    state: dict[str, TlsReceiver] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's API
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            state["r"].requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    state["r"] = TlsReceiver(url=f"https://localhost:{server.server_address[1]}/hook", cert_file=cert_file)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state["r"]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(lambda port: TlsReceiver(url=f"https://localhost:{port}/hook", cert_file=cert_file),
+                  wrap=lambda sock: context.wrap_socket(sock, server_side=True)) as rec:
+        yield rec
