@@ -138,6 +138,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# Test suites only: a password hash costs about 1.3 s on small machines (PBKDF2's work factor is the
+# point of it), and the suite logs users in hundreds of times. tests/conftest.py sets this for the
+# test process and every server it starts; never set it in production.
+if env_bool("FAIRSCHED_FAST_PASSWORD_HASH", False):
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True

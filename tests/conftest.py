@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("FAIRSCHED_CHANNEL_LAYER", "memory")
+# A fast password hash for this process and every server a test starts (see fairsched/settings.py).
+os.environ["FAIRSCHED_FAST_PASSWORD_HASH"] = "1"
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -16,7 +18,13 @@ from urllib.parse import quote  # noqa: E402
 
 import pytest  # noqa: E402
 
+from django.conf import settings as django_settings  # noqa: E402
+
 from fairsched import embedded, notify  # noqa: E402
+
+# pytest-django configured Django before this file ran, so the variable above came too late for
+# this process's own settings: set the same hasher here.
+django_settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts"
 
