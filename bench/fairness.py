@@ -1,7 +1,7 @@
 """Fairness and ETA accuracy: wrr against the baselines fifo and proportional.
 
 Run from the repo root: ``.venv/bin/python bench/fairness.py``.
-Traces: the write-up's headline (1,000 charts of A then 100 of B, budget 3,
+Traces: the headline case (1,000 charts of A then 100 of B, budget 3,
 60 s each) and a mixed trace (10 orgs with skewed backlogs and weights, 3
 workflows of different costs, log-normal durations, arrivals over time; fixed
 seed). Per org: first start, mean and p95 wait, share of the contended starts

@@ -1,7 +1,8 @@
 """The one place code outside consumers sends to the dashboard's Channels group.
 
-Messages may be dropped (the channel layer is best-effort); dashboards resync from
-the stored snapshot (fairsched.snapshot) when they see a gap in ``seq``.
+Messages may be dropped (the channel layer is best-effort). Each socket numbers what
+it sends (``n``, in dashboard/consumers.py); a page that sees a gap in ``n`` asks for
+the stored snapshot (fairsched.snapshot) again. ``seq`` numbers stored snapshots.
 """
 from __future__ import annotations
 

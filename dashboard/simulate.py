@@ -4,7 +4,7 @@
 (``fairsched.scenario.plan``), and stores and broadcasts a snapshot in the
 schema of :mod:`fairsched.snapshot`, exactly as the live scheduler does after
 an ETA pass. It does not dispatch anything and keeps no persistent rounds (it
-plans the static rounds of ``contracts/scenario.md``). The live system uses
+plans the static rounds of ``docs/scheduling.md``). The live system uses
 ``manage.py runscheduler``; this exists so the dashboard can be tested and
 measured without it.
 """

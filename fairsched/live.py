@@ -31,7 +31,7 @@ def _iso(d: datetime | None) -> str | None:
 
 
 def scenario_from_db(*, include_rounds: bool = True, now: datetime | None = None) -> dict[str, Any]:
-    """A scenario (shared/contracts/scenario.md) of the live database state."""
+    """A scenario (docs/scheduling.md) of the live database state."""
     now = now or datetime.now(timezone.utc)
     orgs = list(Org.objects.order_by("pk").values_list("pk", "weight"))
     costs = {(str(o), w): c for o, w, c in WorkflowCost.objects.values_list("org_id", "workflow__name", "cost")}

@@ -1,7 +1,7 @@
 """The JSON contract <-> the pure core.
 
-``plan(scenario) -> dict`` (shared/contracts/scenario.md) and
-``simulate(trace, policy="wrr") -> dict`` (shared/contracts/simulate.md).
+``plan(scenario) -> dict`` and ``simulate(trace, policy="wrr") -> dict``, the
+JSON formats of docs/scheduling.md.
 Bad input raises :class:`ScenarioError` whose message is one line naming the
 field path and the value, e.g. ``queued[3].org: unknown org '9'``.
 No Django here: the management commands and the live scheduler call this.
@@ -235,7 +235,7 @@ def plan_scenario(s: Scenario) -> Plan:
 
 
 def plan(scenario: dict) -> dict:
-    """The plan of a scenario dict, as a dict (contracts/scenario.md)."""
+    """The plan of a scenario dict, as a dict (docs/scheduling.md)."""
     s = parse_scenario(scenario)
     return plan_to_json(plan_scenario(s), s.weights)
 
@@ -339,7 +339,7 @@ def sim_to_json(r: SimResult) -> dict:
 
 def simulate(trace: dict, policy: str = "wrr") -> dict:
     """Replay a trace under ``policy`` (wrr, fifo, proportional); the result dict
-    of contracts/simulate.md plus a ``summary`` of per-org fairness figures."""
+    of docs/scheduling.md plus a ``summary`` of per-org fairness figures."""
     if policy not in POLICIES:
         raise ScenarioError("policy", f"unknown policy {_show(policy)} "
                                       f"(expected one of {', '.join(POLICIES)})")

@@ -63,10 +63,11 @@ class OrgAdmin(admin.ModelAdmin):
         return obj.n_running
 
     def save_model(self, request, obj: Org, form, change: bool) -> None:
-        """Weight changes go through org_set_weight so the scheduler is notified."""
+        """A new org and weight changes reach the scheduler: weight changes go through
+        org_set_weight; a new org is announced like org_create announces one."""
         if not change:
             super().save_model(request, obj, form, change)
-            services.org_set_weight(org=obj, weight=obj.weight)  # notify the scheduler
+            services.org_announce(org=obj)
             return
         new_weight = obj.weight
         other = [f for f in form.changed_data if f not in ("weight", "members")]

@@ -31,6 +31,12 @@ def org_create(*, name: str, weight: int = 1, slug: str = "") -> Org:
     return org
 
 
+def org_announce(*, org: Org) -> None:
+    """Tell the scheduler an org exists, on commit (for orgs saved outside org_create,
+    such as the admin's add form)."""
+    notify("org", id=org.pk)
+
+
 def org_set_weight(*, org: Org | int, weight: int) -> Org:
     """Set an org's weight. 0 holds the org (its charts stay visible and never dispatch)."""
     weight = require_int("weight", weight, minimum=0)

@@ -39,6 +39,16 @@ def test_weight_edited_in_the_list_goes_through_the_service(admin_client, captur
     assert {"kind": "org", "id": org.pk} in capture_notifications
 
 
+def test_org_added_in_the_admin_notifies_the_scheduler(admin_client, capture_notifications):
+    resp = admin_client.post(reverse("admin:orgs_org_add"), {
+        "name": "Newco", "slug": "", "weight": 2, "webhook_url": "", "webhook_secret": "",
+        "webhook_clear_margin_s": 300,
+        "costs-TOTAL_FORMS": 0, "costs-INITIAL_FORMS": 0}, follow=True)
+    assert resp.status_code == 200, resp.content.decode()[:500]
+    org = Org.objects.get(name="Newco")
+    assert {"kind": "org", "id": org.pk} in capture_notifications
+
+
 def test_negative_weight_in_the_list_is_refused_with_a_message(admin_client, capture_notifications):
     org = make_org("Acme", weight=3)
     capture_notifications.clear()

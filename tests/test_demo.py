@@ -1,4 +1,4 @@
-"""The living demo: seed_demo sets up the write-up's situation; demo_load keeps charts arriving."""
+"""The living demo: seed_demo sets up the situation of the README's demo; demo_load keeps charts arriving."""
 from __future__ import annotations
 
 import random

@@ -27,7 +27,7 @@ def world(charts, *, budget=3, weights=(2, 1), costs=None) -> World:
 
 @pytest.fixture
 def backlog() -> LiveState:
-    # the write-up's example: A (weight 2) has 1..4, B (weight 1) has 5..6
+    # the example: A (weight 2) has 1..4, B (weight 1) has 5..6
     return LiveState(world([q(1, 1), q(2, 1), q(3, 1), q(4, 1), q(5, 2), q(6, 2)], budget=3))
 
 

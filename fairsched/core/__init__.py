@@ -1,8 +1,7 @@
 """Fairsched's pure scheduling core: no Django, no I/O, no clock of its own.
 
-Exact semantics: ``shared/contracts/scenario.md`` (the static plan) and
-``shared/contracts/simulate.md`` (persistent weighted round-robin, the
-simulator). Every time is a float in seconds chosen by the caller; ETAs are
+Exact semantics: ``docs/scheduling.md`` (the static plan, the persistent
+weighted round-robin and the simulator). Every time is a float in seconds chosen by the caller; ETAs are
 seconds from the ``now`` the caller passes.
 
 Public API

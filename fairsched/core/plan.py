@@ -1,6 +1,7 @@
-"""The static plan of one moment (contracts/scenario.md, "Plan"), and the two
-pure building blocks the live scheduler shares with it: the head-of-line
-dispatch walk and the ETA lane simulation."""
+"""The static plan of one moment (docs/scheduling.md, "One moment: the plan"):
+classify, order, the head-of-line dispatch walk and the lane simulation, over a
+whole backlog at once. The live order (fairsched/core/queue.py) keeps its own
+incremental structures for the same rules."""
 from __future__ import annotations
 
 from collections import Counter
@@ -183,7 +184,7 @@ def plan(
     estimate: Callable[[str, str | None], float] = Durations(),
     now: float = 0.0,
 ) -> Plan:
-    """The static plan of one moment, exactly as ``contracts/scenario.md``.
+    """The static plan of one moment, exactly as ``docs/scheduling.md``.
 
     ``queued`` in arrival order (``seq`` breaks ties anyway). ``weights`` must
     name every org of the charts; ``costs`` maps (org, workflow) to a cost, 1

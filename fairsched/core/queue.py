@@ -1,4 +1,4 @@
-"""The live fair order: persistent weighted round-robin (contracts/simulate.md).
+"""The live fair order: persistent weighted round-robin (docs/scheduling.md).
 
 :class:`FairQueue` is what the live scheduler keeps in memory for hours and
 what the simulator drives on a simulated clock. It owns the queued charts
@@ -120,7 +120,7 @@ class FairQueue:
         policy: str = "wrr",
     ) -> "FairQueue":
         """Rebuild at start-up from the static backlog: the static plan's rounds,
-        ``head = 0`` (contracts/simulate.md). Its order equals :func:`plan`'s.
+        ``head = 0`` (docs/scheduling.md). Its order equals :func:`plan`'s.
         Any ``round`` on the charts is ignored. O(n log n)."""
         with gc_paused():
             return cls._from_backlog(queued, budget=budget, weights=weights, costs=costs,
@@ -434,7 +434,7 @@ class FairQueue:
         *,
         stop_after: "set[str] | frozenset[str] | None" = None,
     ) -> EtaReport:
-        """The full ETA pass, the lane simulation of contracts/scenario.md over
+        """The full ETA pass, the lane simulation of docs/scheduling.md over
         the running charts and the whole order, O(n log budget).
         ``budget`` defaults to the queue's. ``org_clear_s`` has every listed org.
         ``stop_after``: stop the walk once every one of these ids has its ETA

@@ -1,4 +1,4 @@
-"""Discrete-event simulator (contracts/simulate.md): replays a trace of
+"""Discrete-event simulator (docs/scheduling.md): replays a trace of
 arrivals through the same :class:`~fairsched.core.queue.FairQueue` the live
 scheduler runs, on a simulated clock, beside the baselines ``fifo`` and
 ``proportional``.

@@ -1,4 +1,4 @@
-"""Values of the scheduling core, named in the write-up's words.
+"""Values of the scheduling core, named in the words of docs/scheduling.md.
 
 Every time is a float in seconds: absolute times (``created_at``, ``started_at``,
 ``now``) are epoch seconds chosen by the caller; ETAs are seconds from ``now``.

@@ -1,4 +1,4 @@
-"""The static plan (contracts/scenario.md) on literal cases."""
+"""The static plan (docs/scheduling.md) on literal cases."""
 from __future__ import annotations
 
 import pytest

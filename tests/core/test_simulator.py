@@ -1,4 +1,4 @@
-"""The simulator (contracts/simulate.md): the write-up's headline and event semantics."""
+"""The simulator (docs/scheduling.md): the headline case (1,000 charts of A, 100 of B) and event semantics."""
 from __future__ import annotations
 
 import pytest

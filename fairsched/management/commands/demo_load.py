@@ -46,7 +46,7 @@ class LoadGenerator:
         if not orgs or not names:
             return None
         known = {o.name: o for o in ORGS}
-        # The first (largest) org gets half the arrivals, as in the write-up.
+        # The first (largest) org gets half the arrivals, so volume is skewed as in production.
         weights = [len(orgs) if i == 0 else 1 for i in range(len(orgs))]
         org = self.rng.choices(orgs, weights=weights)[0]
         mix = known[org.name].mix if org.name in known else (1 / 3, 1 / 3, 1 / 3)

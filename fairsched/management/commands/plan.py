@@ -1,4 +1,4 @@
-"""``manage.py plan FILE|-``: the plan of a scenario (shared/contracts/scenario.md).
+"""``manage.py plan FILE|-``: the plan of a scenario (docs/scheduling.md).
 
 ``--table`` prints it for people; ``--live`` plans the live state and
 ``--dump`` prints the live state as a scenario (replayable with ``plan``).

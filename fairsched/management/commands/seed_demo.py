@@ -1,4 +1,4 @@
-"""``manage.py seed_demo``: the write-up's situation, ready to watch.
+"""``manage.py seed_demo``: the situation docs/scheduling.md motivates, ready to watch.
 
 One large tenant with about a thousand charts waiting, several small ones, three
 workflow types of different cost and duration (seconds to a few minutes, so the

@@ -1,5 +1,5 @@
 """``manage.py simulate TRACE.json [--policy wrr|fifo|proportional] [--summary]``
-(shared/contracts/simulate.md). Bad input: exit status 2, one line on stderr."""
+(docs/scheduling.md). Bad input: exit status 2, one line on stderr."""
 from __future__ import annotations
 
 import json
