@@ -1,0 +1,303 @@
+#!/usr/bin/env python
+"""Figures for the live system at scale: a large static backlog, and what it costs.
+
+For each backlog size (a small baseline first, then the sizes asked for), in one run:
+
+1. seeds the backlog straight into a fresh database (50 orgs, Zipf-like sizes, three
+   workflows); every backlog workflow costs 2 and the budget is 11, so five backlog
+   charts run (for an hour) and one unit stays free: the head of the order needs 2,
+   so nothing else starts and the backlog is static;
+2. starts ``runworker`` and ``runscheduler`` (subprocesses, real Temporal dev server
+   and Redis) and times start-up: the "loaded backlog" log line and the first start
+   on Temporal, from the scheduler's spawn;
+3. idle cost: the scheduler's CPU (share of one core) and RSS over a quiet window;
+4. dispatch latency: priority probe charts of a cost-1 workflow, created through the
+   ORM one by one; each goes to the head and fits the free unit at once. Created ->
+   started on Temporal, p50 and p95;
+5. web: ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
+   several offsets and the admin chart list, through Django's test client in this
+   process (p50 and p95 of a few requests each).
+
+Ratios are against the small-backlog figures of the same run (these machines are
+noisy). Usage::
+
+    python bench/scale.py --sizes 100000            # SQLite
+    python bench/scale.py --sizes 100000,1000000 --postgres postgres://postgres@127.0.0.1:5432/postgres
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ORGS = 50
+BUDGET = 11
+PROBES = 20
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    k = (len(values) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def database_url(kind: str, tmp: Path, size: int) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp / f'scale-{size}.sqlite3'}"
+    import psycopg
+
+    base = kind.rsplit("/", 1)[0]
+    name = f"fairsched_scale_{os.getpid()}_{size}"
+    with psycopg.connect(kind, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{base}/{name}"
+
+
+def seed(env: dict, size: int) -> dict:
+    """Migrate and bulk-insert the backlog in a child process (a fresh Django per database)."""
+    code = f"""
+import django, random, time
+django.setup()
+from datetime import timedelta
+from django.core.management import call_command
+from django.utils import timezone
+call_command("migrate", interactive=False, verbosity=0)
+from charts.models import Chart
+from orgs.models import Org, Workflow, WorkflowCost
+from fairsched.models import SchedulerSettings
+rng = random.Random(7)
+orgs = [Org.objects.create(name=f"Org {{i:02d}}", weight=1 + (i % 3 == 0)) for i in range({ORGS})]
+wfs = [Workflow.objects.create(name=n, temporal_type="DemoChart") for n in ("review", "code", "audit")]
+probe = Workflow.objects.create(name="probe", temporal_type="DemoChart")
+WorkflowCost.objects.bulk_create([WorkflowCost(org=o, workflow=w, cost=2) for o in orgs for w in wfs])
+s = SchedulerSettings.get(); s.budget = {BUDGET}; s.eta_interval_s = 3.0; s.reconcile_interval_s = 5.0; s.save()
+weights = [1 / (i + 1) for i in range({ORGS})]
+t0 = timezone.now() - timedelta(days=1)
+rows, start = [], time.monotonic()
+for i in range({size}):
+    rows.append(Chart(org=rng.choices(orgs, weights)[0], workflow=wfs[i % 3], payload={{"seconds": 3600}},
+                      external_id=f"bl-{{i}}", created_at=t0 + timedelta(milliseconds=i)))
+    if len(rows) == 5000:
+        Chart.objects.bulk_create(rows); rows = []
+Chart.objects.bulk_create(rows)
+largest = Chart.objects.values("org__slug").annotate(n=django.db.models.Count("id")).order_by("-n")[0]
+print("SEEDED", time.monotonic() - start, largest["org__slug"], largest["n"], probe.pk, orgs[0].pk)
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"seeding failed:\n{out.stderr[-3000:]}")
+    took, slug, n, probe, org = out.stdout.split("SEEDED", 1)[1].split()
+    return {"seed_s": float(took), "largest_slug": slug, "largest_n": int(n), "probe_wf": int(probe),
+            "probe_org": int(org)}
+
+
+class Stack:
+    """runworker + runscheduler for one database, with their logs."""
+
+    def __init__(self, env: dict, tmp: Path, tag: str) -> None:
+        self.env, self.tmp, self.tag = env, tmp, tag
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def spawn(self, cmd: str) -> float:
+        out = open(self.tmp / f"{cmd}-{self.tag}.log", "ab")
+        self.procs[cmd] = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), cmd], env=self.env, cwd=ROOT,
+                                           stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return time.time()
+
+    def log(self, cmd: str) -> str:
+        return (self.tmp / f"{cmd}-{self.tag}.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+async def first_start(temporal_url: str, since: float, timeout: float) -> float | None:
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal_url)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        starts = [wf.start_time.timestamp() async for wf in client.list_workflows('WorkflowId STARTS_WITH "chart-"')
+                  if wf.start_time.timestamp() >= since]
+        if starts:
+            return min(starts)
+        await asyncio.sleep(0.5)
+    return None
+
+
+async def terminate_running(temporal_url: str) -> None:
+    """End this size's hour-long charts, so the next size's chart ids start afresh."""
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal_url)
+    async for wf in client.list_workflows('ExecutionStatus = "Running"'):
+        await client.get_workflow_handle(wf.id, run_id=wf.run_id).terminate("bench: next size")
+
+
+async def start_times(temporal_url: str, ids: list[int]) -> dict[int, float]:
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal_url)
+    out: dict[int, float] = {}
+    for _ in range(100):
+        query = " OR ".join(f'WorkflowId = "chart-{c}"' for c in ids)
+        async for wf in client.list_workflows(query):
+            out[int(wf.id.split("-")[1])] = wf.start_time.timestamp()
+        if len(out) == len(ids):
+            break
+        await asyncio.sleep(0.3)
+    return out
+
+
+def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str) -> dict:
+    import psutil
+
+    url = database_url(kind, tmp, size)
+    queue = f"scale-{size}"
+    env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": redis_url, "TEMPORAL_ADDRESS": temporal_url,
+           "FAIRSCHED_TASK_QUEUE": queue, "FAIRSCHED_CHANNEL_LAYER": "memory",
+           "DJANGO_SETTINGS_MODULE": "fairsched.settings", "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0",
+           "DJANGO_SECRET_KEY": "bench-only-" + "x" * 50, "DJANGO_ALLOWED_HOSTS": "testserver,127.0.0.1"}
+    fig: dict = {"size": size}
+    fig.update(seed(env, size))
+    import redis as redis_lib
+
+    redis_lib.Redis.from_url(redis_url).flushall()
+    stack = Stack(env, tmp, str(size))
+    try:
+        stack.spawn("runworker")
+        t_spawn = stack.spawn("runscheduler")
+        got = asyncio.run(first_start(temporal_url, t_spawn - 1, timeout=600))
+        fig["first_dispatch_s"] = (got - t_spawn) if got else None
+        for _ in range(600):
+            m = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+).*loaded backlog", stack.log("runscheduler"))
+            if m:
+                break
+            time.sleep(0.5)
+        time.sleep(10)  # let the first passes settle
+        sched = psutil.Process(stack.procs["runscheduler"].pid)
+        sched.cpu_percent(None)
+        time.sleep(20)
+        fig["idle_cpu_pct"] = sched.cpu_percent(None)
+        fig["rss_mb"] = sched.memory_info().rss / 2**20
+
+        # dispatch latency: priority probes of a cost-1 workflow, one by one
+        probe_code = f"""
+import django, time, json
+django.setup()
+from django.utils import timezone
+from charts.models import Chart
+out = {{}}
+for i in range({PROBES}):
+    c = Chart.objects.create(org_id={fig['probe_org']}, workflow_id={fig['probe_wf']}, payload={{"seconds": 0.2}},
+                             priority=True, prioritized_at=timezone.now(), external_id=f"probe-{{i}}")
+    out[c.pk] = c.created_at.timestamp()
+    time.sleep(1.0)
+print("PROBES", json.dumps(out))
+"""
+        out = subprocess.run([sys.executable, "-c", probe_code], env=env, cwd=ROOT, capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(f"probes failed:\n{out.stderr[-3000:]}")
+        import json
+
+        created = {int(k): v for k, v in json.loads(out.stdout.split("PROBES", 1)[1]).items()}
+        started = asyncio.run(start_times(temporal_url, list(created)))
+        lat = [started[c] - created[c] for c in created if c in started]
+        fig["probes_started"] = f"{len(lat)}/{len(created)}"
+        fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
+        fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
+        fig.update(web(env, fig["largest_slug"]))
+    finally:
+        stack.stop()
+        asyncio.run(terminate_running(temporal_url))
+    return fig
+
+
+def web(env: dict, slug: str) -> dict:
+    """Page timings through Django's test client in a child process (against this size's database)."""
+    code = f"""
+import django, time, json
+django.setup()
+from django.contrib.auth import get_user_model
+from django.test import Client
+u = get_user_model().objects.create_superuser("scale", "s@example.com", "x")
+c = Client(); c.force_login(u)
+def t(url, n=7):
+    xs = []
+    for _ in range(n):
+        s = time.perf_counter(); r = c.get(url, secure=True); xs.append(time.perf_counter() - s)
+        assert r.status_code == 200, (url, r.status_code)
+    xs.sort(); return xs[len(xs) // 2] * 1000, xs[-1] * 1000
+out = {{}}
+out["status_json"] = t("/orgs/{slug}/status.json")
+out["org_page"] = t("/orgs/{slug}/")
+out["order_offset_0"] = t("/dashboard/order.json?offset=0")
+out["order_offset_deep"] = t("/dashboard/order.json?offset=90000")
+out["admin_chart_list"] = t("/admin/charts/chart/", n=3)
+print("WEB", json.dumps(out))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode:
+        return {"web_error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    import json
+
+    return {f"{k}_ms": v for k, v in json.loads(out.stdout.split("WEB", 1)[1]).items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000", help="comma-separated backlog sizes (default 100000)")
+    parser.add_argument("--baseline", type=int, default=1000, help="the small backlog the ratios are against")
+    parser.add_argument("--postgres", default="", help="a PostgreSQL URL (a database is created per size)")
+    args = parser.parse_args()
+    sizes = [args.baseline] + [int(s) for s in args.sizes.split(",") if s]
+    kind = args.postgres or "sqlite"
+
+    tmp = Path(tempfile.mkdtemp(prefix="fairsched-scale-"))
+    from fairsched import embedded
+
+    redis = embedded.start_redis(log=tmp / "redis.log")
+    temporal = embedded.start_temporal(log=tmp / "temporal.log")
+    try:
+        results = [measure(kind, size, tmp, redis.url, temporal.url) for size in sizes]
+    finally:
+        temporal.stop()
+        redis.stop()
+    base = results[0]
+    print(f"database: {'PostgreSQL' if args.postgres else 'SQLite'}; budget {BUDGET}, {ORGS} orgs; logs in {tmp}")
+    keys = [k for k in results[-1] if k not in ("size", "largest_slug", "probe_wf", "probe_org")]
+    for r in results:
+        print(f"\nbacklog {r['size']:,} (largest org {r['largest_n']:,} charts)")
+        for k in keys:
+            v, b = r.get(k), base.get(k)
+            if isinstance(v, tuple) or isinstance(v, list):
+                ratio = f"  ({v[1] / b[1]:.1f}x baseline p95)" if b and r is not base and b[1] else ""
+                print(f"  {k:<24} p50 {v[0]:8.1f}  p95 {v[1]:8.1f}{ratio}")
+            elif isinstance(v, float):
+                ratio = f"  ({v / b:.1f}x baseline)" if isinstance(b, float) and b and r is not base else ""
+                print(f"  {k:<24} {v:10.1f}{ratio}")
+            else:
+                print(f"  {k:<24} {v}")
+
+
+if __name__ == "__main__":
+    main()
