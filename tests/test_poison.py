@@ -142,3 +142,16 @@ def test_chart_fail_start_is_compare_and_set_from_queued(capture_notifications):
     assert queued.finished_at is not None
     assert Chart.objects.get(pk=running.pk).state == ChartState.RUNNING
     assert capture_notifications == [{"kind": "chart", "id": queued.pk}]
+
+
+def test_a_final_row_whose_workflow_still_runs_holds_its_cost_until_it_closes():
+    """After a restart the scheduler loads only queued and running rows; a chart recorded
+    final by its last activity whose workflow has not closed yet (its worker died in
+    between) is found by the reconciliation and keeps its cost held until Temporal closes it."""
+    from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+
+    state = LiveState(World(Config(3), [OrgRow(1, "Acme", "acme", 1)], {}, {}, []))
+    fx = state.hold_closing(ChartRow(5, 1, "code", "succeeded", 0.0, started_at=1.0, dispatched_cost=2))
+    assert state.used == 2 and state.free == 1 and state.running[5].closing and fx.watch == {5}
+    assert state.finished(5, "succeeded").unwatch == {5}
+    assert state.used == 0

@@ -469,7 +469,7 @@ class Scheduler:
                 continue
             handle = self.client.get_workflow_handle(workflow_id(chart_id))
             try:
-                await handle.terminate(self._escalation_reason(), rpc_timeout=RPC_TIMEOUT)
+                await handle.terminate(reason=self._escalation_reason(), rpc_timeout=RPC_TIMEOUT)
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise  # Temporal trouble: the step backs off and tries again
@@ -593,7 +593,8 @@ class Scheduler:
 
     async def _adopt_orphans(self) -> Effects:
         """Running workflows ``chart-<pk>`` whose row is still queued (a crash between
-        start and compare-and-set) are adopted; those of cancelled rows are cancelled."""
+        start and compare-and-set) are adopted; those of final rows hold their cost until
+        they close; those of cancelled rows are cancelled."""
         fx = Effects()
         found: dict[int, str] = {}
         # Only this app's running workflows, however busy a shared namespace is.
@@ -610,7 +611,13 @@ class Scheduler:
             if row.state == QUEUED:
                 adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
                               self.clock()))
-            elif row.state == "cancelled":
+                continue
+            if row.state in FINAL and row.dispatched_cost:
+                # Recorded by its last activity, but Temporal still runs it (a worker died between
+                # recording and closing, and this scheduler started since): it holds its cost until
+                # it closes, or Temporal would see more than the budget.
+                fx.merge(self.state.hold_closing(row))
+            if row.state == "cancelled":
                 await self._cancel(chart_id)
         if adopt:
             await _db(db.mark_running)(adopt)
