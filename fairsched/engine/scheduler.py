@@ -612,10 +612,11 @@ class Scheduler:
                 adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
                               self.clock()))
                 continue
-            if row.state in FINAL and row.dispatched_cost:
+            if row.state in FINAL and row.dispatched_cost and not await self._closed_now(chart_id):
                 # Recorded by its last activity, but Temporal still runs it (a worker died between
                 # recording and closing, and this scheduler started since): it holds its cost until
-                # it closes, or Temporal would see more than the budget.
+                # it closes, or Temporal would see more than the budget. (The listing may lag a
+                # close by a moment: _closed_now asks the workflow itself.)
                 fx.merge(self.state.hold_closing(row))
             if row.state == "cancelled":
                 await self._cancel(chart_id)
@@ -626,6 +627,12 @@ class Scheduler:
                          chart_id, workflow_id(chart_id), run_id)
             fx.merge(await self._apply_rows({a[0] for a in adopt}))
         return fx
+
+    async def _closed_now(self, chart_id: int) -> bool:
+        try:
+            return await outcome_of(self.client.get_workflow_handle(workflow_id(chart_id))) is not None
+        except RPCError:
+            return False
 
     # ================================================================ dispatch
     async def _dispatch(self) -> Effects:
