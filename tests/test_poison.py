@@ -155,3 +155,23 @@ def test_a_final_row_whose_workflow_still_runs_holds_its_cost_until_it_closes():
     assert state.used == 2 and state.free == 1 and state.running[5].closing and fx.watch == {5}
     assert state.finished(5, "succeeded").unwatch == {5}
     assert state.used == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", [0, -5, 366 * 24 * 3600 + 1], ids=["zero", "negative", "over-a-year"])
+def test_a_workflow_execution_timeout_out_of_range_is_refused_naming_the_field(value):
+    from django.core.exceptions import ValidationError
+
+    from orgs.services import workflow_create
+
+    with pytest.raises(ValidationError) as err:
+        workflow_create(name="code", execution_timeout_s=value)
+    assert set(err.value.message_dict) == {"execution_timeout_s"}
+
+
+@pytest.mark.django_db
+def test_a_workflow_runs_under_a_day_unless_told_otherwise():
+    from orgs.services import workflow_create
+
+    assert workflow_create(name="code").execution_timeout_s == 24 * 3600
+    assert workflow_create(name="audit", execution_timeout_s=7200).execution_timeout_s == 7200
