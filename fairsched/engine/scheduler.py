@@ -13,7 +13,9 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 5. cancels the workflows of charts whose cancel was requested, and terminates those
    still running ``cancel_grace_s`` after the request (a workflow that ignores
    cancellation must not hold its budget for ever; the chart ends cancelled),
-6. dispatches whenever budget is free (head-of-line down the fair order),
+6. dispatches whenever budget is free (head-of-line down the fair order; a chart
+   whose start no retry can cure is failed with the reason, see
+   :mod:`fairsched.engine.starts`, so it never holds the head),
 7. runs the ETA pass every ``eta_interval_s`` or at once after a budget, weight
    or cost change, and publishes it.
 
