@@ -36,9 +36,9 @@ def scenario_from_db(*, include_rounds: bool = True, now: datetime | None = None
     now = now or datetime.now(timezone.utc)
     orgs = list(Org.objects.order_by("pk").values_list("pk", "weight"))
     costs = {(str(o), w): c for o, w, c in WorkflowCost.objects.values_list("org_id", "workflow__name", "cost")}
-    averages = [{"org": str(o), "workflow": w, "avg_s": total / count}
-                for o, w, count, total in DurationStat.objects.order_by("org_id", "workflow_id")
-                .values_list("org_id", "workflow__name", "count", "total_s") if count]
+    averages = [{"org": None if o is None else str(o), "workflow": w, "avg_s": mean}
+                for o, w, count, mean in DurationStat.objects.order_by("org_id", "workflow_id")
+                .values_list("org_id", "workflow__name", "count", "mean_s") if count]
     running = []
     for pk, org, wf, started, dispatched, cost in (
             Chart.objects.filter(state=ChartState.RUNNING).order_by("pk")
