@@ -110,3 +110,27 @@ def test_admin_org_list_names_the_unplanned_charts(world, client):
     assert "held: no ETA" in html and "3 paused: no ETA until resumed" in html
     assert "2 blocked: cost above the budget" in html
     assert ">clear<" not in html
+
+
+def test_the_budget_help_text_says_running_work_drains_above_a_lowered_budget(client):
+    client.force_login(make_user("root", superuser=True))
+    html = client.get("/admin/fairsched/schedulersettings/1/change/").content.decode()
+    assert "never exceeds" not in html
+    assert "running charts are never stopped" in html and "drains by design" in html
+
+
+def test_the_live_dump_carries_the_workflow_averages_over_all_orgs(world):
+    from datetime import timedelta
+
+    from charts import services as charts_services
+    from fairsched import scenario
+    from fairsched.live import scenario_from_db
+
+    chart = world["head"]
+    charts_services.chart_mark_running(chart_id=chart.pk, cost=3)
+    chart.refresh_from_db()
+    charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
+                                         finished_at=chart.started_at + timedelta(seconds=130))
+    scn = scenario_from_db()
+    assert {"org": None, "workflow": "audit", "avg_s": 130.0} in scn["averages"]
+    scenario.plan(scn)  # valid v2 input
