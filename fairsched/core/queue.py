@@ -208,6 +208,8 @@ class FairQueue:
                     k = q._place(e, arrive=True, insert=False)
                     if k is not None:
                         keys.append(k)
+                    if e.round is not None:
+                        q._changed.add(e.id)
             q._order.bulk_load(keys)
             return q
 
@@ -357,6 +359,8 @@ class FairQueue:
         self._entries[chart.id] = e
         self._by_org[chart.org][chart.id] = e
         self._place(e)
+        if e.round is not None:
+            self._changed.add(e.id)
 
     def remove(self, chart_id: str) -> QueuedChart | None:
         """A queued chart leaves without being dispatched (cancelled, started
@@ -693,7 +697,6 @@ class FairQueue:
             self._last[org] = r
             self._used[org] = 1
         e.round = r
-        self._changed.add(e.id)
 
     def _rank(self, org: str, insert: bool = True) -> list[tuple]:
         """Reset ``org`` to what its dispatched charts imply, then its queued
@@ -707,14 +710,16 @@ class FairQueue:
         charts = sorted(self._by_org[org].values(),
                         key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
         keys = []
-        changed = self._changed
+        old = [e.round for e in charts]
         for e in charts:
-            if e.round is not None:
-                changed.add(e.id)
             e.round = None
             k = self._place(e, arrive=True, insert=insert)
             if k is not None:
                 keys.append(k)
+        changed = self._changed
+        for e, r in zip(charts, old):
+            if e.round != r:  # a re-rank mostly gives the same rounds back: nothing to write
+                changed.add(e.id)
         return keys
 
     def _rerank(self, org: str) -> None:

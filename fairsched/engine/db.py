@@ -7,12 +7,13 @@ Writes go through ``charts.services`` (compare-and-set, notifications).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 
 from charts.models import Chart, ChartState, DurationStat
 from fairsched.core import OrgRounds
@@ -104,8 +105,33 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
         elif any(getattr(o, k) != v for k, v in values.items()):
             OrgRoundState.objects.filter(pk=o.pk).update(**values)
     if changes:
-        rows = [Chart(pk=int(cid), fair_round=r) for cid, r in changes.items()]
-        Chart.objects.bulk_update(rows, ["fair_round"], batch_size=500)
+        _write_chart_rounds(changes)
+
+
+def _write_chart_rounds(changes: dict[str, int | None], batch: int = 20_000) -> None:
+    """Write the charts' rounds with one UPDATE per ``batch`` charts, joined to the new
+    values passed as arrays (PostgreSQL ``unnest``) or JSON (SQLite ``json_each``):
+    100k rows in well under a second, where Django's ``bulk_update`` (a CASE WHEN per
+    row) takes more than a minute on SQLite and one UPDATE per row half a minute on
+    PostgreSQL. Rare in size: only a first start or a budget change re-ranks everything."""
+    table = connection.ops.quote_name(Chart._meta.db_table)
+    items = [(int(cid), r) for cid, r in changes.items()]
+    with connection.cursor() as cursor:
+        for i in range(0, len(items), batch):
+            part = items[i:i + batch]
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"UPDATE {table} AS c SET fair_round = d.r "
+                    f"FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, r) WHERE c.id = d.id",
+                    [[cid for cid, _ in part], [r for _, r in part]])
+            elif connection.vendor == "sqlite":
+                cursor.execute(
+                    f"UPDATE {table} SET fair_round = d.r FROM (SELECT json_extract(value, '$[0]') AS id, "
+                    f"json_extract(value, '$[1]') AS r FROM json_each(%s)) AS d WHERE {table}.id = d.id",
+                    [json.dumps(part)])
+            else:
+                cursor.executemany(f"UPDATE {table} SET fair_round = %s WHERE id = %s",
+                                   [(r, cid) for cid, r in part])
 
 
 def read_world() -> World:
