@@ -22,7 +22,7 @@ def test_arrival_after_the_save_counts_the_dispatched_charts():
     org = make_org("A", weight=2)
     wf = make_workflow("code")
     a1, a2 = make_chart(org, wf), make_chart(org, wf)
-    queue = FairQueue(budget=4, weights={str(org.pk): 2})
+    queue = FairQueue(budget=4, weights={str(org.pk): 2}, track_rounds=True)
     for c in (a1, a2):
         queue.add(queued_chart(c))
     assert [c.id for c in queue.dispatch(1)] == [str(a1.pk)]  # a1 runs; round 0 holds a1 and a2

@@ -18,7 +18,7 @@ Static plan (:mod:`fairsched.core.plan`)
     ``plan(queued, running=(), *, budget, weights, costs=None, estimate=Durations(), now=0.0) -> Plan``
     ``plan_dispatch(order, free, cost_of) -> list`` (head-of-line walk)
 Live order (:mod:`fairsched.core.queue`)
-    ``FairQueue(*, budget, weights, costs=None, policy="wrr")`` and
+    ``FairQueue(*, budget, weights, costs=None, policy="wrr", track_rounds=False)`` and
     ``FairQueue.from_backlog(queued, *, budget, weights, costs=None)`` (first start),
     ``FairQueue.restore(queued, *, state, budget, weights, costs=None)`` (restart or failover:
     from ``export_rounds()`` and the charts' rounds ``take_round_changes()`` reported);

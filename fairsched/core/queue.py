@@ -41,6 +41,22 @@ ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
 POLICIES = ("wrr", "fifo")
 
 
+class _Untracked:
+    """Stands in for the set of changed rounds when nobody persists them (the simulator,
+    a plan): adding and discarding cost a no-op call, nothing is kept."""
+
+    __slots__ = ()
+
+    def add(self, _: str) -> None:
+        pass
+
+    def discard(self, _: str) -> None:
+        pass
+
+
+_UNTRACKED = _Untracked()
+
+
 class _Entry:
     """Mutable internal record of a queued chart (never handed out)."""
 
@@ -91,6 +107,7 @@ class FairQueue:
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
+        track_rounds: bool = False,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
@@ -108,7 +125,9 @@ class FairQueue:
         self._disp_round: dict[str, int] = {}
         self._disp_count: dict[str, int] = {}
         self._ordered_n: dict[str, int] = dict.fromkeys(self._weights, 0)
-        self._changed: set[str] = set()  # queued charts whose round changed (take_round_changes)
+        # queued charts whose round changed (take_round_changes); only the live scheduler,
+        # which persists them, pays for the bookkeeping
+        self._changed: set[str] | _Untracked = set() if track_rounds else _UNTRACKED
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -120,17 +139,19 @@ class FairQueue:
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
+        track_rounds: bool = False,
     ) -> "FairQueue":
         """Rebuild at start-up from the static backlog: the static plan's rounds,
         ``head = 0`` (contracts/simulate.md). Its order equals :func:`plan`'s.
-        Any ``round`` on the charts is ignored. O(n log n)."""
+        Any ``round`` on the charts is ignored. O(n log n). ``track_rounds``: report
+        round changes (:meth:`take_round_changes`) to persist them."""
         with gc_paused():
             return cls._from_backlog(queued, budget=budget, weights=weights, costs=costs,
-                                     policy=policy)
+                                     policy=policy, track_rounds=track_rounds)
 
     @classmethod
-    def _from_backlog(cls, queued, *, budget, weights, costs, policy) -> "FairQueue":
-        q = cls(budget=budget, weights=weights, costs=costs, policy=policy)
+    def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False) -> "FairQueue":
+        q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds)
         keys = []
         for c in queued:
             if c.id in q._entries:
@@ -166,7 +187,7 @@ class FairQueue:
         re-ranked, and every org (in listed order) if the budget differs: what a live
         change made while no scheduler ran would have done. O(n log n)."""
         with gc_paused():
-            q = cls(budget=budget, weights=weights, costs=costs)
+            q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True)
             q._head = int(state.head)
             for org in q._weights:
                 s = state.orgs.get(org)
@@ -228,7 +249,10 @@ class FairQueue:
     def take_round_changes(self) -> dict[str, int | None]:
         """The queued charts whose round changed since the last call (arrivals,
         re-ranks), id -> its round now (None: it holds none), and forget them.
-        Dispatched and removed charts are not listed. O(changes)."""
+        Dispatched and removed charts are not listed. O(changes). Always empty for a
+        queue made without ``track_rounds`` (:meth:`restore` tracks)."""
+        if isinstance(self._changed, _Untracked):
+            return {}
         out = {cid: self._entries[cid].round for cid in self._changed if cid in self._entries}
         self._changed = set()
         return out

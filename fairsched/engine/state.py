@@ -137,7 +137,7 @@ class LiveState:
         else:
             self.queue = FairQueue.from_backlog(
                 [c.queued_chart() for c in queued], budget=world.config.budget, weights=weights,
-                costs=dict(world.costs),
+                costs=dict(world.costs), track_rounds=True,
             )
         self.durations = Durations(dict(world.averages), DEFAULT_AVG_S)
         self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}

@@ -288,7 +288,7 @@ class RestartMachine(RuleBasedStateMachine):
         self.weights = {"o1": 2, "o2": 1, "o3": 1}
         costs = {("o1", "big"): 2}
         self.ref = FairQueue(budget=3, weights=self.weights, costs=costs)
-        self.live = FairQueue(budget=3, weights=self.weights, costs=costs)
+        self.live = FairQueue(budget=3, weights=self.weights, costs=costs, track_rounds=True)
         self.saved_rounds: dict[str, int | None] = {}  # the charts' persisted rounds
         self.saved_state = self.live.export_rounds()
         self.running: dict[str, int] = {}
@@ -384,7 +384,7 @@ def test_restore_resumes_the_issue_example_where_a_rebuild_reshuffles():
     """Org A weight 2, B weight 1, budget 2: A's first two charts start, so B's first is
     next. A restore keeps that; a rebuild from the backlog (head = 0) gives A a fresh round."""
     weights = {"A": 2, "B": 1}
-    q = FairQueue(budget=2, weights=weights)
+    q = FairQueue(budget=2, weights=weights, track_rounds=True)
     for i in range(6):
         q.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
     for i in range(3):
