@@ -364,6 +364,20 @@ class RestartMachine(RuleBasedStateMachine):
                                       weights=self.live.weights, costs=self.live.costs)
         self.restarts += 1
 
+    @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3), b=st.integers(0, 5))
+    def restart_after_settings_changed_while_down(self, org, w, b):
+        """An operator changed a weight and the budget while no scheduler ran: the new one
+        re-ranks as the live changes would have (the saved state names the weights and
+        budget it was computed under)."""
+        self.save()
+        rows = [replace(self.live.get(cid), round=self.saved_rounds.get(cid))
+                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+        self.weights[org] = w
+        self.ref.set_weight(org, w)
+        self.ref.set_budget(b)
+        self.live = FairQueue.restore(rows, state=self.saved_state, budget=b, weights=self.weights,
+                                      costs=self.live.costs)
+
     @invariant()
     def every_decision_agrees(self):
         ref, live = self.ref, self.live
