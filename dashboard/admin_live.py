@@ -74,8 +74,12 @@ class LiveOrgAdminMixin:
         if s is None:
             return "—"
         row = next((o for o in s.get("orgs", []) if o.get("id") == obj.pk), None)
-        if row is None or row.get("clear_s") is None:
+        if row is None:
             return "—"
+        note = row.get("no_eta")  # held, paused or blocked charts: named, never "clear"
+        if row.get("clear_s") is None:
+            return note or "—"
         if not row["clear_s"]:
-            return "clear"
-        return _when(s.get("now") or time.time(), row["clear_s"])
+            return note or "clear"
+        when = _when(s.get("now") or time.time(), row["clear_s"])
+        return f"{when}; {note}" if note else when

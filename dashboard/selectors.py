@@ -100,7 +100,9 @@ def _estimates() -> dict[tuple[int, int | None], float]:
 
 
 def estimate_s(est: dict[tuple[int, int | None], float], org_id: int, workflow_id: int | None) -> float:
-    return est.get((org_id, workflow_id)) or est.get((org_id, None)) or DEFAULT_AVG_S
+    # the scheduler's fallback: pair, the workflow over all orgs, the org, the default
+    return (est.get((org_id, workflow_id)) or est.get((None, workflow_id)) or est.get((org_id, None))
+            or DEFAULT_AVG_S)
 
 
 def db_state() -> dict[str, Any]:
@@ -197,7 +199,9 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
             "org": {"id": org.pk, "name": org.name, "slug": org.slug, "weight": row.get("weight", org.weight),
                     "held": row.get("held", org.weight == 0), "queued": row.get("queued"),
                     "running": row.get("running"), "clear_s": row.get("clear_s"),
-                    "clear_at": row.get("clear_at") or _at(base, row.get("clear_s"))},
+                    "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
+                    # why there is no clear-time, or what it leaves out (held, paused, blocked)
+                    "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta")},
             "total": len(charts), "offset": offset, "limit": limit, "charts": charts[offset:offset + limit],
         }
     qs = Chart.objects.filter(org=org, state__in=[ChartState.QUEUED, ChartState.RUNNING]).select_related("workflow")

@@ -11,7 +11,7 @@ measured without it.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
@@ -19,6 +19,7 @@ from charts.models import Chart, ChartState, DurationStat
 from dashboard.broadcast import broadcast_snapshot
 from fairsched import scenario as fs_scenario
 from fairsched import snapshot as snap
+from fairsched.clear_notes import no_eta_note
 from fairsched.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
 
@@ -35,7 +36,8 @@ def build_from_db(now: float | None = None) -> tuple[dict[str, Any], list[dict[s
     budget = SchedulerSettings.get().budget
     orgs = list(Org.objects.all())
     costs = {(c.org_id, c.workflow.name): c.cost for c in WorkflowCost.objects.select_related("workflow")}
-    averages = [{"org": str(d.org_id), "workflow": d.workflow.name if d.workflow_id else None, "avg_s": d.avg_s}
+    averages = [{"org": None if d.org_id is None else str(d.org_id),
+                 "workflow": d.workflow.name if d.workflow_id else None, "avg_s": d.avg_s}
                 for d in DurationStat.objects.select_related("workflow") if d.avg_s is not None]
     running = list(Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow").order_by("started_at", "pk"))
     queued = list(Chart.objects.filter(state=ChartState.QUEUED).select_related("workflow").order_by("created_at", "pk"))
@@ -57,10 +59,10 @@ def build_from_db(now: float | None = None) -> tuple[dict[str, Any], list[dict[s
     plan = fs_scenario.plan(scen)
     etas = plan["etas"]
     by_id = {c.pk: c for c in queued}
-    avg = {(a["org"], a["workflow"]): a["avg_s"] for a in averages}
+    durations = fs_scenario.Durations({(a["org"], a["workflow"]): a["avg_s"] for a in averages}, DEFAULT_AVG_S)
 
     def estimate(org_id: int, wf: str) -> float:
-        return avg.get((str(org_id), wf)) or avg.get((str(org_id), None)) or DEFAULT_AVG_S
+        return durations(str(org_id), wf)  # the scheduler's fallback (scenario contract v2)
 
     rows: list[dict[str, Any]] = []
 
@@ -95,9 +97,11 @@ def build_from_db(now: float | None = None) -> tuple[dict[str, Any], list[dict[s
         running_by_org[r["org"]].append(r)
     used = sum(r["cost"] for r in running_rows)
     active_weight = sum(o.weight for o in orgs if o.weight and (queued_by_org[o.pk] or running_by_org[o.pk]))
+    unplanned = {k: Counter(by_id[int(cid)].org_id for cid in plan[k]) for k in ("held", "paused", "blocked")}
     org_rows = []
     for o in orgs:
         clear_s = plan["org_clear_s"].get(str(o.pk), 0.0)
+        aside = {k: unplanned[k].get(o.pk, 0) for k in ("held", "paused", "blocked")}
         used_o = sum(r["cost"] for r in running_by_org[o.pk])
         org_rows.append({
             "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
@@ -105,13 +109,16 @@ def build_from_db(now: float | None = None) -> tuple[dict[str, Any], list[dict[s
             "share_budget": round(used_o / used, 4) if used else 0.0,  # share of the budget in use
             "share_weight": round(o.weight / active_weight, 4)
             if active_weight and o.weight and (queued_by_org[o.pk] or running_by_org[o.pk]) else 0.0,
-            "clear_s": clear_s, "clear_at": _iso(now + clear_s)})
+            "clear_s": clear_s, "clear_at": None if clear_s is None else _iso(now + clear_s),
+            "unplanned": aside if any(aside.values()) else {},
+            "no_eta": no_eta_note(aside, org_held=o.weight == 0)})
     snapshot = {
         "version": 1, "generated_at": _iso(now), "now": now, "budget": budget, "used": used,
         "counters": {"queued": len(queued), "ordered": len(plan["order"]), "running": len(running_rows),
                      "held": len(plan["held"]), "paused": len(plan["paused"]), "blocked": len(plan["blocked"])},
         "clear_s": plan["clear_s"], "clear_at": _iso(now + plan["clear_s"]),
         "orgs": org_rows, "running": running_rows, "simulated": True,
+        "no_eta": no_eta_note({k: len(plan[k]) for k in ("held", "paused", "blocked")}),
     }
     org_charts: dict[int, list] = defaultdict(list)
     for r in rows:

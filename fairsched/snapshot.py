@@ -14,7 +14,14 @@ every open dashboard (``dashboard.broadcast.broadcast_snapshot``):
      "orgs": [{"id": 1, "name": "Acme", "slug": "acme", "weight": 2, "held": false,
                "queued": 900, "running": 2, "used_cost": 2,
                "share_budget": 0.67, "share_weight": 0.5,
-               "clear_s": 5400.0, "clear_at": "..."}],
+               "clear_s": 5400.0, "clear_at": "...",
+               # its held, paused and blocked charts, and what to say about them;
+               # clear_s/clear_at are null when none of its work is planned
+               "unplanned": {"held": 0, "paused": 3, "blocked": 0},
+               "no_eta": "3 paused: no ETA until resumed"}],
+     "no_eta": "100 held: no ETA; 5 paused: ...",   # the same for the whole queue
+     "waiting": {"chart": 1043, "cost": 4, "free": 2,  # why nothing starts (or null)
+                 "text": "next: #1043 (Cedar Labs, audit, cost 4) waits for 4 free; 2 free"},
      "running": [{"id": 7, "org": 1, "workflow": "code", "cost": 1,
                   "external_id": "mrn-7", "started_at": "...", "elapsed_s": 30.0,
                   "expected_s": 600.0, "finish_s": 570.0,

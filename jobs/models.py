@@ -135,8 +135,11 @@ class SweepCursor(models.Model):
 
 
 class OrgClearTime(models.Model):
-    """The clear-time last sent to an org's webhook (None: no work pending)."""
+    """The clear-time last sent to an org's webhook (None: no work pending, or, with
+    ``no_eta``, none of its work can run: held, paused or blocked)."""
 
     org = models.OneToOneField("orgs.Org", on_delete=models.CASCADE, related_name="+")
     clear_at = models.DateTimeField(null=True, blank=True)
+    no_eta = models.CharField(max_length=300, blank=True, default="",
+                              help_text='What was said instead of a clear-time, e.g. "held: no ETA".')
     notified_at = models.DateTimeField()

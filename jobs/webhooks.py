@@ -346,16 +346,19 @@ def sweep_finished_charts(now: datetime | None = None) -> int:
     return created
 
 
-def _clear_at(row: dict[str, Any] | None, snapshot: dict[str, Any]) -> tuple[bool, datetime | None]:
-    """``(known, clear_at)`` of an org in a snapshot: clear_at None means nothing pending;
-    known False when it has work but no estimate (held, or blocked)."""
+def _clear_at(row: dict[str, Any] | None, snapshot: dict[str, Any]) -> tuple[bool, datetime | None, str]:
+    """``(known, clear_at, no_eta)`` of an org in a snapshot: clear_at None means nothing
+    pending, unless ``no_eta`` says why its work has no clear-time ("held: no ETA", "3
+    paused: no ETA until resumed"); ``no_eta`` beside a clear_at names what it leaves out.
+    known False when it has work but the snapshot gives no estimate and no reason."""
     if row is None or (not row.get("queued") and not row.get("running")):
-        return True, None
+        return True, None, ""
+    note = row.get("no_eta") or ""
     if row.get("clear_at"):
-        return True, datetime.fromisoformat(row["clear_at"])
+        return True, datetime.fromisoformat(row["clear_at"]), note
     if row.get("clear_s") is not None and snapshot.get("now") is not None:
-        return True, datetime.fromtimestamp(float(snapshot["now"]) + float(row["clear_s"]), tz=dt_timezone.utc)
-    return False, None
+        return True, datetime.fromtimestamp(float(snapshot["now"]) + float(row["clear_s"]), tz=dt_timezone.utc), note
+    return bool(note), None, note
 
 
 def sweep_clear_times(now: datetime | None = None, snapshot: dict[str, Any] | None = None) -> int:
@@ -363,6 +366,9 @@ def sweep_clear_times(now: datetime | None = None, snapshot: dict[str, Any] | No
 
     A missing clear-time counts as "now" (an idle org that gets three hours of work
     has moved by three hours; one that drains an hour early has moved by an hour).
+    An org whose queued work is all held, paused or blocked has no clear-time, and is
+    never told it is clear: it is notified once when that starts (``clear_at`` null,
+    ``no_eta`` saying why) and once when its work has a clear-time again.
     """
     now = now or timezone.now()
     snapshot = snapshot if snapshot is not None else read_snapshot()
@@ -375,23 +381,27 @@ def sweep_clear_times(now: datetime | None = None, snapshot: dict[str, Any] | No
     sent = 0
     for org in Org.objects.exclude(webhook_url=""):
         row = rows.get(org.pk)
-        known, clear_at = _clear_at(row, snapshot)
+        known, clear_at, note = _clear_at(row, snapshot)
         if not known:
             continue
+        no_eta = clear_at is None and bool(note)  # work pending, none of it can run
         with transaction.atomic():
             state = OrgClearTime.objects.select_for_update().filter(org=org).first()
             previous = state.clear_at if state else None
-            moved = abs(((clear_at or now) - (previous or now)).total_seconds())
-            if moved <= org.webhook_clear_margin_s:
+            was_no_eta = state is not None and state.clear_at is None and bool(state.no_eta)
+            moved = 0.0 if no_eta else abs(((clear_at or now) - (previous or now)).total_seconds())
+            if no_eta == was_no_eta and moved <= org.webhook_clear_margin_s:
                 continue
             payload = {
                 "org": {"id": org.pk, "slug": org.slug, "name": org.name},
                 "clear_at": _iso(clear_at), "previous_clear_at": _iso(previous), "moved_s": round(moved, 1),
                 "clear_s": None if clear_at is None else round(max(0.0, (clear_at - now).total_seconds()), 1),
+                "no_eta": note or None, "unplanned": (row or {}).get("unplanned") or {},
                 "queued": (row or {}).get("queued", 0), "running": (row or {}).get("running", 0),
             }
             webhook_delivery_create(org=org, event=WebhookEvent.CLEAR_TIME_CHANGED, payload=payload)
-            OrgClearTime.objects.update_or_create(org=org, defaults={"clear_at": clear_at, "notified_at": now})
+            OrgClearTime.objects.update_or_create(org=org, defaults={"clear_at": clear_at, "no_eta": note,
+                                                                     "notified_at": now})
             sent += 1
     return sent
 

@@ -187,19 +187,61 @@ def test_failure_text_skips_generic_and_repeated_messages():
 
 
 @pytest.mark.django_db
-def test_scenario_from_db_carries_the_live_rounds(monkeypatch):
-    from fairsched import scenario, snapshot
+def test_scenario_from_db_carries_the_persisted_rounds():
+    """The rounds come from the database (what the scheduler saved), not from Redis: a
+    plan of the live state needs no running scheduler and survives a lost Redis."""
+    from fairsched import scenario
+    from fairsched.core import OrgRounds, RoundState
+    from fairsched.engine import db
     from fairsched.live import scenario_from_db
     from tests.factories import make_chart, make_org, make_workflow
 
     a, b = make_org("A", weight=1), make_org("B", weight=1)
     wf = make_workflow()
     c1, c2, c3, c4 = make_chart(a, wf), make_chart(a, wf), make_chart(b, wf), make_chart(a, wf)
-    monkeypatch.setattr(snapshot, "read_snapshot", lambda: {"head": 5})
-    monkeypatch.setattr(snapshot, "read_order", lambda offset, limit: (3, [
-        {"id": c1.pk, "round": 5, "state": "ordered"}, {"id": c2.pk, "round": 6, "state": "ordered"},
-        {"id": c3.pk, "round": 5, "state": "ordered"}]))
+    assert all("round" not in item for item in scenario_from_db()["queued"])  # nothing saved: static
+    state = RoundState(5, 4, {str(a.pk): OrgRounds(6, 1, 0, 1), str(b.pk): OrgRounds(5, 1, 0, 1)})
+    db._save_rounds(state, {str(c1.pk): 5, str(c2.pk): 6, str(c3.pk): 5})
     scn = scenario_from_db()
-    assert [item["round"] for item in scn["queued"]] == [5, 6, 5, 7]  # c4 arrived after the publication
+    assert [item["round"] for item in scn["queued"]] == [5, 6, 5, 7]  # c4 arrived after the save
     assert scenario.plan(scn)["order"] == [str(c.pk) for c in (c1, c3, c2, c4)]
     assert all("round" not in item for item in scenario_from_db(include_rounds=False)["queued"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dispatch_writes_the_round_state_with_its_compare_and_set_and_a_new_state_resumes_it():
+    """What the scheduler does: dispatch in memory, then one transaction with the
+    compare-and-set and the round state; a LiveState read back from the database
+    resumes the same order (org A weight 2, B weight 1, budget 2: B's first is next)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from charts.models import Chart
+    from fairsched.engine import db
+    from fairsched.engine.state import LiveState
+    from fairsched.models import OrgRoundState, RoundState, SchedulerSettings
+    from tests.factories import make_chart, make_org, make_workflow
+
+    s = SchedulerSettings.get()
+    s.budget = 2
+    s.save()
+    a, b = make_org("A", weight=2), make_org("B", weight=1)
+    wf = make_workflow()
+    t0 = timezone.now() - timedelta(hours=1)
+    names = {make_chart(a, wf, created_at=t0 + timedelta(minutes=i)).pk: f"a{i}" for i in range(4)}
+    names |= {make_chart(b, wf, created_at=t0 + timedelta(minutes=10 + i)).pk: f"b{i}" for i in range(2)}
+    state = LiveState(db.read_world())
+    planned = state.to_start()
+    assert [names[int(c)] for c in planned] == ["a0", "a1"]
+    new = state.commit_dispatch(planned, {c: ("run", 0.0) for c in planned})
+    rounds = (state.queue.export_rounds(), state.queue.take_round_changes())
+    ran = db.mark_running([(r.id, r.cost, r.run_id, 0.0) for r in new], rounds)
+    assert all(ran.values())
+    assert RoundState.objects.get().head == 0
+    assert OrgRoundState.objects.get(org=a).in_head == 2
+    assert set(Chart.objects.filter(fair_round__isnull=False).values_list("pk", flat=True)) == \
+        {pk for pk, n in names.items() if n not in ("a0", "a1")}
+    order = [names[int(c)] for c in state.queue.order()]
+    assert order == ["b0", "a2", "a3", "b1"]
+    assert [names[int(c)] for c in LiveState(db.read_world()).queue.order()] == order

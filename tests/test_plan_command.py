@@ -87,3 +87,20 @@ def test_missing_file_exits_2():
     r = run("plan", "/nonexistent/scenario.json")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "no such file" in r.stderr
+
+
+def test_held_and_paused_orgs_have_no_clear_time_in_json_and_table(tmp_path):
+    """Scenario contract v2: null and counted in org_unplanned (was 0.0, "clear")."""
+    t = "2026-11-29T11:00:00+00:00"
+    s = {"now": "2026-11-29T12:00:00+00:00", "budget": 2,
+         "orgs": [{"id": "A", "weight": 1}, {"id": "H", "weight": 0}, {"id": "P", "weight": 1}],
+         "queued": [{"id": "a", "org": "A", "workflow": "w", "created_at": t},
+                    {"id": "h", "org": "H", "workflow": "w", "created_at": t},
+                    {"id": "p", "org": "P", "workflow": "w", "created_at": t, "paused": True}]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(s))
+    p = json.loads(run("plan", str(f)).stdout)
+    assert p["org_clear_s"] == {"A": 600.0, "H": None, "P": None}
+    assert p["org_unplanned"] == {"H": 1, "P": 1}
+    table = run("plan", "--table", str(f)).stdout
+    assert "H            no ETA  (1 held, paused or blocked)" in table

@@ -312,3 +312,39 @@ def test_requeue_puts_a_running_chart_back():
     assert charts_services.chart_requeue(chart_id=chart.pk, reason="unknown to Temporal")
     chart.refresh_from_db()
     assert chart.state == ChartState.QUEUED and chart.dispatched_cost is None and "unknown" in chart.error
+
+
+def test_a_finish_updates_the_pair_the_org_and_the_workflow_over_all_orgs_with_a_decaying_mean():
+    """The workflow's statistic over all orgs (org NULL) is kept beside the pair's and the
+    org's, and each is a decaying mean: after a workflow got faster, the estimate follows
+    (an all-time mean would stay near the old figure)."""
+    from datetime import timedelta
+
+    from fairsched.engine import db
+
+    acme, beta = make_org("Acme"), make_org("Beta")
+    audit = make_workflow("audit")
+
+    def finish(org, seconds):
+        chart = make_chart(org, audit)
+        charts_services.chart_mark_running(chart_id=chart.pk, cost=1)
+        chart.refresh_from_db()
+        charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
+                                             finished_at=chart.started_at + timedelta(seconds=seconds))
+
+    finish(beta, 120.0)
+    finish(beta, 100.0)
+    wide = DurationStat.objects.get(org=None, workflow=audit)
+    assert (wide.count, wide.avg_s) == (2, 110.0)  # a plain mean of the first finishes
+    averages = db.read_averages()
+    assert averages[(None, "audit")] == 110.0 and (str(acme.pk), "audit") not in averages
+    for _ in range(60):
+        finish(beta, 110.0)
+    for _ in range(60):
+        finish(beta, 20.0)  # the workflow got faster
+    wide = DurationStat.objects.get(org=None, workflow=audit)
+    all_time = wide.total_s / wide.count
+    assert all_time > 60.0
+    assert wide.avg_s < 30.0  # 20 s plus 0.96^60 (9%) of the old 90 s gap: 27.8 s
+    pair = DurationStat.objects.get(org=beta, workflow=audit)
+    assert pair.avg_s == pytest.approx(wide.avg_s)

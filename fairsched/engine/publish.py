@@ -3,14 +3,18 @@
 Pure: builds the three JSON values from the live state and an ETA report;
 the live loop stores them (``fairsched.snapshot.store``) and tells the dashboards.
 Fields beyond the documented schema: ``rounds`` (per org id ``[last, used]``, the
-persistent round-robin's state, for ``plan --live``), ``head`` (the round of the last
-normal-tier dispatch) in the snapshot, for ``fairsched.live``'s replayable dump.
+persistent round-robin's state), ``head`` (the round of the last normal-tier dispatch);
+per org ``unplanned`` (its held, paused and blocked charts) and ``no_eta`` (what to say
+about them, :mod:`fairsched.clear_notes`; its ``clear_s``/``clear_at`` are null when
+nothing of it is planned); the same two for the whole queue; and ``waiting`` (why
+nothing starts although budget is free: the head of the order does not fit).
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any
 
+from fairsched.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
 from fairsched.engine.state import LiveState
 from fairsched.temporal.shared import workflow_id
@@ -18,6 +22,28 @@ from fairsched.temporal.shared import workflow_id
 
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+def waiting(state: LiveState) -> dict[str, Any] | None:
+    """Why nothing starts although budget is free: the head of the order costs more than
+    what is free (head-of-line: nothing cheaper skips ahead, so dispatch waits for
+    running work to finish). None when dispatch is not waiting for that."""
+    free = state.free
+    queue = state.queue
+    if not queue.order_len or free == 0:
+        return None
+    if free < 0:
+        return {"chart": None, "free": free, "text": f"running cost {state.used} is above the budget "
+                f"{state.budget} (it was lowered): nothing starts until running work drains below it"}
+    head = next(iter(queue.iter_charts()))
+    cost = queue.cost_of(head.org, head.workflow)
+    if cost <= free:
+        return None
+    org = state.orgs.get(int(head.org))
+    return {"chart": int(head.id), "org": int(head.org), "org_name": org.name if org else head.org,
+            "workflow": head.workflow, "cost": cost, "free": free, "external_id": state.external_ids.get(int(head.id)),
+            "text": f"next: #{head.id} ({org.name if org else head.org}, {head.workflow}, cost {cost}) "
+                    f"waits for {cost} free; {free} free"}
 
 
 def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dict, list[dict], dict[int, dict]]:
@@ -33,9 +59,12 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
             "state": "ordered", "external_id": state.external_ids.get(int(q.id)),
             "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
         })
+    unplanned: dict[int, dict[str, int]] = {}
     for aside in (HELD, PAUSED, BLOCKED):
         for cid in getattr(queue, aside):
             q = queue.get(cid)
+            counts = unplanned.setdefault(int(q.org), dict.fromkeys((HELD, PAUSED, BLOCKED), 0))
+            counts[aside] += 1
             order_rows.append({
                 "id": int(cid), "pos": None, "org": int(q.org), "workflow": q.workflow,
                 "cost": queue.cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
@@ -60,6 +89,7 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
     org_rows = []
     for o in sorted(state.orgs.values(), key=lambda o: (o.name, o.id)):
         clear = report.org_clear_s.get(str(o.id), 0.0)
+        aside = unplanned.get(o.id)
         active = state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0)
         org_rows.append({
             "id": o.id, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
@@ -67,7 +97,8 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
             "used_cost": used_by_org.get(o.id, 0),
             "share_budget": round(used_by_org.get(o.id, 0) / used, 4) if used else 0.0,
             "share_weight": round(o.weight / active_weight, 4) if active and active_weight else 0.0,
-            "clear_s": clear, "clear_at": iso(now + clear),
+            "clear_s": clear, "clear_at": None if clear is None else iso(now + clear),
+            "unplanned": aside or {}, "no_eta": no_eta_note(aside, org_held=o.weight == 0),
         })
     snapshot = {
         "version": 1, "generated_at": iso(now), "now": now,
@@ -77,6 +108,8 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
         "clear_s": report.clear_s, "clear_at": iso(now + report.clear_s),
         "orgs": org_rows, "running": running_rows, "head": queue.head,
         "rounds": {org: list(lu) for org, lu in queue.round_state().items()},
+        "no_eta": no_eta_note({k: len(getattr(queue, k)) for k in (HELD, PAUSED, BLOCKED)}),
+        "waiting": waiting(state),
     }
     per_org: dict[int, dict] = {row["id"]: {"org": row, "charts": []} for row in org_rows}
     for row in order_rows:

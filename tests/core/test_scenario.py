@@ -131,7 +131,7 @@ def test_unknown_policy_is_refused():
 def test_optional_fields_default_and_z_suffix_is_an_offset():
     s = {"now": "2026-11-29T12:00:00Z", "budget": 1, "orgs": [{"id": "1", "weight": 1}]}
     assert plan(s) == {"order": [], "dispatch": [], "held": [], "paused": [], "blocked": [],
-                       "etas": {}, "org_clear_s": {"1": 0.0}, "clear_s": 0.0}
+                       "etas": {}, "org_clear_s": {"1": 0.0}, "org_unplanned": {}, "clear_s": 0.0}
     p = parse_scenario(seed_scenario())
     assert p.queued[0].priority is False and p.queued[0].paused is False
     assert [c.seq for c in p.queued] == list(range(7))
@@ -145,3 +145,31 @@ def test_running_cost_defaults_to_the_pairs_current_cost():
     # free = 3 - 2 = 1: A (cost 2) does not fit
     assert p["dispatch"] == []
     assert parse_scenario(s).running[0].cost == 2
+
+
+def test_v2_estimate_falls_back_to_the_workflow_over_all_orgs_before_the_org():
+    """A new tenant's first audit is estimated from audits elsewhere (org null), not from
+    its own reviews (its org average); a pair's own average still comes first."""
+    s = {"now": "2026-11-29T12:00:00Z", "budget": 1,
+         "orgs": [{"id": "acme", "weight": 1}, {"id": "cedar", "weight": 1}],
+         "averages": [{"org": "acme", "workflow": None, "avg_s": 23.0},
+                      {"org": None, "workflow": "audit", "avg_s": 120.0},
+                      {"org": "cedar", "workflow": "audit", "avg_s": 90.0}],
+         "queued": [{"id": "a", "org": "acme", "workflow": "audit", "created_at": "2026-11-29T11:00:00Z"},
+                    {"id": "r", "org": "acme", "workflow": "review", "created_at": "2026-11-29T11:01:00Z"},
+                    {"id": "c", "org": "cedar", "workflow": "audit", "created_at": "2026-11-29T11:02:00Z"}]}
+    p = plan(s)
+    assert p["etas"]["a"] == {"start_s": 0.0, "finish_s": 120.0}   # workflow over all orgs (was 23: the org's)
+    assert p["etas"]["c"]["finish_s"] - p["etas"]["c"]["start_s"] == 90.0  # the pair's own
+    assert p["etas"]["r"]["finish_s"] - p["etas"]["r"]["start_s"] == 23.0  # no audit figure: the org's
+
+
+@pytest.mark.parametrize("item, message", [
+    ({"org": None, "workflow": None, "avg_s": 1.0}, "averages[0]: org and workflow are both null"),
+    ({"org": "9", "workflow": "audit", "avg_s": 1.0}, "averages[0].org: unknown org '9'"),
+], ids=["both-null", "unknown-org"])
+def test_bad_averages_are_refused_naming_the_field(item, message):
+    s = {"now": "2026-11-29T12:00:00Z", "budget": 1, "orgs": [{"id": "1", "weight": 1}], "averages": [item]}
+    with pytest.raises(ScenarioError) as err:
+        plan(s)
+    assert str(err.value).startswith(message)

@@ -250,11 +250,11 @@ def test_a_delivery_whose_job_was_lost_is_queued_again(org, receiver, run_jobs):
 # --- clear-time ---------------------------------------------------------------------
 
 
-def _snapshot(org, *, clear_in_s, queued=10, running=1, now=None, age_s=0):
+def _snapshot(org, *, clear_in_s, queued=10, running=1, now=None, age_s=0, no_eta=None, unplanned=None):
     now = now or timezone.now()
     row = {"id": org.pk, "name": org.name, "queued": queued, "running": running,
            "clear_s": clear_in_s, "clear_at": None if clear_in_s is None else
-           (now + timedelta(seconds=clear_in_s)).isoformat()}
+           (now + timedelta(seconds=clear_in_s)).isoformat(), "no_eta": no_eta, "unplanned": unplanned or {}}
     return {"version": 1, "generated_at": (now - timedelta(seconds=age_s)).isoformat(), "now": now.timestamp(),
             "orgs": [row]}
 
@@ -275,6 +275,23 @@ def test_clear_time_moves_beyond_the_margin_are_notified(org, receiver, run_jobs
     assert docs[1]["previous_clear_at"] == docs[0]["clear_at"]
     assert docs[2]["clear_at"] is None and docs[2]["clear_s"] is None
     assert OrgClearTime.objects.get(org=org).clear_at is None
+
+
+def test_an_org_whose_work_cannot_run_is_told_so_never_that_it_is_clear(org, receiver, run_jobs):
+    """Held (or all paused/blocked): the webhook says "no ETA" and why, once; it never
+    reports a clear-time of now, as it did when a held org's clear_s was 0."""
+    now = timezone.now()
+    held = dict(clear_in_s=None, queued=31, running=0, now=now, no_eta="held: no ETA", unplanned={"held": 31})
+    sent = [webhooks.sweep_clear_times(now, _snapshot(org, clear_in_s=3600, now=now)),
+            webhooks.sweep_clear_times(now, _snapshot(org, **held)),
+            webhooks.sweep_clear_times(now, _snapshot(org, **held)),  # no news
+            webhooks.sweep_clear_times(now, _snapshot(org, clear_in_s=300, queued=31, now=now))]  # released
+    assert sent == [1, 1, 0, 1]
+    run_jobs()
+    docs = [r.json() for r in receiver.requests]
+    assert docs[1]["clear_at"] is None and docs[1]["clear_s"] is None
+    assert docs[1]["no_eta"] == "held: no ETA" and docs[1]["unplanned"] == {"held": 31}
+    assert docs[2]["clear_s"] == 300.0 and docs[2]["no_eta"] is None
 
 
 def test_a_stale_or_missing_snapshot_says_nothing(org, redis_url):

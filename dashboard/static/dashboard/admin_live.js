@@ -10,7 +10,9 @@
     set("used", S.used); set("budget", S.budget);
     ["queued", "running", "held", "paused", "blocked"].forEach((k) => set(k, c[k]));
     const clear = S.clear_at ? F.parseIso(S.clear_at) : (S.clear_s != null ? S.now + S.clear_s : null);
-    set("clear", S.source !== "scheduler" ? "waiting for the scheduler" : S.clear_s === 0 ? "clear" : `${F.clock(clear)} (${F.inText(clear)})`);
+    const note = S.no_eta ? ` · ${S.no_eta}` : "";  // held, paused, blocked: never "clear"
+    set("clear", S.source !== "scheduler" ? "waiting for the scheduler"
+      : S.clear_s === 0 ? (S.no_eta || "clear") : `${F.clock(clear)} (${F.inText(clear)})${note}`);
   }
   F.connect("/ws/dashboard/", {onMessage(msg) {
     if (msg.type === "snapshot") S = msg.state;

@@ -69,9 +69,23 @@
       if (el) el.textContent = fmt(c[k]);
     });
     const clear = S.clear_at ? F.parseIso(S.clear_at) : at(S.clear_s);
-    $("clear-when").textContent = live ? (S.clear_s === 0 ? "clear" : F.clock(clear)) : "—";
+    // Held, paused or blocked charts never finish at today's settings: never call that "clear".
+    $("clear-when").textContent = live ? (S.clear_s === 0 ? (S.no_eta ? "no ETA" : "clear") : F.clock(clear)) : "—";
     $("clear-in").setAttribute("data-eta", live && S.clear_s ? clear : "");
     if (!live) $("clear-in").textContent = "waiting for the scheduler";
+    $("clear-note").hidden = !(live && S.no_eta);
+    $("clear-note").textContent = live && S.no_eta ? S.no_eta : "";
+    const waiting = $("dispatch-waiting");
+    waiting.hidden = !(live && S.waiting);
+    waiting.textContent = live && S.waiting ? S.waiting.text : "";
+  }
+
+  /* An org's clear-time; held, paused and blocked charts are named, never "clear". */
+  function clearCell(o, clear) {
+    const note = o.no_eta ? `<span class="no-eta">${esc(o.no_eta)}</span>` : "";
+    if (o.clear_s == null) return note || '<span class="muted">—</span>';
+    if (o.clear_s === 0) return note || "clear";
+    return `${F.clock(clear)} <span class="muted" data-eta="${clear}"></span>${note ? " " + note : ""}`;
   }
 
   function renderOrgs() {
@@ -89,7 +103,7 @@
           <div class="bar b"><span style="width:${Math.min(100, (o.share_budget || 0) * 100)}%"></span></div>
           <div class="bar w"><span style="width:${Math.min(100, (o.share_weight || 0) * 100)}%"></span></div></div></td>
         <td class="num">${pct(o.share_budget)} <span class="muted">/ ${pct(o.share_weight)}</span></td>
-        <td>${o.clear_s == null ? '<span class="muted">—</span>' : o.clear_s === 0 ? "clear" : `${F.clock(clear)} <span class="muted" data-eta="${clear}"></span>`}</td>`;
+        <td>${clearCell(o, clear)}</td>`;
     }, (tr, o) => { tr.dataset.orgId = o.id; tr.className = o.held ? "held" : ""; });
     const sel = $("org-filter");
     const want = ['<option value="">all orgs</option>'].concat((S.orgs || []).map((o) => `<option value="${o.id}">${esc(o.name)}</option>`)).join("");

@@ -17,9 +17,13 @@
     $("org-running").textContent = o.running == null ? "—" : Number(o.running).toLocaleString();
     $("org-held").hidden = !o.held;
     const clear = F.parseIso(o.clear_at);
-    $("clear-when").textContent = !live ? "—" : o.clear_s === 0 ? "nothing queued" : F.clock(clear);
+    // Held, paused or blocked charts never finish at today's settings: say so, never "nothing queued".
+    $("clear-when").textContent = !live ? "—" : o.clear_s == null ? (o.no_eta ? "no ETA" : "—")
+      : o.clear_s === 0 ? (o.no_eta ? "no ETA" : "nothing queued") : F.clock(clear);
     $("clear-in").setAttribute("data-eta", live && o.clear_s ? clear : "");
     if (!live) $("clear-in").textContent = "waiting for the scheduler";
+    $("clear-note").hidden = !(live && o.no_eta);
+    $("clear-note").textContent = live && o.no_eta ? o.no_eta : "";
     const total = st.total || 0;
     $("range").textContent = total ? `${st.offset + 1}–${Math.min(total, st.offset + st.charts.length)} of ${total.toLocaleString()}` : "none queued or running";
     $("prev").disabled = st.offset <= 0;

@@ -63,9 +63,9 @@ def scenario_from_orm(now: datetime | None = None) -> dict:
     averages = []
     for s in DurationStat.objects.select_related("workflow").order_by("org_id", "workflow_id"):
         if s.count:
-            averages.append({"org": str(s.org_id),
+            averages.append({"org": None if s.org_id is None else str(s.org_id),
                              "workflow": s.workflow.name if s.workflow_id else None,
-                             "avg_s": s.total_s / s.count})
+                             "avg_s": s.avg_s})
     running = []
     for c in (Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow")
               .order_by("pk")):
@@ -132,7 +132,12 @@ def render_table(scenario: dict) -> str:
     lines.append("clear-time per org:")
     for org in s.weights:
         cs = p.org_clear_s.get(org, 0.0)
-        lines.append(f"  {org:<10} {_clock(now, cs):>8}  (+{cs:.0f} s)")
+        n = p.org_unplanned.get(org, 0)
+        if cs is None:
+            lines.append(f"  {org:<10}   no ETA  ({n} held, paused or blocked)")
+            continue
+        note = f"; {n} held, paused or blocked: no ETA" if n else ""
+        lines.append(f"  {org:<10} {_clock(now, cs):>8}  (+{cs:.0f} s{note})")
     lines.append(f"clear-time {_clock(now, p.clear_s)}  (+{p.clear_s:.0f} s)")
     return "\n".join(lines)
 
