@@ -40,6 +40,9 @@ class Chart(models.Model):
     dispatched_cost = models.PositiveIntegerField(null=True, blank=True)
     temporal_run_id = models.CharField(max_length=200, blank=True)
     error = models.TextField(blank=True)
+    eta_first_at = models.DateTimeField(null=True, blank=True, help_text="The first ETA published for it.")
+    eta_dispatch_at = models.DateTimeField(
+        null=True, blank=True, help_text="The ETA in force when it was dispatched.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
