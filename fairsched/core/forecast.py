@@ -38,14 +38,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable
 
-from .plan import initial_lanes
+from .plan import gc_paused, initial_lanes
 from .types import Durations, Eta, EtaReport, RunningChart
 
 Estimate = Callable[[str, "str | None"], float]
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+make_eta = partial(tuple.__new__, Eta)  # an Eta without the NamedTuple constructor's overhead
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,10 @@ class Forecaster:
         """Every running and ordered chart's forecast ``Eta`` (seconds from
         ``now``), like :meth:`FairQueue.etas`; ``stop_after`` ends the walk once
         those ids have theirs. ``queue`` is the live :class:`FairQueue`."""
+        with gc_paused():
+            return self._etas(queue, running, now, stop_after)
+
+    def _etas(self, queue, running, now, stop_after) -> EtaReport:
         p = self.params
         etas: dict[str, Eta] = {}
         running = list(running)
@@ -242,9 +248,13 @@ class Forecaster:
                     pr, _, _, pc, pest = heappop(ph)
                     if step(pc, pest) is not None:
                         head = pr
-            start = step(c, est)
+            if c == 1:  # the common case, inline
+                start = lanes[0]
+                heapreplace(lanes, start + est)
+            else:
+                start = step(c, est)
             fin = start + mine
-            etas[cid] = Eta(start, fin)
+            etas[cid] = make_eta((start, fin))
             org = pair[0]
             if fin > org_clear[org]:
                 org_clear[org] = fin
