@@ -7,8 +7,8 @@ lane simulation cannot see them coming. The forecast adds what the past says
 about the future, and nothing else:
 
 1. **Phantom arrivals.** Each org's arrival rate is estimated from its arrivals
-   so far (a recent rate, an exponentially weighted count, decaying towards its
-   long-run rate over the forecast's horizon). The forecast pass walks the
+   so far (its long-run rate: arrivals over the time observed, at least an
+   hour, so a first burst is not taken for a rate). The forecast pass walks the
    order through the budget lanes like the lane simulation, and while it walks
    it lets the expected future charts of every org arrive at their expected
    times; each takes the round the persistent round-robin would give it
@@ -16,15 +16,18 @@ about the future, and nothing else:
    hold ``last``, with ``head`` the round being walked at that time) and is
    walked in that round, after the real charts of the round (it is younger).
    So a chart far back in a busy org's queue sees the small orgs' future charts
-   pass it, as they will.
+   pass it, as they will. The projected rate fades with the distance into the
+   future (``exp(-t / fade_s)``): traffic changes, and an ETA that assumes the
+   current rate for hours is as wrong as one that assumes no arrivals at all
+   (``bench/eta.py`` measured both; a recent-rate EWMA blended in was no better).
+   Each phantom's workflow (so cost and duration) follows its org's mix so far.
 2. **Durations learned from finished charts.** Per (org, workflow) the mean of
    the durations seen so far, shrunk towards the prior estimate (the trace's
    averages, or the live scheduler's historical means) with ``prior_n``
-   pseudo-observations; and the spread of their logarithms (a log-normal fit).
-   The charts ahead occupy the lanes for their mean; a chart's own finish is
-   its start plus its *median* (fitted from the log spread), which minimises
-   the absolute error of a skewed duration. The same fit gives a 90th-percentile
-   finish (``p90``).
+   pseudo-observations, and the spread of their logarithms (a log-normal fit)
+   for the median and the 90th percentile (:meth:`Forecaster.p90`). Charts
+   occupy the lanes for their mean; a chart's own finish is its start plus its
+   mean (``own="median"`` was measured too: a little worse).
 
 It learns only from what it was told through :meth:`Forecaster.observe_arrival`
 and :meth:`Forecaster.observe_finish` and from the queue and running charts it
@@ -56,7 +59,8 @@ class ForecastParams:
 
     recent_tau_s: float = 1800.0    # time constant of an org's recent arrival rate (EWMA)
     decay_s: float = 0.0            # the projected rate goes from recent to long-run over this (0: long-run only)
-    long_floor_s: float = 3600.0    # the long-run rate's elapsed time is at least this
+    long_tau_s: float = math.inf    # time constant of the long-run rate (inf: every arrival so far counts)
+    long_floor_s: float = 3600.0    # a rate's observation window is at least this
     fade_s: float = 5400.0          # the projected rate fades by exp(-t / fade_s): the far future is a guess
     horizon_s: float = 8 * 3600.0   # no phantom arrives later than this after now
     max_phantoms: int = 20000       # and no pass walks more than this many
@@ -68,8 +72,9 @@ class ForecastParams:
 @dataclass(slots=True)
 class _OrgArrivals:
     n: int = 0
-    recent: float = 0.0      # EWMA count of arrivals, decayed to ``recent_at``
-    recent_at: float = 0.0
+    recent: float = 0.0      # EWMA count of arrivals (time constant recent_tau_s), decayed to ``at``
+    long: float = 0.0        # the same with long_tau_s
+    at: float = 0.0
     pairs: dict = field(default_factory=dict)  # workflow -> arrivals
 
 
@@ -104,13 +109,15 @@ class Forecaster:
             self._first_at = at
         s = self._orgs.get(org)
         if s is None:
-            s = self._orgs[org] = _OrgArrivals(recent_at=at)
-        tau = self.params.recent_tau_s
-        if at > s.recent_at:
-            s.recent = s.recent * math.exp((s.recent_at - at) / tau) + 1.0
-            s.recent_at = at
-        else:  # out of order (a resync): count it at the latest time seen
-            s.recent += math.exp((at - s.recent_at) / tau)
+            s = self._orgs[org] = _OrgArrivals(at=at)
+        p = self.params
+        if at > s.at:
+            s.recent = s.recent * _decay(at - s.at, p.recent_tau_s) + 1.0
+            s.long = s.long * _decay(at - s.at, p.long_tau_s) + 1.0
+            s.at = at
+        else:  # out of order (a resync): counted as seen from the latest time
+            s.recent += _decay(s.at - at, p.recent_tau_s)
+            s.long += _decay(s.at - at, p.long_tau_s)
         s.n += 1
         s.pairs[workflow] = s.pairs.get(workflow, 0) + 1
 
@@ -173,10 +180,11 @@ class Forecaster:
         if self._first_at is None:
             return out
         p = self.params
-        elapsed = max(now - self._first_at, p.long_floor_s)
+        elapsed = max(now - self._first_at, 0.0)
         for org, s in self._orgs.items():
-            recent = s.recent * math.exp(min(0.0, s.recent_at - now) / p.recent_tau_s) / p.recent_tau_s
-            out[org] = (recent, s.n / elapsed)
+            age = max(0.0, now - s.at)
+            out[org] = (s.recent * _decay(age, p.recent_tau_s) / _window(elapsed, p.recent_tau_s, p.long_floor_s),
+                        s.long * _decay(age, p.long_tau_s) / _window(elapsed, p.long_tau_s, p.long_floor_s))
         return out
 
     # ------------------------------------------------------------ the pass
@@ -265,6 +273,19 @@ class Forecaster:
                 if not pending:
                     break
         return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+
+def _decay(dt: float, tau: float) -> float:
+    return 1.0 if math.isinf(tau) else math.exp(-dt / tau)
+
+
+def _window(elapsed: float, tau: float, floor: float) -> float:
+    """The time an EWMA count of time constant ``tau`` covers after ``elapsed`` seconds of
+    observation (``tau (1 - exp(-elapsed / tau))``, ``elapsed`` for an infinite ``tau``):
+    count / window is the rate, unbiased from the first arrival on. At least ``floor``
+    (a first burst is not a rate), at most ``tau``."""
+    w = elapsed if math.isinf(tau) else tau * -math.expm1(-elapsed / tau)
+    return max(w, min(floor, tau))
 
 
 def _cache(fn: Callable) -> Callable:
