@@ -7,8 +7,8 @@ lane simulation cannot see them coming. The forecast adds what the past says
 about the future, and nothing else:
 
 1. **Phantom arrivals.** Each org's arrival rate is estimated from its arrivals
-   so far (its long-run rate: arrivals over the time observed, at least an
-   hour, so a first burst is not taken for a rate). The forecast pass walks the
+   so far (its long-run rate: arrivals over the time observed, at least a
+   quarter of an hour, so a first burst is not taken for a rate). The forecast pass walks the
    order through the budget lanes like the lane simulation, and while it walks
    it lets the expected future charts of every org arrive at their expected
    times; each takes the round the persistent round-robin would give it
@@ -60,8 +60,8 @@ class ForecastParams:
     recent_tau_s: float = 1800.0    # time constant of an org's recent arrival rate (EWMA)
     decay_s: float = 0.0            # the projected rate goes from recent to long-run over this (0: long-run only)
     long_tau_s: float = math.inf    # time constant of the long-run rate (inf: every arrival so far counts)
-    long_floor_s: float = 3600.0    # a rate's observation window is at least this
-    fade_s: float = 5400.0          # the projected rate fades by exp(-t / fade_s): the far future is a guess
+    long_floor_s: float = 900.0     # a rate's observation window is at least this
+    fade_s: float = 4500.0          # the projected rate fades by exp(-t / fade_s): the far future is a guess
     horizon_s: float = 8 * 3600.0   # no phantom arrives later than this after now
     max_phantoms: int = 20000       # and no pass walks more than this many
     prior_n: float = 5.0            # weight of the prior duration estimate, in observations
