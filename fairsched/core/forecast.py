@@ -43,10 +43,10 @@ import math
 from dataclasses import dataclass, field
 from functools import partial
 from heapq import heappop, heappush, heapreplace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from .plan import gc_paused, initial_lanes
-from .types import Durations, Eta, EtaReport, RunningChart
+from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart
 
 Estimate = Callable[[str, "str | None"], float]
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
@@ -388,3 +388,44 @@ class _Phantoms:
                 heappop(heap)
             else:
                 heapreplace(heap, (nxt, org))
+
+
+class PlanOrder:
+    """A static :class:`Plan`'s order, read the way :meth:`Forecaster.etas` reads
+    a live :class:`FairQueue` (``manage.py plan --live`` forecasts a dump of the
+    live state). ``head`` and ``round_state`` ((last, used) per org, as
+    :meth:`FairQueue.round_state`) default to what the plan's rounds imply."""
+
+    def __init__(self, plan, charts: Mapping[str, "QueuedChart"], *, budget: int, weights: Mapping[str, int],
+                 costs: Mapping[tuple, int] | None = None, head: int | None = None,
+                 round_state: Mapping[str, tuple[int, int]] | None = None) -> None:
+        self._plan = plan
+        self._charts = charts
+        self.budget = budget
+        self.weights = dict(weights)
+        self._costs = dict(costs or {})
+        rounds = plan.rounds
+        if round_state is None:
+            derived: dict[str, list[int]] = {}
+            for cid, r in rounds.items():
+                org = charts[cid].org
+                lu = derived.get(org)
+                if lu is None or r > lu[0]:
+                    derived[org] = [r, 1]
+                elif r == lu[0]:
+                    lu[1] += 1
+            round_state = {o: (lu[0], lu[1]) for o, lu in derived.items()}
+        self._round_state = dict(round_state)
+        self.head = head if head is not None else min(rounds.values(), default=0)
+
+    def cost_of(self, org: str, workflow: str | None) -> int:
+        return self._costs.get((org, workflow), 1)
+
+    def round_state(self) -> dict[str, tuple[int, int]]:
+        return dict(self._round_state)
+
+    def walk(self):
+        rounds = self._plan.rounds
+        for cid in self._plan.order:
+            c = self._charts[cid]
+            yield cid, (c.org, c.workflow), (None if c.priority else rounds.get(cid))

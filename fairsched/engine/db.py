@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.db import close_old_connections
@@ -130,6 +130,16 @@ def record_first_etas(etas: dict[int, float]) -> int:
     close_old_connections()
     objs = [Chart(pk=pk, eta_first_at=datetime.fromtimestamp(at, tz=timezone.utc)) for pk, at in etas.items()]
     return Chart.objects.filter(eta_first_at__isnull=True).bulk_update(objs, ["eta_first_at"], batch_size=500)
+
+
+def recent_arrivals(hours: float = 6.0, limit: int = 200_000) -> list[tuple[str, str, float]]:
+    """(org, workflow, created at) of the charts created in the last ``hours`` (at most
+    ``limit``, the latest), oldest first: what the forecast learns arrival rates from."""
+    close_old_connections()
+    since = datetime.now(timezone.utc) - timedelta(hours=hours)
+    rows = (Chart.objects.filter(created_at__gte=since).order_by("-created_at")
+            .values_list("org_id", "workflow__name", "created_at")[:limit])
+    return [(str(o), w, c.timestamp()) for o, w, c in reversed(rows)]
 
 
 def recent_durations(limit: int = 2000) -> list[tuple[str, str, float]]:

@@ -268,11 +268,10 @@ class Scheduler:
         self.state = LiveState(world)
         self._notes.clear()  # the load read everything they could name
         try:
-            for org, wf, seconds in await _db(db.recent_durations)():
-                self.state.forecast.observe_finish(org, wf, seconds)
+            self.state.learn_history(await _db(db.recent_arrivals)(), await _db(db.recent_durations)())
             self._eta_first_done = await _db(db.recorded_first_etas)()
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
-            log.warning("cannot read recent durations / recorded ETAs (%s); learning from now on", exc)
+            log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
             self._eta_first_done = set()
         self._last_report = None
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",

@@ -159,6 +159,16 @@ class LiveState:
         """Free budget; negative after the budget was lowered under running work."""
         return self.budget - self.used
 
+    def learn_history(self, arrivals, durations) -> None:
+        """Start the forecast afresh from the database's recent history: ``arrivals``
+        (org, workflow, created at) of every chart created lately, finished or not, and
+        ``durations`` (org, workflow, seconds) of the latest successful charts."""
+        self.forecast = Forecaster(self._prior)
+        for org, wf, at in arrivals:
+            self.forecast.observe_arrival(org, wf, at)
+        for org, wf, seconds in durations:
+            self.forecast.observe_finish(org, wf, seconds)
+
     def _prior(self, org: str, workflow: str | None) -> float:
         return self.durations(org, workflow)
 
