@@ -40,6 +40,7 @@ one step per phantom (O((n + phantoms) log budget)). Dispatch never reads it.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from heapq import heappop, heappush, heapreplace
@@ -66,6 +67,7 @@ class ForecastParams:
     max_phantoms: int = 20000       # and no pass walks more than this many
     prior_n: float = 5.0            # weight of the prior duration estimate, in observations
     own: str = "mean"               # a chart's own duration: "mean" or "median" (measured: mean, by a little)
+    calibration_n: int = 500        # the p90 finish learns from this many latest finished charts
     phantoms: bool = True           # False: learned durations only (for the bench)
 
 
@@ -101,6 +103,9 @@ class Forecaster:
         self._first_at: float | None = None
         self._log_var_n = 0
         self._log_var_sum = 0.0  # pooled within-pair variance of log durations
+        self._promised: dict[str, tuple[float, float]] = {}  # chart id -> (when, first ETA), until it finishes
+        self._ratios: deque[float] = deque(maxlen=params.calibration_n)
+        self._q90: float | None = None
 
     # ------------------------------------------------------------ learning
     def observe_arrival(self, org: str, workflow: str | None, at: float) -> None:
@@ -121,8 +126,24 @@ class Forecaster:
         s.n += 1
         s.pairs[workflow] = s.pairs.get(workflow, 0) + 1
 
-    def observe_finish(self, org: str, workflow: str | None, seconds: float) -> None:
-        """A chart of (org, workflow) finished after ``seconds``. O(1)."""
+    def record_eta(self, chart_id: str, at: float, eta_at: float) -> None:
+        """The first ETA given for a chart (absolute), at ``at``: when it finishes, how far
+        off it was calibrates :meth:`p90_finish`. Later calls for the same chart are ignored."""
+        self._promised.setdefault(chart_id, (at, eta_at))
+
+    def forget(self, chart_id: str) -> None:
+        """A chart that will never finish (cancelled, deleted): drop its promise."""
+        self._promised.pop(chart_id, None)
+
+    def observe_finish(self, org: str, workflow: str | None, seconds: float, *,
+                       chart_id: str | None = None, finished_at: float | None = None) -> None:
+        """A chart of (org, workflow) finished after ``seconds`` (at ``finished_at``). O(1)."""
+        if chart_id is not None:
+            promised = self._promised.pop(chart_id, None)
+            if promised is not None and finished_at is not None:
+                at, eta_at = promised
+                self._ratios.append((finished_at - at) / max(eta_at - at, 1.0))
+                self._q90 = None
         if not (seconds >= 0.0) or math.isinf(seconds):
             return
         p = self._pairs.get((org, workflow))
@@ -172,6 +193,19 @@ class Forecaster:
         """The log-normal 90th percentile of a duration of this mean and spread."""
         s = self.log_sigma(org, workflow)
         return self.mean(org, workflow) * math.exp(Z90 * s - s * s / 2)
+
+    def p90_finish(self, org: str, workflow: str | None, eta: Eta) -> float:
+        """A finish (seconds from now, like ``eta``) the chart should beat 9 times out of 10:
+        its start plus the 90th percentile of its (org, workflow)'s durations, and, once 20
+        charts have finished, at least its ETA stretched by the 90th percentile of
+        (actual / promised time to finish) of the latest finished charts."""
+        own = eta[0] + self.p90(org, workflow)
+        if len(self._ratios) < 20:
+            return max(own, eta[1])
+        if self._q90 is None:
+            r = sorted(self._ratios)
+            self._q90 = max(1.0, r[min(len(r) - 1, math.ceil(0.9 * len(r)) - 1)])
+        return max(own, eta[1] * self._q90, eta[1])
 
     # ------------------------------------------------------------ arrival rates
     def rates(self, now: float) -> dict[str, tuple[float, float]]:

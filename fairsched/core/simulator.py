@@ -58,6 +58,7 @@ class SimChart:
     start_s: float | None
     finish_s: float | None
     eta_at_arrival_s: float | None
+    eta_p90_at_arrival_s: float | None = None  # the forecast model's 90% bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ def simulate(
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     eta: dict[str, float] = {}
+    p90: dict[str, float] = {}
     actual = {a.id: a.actual_s for a in arrivals}
     running: dict[str, RunningChart] = {}
     finishing: list[tuple[float, int, str]] = []  # (finish time, tie, id)
@@ -128,7 +130,7 @@ def simulate(
             used -= running.pop(cid).cost
             if fc is not None:
                 a = by_id[cid]
-                fc.observe_finish(a.org, a.workflow, a.actual_s)
+                fc.observe_finish(a.org, a.workflow, a.actual_s, chart_id=cid, finished_at=finish[cid])
         # 2. events, in listing order
         while ei < len(ev_order) and events[ev_order[ei]].at_s <= t:
             ev = events[ev_order[ei]]
@@ -193,8 +195,12 @@ def simulate(
                     e = rep.etas.get(cid)
                     if e is not None:
                         eta[cid] = e.finish_s + t
+                        if fc is not None and policy == "wrr":
+                            a = by_id[cid]
+                            p90[cid] = fc.p90_finish(a.org, a.workflow, e) + t
+                            fc.record_eta(cid, t, eta[cid])
     charts = [SimChart(a.id, a.org, float(a.at_s), start.get(a.id), finish.get(a.id),
-                       eta.get(a.id)) for a in arrivals]
+                       eta.get(a.id), p90.get(a.id)) for a in arrivals]
     summary = summarize(charts, weights0, entitled, contended_starts)
     return SimResult(policy, charts, summary, eta_model)
 

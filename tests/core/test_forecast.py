@@ -72,6 +72,21 @@ def test_a_held_org_sends_no_phantoms():
     assert fc.etas(q, [], 100.0).etas == q.etas([], 100.0, estimate=fc.estimate).etas
 
 
+def test_p90_finish_from_the_duration_spread_then_from_how_late_charts_finished():
+    fc = Forecaster(Durations({}, 100.0), ForecastParams(prior_n=0.0))
+    for d in (50.0, 200.0) * 5:
+        fc.observe_finish("A", "w", d)
+    eta = (30.0, 155.0)  # start, finish
+    assert fc.p90_finish("A", "w", eta) == pytest.approx(30.0 + fc.p90("A", "w"))
+    # 20 charts finished, promised 100 s ahead at t=0, finishing at 100 .. 290 s: the 90th
+    # percentile of actual / promised is 2.7, so the bound stretches the ETA by it
+    for i in range(20):
+        fc.record_eta(f"c{i}", 0.0, 100.0)
+        fc.record_eta(f"c{i}", 0.0, 999.0)  # only the first ETA counts
+        fc.observe_finish("A", "w", 10.0, chart_id=f"c{i}", finished_at=100.0 + 10 * i)
+    assert fc.p90_finish("A", "w", eta) == pytest.approx(max(30.0 + fc.p90("A", "w"), 155.0 * 2.7))
+
+
 # --------------------------------------------------------------- the simulator
 def _trace_args(arrivals, budget=2):
     orgs = sorted({a.org for a in arrivals})
@@ -94,7 +109,9 @@ def test_simulate_json_eta_model_field():
     out = simulate_json(trace)
     assert out["eta_model"] == "forecast"
     assert out["charts"][0]["eta_at_arrival_s"] == 600.0
-    assert simulate_json({**trace, "eta_model": "lanes"})["eta_model"] == "lanes"
+    assert out["charts"][0]["eta_p90_at_arrival_s"] == 600.0  # no spread known yet
+    lanes = simulate_json({**trace, "eta_model": "lanes"})
+    assert lanes["eta_model"] == "lanes" and "eta_p90_at_arrival_s" not in lanes["charts"][0]
     del trace["eta_model"]
     assert simulate_json(trace)["eta_model"] == "lanes"
 
@@ -169,6 +186,7 @@ def test_no_peeking_forecast_at_arrival_uses_only_the_past(case):
     replay = simulate(cut, [e for e in events if e.at_s <= t], **KW)
     got = {c.id: c for c in replay.charts}
     assert got[x.id].eta_at_arrival_s == by_id[x.id].eta_at_arrival_s
+    assert got[x.id].eta_p90_at_arrival_s == by_id[x.id].eta_p90_at_arrival_s
     # and the check can fail: the forecast does read durations that are known
     assert [c.start_s for c in replay.charts if c.start_s is not None and c.start_s <= t] == \
         [by_id[c.id].start_s for c in replay.charts if c.start_s is not None and c.start_s <= t]
