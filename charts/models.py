@@ -43,6 +43,8 @@ class Chart(models.Model):
     eta_first_at = models.DateTimeField(null=True, blank=True, help_text="The first ETA published for it.")
     eta_dispatch_at = models.DateTimeField(
         null=True, blank=True, help_text="The ETA in force when it was dispatched.")
+    eta_p90_at = models.DateTimeField(
+        null=True, blank=True, help_text="With its first ETA: the finish it should beat 9 times out of 10.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -70,3 +70,24 @@ def test_changing_the_model_asks_for_a_pass_now():
     assert not s.apply_config(Config(1, 1.0, 2.0, "forecast")).eta_now
     assert s.apply_config(Config(1, 1.0, 2.0, "lanes")).eta_now
     assert s.config.eta_model == "lanes"
+
+
+def test_snapshot_rows_carry_the_90_percent_bound_and_first_etas_are_promises():
+    from fairsched.engine.publish import build_snapshot
+
+    s = state(backlog(), eta_model="forecast", budget=2)
+    for d in (30.0, 60.0, 120.0, 60.0):
+        s.forecast.observe_finish("1", "code", d)
+    now = T0 + 3600
+    report = s.eta_report(now)
+    _, rows, _ = build_snapshot(s, report, now, p90=s.forecast.p90_finisher())
+    assert all(r["p90_s"] > r["finish_s"] for r in rows if r["org"] == 1)  # a spread is known for Big
+    first = s.first_etas(report, now, list(report.etas))
+    assert set(first) == {int(c) for c in report.etas}
+    assert all(p90 >= eta for eta, p90 in first.values())
+    # the promise of chart 1 calibrates the bound once it finishes
+    planned = s.to_start()
+    s.commit_dispatch(planned, {c: ("run", now) for c in planned})
+    for c in planned:
+        s.finished(int(c), "succeeded", 60.0, finished_at=now + 60.0)
+    assert len(s.forecast._ratios) == len(planned)

@@ -141,9 +141,7 @@ class Forecaster:
         if chart_id is not None:
             promised = self._promised.pop(chart_id, None)
             if promised is not None and finished_at is not None:
-                at, eta_at = promised
-                self._ratios.append((finished_at - at) / max(eta_at - at, 1.0))
-                self._q90 = None
+                self.observe_promise(promised[0], promised[1], finished_at)
         if not (seconds >= 0.0) or math.isinf(seconds):
             return
         p = self._pairs.get((org, workflow))
@@ -194,6 +192,35 @@ class Forecaster:
         s = self.log_sigma(org, workflow)
         return self.mean(org, workflow) * math.exp(Z90 * s - s * s / 2)
 
+    def observe_promise(self, at: float, eta_at: float, finished_at: float) -> None:
+        """A chart promised at ``at`` to finish at ``eta_at`` finished at ``finished_at``. O(1)."""
+        self._ratios.append((finished_at - at) / max(eta_at - at, 1.0))
+        self._q90 = None
+
+    def p90_finisher(self) -> Callable[[str, "str | None", Eta], float]:
+        """:meth:`p90_finish` for a whole pass: per (org, workflow) and calibration work done once."""
+        own: dict = {}
+        q = self._quantile90() if len(self._ratios) >= 20 else None
+
+        def p90(org: str, workflow: str | None, eta: Eta) -> float:
+            d = own.get((org, workflow))
+            if d is None:
+                d = own[(org, workflow)] = self.p90(org, workflow)
+            fin = eta[1]
+            b = eta[0] + d
+            if fin > b:
+                b = fin
+            if q is not None and fin * q > b:
+                b = fin * q
+            return b
+        return p90
+
+    def _quantile90(self) -> float:
+        if self._q90 is None:
+            r = sorted(self._ratios)
+            self._q90 = max(1.0, r[min(len(r) - 1, math.ceil(0.9 * len(r)) - 1)])
+        return self._q90
+
     def p90_finish(self, org: str, workflow: str | None, eta: Eta) -> float:
         """A finish (seconds from now, like ``eta``) the chart should beat 9 times out of 10:
         its start plus the 90th percentile of its (org, workflow)'s durations, and, once 20
@@ -202,10 +229,7 @@ class Forecaster:
         own = eta[0] + self.p90(org, workflow)
         if len(self._ratios) < 20:
             return max(own, eta[1])
-        if self._q90 is None:
-            r = sorted(self._ratios)
-            self._q90 = max(1.0, r[min(len(r) - 1, math.ceil(0.9 * len(r)) - 1)])
-        return max(own, eta[1] * self._q90, eta[1])
+        return max(own, eta[1] * self._quantile90(), eta[1])
 
     # ------------------------------------------------------------ arrival rates
     def rates(self, now: float) -> dict[str, tuple[float, float]]:

@@ -124,12 +124,24 @@ def recorded_first_etas() -> set[int]:
     return set(Chart.objects.filter(state__in=ACTIVE, eta_first_at__isnull=False).values_list("pk", flat=True))
 
 
-def record_first_etas(etas: dict[int, float]) -> int:
-    """Each chart's first published ETA (epoch seconds), only where none is recorded:
-    one bulk UPDATE per 500 charts (new charts only; the scheduler remembers the rest)."""
+def record_first_etas(etas: dict[int, tuple[float, float]]) -> int:
+    """Each chart's first published ETA and its p90 finish (epoch seconds), only where none
+    is recorded: one bulk UPDATE per 500 charts (new charts only; the scheduler remembers
+    the rest)."""
     close_old_connections()
-    objs = [Chart(pk=pk, eta_first_at=datetime.fromtimestamp(at, tz=timezone.utc)) for pk, at in etas.items()]
-    return Chart.objects.filter(eta_first_at__isnull=True).bulk_update(objs, ["eta_first_at"], batch_size=500)
+    ts = lambda at: datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
+    objs = [Chart(pk=pk, eta_first_at=ts(at), eta_p90_at=ts(p90)) for pk, (at, p90) in etas.items()]
+    return Chart.objects.filter(eta_first_at__isnull=True).bulk_update(objs, ["eta_first_at", "eta_p90_at"],
+                                                                       batch_size=500)
+
+
+def recent_promises(limit: int = 500) -> list[tuple[float, float, float]]:
+    """(created, first ETA, finished) of the latest successful charts that had a first ETA,
+    oldest first: the p90 finish's calibration at start-up."""
+    close_old_connections()
+    rows = (Chart.objects.filter(state=ChartState.SUCCEEDED, eta_first_at__isnull=False, finished_at__isnull=False)
+            .order_by("-finished_at").values_list("created_at", "eta_first_at", "finished_at")[:limit])
+    return [(c.timestamp(), e.timestamp(), f.timestamp()) for c, e, f in reversed(rows)]
 
 
 def recent_arrivals(hours: float = 6.0, limit: int = 200_000) -> list[tuple[str, str, float]]:

@@ -268,7 +268,8 @@ class Scheduler:
         self.state = LiveState(world)
         self._notes.clear()  # the load read everything they could name
         try:
-            self.state.learn_history(await _db(db.recent_arrivals)(), await _db(db.recent_durations)())
+            self.state.learn_history(await _db(db.recent_arrivals)(), await _db(db.recent_durations)(),
+                                     await _db(db.recent_promises)())
             self._eta_first_done = await _db(db.recorded_first_etas)()
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
@@ -478,7 +479,8 @@ class Scheduler:
         r = self.state.running.get(chart_id)
         seconds = ((outcome.finished_at - outcome.started_at).total_seconds()
                    if outcome.finished_at and outcome.started_at else None)
-        fx = self.state.finished(chart_id, outcome.state, seconds)
+        fx = self.state.finished(chart_id, outcome.state, seconds,
+                                 outcome.finished_at.timestamp() if outcome.finished_at else None)
         took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
                 if outcome.finished_at and outcome.started_at else "")
         if wrote and source != "result":
@@ -652,7 +654,7 @@ class Scheduler:
         report = state.eta_report(now)
         self._last_report = (report, now)
         await self._record_first_etas(report, now)
-        snap, rows, per_org = build_snapshot(state, report, now)
+        snap, rows, per_org = build_snapshot(state, report, now, p90=state.forecast.p90_finisher())
         snap["eta_model"] = state.config.eta_model
         seq = await asyncio.to_thread(snapshot_store.store, snap, rows, per_org)
         await abroadcast_snapshot(seq)
@@ -671,7 +673,7 @@ class Scheduler:
     async def _record_first_etas(self, report, now: float) -> None:
         """The first ETA of each chart that has none yet: one bulk write for the new ones."""
         done = self._eta_first_done
-        new = {int(cid): now + e[1] for cid, e in report.etas.items() if int(cid) not in done}
+        new = self.state.first_etas(report, now, [cid for cid in report.etas if int(cid) not in done])
         if not new:
             return
         await _db(db.record_first_etas)(new)

@@ -159,15 +159,38 @@ class LiveState:
         """Free budget; negative after the budget was lowered under running work."""
         return self.budget - self.used
 
-    def learn_history(self, arrivals, durations) -> None:
+    def learn_history(self, arrivals, durations, promises=()) -> None:
         """Start the forecast afresh from the database's recent history: ``arrivals``
-        (org, workflow, created at) of every chart created lately, finished or not, and
-        ``durations`` (org, workflow, seconds) of the latest successful charts."""
+        (org, workflow, created at) of every chart created lately, finished or not,
+        ``durations`` (org, workflow, seconds) of the latest successful charts and
+        ``promises`` (created, first ETA, finished) of the latest that had an ETA."""
         self.forecast = Forecaster(self._prior)
         for org, wf, at in arrivals:
             self.forecast.observe_arrival(org, wf, at)
         for org, wf, seconds in durations:
             self.forecast.observe_finish(org, wf, seconds)
+        for at, eta_at, finished_at in promises:
+            self.forecast.observe_promise(at, eta_at, finished_at)
+
+    def first_etas(self, report: EtaReport, now: float, ids) -> dict[int, tuple[float, float]]:
+        """For the charts ``ids`` (ids of ``report``): the absolute ETA and p90 finish to record
+        as their first; the forecast remembers each promise (created at -> ETA) to
+        calibrate its p90 on the chart's finish."""
+        p90 = self.forecast.p90_finisher()
+        out = {}
+        for cid in ids:
+            eta = report.etas[cid]
+            q = self.queue.get(cid)
+            if q is not None:
+                org, wf, created = q.org, q.workflow, q.created_at
+            else:
+                r = self.running.get(int(cid))
+                if r is None:
+                    continue
+                org, wf, created = str(r.org), r.workflow, r.started_at
+            out[int(cid)] = (now + eta[1], now + p90(org, wf, eta))
+            self.forecast.record_eta(cid, created, now + eta[1])
+        return out
 
     def _prior(self, org: str, workflow: str | None) -> float:
         return self.durations(org, workflow)
@@ -358,13 +381,18 @@ class LiveState:
             out.append(r)
         return out
 
-    def finished(self, chart_id: int, state: str = "", seconds: float | None = None) -> Effects:
+    def finished(self, chart_id: int, state: str = "", seconds: float | None = None,
+                 finished_at: float | None = None) -> Effects:
         """A running chart's workflow closed (Temporal says so): its cost is free again.
-        ``seconds``: how long a successful run took (the forecast learns from it)."""
+        ``seconds``: how long a successful run took, ``finished_at`` when (the forecast
+        learns durations and how far off its first ETA was)."""
         fx = Effects()
         r = self.running.pop(chart_id, None)
         if r is not None and seconds is not None and state == "succeeded":
-            self.forecast.observe_finish(str(r.org), r.workflow, seconds)
+            self.forecast.observe_finish(str(r.org), r.workflow, seconds, chart_id=str(chart_id),
+                                         finished_at=finished_at)
+        elif r is not None and state != "requeued":
+            self.forecast.forget(str(chart_id))
         if r is not None:
             fx.unwatch.add(chart_id)
             fx.events.append({"kind": "finish", "chart": chart_id, "org": r.org, "state": state, "cost": r.cost})
@@ -372,6 +400,7 @@ class LiveState:
 
     # ------------------------------------------------------------- internals
     def _remove_queued(self, chart_id: int) -> None:
+        self.forecast.forget(str(chart_id))
         q = self.queue.remove(str(chart_id))
         self.external_ids.pop(chart_id, None)
         if q is not None:

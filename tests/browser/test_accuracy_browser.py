@@ -23,7 +23,8 @@ def finished(db):
         for i in range(n):
             fin = T0 + timedelta(minutes=i)
             make_chart(org, wf, state=ChartState.SUCCEEDED, started_at=fin - timedelta(minutes=3), finished_at=fin,
-                       eta_first_at=fin + timedelta(seconds=err), eta_dispatch_at=fin + timedelta(seconds=err / 2))
+                       eta_first_at=fin + timedelta(seconds=err), eta_dispatch_at=fin + timedelta(seconds=err / 2),
+                       eta_p90_at=fin + timedelta(seconds=60 if i % 2 else -60))
     make_user("root", superuser=True)
     alice = make_user("alice")
     acme.members.add(alice)
@@ -42,7 +43,7 @@ def test_accuracy_panel_shows_figures_per_org_and_the_plot(browser, browser_serv
     acme = panel.locator(f'#acc-body tr[data-org="{finished["acme"].pk}"]')
     # Acme's charts finished 5 min after their first ETA (bias −5 min), 2.5 min after the one at dispatch
     expect(acme.locator("td")).to_have_text(["Acme", "6", "5.0 min", "5.0 min", "−5.0 min",
-                                             "2.5 min", "2.5 min", "−2.5 min"])
+                                             "2.5 min", "2.5 min", "−2.5 min", "50%"])
     beta = panel.locator(f'#acc-body tr[data-org="{finished["beta"].pk}"]')
     expect(beta.locator("td").first).to_have_text("Beta <b>")  # a name is text, never markup
     expect(beta.locator("td").nth(4)).to_have_text("+2.0 min")

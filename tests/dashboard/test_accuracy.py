@@ -15,7 +15,8 @@ pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 
 
-def _finished(org, wf, *, n: int, first_err: float, dispatch_err: float | None, state=ChartState.SUCCEEDED):
+def _finished(org, wf, *, n: int, first_err: float, dispatch_err: float | None, state=ChartState.SUCCEEDED,
+              p90_err: float | None = None):
     """``n`` finished charts whose first ETA erred by ``first_err`` s and dispatch ETA by ``dispatch_err`` s,
     each error growing by 10 s per chart (so medians and p90s differ)."""
     out = []
@@ -24,7 +25,8 @@ def _finished(org, wf, *, n: int, first_err: float, dispatch_err: float | None, 
         c = make_chart(org, wf, created_at=T0 - timedelta(hours=1), state=state, finished_at=fin,
                        started_at=fin - timedelta(minutes=5),
                        eta_first_at=fin + timedelta(seconds=first_err + 10 * i),
-                       eta_dispatch_at=None if dispatch_err is None else fin + timedelta(seconds=dispatch_err + 10 * i))
+                       eta_dispatch_at=None if dispatch_err is None else fin + timedelta(seconds=dispatch_err + 10 * i),
+                       eta_p90_at=None if p90_err is None else fin + timedelta(seconds=p90_err + 10 * i))
         out.append(c)
     return out
 
@@ -51,6 +53,16 @@ def test_accuracy_overall_and_per_org(two_orgs):
     assert rb["first"]["bias_s"] == pytest.approx(320.0) and rb["dispatch"]["n"] == 0
     assert acc["first"]["n"] == 15 and acc["dispatch"]["n"] == 10
     assert len(acc["points"]) == 15 and acc["points"][-1]["actual"] > acc["points"][0]["actual"]
+
+
+def test_p90_calibration_is_the_share_finished_by_the_bound(two_orgs):
+    a, b, wf = two_orgs["a"], two_orgs["b"], two_orgs["wf"]
+    _finished(a, wf, n=10, first_err=0, dispatch_err=0, p90_err=-25)  # bounds -25, -15, -5, 5, ... 65 s
+    _finished(b, wf, n=2, first_err=0, dispatch_err=0)                 # no bound recorded
+    acc = accuracy()
+    assert acc["p90"] == {"n": 10, "within": 0.7}
+    assert acc["orgs"][str(a.pk)]["p90"] == {"n": 10, "within": 0.7}
+    assert acc["orgs"][str(b.pk)]["p90"] == {"n": 0, "within": None}
 
 
 def test_accuracy_covers_only_the_last_n(two_orgs):
@@ -85,7 +97,7 @@ def test_accuracy_json_ignores_a_bad_last(two_orgs, viewer):
 
 
 def test_org_page_shows_its_own_accuracy_only(two_orgs, redis_url):
-    _finished(two_orgs["a"], two_orgs["wf"], n=4, first_err=-600, dispatch_err=-120)
+    _finished(two_orgs["a"], two_orgs["wf"], n=4, first_err=-600, dispatch_err=-120, p90_err=-15)
     _finished(two_orgs["b"], two_orgs["wf"], n=6, first_err=3600 * 2, dispatch_err=None)
     c = Client()
     c.force_login(two_orgs["alice"])
@@ -97,3 +109,4 @@ def test_org_page_shows_its_own_accuracy_only(two_orgs, redis_url):
                                                                     "−9.8 min"]
     assert "2.0 h" not in table  # Beta's figures stay on Beta's page
     assert "your last 4 finished charts" in html
+    assert "50% of these 4 charts finished by the" in html  # bounds -15, -5, +5, +15 s

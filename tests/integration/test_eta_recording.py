@@ -43,6 +43,7 @@ def test_first_and_dispatch_etas_are_recorded_and_the_first_is_kept(live):
         assert rows[pk].eta_first_at is not None and rows[pk].eta_dispatch_at is not None, sched.log()[-3000:]
     for pk, first in firsts.items():
         assert rows[pk].eta_first_at == first  # the first ETA is never overwritten
+        assert rows[pk].eta_p90_at is not None and rows[pk].eta_p90_at >= first  # and its 90% bound with it
     # the chart that waited longest was promised a finish after the busy chart's
     last = waiting[-1].pk
     assert rows[last].eta_first_at > rows[busy.pk].eta_first_at

@@ -25,7 +25,9 @@
   function row(label, fig, cls) {
     const tr = document.createElement("tr");
     if (cls) tr.className = cls;
-    tr.innerHTML = `<td></td><td class="num">${fig.first.n}</td>${cells(fig.first)}${cells(fig.dispatch)}`;
+    const within = fig.p90 && fig.p90.within != null ? Math.round(fig.p90.within * 100) + "%" : "—";
+    tr.innerHTML = `<td></td><td class="num">${fig.first.n}</td>${cells(fig.first)}${cells(fig.dispatch)}`
+      + `<td class="num">${within}</td>`;
     tr.firstChild.textContent = label;  // org names are user data: text, never HTML
     return tr;
   }
