@@ -91,3 +91,15 @@ def test_snapshot_rows_carry_the_90_percent_bound_and_first_etas_are_promises():
     for c in planned:
         s.finished(int(c), "succeeded", 60.0, finished_at=now + 60.0)
     assert len(s.forecast._ratios) == len(planned)
+
+
+def test_only_charts_without_a_first_eta_are_promised_each_pass():
+    s = state(backlog(), eta_model="forecast")
+    assert s.unpromised == {str(i) for i in range(1, 11)} | {"100"}
+    s.unpromised -= {"100"}  # the database had its first ETA (start-up)
+    s.unpromised.clear()     # a pass recorded the rest
+    s.apply_chart(12, q(12, 2, T0 + 3700))
+    s.apply_chart(12, q(12, 2, T0 + 3700))
+    assert s.unpromised == {"12"}
+    s.apply_chart(12, None)  # gone before any pass: nothing to record
+    assert s.unpromised == set()

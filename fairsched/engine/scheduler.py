@@ -145,7 +145,6 @@ class Scheduler:
         self._eta_last_end = 0.0   # monotonic time the last ETA pass ended
         self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
         self._resync_requested = False
-        self._eta_first_done: set[int] = set()  # charts whose first ETA is recorded
         self._last_report = None                 # (EtaReport, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel")}
@@ -270,10 +269,9 @@ class Scheduler:
         try:
             self.state.learn_history(await _db(db.recent_arrivals)(), await _db(db.recent_durations)(),
                                      await _db(db.recent_promises)())
-            self._eta_first_done = await _db(db.recorded_first_etas)()
+            self.state.unpromised -= {str(c) for c in await _db(db.recorded_first_etas)()}
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
-            self._eta_first_done = set()
         self._last_report = None
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
                  len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
@@ -672,15 +670,12 @@ class Scheduler:
 
     async def _record_first_etas(self, report, now: float) -> None:
         """The first ETA of each chart that has none yet: one bulk write for the new ones."""
-        done = self._eta_first_done
-        new = self.state.first_etas(report, now, [cid for cid in report.etas if int(cid) not in done])
-        if not new:
+        state = self.state
+        ids = [cid for cid in state.unpromised if cid in report.etas]  # O(new + set aside)
+        if not ids:
             return
-        await _db(db.record_first_etas)(new)
-        done.update(new)
-        if len(done) > 4 * (len(self.state.queue) + len(self.state.running)) + 10_000:
-            live = {int(c) for c in report.etas}
-            done.intersection_update(live)
+        await _db(db.record_first_etas)(state.first_etas(report, now, ids))
+        state.unpromised.difference_update(ids)
 
     async def _broadcast(self, events: list[dict]) -> None:
         from dashboard.broadcast import abroadcast_event

@@ -139,6 +139,9 @@ class LiveState:
             if c.org in self.orgs:
                 self.forecast.observe_arrival(str(c.org), c.workflow, c.created_at)
         self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
+        # Charts whose first ETA is not recorded yet (the scheduler removes those the
+        # database already has at start-up): each pass records only these, O(new).
+        self.unpromised: set[str] = {str(c.id) for c in world.charts if c.org in self.orgs}
         self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
         self.running: dict[int, Running] = {}
         for c in world.charts:
@@ -284,6 +287,7 @@ class LiveState:
             r = self.running.get(chart_id)
             if r is None:
                 r = self._add_running(row)
+                self.unpromised.add(cid)  # new to us: its first ETA (if none yet) comes next pass
                 fx.watch.add(chart_id)
                 fx.events.append({"kind": "running", "chart": chart_id, "org": row.org})
             r.cancel_requested = row.cancel_requested
@@ -304,6 +308,7 @@ class LiveState:
         if q is None:
             if chart_id not in self.external_ids:
                 self.forecast.observe_arrival(str(row.org), row.workflow, row.created_at)
+                self.unpromised.add(cid)
             self.queue.add(row.queued_chart())
             self.external_ids[chart_id] = row.external_id
             self.queued_by_org[row.org] += 1
@@ -393,6 +398,8 @@ class LiveState:
                                          finished_at=finished_at)
         elif r is not None and state != "requeued":
             self.forecast.forget(str(chart_id))
+        if state != "requeued":
+            self.unpromised.discard(str(chart_id))
         if r is not None:
             fx.unwatch.add(chart_id)
             fx.events.append({"kind": "finish", "chart": chart_id, "org": r.org, "state": state, "cost": r.cost})
@@ -401,6 +408,7 @@ class LiveState:
     # ------------------------------------------------------------- internals
     def _remove_queued(self, chart_id: int) -> None:
         self.forecast.forget(str(chart_id))
+        self.unpromised.discard(str(chart_id))
         q = self.queue.remove(str(chart_id))
         self.external_ids.pop(chart_id, None)
         if q is not None:
