@@ -651,11 +651,12 @@ class Scheduler:
         state = self.state
         report = state.eta_report(now)
         self._last_report = (report, now)
-        await self._record_first_etas(report, now)
         snap, rows, per_org = build_snapshot(state, report, now, p90=state.forecast.p90_finisher())
         snap["eta_model"] = state.config.eta_model
         seq = await asyncio.to_thread(snapshot_store.store, snap, rows, per_org)
         await abroadcast_snapshot(seq)
+        # after publishing: the dashboards do not wait for this write
+        await self._record_first_etas(report, now)
         return True
 
     def _eta_in_force(self, r, at: float) -> float:
