@@ -345,7 +345,8 @@ def sim_to_json(r: SimResult) -> dict:
 
 def simulate(trace: dict, policy: str = "wrr") -> dict:
     """Replay a trace under ``policy`` (wrr, fifo, proportional); the result dict
-    of contracts/simulate.md plus a ``summary`` of per-org fairness figures."""
+    of contracts/simulate.md plus a ``summary`` of per-org fairness figures and the
+    ``eta_model`` the trace chose (``"lanes"``, default, or ``"forecast"``)."""
     if policy not in POLICIES:
         raise ScenarioError("policy", f"unknown policy {_show(policy)} "
                                       f"(expected one of {', '.join(POLICIES)})")

@@ -85,6 +85,8 @@ def test_eta_model_forecast_and_a_bad_one_exits_2(tmp_path):
     eta = {c["id"]: c["eta_at_arrival_s"] for c in out["charts"]}
     eta_lanes = {c["id"]: c["eta_at_arrival_s"] for c in out_lanes["charts"]}
     assert eta["a4"] > eta_lanes["a4"]
+    summary = run("simulate", str(p), "--summary")
+    assert summary.returncode == 0 and "ETA at arrival (lanes): mean absolute error" in summary.stdout
     trace["eta_model"] = "crystal-ball"
     p.write_text(json.dumps(trace))
     r = run("simulate", str(p))
