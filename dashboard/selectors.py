@@ -235,6 +235,7 @@ def _org_chart(r: dict[str, Any], base: float) -> dict[str, Any]:
         "state": r.get("state"), "position": r.get("pos"), "priority": r.get("priority", False),
         "start_at": _at(base, start) if r.get("state") != "running" else r.get("started_at"),
         "eta": _at(base, finish), "eta_s": finish,
+        "eta_p90": _at(base, r.get("p90_s")),  # the finish it should beat 9 times out of 10
         "cost": r.get("cost"),
     }
 

@@ -28,7 +28,13 @@ Live order (:mod:`fairsched.core.queue`)
     ``order()``, ``iter_charts()``, ``position(id)``, ``round_of(id)``,
     ``state_of(id)``, ``held``/``paused``/``blocked``, ``head``, ``cost_of``.
 Simulator (:mod:`fairsched.core.simulator`)
-    ``simulate(arrivals, events, *, budget, weights, costs, estimate, policy) -> SimResult``
+    ``simulate(arrivals, events, *, budget, weights, costs, estimate, policy, eta_model="lanes",
+    forecast_params=None) -> SimResult``
+Forecast ETA model (:mod:`fairsched.core.forecast`)
+    ``Forecaster(estimate, params)``: ``observe_arrival``, ``observe_finish``, ``record_eta``,
+    ``etas(queue, running, now, stop_after=None) -> EtaReport`` (the lane simulation plus each
+    org's expected future arrivals in the rounds they would take), ``mean``/``median``/``p90``
+    of a pair's durations, ``p90_finish``; ``PlanOrder`` reads a static plan like a queue.
 Ordering keys (:mod:`fairsched.core.keys`): every key, tie-breaks numbered.
 
 Move to front (``front_at``, issue 5)

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Callable, Iterable, Mapping, Sequence
 
+from .forecast import Forecaster, ForecastParams
 from .keys import fifo_key
 from .queue import ORDERED, FairQueue
 from .types import Durations, QueuedChart, RunningChart
 
 POLICIES = ("wrr", "fifo", "proportional")
 EVENT_KINDS = ("set_weight", "set_budget", "pause", "resume")
+ETA_MODELS = ("lanes", "forecast")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ class SimChart:
     start_s: float | None
     finish_s: float | None
     eta_at_arrival_s: float | None
+    eta_p90_at_arrival_s: float | None = None  # the forecast model's 90% bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class SimResult:
     policy: str
     charts: list[SimChart]
     summary: dict = field(default_factory=dict)
+    eta_model: str = "lanes"
 
 
 def simulate(
@@ -76,10 +80,20 @@ def simulate(
     costs: Mapping[tuple[str, str | None], int] | None = None,
     estimate: Callable[[str, str | None], float] = Durations(),
     policy: str = "wrr",
+    eta_model: str = "lanes",
+    forecast_params: ForecastParams | None = None,
 ) -> SimResult:
-    """Run the trace to completion (or until nothing more can start)."""
+    """Run the trace to completion (or until nothing more can start).
+
+    ``eta_model``: ``"lanes"`` (the lane simulation of the order) or
+    ``"forecast"`` (:mod:`fairsched.core.forecast`, told each arrival and each
+    finish as it happens, so it knows only the past). Dispatch never reads it."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
+    if eta_model not in ETA_MODELS:
+        raise ValueError(f"unknown eta_model {eta_model!r}")
+    fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model == "forecast" else None
+    by_id = {a.id: a for a in arrivals}
     q = FairQueue(budget=budget, weights=weights, costs=costs,
                   policy="wrr" if policy == "wrr" else "fifo")
     weights0 = dict(weights)
@@ -89,6 +103,7 @@ def simulate(
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     eta: dict[str, float] = {}
+    p90: dict[str, float] = {}
     actual = {a.id: a.actual_s for a in arrivals}
     running: dict[str, RunningChart] = {}
     finishing: list[tuple[float, int, str]] = []  # (finish time, tie, id)
@@ -113,6 +128,9 @@ def simulate(
         while finishing and finishing[0][0] <= t:
             _, _, cid = heappop(finishing)
             used -= running.pop(cid).cost
+            if fc is not None:
+                a = by_id[cid]
+                fc.observe_finish(a.org, a.workflow, a.actual_s, chart_id=cid, finished_at=finish[cid])
         # 2. events, in listing order
         while ei < len(ev_order) and events[ev_order[ei]].at_s <= t:
             ev = events[ev_order[ei]]
@@ -138,6 +156,8 @@ def simulate(
             a = arrivals[i]
             q.add(QueuedChart(a.id, a.org, a.workflow, a.at_s, i, priority=a.priority))
             arrived.append(a.id)
+            if fc is not None:
+                fc.observe_arrival(a.org, a.workflow, a.at_s)
         # 4. dispatch
         free = q.budget - used
         demand = {o: q.ordered_count(o) for o in weights if q.ordered_count(o)}
@@ -167,15 +187,22 @@ def simulate(
         if arrived and policy != "proportional":
             want = {cid for cid in arrived if cid in running or q.state_of(cid) == ORDERED}
             if want:
-                rep = q.etas(running.values(), t, estimate=estimate, stop_after=want)
+                if fc is not None and policy == "wrr":
+                    rep = fc.etas(q, running.values(), t, stop_after=want)
+                else:
+                    rep = q.etas(running.values(), t, estimate=estimate, stop_after=want)
                 for cid in want:
                     e = rep.etas.get(cid)
                     if e is not None:
                         eta[cid] = e.finish_s + t
+                        if fc is not None and policy == "wrr":
+                            a = by_id[cid]
+                            p90[cid] = fc.p90_finish(a.org, a.workflow, e) + t
+                            fc.record_eta(cid, t, eta[cid])
     charts = [SimChart(a.id, a.org, float(a.at_s), start.get(a.id), finish.get(a.id),
-                       eta.get(a.id)) for a in arrivals]
+                       eta.get(a.id), p90.get(a.id)) for a in arrivals]
     summary = summarize(charts, weights0, entitled, contended_starts)
-    return SimResult(policy, charts, summary)
+    return SimResult(policy, charts, summary, eta_model)
 
 
 def _proportional(q: FairQueue, free: int, weights: Mapping[str, int]) -> list[QueuedChart]:

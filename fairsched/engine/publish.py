@@ -12,7 +12,7 @@ nothing starts although budget is free: the head of the order does not fit).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from fairsched.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
@@ -46,8 +46,10 @@ def waiting(state: LiveState) -> dict[str, Any] | None:
                     f"waits for {cost} free; {free} free"}
 
 
-def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dict, list[dict], dict[int, dict]]:
-    """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`."""
+def build_snapshot(state: LiveState, report: EtaReport, now: float,
+                   p90: Callable | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
+    """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`. ``p90``
+    (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``."""
     queue = state.queue
     etas = report.etas
     order_rows: list[dict[str, Any]] = []
@@ -58,6 +60,7 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
             "cost": queue.cost_of(q.org, q.workflow), "round": q.round, "priority": q.priority,
             "state": "ordered", "external_id": state.external_ids.get(int(q.id)),
             "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
+            "p90_s": p90(q.org, q.workflow, eta) if eta and p90 else None,
         })
     unplanned: dict[int, dict[str, int]] = {}
     for aside in (HELD, PAUSED, BLOCKED):
@@ -80,6 +83,7 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
             "started_at": iso(r.started_at), "elapsed_s": max(0.0, now - r.started_at),
             "expected_s": state.durations(str(r.org), r.workflow),
             "finish_s": eta.finish_s if eta else 0.0, "workflow_id": workflow_id(r.id), "run_id": r.run_id,
+            "p90_s": p90(str(r.org), r.workflow, eta) if eta and p90 else None,
         })
         used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
         running_by_org[r.org] = running_by_org.get(r.org, 0) + 1

@@ -17,7 +17,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fairsched.core import Durations, FairQueue, QueuedChart, RoundState, RunningChart
+from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart
+from fairsched.core.forecast import Forecaster
 
 log = logging.getLogger("fairsched.engine")
 
@@ -65,6 +66,7 @@ class Config:
     budget: int
     eta_interval_s: float = 3.0
     reconcile_interval_s: float = 5.0
+    eta_model: str = "forecast"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,16 @@ class LiveState:
                 costs=dict(world.costs), track_rounds=True,
             )
         self.durations = Durations(dict(world.averages), DEFAULT_AVG_S)
+        # The forecast's statistics: each org's arrivals (O(1) per arrival) and finished
+        # durations (O(1) per finish); its prior is the historical means above.
+        self.forecast = Forecaster(self._prior)
+        for c in sorted(world.charts, key=lambda c: c.created_at):
+            if c.org in self.orgs:
+                self.forecast.observe_arrival(str(c.org), c.workflow, c.created_at)
         self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
+        # Charts whose first ETA is not recorded yet (the scheduler removes those the
+        # database already has at start-up): each pass records only these, O(new).
+        self.unpromised: set[str] = {str(c.id) for c in world.charts if c.org in self.orgs}
         self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
         self.running: dict[int, Running] = {}
         for c in world.charts:
@@ -160,6 +171,48 @@ class LiveState:
     def free(self) -> int:
         """Free budget; negative after the budget was lowered under running work."""
         return self.budget - self.used
+
+    def learn_history(self, arrivals, durations, promises=()) -> None:
+        """Start the forecast afresh from the database's recent history: ``arrivals``
+        (org, workflow, created at) of every chart created lately, finished or not,
+        ``durations`` (org, workflow, seconds) of the latest successful charts and
+        ``promises`` (created, first ETA, finished) of the latest that had an ETA."""
+        self.forecast = Forecaster(self._prior)
+        for org, wf, at in arrivals:
+            self.forecast.observe_arrival(org, wf, at)
+        for org, wf, seconds in durations:
+            self.forecast.observe_finish(org, wf, seconds)
+        for at, eta_at, finished_at in promises:
+            self.forecast.observe_promise(at, eta_at, finished_at)
+
+    def first_etas(self, report: EtaReport, now: float, ids) -> dict[int, tuple[float, float]]:
+        """For the charts ``ids`` (ids of ``report``): the absolute ETA and p90 finish to record
+        as their first; the forecast remembers each promise (created at -> ETA) to
+        calibrate its p90 on the chart's finish."""
+        p90 = self.forecast.p90_finisher()
+        out = {}
+        for cid in ids:
+            eta = report.etas[cid]
+            q = self.queue.get(cid)
+            if q is not None:
+                org, wf, created = q.org, q.workflow, q.created_at
+            else:
+                r = self.running.get(int(cid))
+                if r is None:
+                    continue
+                org, wf, created = str(r.org), r.workflow, r.started_at
+            out[int(cid)] = (now + eta[1], now + p90(org, wf, eta))
+            self.forecast.record_eta(cid, created, now + eta[1])
+        return out
+
+    def _prior(self, org: str, workflow: str | None) -> float:
+        return self.durations(org, workflow)
+
+    def eta_report(self, now: float) -> EtaReport:
+        """The ETA pass of the configured model (``Config.eta_model``)."""
+        if self.config.eta_model == "forecast":
+            return self.forecast.etas(self.queue, self.running_charts(), now)
+        return self.queue.etas(self.running_charts(), now, estimate=self.durations)
 
     def running_charts(self) -> list[RunningChart]:
         return [r.core() for r in self.running.values()]
@@ -183,6 +236,9 @@ class LiveState:
     # ------------------------------------------------------------- settings and orgs
     def apply_config(self, config: Config) -> Effects:
         fx = Effects()
+        if config.eta_model != self.config.eta_model:
+            log.info("ETA model set to %s", config.eta_model)
+            fx.eta_now = True
         if self.queue.set_budget(config.budget):
             log.info("budget set to %d (running cost %d; running work is never stopped)", config.budget, self.used)
             fx.eta_now = True
@@ -241,6 +297,7 @@ class LiveState:
             r = self.running.get(chart_id)
             if r is None:
                 r = self._add_running(row)
+                self.unpromised.add(cid)  # new to us: its first ETA (if none yet) comes next pass
                 fx.watch.add(chart_id)
                 fx.events.append({"kind": "running", "chart": chart_id, "org": row.org})
             r.cancel_requested = row.cancel_requested
@@ -259,6 +316,9 @@ class LiveState:
             self._remove_queued(chart_id)
             q = None
         if q is None:
+            if chart_id not in self.external_ids:
+                self.forecast.observe_arrival(str(row.org), row.workflow, row.created_at)
+                self.unpromised.add(cid)
             self.queue.add(row.queued_chart())
             self.external_ids[chart_id] = row.external_id
             self.queued_by_org[row.org] += 1
@@ -349,10 +409,20 @@ class LiveState:
                  row.id, row.state, self.running[row.id].cost)
         return fx
 
-    def finished(self, chart_id: int, state: str = "") -> Effects:
-        """A running chart's workflow closed (Temporal says so): its cost is free again."""
+    def finished(self, chart_id: int, state: str = "", seconds: float | None = None,
+                 finished_at: float | None = None) -> Effects:
+        """A running chart's workflow closed (Temporal says so): its cost is free again.
+        ``seconds``: how long a successful run took, ``finished_at`` when (the forecast
+        learns durations and how far off its first ETA was)."""
         fx = Effects()
         r = self.running.pop(chart_id, None)
+        if r is not None and seconds is not None and state == "succeeded":
+            self.forecast.observe_finish(str(r.org), r.workflow, seconds, chart_id=str(chart_id),
+                                         finished_at=finished_at)
+        elif r is not None and state != "requeued":
+            self.forecast.forget(str(chart_id))
+        if state != "requeued":
+            self.unpromised.discard(str(chart_id))
         if r is not None:
             fx.unwatch.add(chart_id)
             fx.events.append({"kind": "finish", "chart": chart_id, "org": r.org, "state": state, "cost": r.cost})
@@ -360,6 +430,8 @@ class LiveState:
 
     # ------------------------------------------------------------- internals
     def _remove_queued(self, chart_id: int) -> None:
+        self.forecast.forget(str(chart_id))
+        self.unpromised.discard(str(chart_id))
         q = self.queue.remove(str(chart_id))
         self.external_ids.pop(chart_id, None)
         if q is not None:

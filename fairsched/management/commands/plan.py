@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 from django.core.management.base import BaseCommand, CommandError
 
+from fairsched.core import Plan
 from fairsched.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
 
 
@@ -34,6 +35,19 @@ def read_json(path: str | None, stdin=None) -> object:
     except json.JSONDecodeError as e:
         raise CommandError(f"FILE: invalid JSON in {path!r}: {e.msg} at line {e.lineno} "
                            f"column {e.colno}", returncode=2) from None
+
+
+def live_plan(s) -> tuple[Plan, str]:
+    """The plan of a parsed live scenario with the ETAs of the model the scheduler is set
+    to (``SchedulerSettings.eta_model``), and that model's name."""
+    from fairsched.live_eta import configured_model, forecast_plan, live_rounds
+
+    p = plan_scenario(s)
+    model = configured_model()
+    if model == "forecast":
+        head, rounds = live_rounds()
+        p = forecast_plan(s, p, head=head, round_state=rounds)
+    return p, model
 
 
 def live_scenario() -> dict:
@@ -99,17 +113,18 @@ def _clock(now: datetime, seconds: float) -> str:
     return t.strftime("%H:%M:%S") if t.date() == now.date() else t.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def render_table(scenario: dict) -> str:
+def render_table(scenario: dict, live: bool = False) -> str:
     """The plan for people: order with position, org, workflow, cost and ETA
-    as time of day; then held / paused / blocked and the clear-time per org."""
+    as time of day; then held / paused / blocked and the clear-time per org.
+    ``live``: the ETAs of the live scheduler's model (named on the first line)."""
     s = parse_scenario(scenario)
-    p = plan_scenario(s)
+    p, model = live_plan(s) if live else (plan_scenario(s), "lanes")
     now = datetime.fromisoformat(scenario["now"])
     charts = {c.id: c for c in s.queued}
     dispatch = set(p.dispatch)
     lines = [f"now {now.isoformat()}  budget {s.budget}  "
              f"running {len(s.running)} (cost {sum(r.cost for r in s.running)})  "
-             f"queued {len(s.queued)}  ordered {len(p.order)}"]
+             f"queued {len(s.queued)}  ordered {len(p.order)}  ETA model {model}"]
     hdr = f"{'pos':>5}  {'chart':<12} {'org':<10} {'workflow':<14} {'cost':>4} {'round':>5}  " \
           f"{'start':>8}  {'finish':>8}"
     lines.append(hdr)
@@ -172,9 +187,14 @@ class Command(BaseCommand):
             else:
                 scenario = read_json(opts["file"], self.stdin if hasattr(self, "stdin") else None)
             if opts["table"]:
-                self.stdout.write(render_table(scenario))
+                self.stdout.write(render_table(scenario, live=opts["live"]))
             else:
                 s = parse_scenario(scenario)
-                self.stdout.write(json.dumps(plan_to_json(plan_scenario(s), s.weights), indent=2))
+                if opts["live"]:
+                    p, model = live_plan(s)
+                    out = {**plan_to_json(p, s.weights), "eta_model": model}
+                else:
+                    out = plan_to_json(plan_scenario(s), s.weights)
+                self.stdout.write(json.dumps(out, indent=2))
         except ScenarioError as e:
             raise CommandError(str(e), returncode=2) from None

@@ -1,5 +1,6 @@
 """``manage.py simulate TRACE.json [--policy wrr|fifo|proportional] [--summary]``
-(docs/scheduling.md). Bad input: exit status 2, one line on stderr."""
+(docs/scheduling.md; the trace's ``eta_model`` picks the ETA model).
+Bad input: exit status 2, one line on stderr."""
 from __future__ import annotations
 
 import json
@@ -26,6 +27,12 @@ def render_summary(result: dict) -> str:
                      f"{_s(o['mean_wait_s']):>11} {_s(o['p95_wait_s']):>10} "
                      f"{_s(o['max_wait_s']):>10} {_s(o['share_of_starts'], '{:.1%}'):>12} "
                      f"{_s(o['share_of_weight'], '{:.1%}'):>12}")
+    errs = [c["eta_at_arrival_s"] - c["finish_s"] for c in result["charts"]
+            if c["eta_at_arrival_s"] is not None and c["finish_s"] is not None]
+    if errs:
+        lines.append(f"ETA at arrival ({result.get('eta_model', 'lanes')}): mean absolute error "
+                     f"{sum(map(abs, errs)) / len(errs):.0f} s, bias {sum(errs) / len(errs):+.0f} s "
+                     f"over {len(errs)} charts")
     return "\n".join(lines)
 
 

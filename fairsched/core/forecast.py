@@ -1,0 +1,489 @@
+"""The forecasting ETA model (simulate.md v2, "ETA models": ``eta_model = "forecast"``).
+
+The lane simulation of the current order (:meth:`FairQueue.etas`) is optimistic
+by construction: charts of other orgs that arrive *later* take *earlier*
+rounds than a chart already waiting (that is what fairness means), and the
+lane simulation cannot see them coming. The forecast adds what the past says
+about the future, and nothing else:
+
+1. **Phantom arrivals.** Each org's arrival rate is estimated from its arrivals
+   so far (its long-run rate: arrivals over the time observed, at least a
+   quarter of an hour, so a first burst is not taken for a rate). The forecast pass walks the
+   order through the budget lanes like the lane simulation, and while it walks
+   it lets the expected future charts of every org arrive at their expected
+   times; each takes the round the persistent round-robin would give it
+   (``max(head, last)``, next round when its org's ``weight`` charts already
+   hold ``last``, with ``head`` the round being walked at that time) and is
+   walked in that round, after the real charts of the round (it is younger).
+   So a chart far back in a busy org's queue sees the small orgs' future charts
+   pass it, as they will. The projected rate fades with the distance into the
+   future (``exp(-t / fade_s)``): traffic changes, and an ETA that assumes the
+   current rate for hours is as wrong as one that assumes no arrivals at all
+   (``bench/eta.py`` measured both; a recent-rate EWMA blended in was no better).
+   Each phantom's workflow (so cost and duration) follows its org's mix so far.
+2. **Durations learned from finished charts.** Per (org, workflow) the mean of
+   the durations seen so far, shrunk towards the prior estimate (the trace's
+   averages, or the live scheduler's historical means) with ``prior_n``
+   pseudo-observations, and the spread of their logarithms (a log-normal fit)
+   for the median and the 90th percentile (:meth:`Forecaster.p90`). Charts
+   occupy the lanes for their mean; a chart's own finish is its start plus its
+   mean (``own="median"`` was measured too: a little worse).
+
+It learns only from what it was told through :meth:`Forecaster.observe_arrival`
+and :meth:`Forecaster.observe_finish` and from the queue and running charts it
+is given: the simulator tells it arrivals and finishes as they happen, so the
+forecast at an instant cannot depend on later arrivals or on the true duration
+of a chart that has not finished (``tests/core/test_forecast.py`` replays cut
+traces to check it). Every observation is O(1); a pass is the lane walk plus
+one step per phantom (O((n + phantoms) log budget)). Dispatch never reads it.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from heapq import heappop, heappush, heapreplace
+from typing import Callable, Iterable, Mapping
+
+from .plan import gc_paused, initial_lanes
+from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart
+
+Estimate = Callable[[str, "str | None"], float]
+Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+make_eta = partial(tuple.__new__, Eta)  # an Eta without the NamedTuple constructor's overhead
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastParams:
+    """The forecast's knobs (defaults tuned with ``bench/eta.py``)."""
+
+    recent_tau_s: float = 1800.0    # time constant of an org's recent arrival rate (EWMA)
+    decay_s: float = 0.0            # the projected rate goes from recent to long-run over this (0: long-run only)
+    long_tau_s: float = math.inf    # time constant of the long-run rate (inf: every arrival so far counts)
+    long_floor_s: float = 900.0     # a rate's observation window is at least this
+    fade_s: float = 4500.0          # the projected rate fades by exp(-t / fade_s): the far future is a guess
+    horizon_s: float = 8 * 3600.0   # no phantom arrives later than this after now
+    max_phantoms: int = 20000       # and no pass walks more than this many
+    prior_n: float = 5.0            # weight of the prior duration estimate, in observations
+    own: str = "mean"               # a chart's own duration: "mean" or "median" (measured: mean, by a little)
+    calibration_n: int = 500        # the p90 finish learns from this many latest finished charts
+    phantoms: bool = True           # False: learned durations only (for the bench)
+
+
+@dataclass(slots=True)
+class _OrgArrivals:
+    n: int = 0
+    recent: float = 0.0      # EWMA count of arrivals (time constant recent_tau_s), decayed to ``at``
+    long: float = 0.0        # the same with long_tau_s
+    at: float = 0.0
+    pairs: dict = field(default_factory=dict)  # workflow -> arrivals
+
+
+@dataclass(slots=True)
+class _PairDurations:
+    n: int = 0
+    total: float = 0.0
+    log_total: float = 0.0
+    log_sq: float = 0.0
+
+
+class Forecaster:
+    """What the forecast has learned so far, and the forecast pass.
+
+    ``estimate`` is the prior duration of (org, workflow) (a :class:`Durations`
+    or any callable); learned durations are blended into it.
+    """
+
+    def __init__(self, estimate: Estimate = Durations(), params: ForecastParams = ForecastParams()) -> None:
+        self.estimate = estimate
+        self.params = params
+        self._orgs: dict[str, _OrgArrivals] = {}
+        self._pairs: dict[tuple, _PairDurations] = {}
+        self._first_at: float | None = None
+        self._log_var_n = 0
+        self._log_var_sum = 0.0  # pooled within-pair variance of log durations
+        self._promised: dict[str, tuple[float, float]] = {}  # chart id -> (when, first ETA), until it finishes
+        self._ratios: deque[float] = deque(maxlen=params.calibration_n)
+        self._q90: float | None = None
+
+    # ------------------------------------------------------------ learning
+    def observe_arrival(self, org: str, workflow: str | None, at: float) -> None:
+        """A chart of ``org`` arrived (was created) at ``at``. O(1)."""
+        if self._first_at is None or at < self._first_at:
+            self._first_at = at
+        s = self._orgs.get(org)
+        if s is None:
+            s = self._orgs[org] = _OrgArrivals(at=at)
+        p = self.params
+        if at > s.at:
+            s.recent = s.recent * _decay(at - s.at, p.recent_tau_s) + 1.0
+            s.long = s.long * _decay(at - s.at, p.long_tau_s) + 1.0
+            s.at = at
+        else:  # out of order (a resync): counted as seen from the latest time
+            s.recent += _decay(s.at - at, p.recent_tau_s)
+            s.long += _decay(s.at - at, p.long_tau_s)
+        s.n += 1
+        s.pairs[workflow] = s.pairs.get(workflow, 0) + 1
+
+    def record_eta(self, chart_id: str, at: float, eta_at: float) -> None:
+        """The first ETA given for a chart (absolute), at ``at``: when it finishes, how far
+        off it was calibrates :meth:`p90_finish`. Later calls for the same chart are ignored."""
+        self._promised.setdefault(chart_id, (at, eta_at))
+
+    def forget(self, chart_id: str) -> None:
+        """A chart that will never finish (cancelled, deleted): drop its promise."""
+        self._promised.pop(chart_id, None)
+
+    def observe_finish(self, org: str, workflow: str | None, seconds: float, *,
+                       chart_id: str | None = None, finished_at: float | None = None) -> None:
+        """A chart of (org, workflow) finished after ``seconds`` (at ``finished_at``). O(1)."""
+        if chart_id is not None:
+            promised = self._promised.pop(chart_id, None)
+            if promised is not None and finished_at is not None:
+                self.observe_promise(promised[0], promised[1], finished_at)
+        if not (seconds >= 0.0) or math.isinf(seconds):
+            return
+        p = self._pairs.get((org, workflow))
+        if p is None:
+            p = self._pairs[(org, workflow)] = _PairDurations()
+        lg = math.log(max(seconds, 1e-3))
+        if p.n:
+            # pooled variance of logs, by Welford-like increments of each pair's own mean
+            mean = p.log_total / p.n
+            self._log_var_sum += (lg - mean) ** 2 * p.n / (p.n + 1)
+            self._log_var_n += 1
+        p.n += 1
+        p.total += seconds
+        p.log_total += lg
+        p.log_sq += lg * lg
+
+    # ------------------------------------------------------------ durations
+    def mean(self, org: str, workflow: str | None) -> float:
+        """Expected duration: the learned mean shrunk towards the prior."""
+        prior = float(self.estimate(org, workflow))
+        p = self._pairs.get((org, workflow))
+        if p is None or not p.n:
+            return prior
+        k = self.params.prior_n
+        return (k * prior + p.total) / (k + p.n)
+
+    def log_sigma(self, org: str, workflow: str | None) -> float:
+        """Spread (standard deviation of the log) of (org, workflow)'s durations:
+        its own once it has a few, else the pooled spread of all pairs, else 0."""
+        p = self._pairs.get((org, workflow))
+        pooled = self._log_var_sum / self._log_var_n if self._log_var_n else 0.0
+        if p is not None and p.n >= 2:
+            own = max(0.0, (p.log_sq - p.log_total ** 2 / p.n) / (p.n - 1))
+            # shrink a pair's own spread towards the pooled one while it has few charts
+            k = 3.0 if self._log_var_n else 0.0
+            var = ((p.n - 1) * own + k * pooled) / (p.n - 1 + k)
+        else:
+            var = pooled
+        return math.sqrt(var)
+
+    def median(self, org: str, workflow: str | None) -> float:
+        """The log-normal median of a duration of this mean and spread."""
+        s = self.log_sigma(org, workflow)
+        return self.mean(org, workflow) * math.exp(-s * s / 2)
+
+    def p90(self, org: str, workflow: str | None) -> float:
+        """The log-normal 90th percentile of a duration of this mean and spread."""
+        s = self.log_sigma(org, workflow)
+        return self.mean(org, workflow) * math.exp(Z90 * s - s * s / 2)
+
+    def observe_promise(self, at: float, eta_at: float, finished_at: float) -> None:
+        """A chart promised at ``at`` to finish at ``eta_at`` finished at ``finished_at``. O(1)."""
+        self._ratios.append((finished_at - at) / max(eta_at - at, 1.0))
+        self._q90 = None
+
+    def p90_finisher(self) -> Callable[[str, "str | None", Eta], float]:
+        """:meth:`p90_finish` for a whole pass: per (org, workflow) and calibration work done once."""
+        own: dict = {}
+        q = self._quantile90() if len(self._ratios) >= 20 else None
+
+        def p90(org: str, workflow: str | None, eta: Eta) -> float:
+            d = own.get((org, workflow))
+            if d is None:
+                d = own[(org, workflow)] = self.p90(org, workflow)
+            fin = eta[1]
+            b = eta[0] + d
+            if fin > b:
+                b = fin
+            if q is not None and fin * q > b:
+                b = fin * q
+            return b
+        return p90
+
+    def _quantile90(self) -> float:
+        if self._q90 is None:
+            r = sorted(self._ratios)
+            self._q90 = max(1.0, r[min(len(r) - 1, math.ceil(0.9 * len(r)) - 1)])
+        return self._q90
+
+    def p90_finish(self, org: str, workflow: str | None, eta: Eta) -> float:
+        """A finish (seconds from now, like ``eta``) the chart should beat 9 times out of 10:
+        its start plus the 90th percentile of its (org, workflow)'s durations, and, once 20
+        charts have finished, at least its ETA stretched by the 90th percentile of
+        (actual / promised time to finish) of the latest finished charts."""
+        own = eta[0] + self.p90(org, workflow)
+        if len(self._ratios) < 20:
+            return max(own, eta[1])
+        return max(own, eta[1] * self._quantile90(), eta[1])
+
+    # ------------------------------------------------------------ arrival rates
+    def rates(self, now: float) -> dict[str, tuple[float, float]]:
+        """Per org (recent, long-run) arrivals per second at ``now``."""
+        out = {}
+        if self._first_at is None:
+            return out
+        p = self.params
+        elapsed = max(now - self._first_at, 0.0)
+        for org, s in self._orgs.items():
+            age = max(0.0, now - s.at)
+            out[org] = (s.recent * _decay(age, p.recent_tau_s) / _window(elapsed, p.recent_tau_s, p.long_floor_s),
+                        s.long * _decay(age, p.long_tau_s) / _window(elapsed, p.long_tau_s, p.long_floor_s))
+        return out
+
+    # ------------------------------------------------------------ the pass
+    def etas(self, queue, running: Iterable[RunningChart], now: float, *,
+             stop_after: "set[str] | frozenset[str] | None" = None) -> EtaReport:
+        """Every running and ordered chart's forecast ``Eta`` (seconds from
+        ``now``), like :meth:`FairQueue.etas`; ``stop_after`` ends the walk once
+        those ids have theirs. ``queue`` is the live :class:`FairQueue`."""
+        with gc_paused():
+            return self._etas(queue, running, now, stop_after)
+
+    def _etas(self, queue, running, now, stop_after) -> EtaReport:
+        p = self.params
+        etas: dict[str, Eta] = {}
+        running = list(running)
+        mean = _cache(self.mean)
+        own = _cache(self.median if p.own == "median" else self.mean)
+        lanes = initial_lanes(running, now, queue.budget, mean, etas)
+        org_clear: dict[str, float] = dict.fromkeys(queue.weights, 0.0)
+        for r in running:
+            f = etas[r.id][1]
+            if f > org_clear.get(r.org, 0.0):
+                org_clear[r.org] = f
+        pending = set(stop_after) - etas.keys() if stop_after is not None else None
+        if pending is not None and not pending:
+            return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+        nl = len(lanes)
+        cost_of = queue.cost_of
+        weights = queue.weights
+        head = queue.head
+        rstate = queue.round_state()
+        last = {o: lu[0] for o, lu in rstate.items()}
+        used = {o: lu[1] for o, lu in rstate.items()}
+        gen = _Phantoms(self, now, weights, cost_of, mean) if p.phantoms and nl else None
+        ph: list = []  # phantoms placed: (round, arrival, seq, cost, mean duration)
+        info: dict = {}
+
+        def step(c: int, est: float) -> float | None:
+            if c == 1:
+                start = lanes[0]
+                heapreplace(lanes, start + est)
+                return start
+            if c > nl:
+                return None
+            for _ in range(c - 1):
+                heappop(lanes)
+            start = lanes[0]
+            fin = start + est
+            heapreplace(lanes, fin)
+            for _ in range(c - 1):
+                heappush(lanes, fin)
+            return start
+
+        for cid, pair, rnd in queue.walk():
+            ce = info.get(pair)
+            if ce is None:
+                c = cost_of(pair[0], pair[1])
+                ce = info[pair] = (c, mean(*pair), own(*pair))
+            c, est, mine = ce
+            if c > nl:
+                continue
+            if gen is not None and rnd is not None:
+                # phantoms that arrived by the time this chart could start, placed in
+                # their rounds; those in earlier rounds than this chart's go first
+                while True:
+                    gen.arrive_until(lanes[0], head, last, used, ph)
+                    if not ph or ph[0][0] >= rnd:
+                        break
+                    pr, _, _, pc, pest = heappop(ph)
+                    if step(pc, pest) is not None:
+                        head = pr
+            if c == 1:  # the common case, inline
+                start = lanes[0]
+                heapreplace(lanes, start + est)
+            else:
+                start = step(c, est)
+            fin = start + mine
+            etas[cid] = make_eta((start, fin))
+            org = pair[0]
+            if fin > org_clear[org]:
+                org_clear[org] = fin
+            if rnd is not None:
+                head = rnd
+            if pending is not None and cid in pending:
+                pending.discard(cid)
+                if not pending:
+                    break
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+
+def _decay(dt: float, tau: float) -> float:
+    return 1.0 if math.isinf(tau) else math.exp(-dt / tau)
+
+
+def _window(elapsed: float, tau: float, floor: float) -> float:
+    """The time an EWMA count of time constant ``tau`` covers after ``elapsed`` seconds of
+    observation (``tau (1 - exp(-elapsed / tau))``, ``elapsed`` for an infinite ``tau``):
+    count / window is the rate, unbiased from the first arrival on. At least ``floor``
+    (a first burst is not a rate), at most ``tau``."""
+    w = elapsed if math.isinf(tau) else tau * -math.expm1(-elapsed / tau)
+    return max(w, min(floor, tau))
+
+
+def _cache(fn: Callable) -> Callable:
+    memo: dict = {}
+
+    def get(org, workflow):
+        v = memo.get((org, workflow))
+        if v is None:
+            v = memo[(org, workflow)] = fn(org, workflow)
+        return v
+    return get
+
+
+class _Phantoms:
+    """The expected future arrivals of every org during one pass, in time order.
+
+    Org X's projected rate ``t`` seconds after now is
+    ``long + (recent - long) * exp(-t / decay_s)``; its k-th phantom arrives
+    when the expected count reaches ``k - 1/2`` (stepped one phantom at a time).
+    Each phantom's workflow follows the org's mix so far (smooth weighted
+    round-robin over its workflows' arrival counts)."""
+
+    def __init__(self, fc: Forecaster, now: float, weights: dict, cost_of: Callable, mean: Callable) -> None:
+        p = fc.params
+        self.end = p.horizon_s  # phantom times are offsets from now, like the lanes
+        self.left = p.max_phantoms
+        self.decay = p.decay_s
+        self.fade = p.fade_s
+        self.weights = weights
+        self.cost_of = cost_of
+        self.mean = mean
+        self.heap: list = []
+        self.state: dict = {}
+        self.seq = 0
+        for org, (recent, long) in fc.rates(now).items():
+            if not weights.get(org):
+                continue
+            s = fc._orgs[org]
+            mix = {wf: [n, 0.0] for wf, n in s.pairs.items()}
+            self.state[org] = (recent, long, mix, sum(s.pairs.values()))
+            t = self._next(org, 0.0, 0.5)
+            if t is not None:
+                heappush(self.heap, (t, org))
+
+    def _rate(self, org: str, t: float) -> float:
+        recent, long, _, _ = self.state[org]
+        base = long + (recent - long) * math.exp(-t / self.decay) if self.decay > 0 else long
+        return base * math.exp(-t / self.fade)
+
+    def _next(self, org: str, t: float, amount: float) -> float | None:
+        """Time offset when ``amount`` more arrivals are expected after offset ``t``."""
+        r = self._rate(org, t)
+        if r <= 1e-12:
+            return None
+        dt = amount / r
+        # one midpoint correction of the changing rate
+        r2 = self._rate(org, t + dt / 2)
+        if r2 <= 1e-12:
+            return None
+        return t + amount / r2
+
+    def _workflow(self, org: str):
+        _, _, mix, total = self.state[org]
+        best = None
+        for wf, cur in mix.items():
+            cur[1] += cur[0]
+            if best is None or cur[1] > mix[best][1]:
+                best = wf
+        mix[best][1] -= total
+        return best
+
+    def arrive_until(self, t: float, head: int, last: dict, used: dict, out: list) -> None:
+        """Phantoms arriving by ``t`` (seconds from now) take their rounds (``head`` being
+        the round walked then) and join ``out`` (a heap by round, then arrival)."""
+        heap = self.heap
+        while heap and heap[0][0] <= t and self.left > 0:
+            at, org = heap[0]
+            if at > self.end:
+                heap.clear()
+                return
+            w = self.weights[org]
+            lo = last.get(org)
+            if lo is None:
+                r = head
+            else:
+                r = lo if lo > head else head
+                if r == lo and used[org] >= w:
+                    r += 1
+            if r == lo:
+                used[org] += 1
+            else:
+                last[org] = r
+                used[org] = 1
+            wf = self._workflow(org)
+            self.seq += 1
+            self.left -= 1
+            heappush(out, (r, at, self.seq, self.cost_of(org, wf), self.mean(org, wf)))
+            nxt = self._next(org, at, 1.0)
+            if nxt is None:
+                heappop(heap)
+            else:
+                heapreplace(heap, (nxt, org))
+
+
+class PlanOrder:
+    """A static :class:`Plan`'s order, read the way :meth:`Forecaster.etas` reads
+    a live :class:`FairQueue` (``manage.py plan --live`` forecasts a dump of the
+    live state). ``head`` and ``round_state`` ((last, used) per org, as
+    :meth:`FairQueue.round_state`) default to what the plan's rounds imply."""
+
+    def __init__(self, plan, charts: Mapping[str, "QueuedChart"], *, budget: int, weights: Mapping[str, int],
+                 costs: Mapping[tuple, int] | None = None, head: int | None = None,
+                 round_state: Mapping[str, tuple[int, int]] | None = None) -> None:
+        self._plan = plan
+        self._charts = charts
+        self.budget = budget
+        self.weights = dict(weights)
+        self._costs = dict(costs or {})
+        rounds = plan.rounds
+        if round_state is None:
+            derived: dict[str, list[int]] = {}
+            for cid, r in rounds.items():
+                org = charts[cid].org
+                lu = derived.get(org)
+                if lu is None or r > lu[0]:
+                    derived[org] = [r, 1]
+                elif r == lu[0]:
+                    lu[1] += 1
+            round_state = {o: (lu[0], lu[1]) for o, lu in derived.items()}
+        self._round_state = dict(round_state)
+        self.head = head if head is not None else min(rounds.values(), default=0)
+
+    def cost_of(self, org: str, workflow: str | None) -> int:
+        return self._costs.get((org, workflow), 1)
+
+    def round_state(self) -> dict[str, tuple[int, int]]:
+        return dict(self._round_state)
+
+    def walk(self):
+        rounds = self._plan.rounds
+        for cid in self._plan.order:
+            c = self._charts[cid]
+            yield cid, (c.org, c.workflow), (None if c.priority else rounds.get(cid))
