@@ -106,15 +106,16 @@ def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
 
 def mark_running(items: list[tuple]) -> dict[int, bool]:
     """queued -> running by compare-and-set for each (chart id, cost, run id, start time[,
-    ETA in force, epoch seconds or None])."""
+    ETA in force, its 90% bound], epoch seconds)."""
     from charts.services import chart_mark_running
 
     close_old_connections()
+    ts = lambda v: datetime.fromtimestamp(v, tz=timezone.utc) if v is not None else None  # noqa: E731
     out = {}
     for cid, cost, run_id, at, *eta in items:
-        eta_at = datetime.fromtimestamp(eta[0], tz=timezone.utc) if eta and eta[0] is not None else None
-        out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
-                                      at=datetime.fromtimestamp(at, tz=timezone.utc), eta_at=eta_at)
+        eta_at, p90_at = (list(eta) + [None, None])[:2]
+        out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id, at=ts(at), eta_at=ts(eta_at),
+                                      p90_at=ts(p90_at))
     return out
 
 
