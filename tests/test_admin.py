@@ -177,8 +177,8 @@ def test_budget_dial_in_admin(admin_client, capture_notifications):
                             "_save": "Save"})
     assert SchedulerSettings.get().budget == 9
     assert {"kind": "settings"} in capture_notifications
-    resp = admin_client.post(url, {"budget": -1, "eta_interval_s": 3, "reconcile_interval_s": 5, "eta_model": "forecast",
-                                   "_save": "Save"})
+    resp = admin_client.post(url, {"budget": -1, "eta_interval_s": 3, "reconcile_interval_s": 5,
+                                   "eta_model": "forecast", "_save": "Save"})
     assert "Ensure this value is greater than or equal to 0" in resp.content.decode()
     assert SchedulerSettings.get().budget == 9
     resp = admin_client.get(reverse("admin:fairsched_schedulersettings_changelist"))

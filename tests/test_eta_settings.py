@@ -1,4 +1,4 @@
-"""The ETA model switch: SchedulerSettings.eta_model, through the service and the admin."""
+"""The ETA model switch (SchedulerSettings.eta_model, service and admin) and the ETAs the dispatch CAS writes."""
 from __future__ import annotations
 
 import pytest
@@ -43,3 +43,27 @@ def test_admin_edits_it(admin_client):
                                    "_save": "Save"})
     assert "Select a valid choice" in resp.content.decode()
     assert SchedulerSettings.get().eta_model == "lanes"
+
+
+def test_dispatch_cas_records_the_eta_in_force_and_a_first_eta_only_if_none():
+    from datetime import datetime, timedelta, timezone
+
+    from charts.models import Chart
+    from charts.services import chart_mark_running
+    from tests.factories import make_chart, make_org
+
+    t = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
+    org = make_org()
+    fresh = make_chart(org)
+    promised = make_chart(org, eta_first_at=t, eta_p90_at=t + timedelta(minutes=9))
+    for c in (fresh, promised):
+        assert chart_mark_running(chart_id=c.pk, cost=1, eta_at=t + timedelta(minutes=5),
+                                  p90_at=t + timedelta(minutes=7))
+    fresh, promised = Chart.objects.get(pk=fresh.pk), Chart.objects.get(pk=promised.pk)
+    assert (fresh.eta_first_at, fresh.eta_dispatch_at, fresh.eta_p90_at) == (
+        t + timedelta(minutes=5), t + timedelta(minutes=5), t + timedelta(minutes=7))
+    assert (promised.eta_first_at, promised.eta_dispatch_at, promised.eta_p90_at) == (
+        t, t + timedelta(minutes=5), t + timedelta(minutes=9))  # the first ETA and its bound are kept
+    # the compare-and-set still refuses a second dispatch, and writes nothing then
+    assert not chart_mark_running(chart_id=fresh.pk, cost=1, eta_at=t, p90_at=t)
+    assert Chart.objects.get(pk=fresh.pk).eta_dispatch_at == t + timedelta(minutes=5)

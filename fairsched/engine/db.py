@@ -180,20 +180,21 @@ def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
 def mark_running(items: list[tuple],
                  rounds: tuple[CoreRoundState, dict[str, int | None]] | None = None) -> dict[int, bool]:
     """queued -> running by compare-and-set for each (chart id, cost, run id, start time[,
-    ETA in force, epoch seconds or None]), and with ``rounds`` the round state the dispatch
-    left (``save_rounds``), all in one transaction: a restarted scheduler never sees a
-    dispatch without its ``head``."""
+    ETA in force, its 90% bound], epoch seconds), and with ``rounds`` the round state the
+    dispatch left (``save_rounds``), all in one transaction: a restarted scheduler never
+    sees a dispatch without its ``head``."""
     from charts.services import chart_mark_running
 
     close_old_connections()
+    ts = lambda v: datetime.fromtimestamp(v, tz=timezone.utc) if v is not None else None  # noqa: E731
     out = {}
     with transaction.atomic():
         if rounds is not None:
             _save_rounds(*rounds)
         for cid, cost, run_id, at, *eta in items:
-            eta_at = datetime.fromtimestamp(eta[0], tz=timezone.utc) if eta and eta[0] is not None else None
-            out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
-                                          at=datetime.fromtimestamp(at, tz=timezone.utc), eta_at=eta_at)
+            eta_at, p90_at = (list(eta) + [None, None])[:2]
+            out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id, at=ts(at), eta_at=ts(eta_at),
+                                          p90_at=ts(p90_at))
     return out
 
 

@@ -46,7 +46,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from fairsched.core import RoundState
+from fairsched.core import Eta, RoundState
 from fairsched.engine import db
 from fairsched.engine.lease import Lease
 from fairsched.engine.publish import build_snapshot
@@ -743,7 +743,7 @@ class Scheduler:
             return fx
         new = state.commit_dispatch(planned, started)
         save = self._round_changes()
-        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at, self._eta_in_force(r, at))
+        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at, *self._eta_in_force(r, at))
                                           for r in new if r.id not in closed], save)
         self._round_written(save)
         free = free_before
@@ -836,15 +836,18 @@ class Scheduler:
         await self._record_first_etas(report, now)
         return True
 
-    def _eta_in_force(self, r, at: float) -> float:
-        """The ETA published for a chart by the last pass (absolute), else the one a pass
-        would give it now that it starts: ``at`` plus its expected duration."""
+    def _eta_in_force(self, r, at: float) -> tuple[float, float]:
+        """The ETA published for a chart by the last pass and its 90% bound (absolute), else
+        those a pass would give it now that it starts: ``at`` plus its expected duration."""
+        fc = self.state.forecast
+        org = str(r.org)
         if self._last_report is not None:
             report, then = self._last_report
             eta = report.etas.get(str(r.id))
             if eta is not None:
-                return then + eta.finish_s
-        return at + self.state.forecast.mean(str(r.org), r.workflow)
+                return then + eta.finish_s, then + fc.p90_finish(org, r.workflow, eta)
+        eta = Eta(0.0, fc.mean(org, r.workflow))
+        return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
 
     async def _record_first_etas(self, report, now: float) -> None:
         """The first ETA of each chart that has none yet: one bulk write for the new ones."""

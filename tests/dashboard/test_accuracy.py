@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.test import Client
 
-from charts.models import Chart, ChartState
+from charts.models import ChartState
 from dashboard.accuracy import accuracy, figures
-from tests.factories import make_chart, make_user
+from tests.factories import make_chart
 
 pytestmark = pytest.mark.django_db
 
