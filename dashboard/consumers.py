@@ -62,6 +62,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     """Snapshot on connect, numbered and coalesced updates, resync on request."""
 
     default_limit = 100
+    clock = staticmethod(time.monotonic)  # the control rate's clock (tests freeze it)
 
     async def connect(self) -> None:
         self.n = 0
@@ -265,7 +266,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         """A token bucket per socket: ``FAIRSCHED_WS_CONTROL_RATE`` controls a second, bursts
         up to the same number. A refused control is answered, not queued."""
         rate = float(settings.FAIRSCHED_WS_CONTROL_RATE)
-        now = time.monotonic()
+        now = self.clock()
         self.tokens = min(rate, getattr(self, "tokens", rate) + (now - getattr(self, "tokens_at", now)) * rate)
         self.tokens_at = now
         if self.tokens < 1:
