@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.utils.datastructures import MultiValueDict
 
@@ -63,14 +63,14 @@ class RequestBodyLimitMiddleware:
                 request.POST  # noqa: B018 - parses the form now (file parts are not counted)
             else:
                 request.body  # noqa: B018
-        except (RequestDataTooBig, TooManyFieldsSent) as exc:
+        except (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent) as exc:
             return self.refuse(request, view, exc)
         return None
 
     def refuse(self, request: HttpRequest, view: Callable, exc: Exception) -> HttpResponse | None:
         too_big = isinstance(exc, RequestDataTooBig)
         message = (f"The request is too large: its body is more than {_limit_text()}." if too_big else
-                   f"The request has too many fields (more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS:,}).")
+                   "The request has too many fields or files.")
         status = 413 if too_big else 400
         if too_big and getattr(view, "keeps_oversized_form", False) and self.salvage(request):
             return None

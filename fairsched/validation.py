@@ -135,9 +135,12 @@ def check_text(field: str, value: str) -> str:
 
 @deconstructible
 class JSONDocumentValidator:
-    """The model field validator behind :func:`check_json_document` (admin forms, ``full_clean``)."""
+    """The model field validator of a chart's payload (admin forms, ``full_clean``): a JSON
+    object that passes :func:`check_json_document`."""
 
     def __call__(self, value: Any) -> None:
+        if not isinstance(value, Mapping):
+            raise ValidationError(f"Must be a JSON object, like {{\"seconds\": 30}}; got {type(value).__name__}.")
         try:
             check_json_document("payload", value)
         except ValidationError as exc:

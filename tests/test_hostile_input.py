@@ -140,7 +140,8 @@ def test_priority_false_as_text_is_not_a_priority_chart(acme, code):
 # --- upper bounds ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [MAX_BUDGET + 1, 10**9, 2**31, 2**63, 10**30, "9" * 5000], ids=repr)
+@pytest.mark.parametrize("value", [MAX_BUDGET + 1, 10**9, 2**31, 2**63, 10**30, "9" * 5000],
+                         ids=["max+1", "1e9", "2^31", "2^63", "1e30", "5000-digit-text"])
 def test_budget_above_the_bound_is_refused_naming_budget(value):
     _refused(lambda: budget_set(budget=value), "budget")
     _refused(lambda: scheduler_settings_set(budget=value), "budget")
@@ -202,8 +203,8 @@ def test_admin_org_weight_and_cost_above_the_bound_are_form_errors(admin_client,
     assert Org.objects.get(pk=acme.pk).weight == 1 and not WorkflowCost.objects.exists()
 
 
-def test_admin_chart_with_nan_or_nul_in_its_payload_is_a_form_error(admin_client, acme, code):
-    for payload in ('{"x": NaN}', '{"x": "a\\u0000"}'):
+def test_admin_chart_with_nan_nul_or_a_non_object_payload_is_a_form_error(admin_client, acme, code):
+    for payload in ('{"x": NaN}', '{"x": "a\\u0000"}', "[1, 2]", '"text"'):
         resp = admin_client.post("/admin/charts/chart/add/", {
             "org": acme.pk, "workflow": code.pk, "external_id": "", "payload": payload})
         assert resp.status_code == 200, payload
