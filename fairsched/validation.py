@@ -110,26 +110,45 @@ def check_json_document(field: str, value: Any, *, max_bytes: int | None = None)
     values that are not JSON at all, and documents over ``max_bytes`` of compact UTF-8
     JSON (default ``FAIRSCHED_MAX_PAYLOAD_BYTES``). Returns the encoded size."""
     limit = max_payload_bytes() if max_bytes is None else max_bytes
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except RecursionError:
+        raise ValidationError({field: f"{field}: nested too deeply."}) from None
+    except ValueError as exc:  # NaN or an infinity: say where
+        _refuse_bad_value(field, value)
+        raise ValidationError({field: f"{field}: not serialisable as JSON ({exc})."}) from None
+    except TypeError as exc:
+        raise ValidationError({field: f"{field}: not serialisable as JSON ({exc})."}) from None
+    if "\\u0000" in text:  # JSON escapes NUL; a literal backslash-u0000 also matches, so look closer
+        _refuse_bad_value(field, value)
+    if len(text) > limit:  # characters <= UTF-8 bytes: too large without encoding it
+        raise ValidationError({field: f"{field}: {len(text):,} characters of JSON, more than the limit of "
+                                      f"{limit:,} bytes (FAIRSCHED_MAX_PAYLOAD_BYTES)."})
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise ValidationError({field: f"{field}: contains an unpaired surrogate (not valid Unicode)."}) from None
+    if size > limit:
+        raise ValidationError({field: f"{field}: {size:,} bytes of JSON, more than the limit of {limit:,} bytes "
+                                      "(FAIRSCHED_MAX_PAYLOAD_BYTES)."})
+    return size
+
+
+def _refuse_bad_value(field: str, value: Any) -> None:
     bad = _bad_json_value(value)
     if bad is not None:
         path, what = bad
         raise ValidationError({field: f"{field}{_where(path)}: {what}."})
-    try:
-        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
-    except RecursionError:
-        raise ValidationError({field: f"{field}: nested too deeply."}) from None
-    except (TypeError, ValueError) as exc:
-        raise ValidationError({field: f"{field}: not serialisable as JSON ({exc})."}) from None
-    if size > limit:
-        raise ValidationError({field: f"{field}: {size:,} bytes of JSON, more than the limit of {limit:,} "
-                                      "(FAIRSCHED_MAX_PAYLOAD_BYTES)."})
-    return size
 
 
 def check_text(field: str, value: str) -> str:
     """Refuse a NUL character in a text value (PostgreSQL cannot store one)."""
     if "\x00" in value:
         raise ValidationError({field: f"{field}: contains a NUL character (\\u0000)."})
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValidationError({field: f"{field}: contains an unpaired surrogate (not valid Unicode)."}) from None
     return value
 
 

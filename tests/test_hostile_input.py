@@ -267,3 +267,16 @@ def test_admin_refuses_a_webhook_url_without_a_secret(admin_client, acme):
     })
     assert resp.status_code == 200 and "webhook_secret" in resp.context["adminform"].form.errors
     assert Org.objects.get(pk=acme.pk).webhook_url == ""
+
+
+def test_an_unpaired_surrogate_is_refused_naming_the_field(acme, code):
+    """PostgreSQL refuses one in JSON and in text; SQLite would keep it: refused on both."""
+    _refused(lambda: chart_submit(org=acme, workflow=code, payload={"s": "a\ud800b"}), "payload")
+    _refused(lambda: chart_submit(org=acme, workflow=code, payload='{"s": "\\ud800"}'), "payload")
+    _refused(lambda: chart_submit(org=acme, workflow=code, external_id="x\udfff"), "external_id")
+    assert not Chart.objects.exists()
+
+
+def test_a_literal_backslash_u0000_is_ordinary_text(acme, code):
+    chart = chart_submit(org=acme, workflow=code, payload={"s": "\\u0000 is how JSON writes NUL"})
+    assert Chart.objects.get(pk=chart.pk).payload == {"s": "\\u0000 is how JSON writes NUL"}
