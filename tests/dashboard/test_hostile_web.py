@@ -56,6 +56,16 @@ def test_a_3mb_form_body_shows_the_form_again_with_a_message_and_what_was_kept(t
     assert not Chart.objects.filter(external_id="keep-me").exists()
 
 
+def test_a_payload_over_its_own_limit_but_under_the_body_limit_is_a_form_error(two_orgs, producer):
+    big = json.dumps({"blob": "x" * (1536 * 1024)})  # 1.5 MB: readable, but over FAIRSCHED_MAX_PAYLOAD_BYTES
+    resp = _client(producer).post("/charts/new/", urlencode({
+        "org": two_orgs["a"].pk, "workflow": two_orgs["wf"].pk, "external_id": "big", "payload": big}),
+        content_type="application/x-www-form-urlencoded")
+    assert resp.status_code == 200
+    assert "FAIRSCHED_MAX_PAYLOAD_BYTES" in " ".join(resp.context["form"].errors["payload"])
+    assert not Chart.objects.filter(external_id="big").exists()
+
+
 @pytest.mark.parametrize("debug", [False, True], ids=["debug-off", "debug-on"])
 def test_a_3mb_multipart_form_body_is_a_plain_413_page(two_orgs, producer, settings, debug):
     settings.DEBUG = debug
