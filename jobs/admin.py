@@ -190,3 +190,40 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
             webhooks.webhook_delivery_retry(delivery=delivery)
             done += 1
         self.message_user(request, f"Queued {done} delivery(ies) again.", level=messages.SUCCESS)
+
+
+# --- django-rq's queue pages ----------------------------------------------------------------
+# django-rq serves its views twice: at /admin/rq/ (fairsched/urls.py guards those) and inside
+# the admin at /admin/django_rq/dashboard/..., which only asks for is_staff. Re-registered here
+# (this app comes after django_rq, so its registration exists) with the same guard.
+
+from django.urls import URLPattern  # noqa: E402
+from django_rq.admin import QueueAdmin  # noqa: E402
+from django_rq.models import Dashboard  # noqa: E402
+
+from fairsched.views import can_manage_rq, rq_admin_required  # noqa: E402
+
+
+class GuardedQueueAdmin(QueueAdmin):
+    """django-rq's queue admin for superusers and holders of ``jobs.manage_rq_queues`` only."""
+
+    def has_module_permission(self, request) -> bool:
+        return can_manage_rq(request.user)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_manage_rq(request.user)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return can_manage_rq(request.user)
+
+    def get_urls(self):
+        urls = super().get_urls()
+        for pattern in urls:
+            if isinstance(pattern, URLPattern):
+                pattern.callback = rq_admin_required(pattern.callback)
+        return urls
+
+
+if admin.site.is_registered(Dashboard):
+    admin.site.unregister(Dashboard)
+    admin.site.register(Dashboard, GuardedQueueAdmin)
