@@ -129,9 +129,13 @@ def plots_json(request: HttpRequest) -> JsonResponse:
 @require_GET
 def accuracy_json(request: HttpRequest) -> JsonResponse:
     """ETA accuracy over the last ``?last=500`` finished charts (``dashboard/accuracy.py``)."""
-    from dashboard.accuracy import DEFAULT_LAST, accuracy
+    from dashboard.accuracy import DEFAULT_LAST, MAX_LAST, accuracy
 
-    return _json(accuracy(last=_int_arg(request, "last", DEFAULT_LAST) or DEFAULT_LAST))
+    try:
+        last = _int_arg(request, "last", DEFAULT_LAST, minimum=1, maximum=MAX_LAST)
+    except BadQuery as exc:
+        return _bad_query(exc)
+    return _json(accuracy(last=last))
 
 
 @answers_json

@@ -89,11 +89,14 @@ def test_accuracy_json_is_staff_only(two_orgs, viewer):
     assert data == accuracy(last=2)
 
 
-def test_accuracy_json_ignores_a_bad_last(two_orgs, viewer):
+def test_accuracy_json_refuses_a_bad_last_with_400(two_orgs, viewer):
     staff = Client()
     staff.force_login(viewer)
-    assert staff.get("/dashboard/accuracy.json?last=abc").json()["last"] == 500
-    assert staff.get("/dashboard/accuracy.json?last=999999").json()["last"] == 5000
+    for bad in ("abc", "0", "-3", "999999", "1e400"):
+        resp = staff.get(f"/dashboard/accuracy.json?last={bad}")
+        assert resp.status_code == 400 and "last" in resp.json()["errors"], bad
+    assert staff.get("/dashboard/accuracy.json").json()["last"] == 500
+    assert staff.get("/dashboard/accuracy.json?last=5000").json()["last"] == 5000
 
 
 def test_org_page_shows_its_own_accuracy_only(two_orgs, redis_url):
