@@ -97,11 +97,11 @@ class StopDeadline:
 
     # ------------------------------------------------------------------ the deadline's thread
     def _watch(self, read_end: int) -> None:
-        signum = self._next_signal(read_end, None)
+        signals = self._next_signals(read_end, None)
         with self._lock:
             self.requested_at = time.monotonic()
             self.requested_during = self._phase()
-            self.signal_name = _signal_name(signum)
+            self.signal_name = _signal_name(signals[0])
             loop, on_stop = self._loop, self._on_stop
         if loop is not None and on_stop is not None:
             try:
@@ -109,21 +109,23 @@ class StopDeadline:
             except RuntimeError:  # the loop closed meanwhile: the process is on its way out
                 pass
         deadline = self.requested_at + self.timeout_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            if self._next_signal(read_end, remaining) is not None:
-                self._say(f"second {self.signal_name or 'signal'}: {self.name} stops now")
-                break
+        again = signals[1:]
+        while not again and (remaining := deadline - time.monotonic()) > 0:
+            again = self._next_signals(read_end, remaining)
+        if again:
+            self._say(f"second signal ({_signal_name(again[0])}): {self.name} stops now")
         self._force()
 
     @staticmethod
-    def _next_signal(read_end: int, timeout: float | None) -> int | None:
+    def _next_signals(read_end: int, timeout: float | None) -> bytes:
+        """The numbers of the signals that arrived (empty after ``timeout``)."""
         while True:
             ready, _, _ = select.select([read_end], [], [], timeout)
             if not ready:
-                return None
+                return b""
             data = os.read(read_end, 64)
             if data:
-                return data[-1]
+                return data
 
     def _phase(self) -> str:
         try:

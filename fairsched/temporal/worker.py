@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import timedelta
 
 from temporalio.worker import Worker
@@ -81,6 +82,7 @@ def main(*, address: str, namespace: str, task_queue: str, stop_timeout_s: float
     deadline = StopDeadline(name="worker", timeout_s=stop_timeout_s, phase=lambda: phase[0])
     deadline.install()
     graceful_s = min(GRACEFUL_SHUTDOWN_S, stop_timeout_s / 2)
+    log.info("worker starting (pid %d; SIGTERM stops it within %g s)", os.getpid(), stop_timeout_s)
 
     async def _main() -> None:
         stop = asyncio.Event()

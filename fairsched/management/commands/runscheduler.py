@@ -44,6 +44,7 @@ class Command(BaseCommand):
                                 phase=lambda: scheduler.phase, on_force=scheduler.release_lease_now)
         deadline.install()
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: where is it now?
+        log.info("scheduler starting (pid %d; SIGTERM stops it within %g s)", os.getpid(), deadline.timeout_s)
 
         def on_stop() -> None:
             log.info("%s: warm stop (running workflows keep running; at most %g s)",
