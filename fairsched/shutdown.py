@@ -81,8 +81,9 @@ class StopDeadline:
 
     def exit_now(self, status: int = 0) -> None:
         """End the process once the graceful stop is done, skipping the interpreter's own teardown:
-        joining executor threads (a snapshot being written) and freeing a large backlog's memory
-        take seconds at 100,000 charts, and nothing in them matters once the stop is done."""
+        it joins executor threads (a database read or lock wait the stop abandoned, a snapshot
+        being written) and frees a large backlog's memory, seconds at 100,000 charts (for ever
+        behind a lock), and nothing in it matters once the stop is done."""
         self.stopped = True
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -25,9 +25,9 @@ outcome recorded. So nothing runs twice and nothing is lost.
 
 A warm stop (:meth:`Scheduler.stop`, SIGTERM) leaves running workflows alone: the
 current step (a dispatch: after ``STOP_GRACE_S``) is cancelled at its next await
-(database calls run in a daemon thread and are abandoned, not awaited); the
-background tasks are cancelled, the lease released (if still ours), and
-"scheduler stopped" logged. Because a kill at any point is safe (above), so is a
+(a database call in flight is abandoned: ``runscheduler`` exits without joining
+its thread); the background tasks are cancelled, the lease released (if still
+ours), and "scheduler stopped" logged. Because a kill at any point is safe (above), so is a
 cancel at any await, and so is the forced exit that ``runscheduler`` makes when
 the warm stop overruns its bound (``fairsched.shutdown``; the lease is released
 there too, with a synchronous client, by the same compare-and-delete).
@@ -35,19 +35,17 @@ there too, with a synchronous client, by the same compare-and-delete).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import os
-import queue
 import signal
-import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis
 import redis.asyncio as aredis
+from asgiref.sync import sync_to_async
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -89,47 +87,9 @@ class Backoff:
         self.delay, self.not_before, self.failures = 0.0, 0.0, 0
 
 
-class _DbThread:
-    """The one thread the scheduler's database calls run in (one thread, so one connection).
-
-    Not asgiref's ``sync_to_async``: cancelling that waits for the function to return,
-    and the interpreter's exit joins its thread, so a stop would wait out a read of a
-    large backlog or a lock wait. Here a cancelled call is abandoned and the thread is
-    a daemon. An abandoned write commits or rolls back whole, like one cut by a kill."""
-
-    def __init__(self) -> None:
-        self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, daemon=True, name="scheduler-db")
-                self._thread.start()
-        self._calls.put((future, fn, args, kwargs))
-        return future
-
-    def _serve(self) -> None:
-        while True:
-            future, fn, args, kwargs = self._calls.get()
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled while queued
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                future.set_exception(exc)
-
-
-_DB_THREAD = _DbThread()
-
-
 def _db(fn: Callable) -> Callable:
     """Run a synchronous ORM function in the one database thread."""
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        return await asyncio.wrap_future(_DB_THREAD.submit(fn, *args, **kwargs))
-    return call
+    return sync_to_async(fn, thread_sensitive=True)
 
 
 class Scheduler:
