@@ -27,10 +27,11 @@ A warm stop (:meth:`Scheduler.stop`, SIGTERM) leaves running workflows alone: th
 current step (a dispatch: after ``STOP_GRACE_S``) is cancelled at its next await
 (a database call in flight is abandoned: ``runscheduler`` exits without joining
 its thread); the background tasks are cancelled, the lease released (if still
-ours), and "scheduler stopped" logged. Because a kill at any point is safe (above), so is a
-cancel at any await, and so is the forced exit that ``runscheduler`` makes when
-the warm stop overruns its bound (``fairsched.shutdown``; the lease is released
-there too, with a synchronous client, by the same compare-and-delete).
+ours), and "scheduler stopped" logged. Because a kill at any point is safe
+(above), so is a cancel at any await, and so is the forced exit that
+``runscheduler`` makes when the warm stop overruns its bound
+(``fairsched.shutdown``; the lease is released there too, with a synchronous
+client, by the same compare-and-delete).
 """
 from __future__ import annotations
 
