@@ -40,6 +40,19 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name}: expected an integer, got {raw!r}") from None
 
 
+def env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected a number of seconds, got {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise ImproperlyConfigured(f"{name}: expected a positive number of seconds, got {raw!r}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -226,6 +239,9 @@ FAIRSCHED_TASK_QUEUE = os.environ.get("FAIRSCHED_TASK_QUEUE", "fairsched")
 FAIRSCHED_CANCEL_GRACE_S = env_int("FAIRSCHED_CANCEL_GRACE_S", 60)
 if FAIRSCHED_CANCEL_GRACE_S < 1:
     raise ImproperlyConfigured(f"FAIRSCHED_CANCEL_GRACE_S: must be at least 1, got {FAIRSCHED_CANCEL_GRACE_S}")
+# After SIGTERM, runscheduler and runworker end within this many seconds, warmly or forced
+# (fairsched/shutdown.py); a supervisor should wait a little longer before its SIGKILL.
+FAIRSCHED_STOP_TIMEOUT_S = env_seconds("FAIRSCHED_STOP_TIMEOUT_S", 10.0)
 
 # --- Security (production) -------------------------------------------------------
 

@@ -149,6 +149,33 @@ def test_shutdown_stops_apps_before_services_and_kills_escaped_descendants(tmp_p
     assert alive == []
 
 
+def test_shutdown_waits_out_a_warm_stop_within_its_bound_and_kills_only_past_it(tmp_path):
+    """The order for every app: SIGTERM, (a second SIGTERM halfway,) SIGKILL only after its
+    stop_timeout_s. A warm stop that takes a while within its bound ends on its own (status 0);
+    one that never ends is killed; shutdown returns either way."""
+    sup = Supervisor(out=StringIO())
+    sup.add(ProcessSpec("slow", _script(tmp_path, "slow", """
+        import signal, sys, time
+        def bye(*a):
+            time.sleep(1.5); sys.exit(0)  # a warm stop: release a lease, log, exit
+        signal.signal(signal.SIGTERM, bye)
+        while True: time.sleep(0.1)
+    """), stop_timeout_s=6.0))
+    sup.add(ProcessSpec("stubborn", _script(tmp_path, "stubborn", """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True: time.sleep(0.1)
+    """), stop_timeout_s=1.0))
+    try:
+        _run_until(sup, lambda: all(p.popen is not None for p in sup.procs))
+        time.sleep(0.5)  # both have installed their handlers
+    finally:
+        sup.shutdown()
+    assert sup.get("slow").popen.returncode == 0
+    assert sup.get("stubborn").popen.returncode == -signal.SIGKILL
+    assert "stubborn did not stop within 1 s: SIGKILL" in sup.out.getvalue()
+
+
 # --- runall's refusals (fast: nothing is started) ----------------------------------------
 
 

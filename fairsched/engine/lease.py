@@ -11,7 +11,10 @@ import os
 import socket
 import uuid
 
+import redis
 import redis.asyncio as aredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 LEASE_KEY = "fairsched:scheduler:lease"
 
@@ -53,3 +56,14 @@ class Lease:
     async def holder(self) -> str | None:
         raw = await self.client.get(self.key)
         return raw.decode() if raw else None
+
+
+def release_now(url: str, token: str, key: str = LEASE_KEY, timeout_s: float = 1.0) -> bool:
+    """Release ``token``'s lease synchronously, only if it still holds it (no event loop needed:
+    for a forced exit, when the loop is stuck). One try, short timeouts; raises ``redis.RedisError``."""
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                  retry=Retry(NoBackoff(), 0))
+    try:
+        return bool(client.eval(_RELEASE, 1, key, token))
+    finally:
+        client.close()

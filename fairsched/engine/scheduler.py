@@ -26,6 +26,16 @@ row whose workflow runs: the next reconcile (run before the first dispatch
 after a start) adopts it, and were it missed, starting it again returns the
 same execution; if it already closed, the start is refused and its real
 outcome recorded. So nothing runs twice and nothing is lost.
+
+A warm stop (:meth:`Scheduler.stop`, SIGTERM) leaves running workflows alone: the
+current step (a dispatch: after ``STOP_GRACE_S``) is cancelled at its next await
+(a database call in flight is abandoned: ``runscheduler`` exits without joining
+its thread); the background tasks are cancelled, the lease released (if still
+ours), and "scheduler stopped" logged. Because a kill at any point is safe
+(above), so is a cancel at any await, and so is the forced exit that
+``runscheduler`` makes when the warm stop overruns its bound
+(``fairsched.shutdown``; the lease is released there too, with a synchronous
+client, by the same compare-and-delete).
 """
 from __future__ import annotations
 
@@ -36,7 +46,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis
@@ -48,7 +58,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.core import Eta, RoundState
 from fairsched.engine import db
-from fairsched.engine.lease import Lease
+from fairsched.engine.lease import Lease, release_now
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.starts import UNKNOWN, StartFailures
 from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState
@@ -116,6 +126,8 @@ class Scheduler:
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
+    STOP_GRACE_S: float = 1.0         # a stop lets a dispatch in flight finish this long, then cancels it
+    STOP_WAIT_S: float = 1.0          # then waits this long for cancelled tasks, the lease release, ...
 
     def __init__(
         self,
@@ -152,6 +164,8 @@ class Scheduler:
         self.lease: Lease | None = None
         self.leading = False
         self.starts = 0  # workflows started by this process (bench, tests)
+        self.phase = "starting"  # what the loop is doing, for the stop's log lines
+        self._stop_requested: tuple[float, str] | None = None  # (monotonic time, phase) of the stop request
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._notes: list[dict[str, Any]] = []
@@ -177,8 +191,11 @@ class Scheduler:
         self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
 
     # ================================================================ lifecycle
-    def stop(self) -> None:
-        """Warm stop: finish the current step, leave running work alone, release the lease."""
+    def stop(self, *, requested_at: float | None = None, during: str | None = None) -> None:
+        """Warm stop: leave running work alone, release the lease (see the module docstring).
+        ``requested_at`` / ``during``: when the signal came and what the loop did then, if earlier."""
+        if self._stop_requested is None:
+            self._stop_requested = (requested_at or time.monotonic(), during or self.phase)
         self._stop.set()
         self._wake.set()
 
@@ -191,31 +208,56 @@ class Scheduler:
         self.lease = Lease(self.redis, self.LEASE_TTL_S)
         try:
             while not self._stop.is_set():
-                if not await self._acquire_lease():
+                self.phase = "standby"
+                if not await self._until_stopped(self._acquire_lease(), grace_s=0.0):
                     break
                 try:
-                    await self._lead()
+                    await self._until_stopped(self._lead(), grace_s=self.STOP_GRACE_S)
                 except LeaseLost:
                     log.warning("lease lost to %s: stepping down to standby", await self._lease_holder())
                 finally:
+                    self.phase = "stepping down"
                     await self._step_down()
         finally:
-            if self.lease is not None:
+            self.phase = "releasing the lease"
+            for closing in (self.lease.release(), self.redis.aclose()):
                 try:
-                    await self.lease.release()
-                except (redis.RedisError, OSError):
+                    await asyncio.wait_for(closing, timeout=self.STOP_WAIT_S)
+                except (redis.RedisError, OSError, asyncio.TimeoutError):
                     pass
-            await self.redis.aclose()
-            log.info("scheduler stopped")
+            self.phase = "stopped"
+            if self._stop_requested is not None:
+                at, during = self._stop_requested
+                log.info("scheduler stopped %.2f s after the stop request (during: %s)", time.monotonic() - at, during)
+            else:
+                log.info("scheduler stopped")
 
-    def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+    def release_lease_now(self) -> None:
+        """Release the lease synchronously if still ours: for a forced exit, whatever the loop is doing."""
+        if self.lease is not None:
+            release_now(self.redis_url, self.lease.token, self.lease.key)
 
-    def _on_signal(self, sig: int) -> None:
-        log.info("%s: warm stop (running workflows keep running)", signal.Signals(sig).name)
-        self.stop()
+    async def _until_stopped(self, work: Coroutine[Any, Any, Any], *, grace_s: float) -> Any:
+        """``await work``, unless a stop comes first: then cancel it (safe at any await: see the
+        module docstring), a dispatch after ``grace_s``. None if it did not finish."""
+        task = asyncio.create_task(work)
+        stopping = asyncio.create_task(self._stop.wait(), name="stopping")
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done() and self.phase == "dispatch":  # spare the next leader an adoption
+                await asyncio.wait({task}, timeout=grace_s)
+            if not task.done():
+                if grace_s:
+                    log.info("stop: cancelling the current step (%s)", self.phase)
+                task.cancel()
+                await asyncio.wait({task}, timeout=self.STOP_WAIT_S)
+        finally:
+            stopping.cancel()
+            if not task.done():
+                task.cancel()  # run() itself was cancelled, or the step ignores cancellation: leave it
+        if task.done() and not task.cancelled():
+            return task.result()  # LeaseLost (or a bug) surfaces here
+        return None
 
     async def _lease_holder(self) -> str | None:
         try:
@@ -254,7 +296,9 @@ class Scheduler:
         self._lost_lease = False
         self._tasks = [asyncio.create_task(self._keep_lease(), name="lease"),
                        asyncio.create_task(self._listen(), name="notifications")]
-        self.client = await connect(self.temporal_address, self.namespace, stopping=self._stop.is_set)
+        self.phase = "connecting to Temporal"
+        self.client = await connect(self.temporal_address, self.namespace)
+        self.phase = "loading the backlog"
         await self._load()
         if self._stop.is_set():
             return
@@ -271,9 +315,11 @@ class Scheduler:
 
     async def _step_down(self) -> None:
         self.leading = False
-        for task in self._tasks + list(self._watchers.values()):
+        tasks = self._tasks + list(self._watchers.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._watchers.values(), return_exceptions=True)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self._tasks, self._watchers = [], {}
         self.state = None
         self._notes.clear()
@@ -308,6 +354,7 @@ class Scheduler:
             self._watch(chart_id)
 
     async def _wait_for_work(self) -> None:
+        self.phase = "waiting for work"
         now = time.monotonic()
         due = min(self._resync_due, self._reconcile_due, self._eta_due, now + self.MAX_SLEEP_S)
         if self._notes or self._finished:
@@ -368,6 +415,7 @@ class Scheduler:
         failed: ``self._backoff[name].fail()``); that backoff stands. Only a step that
         ran without any failure resets it, or a failing start would be retried at once,
         tens of times a second."""
+        self.phase = name
         backoff = self._backoff[name]
         failures = backoff.failures
         try:

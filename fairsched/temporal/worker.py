@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
+import os
 from datetime import timedelta
 
 from temporalio.worker import Worker
 
+from fairsched.shutdown import StopDeadline
 from fairsched.temporal.activities import demo_work, record_chart_outcome
 from fairsched.temporal.client import connect
 from fairsched.temporal.workflows import DemoChart
@@ -18,44 +19,83 @@ GRACEFUL_SHUTDOWN_S = 5.0
 RESTART_BACKOFF_MAX_S = 10.0
 
 
-def build_worker(client, task_queue: str) -> Worker:
+def build_worker(client, task_queue: str, graceful_s: float = GRACEFUL_SHUTDOWN_S) -> Worker:
     return Worker(
         client, task_queue=task_queue, workflows=[DemoChart], activities=[demo_work, record_chart_outcome],
-        graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S),
+        graceful_shutdown_timeout=timedelta(seconds=graceful_s),
     )
 
 
-async def run_worker(*, address: str, namespace: str, task_queue: str, stop: asyncio.Event | None = None) -> None:
+async def _unless_stopped(work, stop: asyncio.Event):
+    """``await work`` unless ``stop`` is set first (then cancel it and return None)."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+    return task.result() if task.done() and not task.cancelled() else None
+
+
+async def run_worker(*, address: str, namespace: str, task_queue: str, stop: asyncio.Event | None = None,
+                     graceful_s: float = GRACEFUL_SHUTDOWN_S, phase: list[str] | None = None) -> None:
     """Run until ``stop`` is set (SIGTERM/SIGINT set it when run from the command).
 
     Connection failures and a worker that dies with Temporal (server restart)
-    are retried with backoff."""
+    are retried with backoff; a stop ends those waits at once. On a stop,
+    in-flight activities get ``graceful_s`` to finish, then are cancelled (an
+    activity cut short, even by a kill, is retried by Temporal on another worker).
+    ``phase[0]`` says what it is doing, for the stop's log lines."""
     stop = stop or asyncio.Event()
+    phase = phase if phase is not None else [""]
     delay = 0.5
     while not stop.is_set():
-        client = await connect(address, namespace, stopping=stop.is_set)
-        worker = build_worker(client, task_queue)
+        phase[0] = "connecting to Temporal"
+        client = await _unless_stopped(connect(address, namespace), stop)
+        if client is None:
+            break
+        worker = build_worker(client, task_queue, graceful_s)
         log.info("worker polling task queue %r on %s (namespace %s)", task_queue, address, namespace)
+        phase[0] = "polling"
         run = asyncio.create_task(worker.run())
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if stopper in done:
-            log.info("worker stopping (warm: in-flight activities get %.0f s)", GRACEFUL_SHUTDOWN_S)
+            log.info("worker stopping (warm: in-flight activities get %.0f s)", graceful_s)
+            phase[0] = "shutting down (in-flight activities)"
             await worker.shutdown()
             break
         stopper.cancel()
         exc = run.exception()
         log.warning("worker stopped (%s); restarting in %.1f s", exc, delay)
-        await asyncio.sleep(delay)
+        phase[0] = "waiting to restart"
+        await _unless_stopped(asyncio.sleep(delay), stop)
         delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
 
 
-def main(*, address: str, namespace: str, task_queue: str) -> None:
+def main(*, address: str, namespace: str, task_queue: str, stop_timeout_s: float = 10.0) -> None:
+    """The command: SIGTERM/SIGINT stop it warmly, and within ``stop_timeout_s`` whatever happens
+    (``fairsched.shutdown``: a worker stuck in its shutdown exits all the same)."""
+    phase = ["starting"]
+    deadline = StopDeadline(name="worker", timeout_s=stop_timeout_s, phase=lambda: phase[0])
+    deadline.install()
+    graceful_s = min(GRACEFUL_SHUTDOWN_S, stop_timeout_s / 2)
+    log.info("worker starting (pid %d; SIGTERM stops it within %g s)", os.getpid(), stop_timeout_s)
+
     async def _main() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await run_worker(address=address, namespace=namespace, task_queue=task_queue, stop=stop)
+
+        def on_stop() -> None:
+            log.info("%s: warm stop (at most %g s)", deadline.signal_name, stop_timeout_s)
+            stop.set()
+
+        deadline.attach(asyncio.get_running_loop(), on_stop)
+        await run_worker(address=address, namespace=namespace, task_queue=task_queue, stop=stop,
+                         graceful_s=graceful_s, phase=phase)
+        log.info("worker stopped %.2f s after the stop request (during: %s)", deadline.elapsed(),
+                 deadline.requested_during)
+        deadline.exit_now()
 
     asyncio.run(_main())

@@ -211,8 +211,11 @@ class Command(BaseCommand):
         python, manage = sys.executable, str(Path(settings.BASE_DIR) / "manage.py")
         available = get_commands()
         processes = [
-            ProcessSpec("worker", [python, manage, "runworker"], needs=temporal_needs),
-            ProcessSpec("scheduler", [python, manage, "runscheduler"], needs=redis_needs + temporal_needs),
+            # Both bound their own stop (FAIRSCHED_STOP_TIMEOUT_S); the SIGKILL comes only after it.
+            ProcessSpec("worker", [python, manage, "runworker"], needs=temporal_needs,
+                        stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S + 5),
+            ProcessSpec("scheduler", [python, manage, "runscheduler"], needs=redis_needs + temporal_needs,
+                        stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S + 5),
             ProcessSpec("rqworker", [python, manage, "rqworker", "default", "--with-scheduler",
                                              "--verbosity", "0"], needs=redis_needs),
             ProcessSpec("rqcron", [python, manage, "rqcron", "jobs.cron"], needs=redis_needs),

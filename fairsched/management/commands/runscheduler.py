@@ -1,13 +1,25 @@
-"""``manage.py runscheduler``: the live scheduler (one active; a second one waits as standby)."""
+"""``manage.py runscheduler``: the live scheduler (one active; a second one waits as standby).
+
+SIGTERM or Ctrl-C stops it warmly within ``FAIRSCHED_STOP_TIMEOUT_S`` (default 10 s),
+whatever it is doing: running workflows keep running, the lease is released so a
+standby takes over at once, and "scheduler stopped" is logged. A stop that overruns
+the bound, or a second signal, forces the exit (``fairsched.shutdown``).
+"""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import logging
 import os
+import signal
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from fairsched.engine.scheduler import Scheduler
+from fairsched.shutdown import StopDeadline
+
+log = logging.getLogger("fairsched.engine")
 
 
 class Command(BaseCommand):
@@ -28,9 +40,20 @@ class Command(BaseCommand):
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
             crash_after_starts=int(crash) if crash else None, cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
         )
+        deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
+                                phase=lambda: scheduler.phase, on_force=scheduler.release_lease_now)
+        deadline.install()
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: where is it now?
+        log.info("scheduler starting (pid %d; SIGTERM stops it within %g s)", os.getpid(), deadline.timeout_s)
+
+        def on_stop() -> None:
+            log.info("%s: warm stop (running workflows keep running; at most %g s)",
+                     deadline.signal_name, deadline.timeout_s)
+            scheduler.stop(requested_at=deadline.requested_at, during=deadline.requested_during)
 
         async def main() -> None:
-            scheduler.install_signal_handlers()
+            deadline.attach(asyncio.get_running_loop(), on_stop)
             await scheduler.run()
+            deadline.exit_now()
 
         asyncio.run(main())

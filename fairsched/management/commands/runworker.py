@@ -1,4 +1,8 @@
-"""``manage.py runworker``: the Temporal worker for DemoChart and the chart-lifecycle activities."""
+"""``manage.py runworker``: the Temporal worker for DemoChart and the chart-lifecycle activities.
+
+SIGTERM or Ctrl-C stops it within ``FAIRSCHED_STOP_TIMEOUT_S`` (default 10 s): in-flight
+activities get half of that (at most 5 s) to finish, then are cancelled; "worker stopped" is logged.
+"""
 from __future__ import annotations
 
 from django.conf import settings
@@ -15,4 +19,5 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         main(address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
-             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE)
+             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE,
+             stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S)
