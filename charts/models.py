@@ -41,6 +41,10 @@ class Chart(models.Model):
     temporal_run_id = models.CharField(max_length=200, blank=True)
     error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns",
+        help_text="The failed or cancelled chart this one re-runs.",
+    )
 
     class Meta:
         constraints = [
@@ -54,6 +58,9 @@ class Chart(models.Model):
             models.Index(fields=["state", "created_at", "id"], name="chart_state_created"),
             models.Index(fields=["org", "state"], name="chart_org_state"),
             models.Index(fields=["state", "updated_at"], name="chart_state_updated"),
+            # History (newest finished first, keyset on (finished_at, id)) and search by external id.
+            models.Index(fields=["finished_at", "id"], name="chart_finished"),
+            models.Index(fields=["external_id"], name="chart_external_id"),
         ]
 
     def __str__(self) -> str:

@@ -1,33 +1,44 @@
 """Writes to the scheduler's settings."""
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from fairsched import audit
 from fairsched.models import SchedulerSettings
 from fairsched.notify import notify
 from fairsched.validation import require_int
 
 
-def budget_set(*, budget: int) -> SchedulerSettings:
+def _record_budget(actor: Any, before: int, after: int) -> None:
+    audit.record(actor=actor, action="budget", summary=f"Set the budget to {after} (was {before})",
+                 before={"budget": before}, after={"budget": after})
+
+
+def budget_set(*, budget: int, actor: Any = None) -> SchedulerSettings:
     """Set the total cost budget. Lowering it never stops running charts; dispatch waits."""
     budget = require_int("budget", budget, minimum=0)
     with transaction.atomic():
         obj = SchedulerSettings.get()
         if obj.budget == budget:
             return obj
-        obj.budget = budget
+        before, obj.budget = obj.budget, budget
         obj.save()
+        _record_budget(actor, before, budget)
         notify("settings")
     return obj
 
 
 def scheduler_settings_set(
-    *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None
+    *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None,
+    actor: Any = None,
 ) -> SchedulerSettings:
     """Set any of the dials at once (the admin's form)."""
     with transaction.atomic():
         obj = SchedulerSettings.get()
+        before = obj.budget
         if budget is not None:
             obj.budget = require_int("budget", budget, minimum=0)
         for field, value in (("eta_interval_s", eta_interval_s), ("reconcile_interval_s", reconcile_interval_s)):
@@ -41,5 +52,7 @@ def scheduler_settings_set(
                 raise ValidationError({field: f"{field} must be at least 0.1 s, got {value}."})
             setattr(obj, field, value)
         obj.save()
+        if obj.budget != before:
+            _record_budget(actor, before, obj.budget)
         notify("settings")
     return obj
