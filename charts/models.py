@@ -60,6 +60,7 @@ class Chart(models.Model):
             models.Index(fields=["state", "updated_at"], name="chart_state_updated"),
             # History (newest finished first, keyset on (finished_at, id)) and search by external id.
             models.Index(fields=["finished_at", "id"], name="chart_finished"),
+            models.Index(fields=["state", "finished_at"], name="chart_state_finished"),
             models.Index(fields=["external_id"], name="chart_external_id"),
         ]
 

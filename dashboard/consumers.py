@@ -57,7 +57,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.n = 0
         self.seq: int | None = None
-        self.view: dict[str, Any] = {"offset": 0, "limit": self.default_limit, "org": None}
+        self.view: dict[str, Any] = {"offset": 0, "limit": self.default_limit, "org": None, "state": None}
         self.want_snapshot = False
         self.events: list[dict[str, Any]] = []
         self.counters: dict[str, Any] | None = None
@@ -203,8 +203,9 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             org = int(org) if org not in (None, "") else None
         except (TypeError, ValueError):
             org = None
+        state = content.get("state")
         return {"offset": num("offset", 0), "limit": min(selectors.PAGE_MAX, max(1, num("limit", self.default_limit))),
-                "org": org}
+                "org": org, "state": state if state in selectors.ORDER_STATES else None}
 
     async def control(self, content: dict[str, Any]) -> None:
         await self.send_numbered({"type": "control.result", "req": content.get("req"), "ok": False,

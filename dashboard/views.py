@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import controls, selectors
+from dashboard import controls, history, selectors
 from dashboard.broadcast import broadcast_event
 from dashboard.models import OrgToken
 
@@ -55,6 +55,8 @@ def index(request: HttpRequest) -> HttpResponse:
         "control_url": reverse("dashboard:control"),
         "order_url": reverse("dashboard:order"),
         "plots_url": reverse("dashboard:plots"),
+        "chart_url": reverse("dashboard:chart", args=[0]),
+        "activity": history.recent_activity(),
     }
     return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live})
 
@@ -73,7 +75,8 @@ def order_json(request: HttpRequest) -> JsonResponse:
     """A page of the order: ``?offset=0&limit=100&org=<id>`` (limit at most 500)."""
     s = selectors.read_live_snapshot()
     page = selectors.order_page(s, offset=_int_arg(request, "offset", 0) or 0,
-                                limit=_int_arg(request, "limit", 100) or 100, org=_int_arg(request, "org", None))
+                                limit=_int_arg(request, "limit", 100) or 100, org=_int_arg(request, "org", None),
+                                state=request.GET.get("state") or None)
     return _json({"seq": s.get("seq") if s else None, **page})
 
 

@@ -142,6 +142,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = ["fairsched.formats"]  # 24 h times in the admin, like the dashboard
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
