@@ -18,4 +18,5 @@ urlpatterns = [
     path("charts/<int:pk>/rerun/", cockpit.rerun_view, name="rerun"),
     path("orgs/<slug:slug>/", views.org_page, name="org"),
     path("orgs/<slug:slug>/status.json", views.org_status_json, name="org_status"),
+    path("favicon.ico", views.favicon, name="favicon"),
 ]

@@ -159,3 +159,13 @@ def org_status_json(request: HttpRequest, slug: str) -> JsonResponse:
     return _json(selectors.org_status(org, offset=_int_arg(request, "offset", 0) or 0,
                                       limit=_int_arg(request, "limit", 500) or 500,
                                       external_id=request.GET.get("external_id") or None))
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on every page: the static icon (pages also link it)."""
+    from django.shortcuts import redirect
+    from django.templatetags.static import static
+
+    response = redirect(static("dashboard/icons/favicon.ico"), permanent=False)
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

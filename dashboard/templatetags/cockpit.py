@@ -63,4 +63,4 @@ def run_time(finished: datetime | None, started: datetime | None) -> str:
 def temporal_url(chart) -> str:
     from dashboard.selectors import temporal_url as url
 
-    return url(chart.workflow_id)
+    return url(f"chart-{chart.pk}")  # Chart.workflow_id is the FK column, not the Temporal id
