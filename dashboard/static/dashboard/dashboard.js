@@ -28,6 +28,9 @@
    * "Release"). The one exception is a cell with an input the operator has typed into
    * (data-dirty): it keeps what they typed until they send it or put it back. */
   const tmpl = document.createElement("tbody");
+  let pressed = null;              // the element under a mouse button held down
+  document.addEventListener("pointerdown", (ev) => { pressed = ev.target; }, true);
+  document.addEventListener("pointerup", () => { setTimeout(() => { pressed = null; render(); }, 0); }, true);
   function patchRow(tr, html) {
     tmpl.innerHTML = "<tr>" + html + "</tr>";
     const fresh = Array.from(tmpl.firstChild.children);
@@ -42,6 +45,7 @@
       const sig = td.innerHTML;
       if (cur._sig === sig) return;
       if (cur.querySelector("[data-dirty]")) return;
+      if (pressed && cur.contains(pressed)) return;   // mid-click: replaced after the click lands
       const focused = cur.contains(document.activeElement) ? document.activeElement : null;
       td._sig = sig;
       cur.replaceWith(td);
@@ -196,14 +200,14 @@
   }
 
   let renderQueued = false;
+  function renderNow() {
+    renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts(); renderActivity();
+    F.tick();
+  }
   function render() {
     if (renderQueued) return;
     renderQueued = true;
-    requestAnimationFrame(() => {
-      renderQueued = false;
-      renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts(); renderActivity();
-      F.tick();
-    });
+    requestAnimationFrame(() => { renderQueued = false; renderNow(); });
   }
 
   // ---------------------------------------------------------------- events and patches
@@ -326,10 +330,8 @@
   const CONFIRM_MS = 4000;
   function disarm() {
     confirmKey = null; clearTimeout(confirmTimer);
-    document.querySelectorAll('button.confirm[data-action="cancel"]').forEach((b) => {
-      b.classList.remove("confirm"); b.textContent = "Cancel";
-    });
-    render();
+    pressed = null;
+    renderNow();
   }
 
   document.addEventListener("click", (ev) => {
@@ -343,7 +345,7 @@
         disarm();
         confirmKey = key;
         confirmTimer = setTimeout(disarm, CONFIRM_MS);
-        b.classList.add("confirm"); b.textContent = "Confirm cancel";
+        renderNow();                   // the row now says "Confirm cancel" (the focus follows)
         return;
       }
       if (action === "cancel") { confirmKey = null; clearTimeout(confirmTimer); }
