@@ -175,6 +175,11 @@ def failures(*, now: datetime | None = None, recent: int = 50) -> dict[str, Any]
     }
 
 
+def failed_since(*, hours: float) -> int:
+    """How many charts failed in the last ``hours`` (index ``chart_state_finished``)."""
+    return Chart.objects.filter(state=ChartState.FAILED, finished_at__gte=timezone.now() - timedelta(hours=hours)).count()
+
+
 def first_line(text: str, limit: int = 160) -> str:
     line = next((part.strip() for part in (text or "").splitlines() if part.strip()), "")
     return line if len(line) <= limit else line[:limit - 1] + "…"

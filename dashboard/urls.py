@@ -10,6 +10,7 @@ urlpatterns = [
     path("dashboard/state.json", views.state_json, name="state"),
     path("dashboard/order.json", views.order_json, name="order"),
     path("dashboard/plots.json", views.plots_json, name="plots"),
+    path("dashboard/activity.json", views.activity_json, name="activity"),
     path("dashboard/control/", views.control, name="control"),
     path("dashboard/history/", cockpit.history_view, name="history"),
     path("dashboard/search/", cockpit.search_view, name="search"),

@@ -57,8 +57,10 @@ def index(request: HttpRequest) -> HttpResponse:
         "plots_url": reverse("dashboard:plots"),
         "chart_url": reverse("dashboard:chart", args=[0]),
         "activity": history.recent_activity(),
+        "activity_url": reverse("dashboard:activity"),
     }
-    return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live})
+    return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live,
+                                                    "failed_last_hour": history.failed_since(hours=1)})
 
 
 @never_cache
@@ -85,6 +87,14 @@ def order_json(request: HttpRequest) -> JsonResponse:
 @require_GET
 def plots_json(request: HttpRequest) -> JsonResponse:
     return _json(selectors.plot_data())
+
+
+@never_cache
+@staff_required
+@require_GET
+def activity_json(request: HttpRequest) -> JsonResponse:
+    """The audit trail's latest entries (the Activity feed reloads them after a reconnect)."""
+    return _json({"entries": history.recent_activity()})
 
 
 @staff_required

@@ -220,3 +220,15 @@ def test_admin_chart_list_sorts_by_position_and_eta(admin_client, redis_url):
     finish = {str(r["id"]): r["finish_s"] for r in rows}
     by_eta = listed(str(eta))
     assert sorted(by_eta) == sorted(fair) and [finish[i] for i in by_eta] == sorted(finish.values())
+
+
+def test_controls_endpoint_records_the_user_and_activity_json_lists_it(finished, client, redis_url):
+    op = make_user("op", staff=True, perms=("charts.view_chart", "charts.change_chart"))
+    client.force_login(op)
+    chart = make_chart(finished["acme"], finished["code"], external_id="q-9")
+    resp = client.post("/dashboard/control/", {"action": "pause", "chart": chart.pk})
+    assert resp.json()["message"] == "Paused q-9 (Acme)"
+    entry = AuditEntry.objects.get(action="pause")
+    assert (entry.actor, entry.chart_id, entry.before, entry.after) == (op, chart.pk, {"paused": False}, {"paused": True})
+    assert client.get("/dashboard/activity.json").json()["entries"][0]["summary"] == "Paused q-9 (Acme)"
+    assert "3 in the last hour" in client.get("/dashboard/").content.decode()

@@ -278,7 +278,15 @@
     render();
   }
 
+  function loadActivity() {
+    fetch(init.activity_url, {credentials: "same-origin"}).then((r) => r.json())
+      .then((d) => { A = d.entries || []; render(); }).catch(() => {});
+  }
+
+  let connections = 0;
   function onMessage(msg) {
+    // A new socket (a reconnect) missed the entries broadcast while it was away.
+    if (msg.type === "snapshot" && msg.n === 1 && ++connections > 1) loadActivity();
     if (msg.type === "snapshot") onSnapshot(msg);
     else if (msg.type === "events") onEvents(msg);
     else if (msg.type === "order") { O = msg.order; patches.forEach((p) => { if (S.now == null || p.at > S.now) applyEvent(p); }); render(); }
@@ -291,9 +299,15 @@
     return m ? decodeURIComponent(m[1]) : (document.querySelector("[name=csrfmiddlewaretoken]") || {}).value;
   }
 
+  const NO_ANSWER_MS = 8000;
   function control(msg, input) {
     const req = ++reqSeq;
-    pending.set(req, input || null);
+    // A socket can drop between send and answer: say so rather than leave the operator guessing.
+    const timer = setTimeout(() => {
+      if (!pending.delete(req)) return;
+      F.toast("No answer from the server about that action (the connection dropped?): check the row before trying again.", "error");
+    }, NO_ANSWER_MS);
+    pending.set(req, {input: input || null, timer});
     if (live.send({type: "control", req, ...msg})) return;
     fetch(init.control_url, {method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", "X-CSRFToken": csrf()}, body: JSON.stringify(msg)})
@@ -302,8 +316,11 @@
   }
 
   function onResult(res) {
-    const input = pending.get(res.req);
+    const p = pending.get(res.req);
+    if (!p) return;                          // answered already, or given up on
     pending.delete(res.req);
+    clearTimeout(p.timer);
+    const input = p.input;
     if (!res.ok) {
       F.toast(res.message || "Refused.", "error");
       const box = $("last-error");
