@@ -33,6 +33,9 @@ ACTIONS = [
      "Resumed mrn-12 (Acme Health)", {"paused": True}, {"paused": False}),
     ("prioritize", _queued, lambda c, a: charts_services.chart_prioritize(chart=c, actor=a),
      "Prioritized mrn-12 (Acme Health)", {"priority": False, "prioritized_at": None}, None),
+    ("unprioritize", lambda w: _queued(w, priority=True),
+     lambda c, a: charts_services.chart_unprioritize(chart=c, actor=a),
+     "Unprioritized mrn-12 (Acme Health)", {"priority": True}, {"priority": False, "prioritized_at": None}),
     ("move_to_front", _queued, lambda c, a: charts_services.chart_move_to_front(chart=c, actor=a),
      "Moved mrn-12 (Acme Health) to the front of its org's queue", {"moved_to_front_at": None}, None),
     ("cancel", _queued, lambda c, a: charts_services.chart_cancel(chart=c, actor=a),
@@ -61,7 +64,7 @@ ACTIONS = [
     ("rerun", lambda w: _queued(w, state=ChartState.FAILED), lambda c, a: charts_services.chart_rerun(chart=c, actor=a),
      None, {"state": "failed"}, None),
 ]
-IDS = ["pause", "resume", "prioritize", "to-front", "cancel-queued", "cancel-running", "hold", "release", "weight",
+IDS = ["pause", "resume", "prioritize", "unprioritize", "to-front", "cancel-queued", "cancel-running", "hold", "release", "weight",
        "cost-set", "cost-delete", "budget", "budget-admin-form", "rerun"]
 
 
