@@ -146,6 +146,11 @@ def test_paused_charts_stay_findable_and_the_depth_plot_is_logarithmic(browser, 
 
 
 def test_favicon_and_admin_header_and_chart_list_at_1440(browser, browser_server, redis_layer_publish, world):
+    # Names as long as real ones: the list must still show Position and ETA without scrolling.
+    big = make_org("Northwind Regional Health Partners")
+    wf = make_workflow("radiology-report-summary")
+    for i in range(5):
+        make_chart(big, wf, external_id=f"mrn-2026-11-000{i:03d}-radiology")
     redis_layer_publish()
     context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US")
     page = context.new_page()
