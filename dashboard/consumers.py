@@ -14,8 +14,10 @@ and gets a fresh snapshot. Server -> client:
 * ``{"type": "order", "n", ...}`` -- the answer to ``view``.
 * ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message"}``.
 
-Client -> server: ``resync``; ``view`` (offset, limit, org); ``control`` (req,
-action and its fields; staff dashboard only).
+Client -> server: ``resync``; ``view`` (offset, limit, org, state: ``paused``,
+``held``, ``blocked`` or ``ordered`` to list only those); ``control`` (req, action and
+its fields; staff dashboard only). An ``events`` message may carry ``{"kind": "audit",
+"entry": {...}}``: an operator action for the Activity feed (never sent to org pages).
 
 Updates are coalesced to at most one message per :data:`MIN_INTERVAL_S` per
 socket, so a burst of scheduler events or a hundred open pages stay cheap.
