@@ -16,7 +16,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
+from charts.models import Chart, ChartState, DurationStat
 from dashboard import selectors
 from fairsched.audit import entry_json
 from fairsched.models import AuditEntry
@@ -50,7 +50,11 @@ class Cursor:
 def history_page(*, org=None, workflow=None, state: str | None = None, since: datetime | None = None,
                  until: datetime | None = None, after: Cursor | None = None, limit: int = PAGE) -> dict[str, Any]:
     """Finished, failed and cancelled charts, newest first, ``limit`` at a time."""
-    qs = Chart.objects.filter(state__in=[state] if state else FINAL_STATES, finished_at__isnull=False)
+    # One state: the (state, finished_at) index gives its rows in order. All of them: walk the
+    # (finished_at, id) index backwards and stop at the page's end; "state IN (three)" would
+    # make SQLite fetch and sort every finished chart first (480 ms at 200k instead of ~15).
+    qs = Chart.objects.filter(finished_at__isnull=False)
+    qs = qs.filter(state=state) if state else qs.exclude(state__in=[ChartState.QUEUED, ChartState.RUNNING])
     if org is not None:
         qs = qs.filter(org=org)
     if workflow is not None:
