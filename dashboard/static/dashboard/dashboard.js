@@ -20,6 +20,7 @@
   const at = (seconds) => (seconds == null || S.now == null ? null : S.now + seconds);
   const pct = (x) => (x == null ? "—" : (x * 100).toFixed(0) + "%");
   const fmt = (n) => (n == null ? "—" : Number(n).toLocaleString());
+  const chartUrl = (id) => init.chart_url.replace("/0/", "/" + id + "/");
   const STATE_LABEL = {ordered: "queued", held: "held", paused: "paused", blocked: "blocked", running: "running", cancelled: "cancelled"};
 
   /* Rows are keyed and patched cell by cell, so live updates reach every row, the one the
@@ -168,7 +169,7 @@
         btn("reorder", "To front"), btn("cancel", "Cancel", key)].join(" ");
       const finish = r.pos == null ? null : at(r.finish_s);
       return `<td class="num">${r.pos == null ? "—" : fmt(r.pos + 1)}</td>
-        <td class="mono">${esc(r.external_id || "—")} <span class="muted">#${r.id}</span></td>
+        <td class="mono"><a href="${chartUrl(r.id)}" title="open its page: timeline, prediction, actions">${esc(r.external_id || "—")} <span class="muted">#${r.id}</span></a></td>
         <td>${esc((orgs.get(r.org) || {}).name || r.org)}</td><td>${esc(r.workflow)}</td><td class="num">${r.cost == null ? "—" : r.cost}</td>
         <td><span class="badge ${esc(st)}" data-state="${esc(st)}">${esc(STATE_LABEL[st] || st)}</span>${r.priority ? ' <span class="badge prio">priority</span>' : ""}</td>
         <td>${r.pos == null ? "—" : F.clock(at(r.start_s))}</td>
@@ -196,7 +197,7 @@
   function renderActivity() {
     syncRows($("activity-body"), A, (e) => "a" + e.id, (e) => `<td class="mono">${F.clock(e.at)}</td>
       <td>${esc(e.by)}</td>
-      <td>${e.chart_id ? `<a href="${init.chart_url.replace("/0/", "/" + e.chart_id + "/")}">${esc(e.summary)}</a>` : esc(e.summary)}</td>`);
+      <td>${e.chart_id ? `<a href="${chartUrl(e.chart_id)}">${esc(e.summary)}</a>` : esc(e.summary)}</td>`);
   }
 
   let renderQueued = false;
