@@ -16,14 +16,21 @@ class ChartAdmin(admin.ModelAdmin):
     search_fields = ("external_id",)
     list_select_related = ("org", "workflow")
     date_hierarchy = "created_at"
-    actions = ["pause", "resume", "prioritize", "unprioritize", "cancel", "move_to_front"]
+    actions = ["pause", "resume", "prioritize", "unprioritize", "cancel", "move_to_front", "rerun"]
     show_full_result_count = False
 
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("org", "workflow", "external_id", "payload", "priority")
         return ("org", "workflow", "external_id", "payload", "state", "priority", "prioritized_at", "paused",
-                "moved_to_front_at", "cancel_requested") + TIMING
+                "moved_to_front_at", "cancel_requested") + TIMING + ("rerun_of", "activity")
+
+    @admin.display(description="Operator actions")
+    def activity(self, obj: Chart) -> str:
+        from fairsched.admin import audit_table
+        from fairsched.models import AuditEntry
+
+        return audit_table(AuditEntry.objects.filter(chart=obj).order_by("-at", "-id")[:50])
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
@@ -44,7 +51,7 @@ class ChartAdmin(admin.ModelAdmin):
         done, failed = 0, []
         for chart in queryset.select_related(None).only("pk"):
             try:
-                service(chart=chart.pk)
+                service(chart=chart.pk, actor=request.user)
                 done += 1
             except ValidationError as exc:
                 failed.extend(m for msgs in exc.message_dict.values() for m in msgs)
@@ -78,6 +85,10 @@ class ChartAdmin(admin.ModelAdmin):
     @admin.action(description="Move selected charts to the front of their org's queue", permissions=["change"])
     def move_to_front(self, request, queryset):
         self._apply(request, queryset, services.chart_move_to_front, "Moved to front")
+
+    @admin.action(description="Re-run selected failed or cancelled charts (as new charts)", permissions=["add"])
+    def rerun(self, request, queryset):
+        self._apply(request, queryset, services.chart_rerun, "Re-ran")
 
 
 @admin.register(DurationStat)

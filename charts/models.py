@@ -55,6 +55,10 @@ class Chart(models.Model):
     eta_p90_at = models.DateTimeField(
         null=True, blank=True, help_text="With its first ETA: the finish it should beat 9 times out of 10.")
     updated_at = models.DateTimeField(auto_now=True)
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns",
+        help_text="The failed or cancelled chart this one re-runs.",
+    )
 
     class Meta:
         constraints = [
@@ -68,6 +72,10 @@ class Chart(models.Model):
             models.Index(fields=["state", "created_at", "id"], name="chart_state_created"),
             models.Index(fields=["org", "state"], name="chart_org_state"),
             models.Index(fields=["state", "updated_at"], name="chart_state_updated"),
+            # History (newest finished first, keyset on (finished_at, id)) and search by external id.
+            models.Index(fields=["finished_at", "id"], name="chart_finished"),
+            models.Index(fields=["state", "finished_at"], name="chart_state_finished"),
+            models.Index(fields=["external_id"], name="chart_external_id"),
         ]
 
     def __str__(self) -> str:

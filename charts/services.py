@@ -20,6 +20,7 @@ from django.db.models.functions import Cast, Coalesce, Greatest
 from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
+from fairsched import audit
 from fairsched.notify import notify
 from fairsched.validation import check_json_document, check_text, parse_bool
 from orgs.models import Org, Workflow
@@ -95,10 +96,16 @@ def _get_chart(chart: Chart | int) -> Chart:
         raise ValidationError({"chart": f"chart #{pk} does not exist."}) from None
 
 
-def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, **changes: Any) -> Chart:
-    """Compare-and-set: apply ``changes`` only if the row still matches ``expect``."""
+def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, actor: Any = None,
+         verb: str | None = None, **changes: Any) -> Chart:
+    """Compare-and-set: apply ``changes`` only if the row still matches ``expect``.
+
+    With ``verb`` ("Paused {}", filled with the chart's label) the change is recorded in the audit trail in the same
+    transaction: the changed fields' values before and after.
+    """
     pk = chart.pk if isinstance(chart, Chart) else chart
     with transaction.atomic():
+        before = Chart.objects.filter(pk=pk, **expect).values(*changes).first() if verb else None
         updated = Chart.objects.filter(pk=pk, **expect).update(**changes, updated_at=timezone.now())
         if not updated:
             current = _get_chart(pk)
@@ -107,8 +114,13 @@ def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, **change
                 {"state": f"cannot {action} chart #{pk}: it is {current.state}"
                           f"{' and paused' if current.paused else ''} (needs {wanted})."}
             )
+        result = Chart.objects.select_related("org").get(pk=pk)
+        if verb:
+            audit.record(actor=actor, action=action.replace(" ", "_"), chart=result,
+                         summary=verb.format(audit.chart_label(result)),
+                         before=before, after={k: getattr(result, k) for k in changes})
         notify("chart", id=pk)
-    return Chart.objects.get(pk=pk)
+    return result
 
 
 # --- producer ------------------------------------------------------------------
@@ -243,40 +255,43 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
 # --- operator controls ----------------------------------------------------------------
 
 
-def chart_pause(*, chart: Chart | int) -> Chart:
+def chart_pause(*, chart: Chart | int, actor: Any = None) -> Chart:
     """Pause a queued chart: it leaves the order until resumed. Running work is never touched."""
-    return _cas(chart, expect={"state": ChartState.QUEUED, "paused": False}, action="pause", paused=True)
+    return _cas(chart, expect={"state": ChartState.QUEUED, "paused": False}, action="pause", paused=True,
+                actor=actor, verb="Paused {}")
 
 
-def chart_resume(*, chart: Chart | int) -> Chart:
+def chart_resume(*, chart: Chart | int, actor: Any = None) -> Chart:
     """Resume a paused chart: its org is re-ranked and it rejoins the order."""
-    return _cas(chart, expect={"state": ChartState.QUEUED, "paused": True}, action="resume", paused=False)
+    return _cas(chart, expect={"state": ChartState.QUEUED, "paused": True}, action="resume", paused=False,
+                actor=actor, verb="Resumed {}")
 
 
-def chart_prioritize(*, chart: Chart | int) -> Chart:
+def chart_prioritize(*, chart: Chart | int, actor: Any = None) -> Chart:
     """Move a queued chart into the priority tier (FIFO by when it was prioritised)."""
     return _cas(
         chart, expect={"state": ChartState.QUEUED, "priority": False}, action="prioritize",
-        priority=True, prioritized_at=timezone.now(),
+        priority=True, prioritized_at=timezone.now(), actor=actor, verb="Prioritized {}",
     )
 
 
-def chart_unprioritize(*, chart: Chart | int) -> Chart:
+def chart_unprioritize(*, chart: Chart | int, actor: Any = None) -> Chart:
     return _cas(
         chart, expect={"state": ChartState.QUEUED, "priority": True}, action="unprioritize",
-        priority=False, prioritized_at=None,
+        priority=False, prioritized_at=None, actor=actor, verb="Unprioritized {}",
     )
 
 
-def chart_move_to_front(*, chart: Chart | int) -> Chart:
+def chart_move_to_front(*, chart: Chart | int, actor: Any = None) -> Chart:
     """Move a queued chart to the front of its own org's queue: it takes the org's next
     turn; no other org's turn moves."""
     return _cas(
-        chart, expect={"state": ChartState.QUEUED}, action="move to front", moved_to_front_at=timezone.now()
+        chart, expect={"state": ChartState.QUEUED}, action="move to front", moved_to_front_at=timezone.now(),
+        actor=actor, verb="Moved {} to the front of its org's queue",
     )
 
 
-def chart_cancel(*, chart: Chart | int) -> Chart:
+def chart_cancel(*, chart: Chart | int, actor: Any = None) -> Chart:
     """Cancel a chart. A queued one is cancelled at once; a running one is marked
     ``cancel_requested`` and the scheduler cancels its Temporal workflow (the row
     becomes cancelled when Temporal confirms)."""
@@ -285,13 +300,67 @@ def chart_cancel(*, chart: Chart | int) -> Chart:
         try:
             return _cas(
                 current, expect={"state": ChartState.QUEUED}, action="cancel",
-                state=ChartState.CANCELLED, finished_at=timezone.now(),
+                state=ChartState.CANCELLED, finished_at=timezone.now(), actor=actor, verb="Cancelled {}",
             )
         except ValidationError:
             current = _get_chart(chart)  # dispatched meanwhile: cancel the running one
     if current.state == ChartState.RUNNING:
-        return _cas(current, expect={"state": ChartState.RUNNING}, action="cancel", cancel_requested=True)
+        return _cas(current, expect={"state": ChartState.RUNNING}, action="cancel", cancel_requested=True,
+                    actor=actor, verb="Cancelling running {} (Temporal confirms)")
     raise ValidationError({"state": f"cannot cancel chart #{current.pk}: it is already {current.state}."})
+
+
+RERUNNABLE = (ChartState.FAILED, ChartState.CANCELLED)
+RERUN_MARK = "~rerun-"
+
+
+def _rerun_external_id(original: Chart) -> str | None:
+    """``<root id>~rerun-<n>``: n counts the runs of that content, the original being run 1.
+
+    A re-run of a re-run keeps the root's id (``mrn-12~rerun-3``, not ``mrn-12~rerun-2~rerun-2``).
+    """
+    if not original.external_id:
+        return None
+    root = original.external_id.split(RERUN_MARK, 1)[0]
+    taken = set(Chart.objects.filter(org_id=original.org_id, external_id__startswith=root + RERUN_MARK)
+                .values_list("external_id", flat=True))
+    n = 2
+    while True:
+        suffix = f"{RERUN_MARK}{n}"
+        candidate = root[:EXTERNAL_ID_MAX - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+        n += 1
+
+
+def chart_rerun(*, chart: Chart | int, actor: Any = None) -> Chart:
+    """Re-run a failed or cancelled chart as a new chart: same org, workflow and payload,
+    ``rerun_of`` pointing at the original, which stays as it was.
+
+    The new chart's external id is the original's with ``~rerun-<n>`` (see
+    :func:`_rerun_external_id`), so the producer's id stays unique per org and a
+    search for it finds every run. Needs the "add chart" permission when an actor is given.
+    """
+    if actor is not None and not actor.has_perm("charts.add_chart"):
+        raise ValidationError({"permission": "You do not have permission to re-run charts (needs charts.add_chart)."})
+    original = _get_chart(chart)
+    if original.state not in RERUNNABLE:
+        raise ValidationError({"state": f"cannot re-run chart #{original.pk}: it is {original.state} "
+                                        f"(only failed or cancelled charts can be re-run)."})
+    for _ in range(3):  # two operators re-running at once: the loser takes the next number
+        try:
+            with transaction.atomic():
+                new = Chart.objects.create(
+                    org_id=original.org_id, workflow_id=original.workflow_id, payload=original.payload,
+                    external_id=_rerun_external_id(original), created_at=timezone.now(), rerun_of=original,
+                )
+                audit.record(actor=actor, action="rerun", chart=original,
+                             summary=f"Re-ran {audit.chart_label(original)} as chart #{new.pk}",
+                             before={"state": original.state}, after={"rerun": new.pk, "external_id": new.external_id})
+            return new
+        except IntegrityError:
+            continue
+    raise ValidationError({"external_id": f"external_id: could not find a free re-run id for chart #{original.pk}."})
 
 
 # --- scheduler lifecycle ------------------------------------------------------------------

@@ -49,7 +49,9 @@ class OrgTokenAdmin(admin.ModelAdmin):
 
 
 class LiveChartAdmin(LiveChartAdminMixin, ChartAdmin):
-    list_display = ChartAdmin.list_display + ("live_position", "live_eta")
+    # Trimmed so Position and ETA fit at 1440 px: state, paused and priority share a column,
+    # and when a chart finished is the history's business.
+    list_display = ("id", "external_id", "org", "workflow", "state_flags", "live_position", "live_eta", "created_at")
 
 
 class LiveOrgAdmin(LiveOrgAdminMixin, OrgAdmin):

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Case, FloatField, IntegerField, Value, When
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -38,8 +39,47 @@ def _when(base: float, seconds: float | None) -> str:
     return f"{at:%H:%M} (in {span})"
 
 
+LIVE_SORT_MAX = 2000  # sorting by position or ETA orders the first this many charts of the order
+UNPLACED = 10**9
+
+
+def _live_keys(snapshot: dict[str, Any] | None) -> tuple[list[When], list[When]]:
+    """``When`` clauses mapping chart ids to their position and predicted finish (seconds from now)."""
+    if snapshot is None:
+        return [], []
+    rows, _ = selectors.order_rows(snapshot)
+    placed = [r for r in rows[:LIVE_SORT_MAX] if r.get("pos") is not None]
+    pos = [When(pk=r["id"], then=Value(r["pos"])) for r in placed]
+    timed = [r for r in list(snapshot.get("running", [])) + placed if r.get("finish_s") is not None]
+    eta = [When(pk=r["id"], then=Value(float(r["finish_s"]))) for r in timed[:LIVE_SORT_MAX]]
+    return pos, eta
+
+
 class LiveChartAdminMixin:
-    @admin.display(description="Position")
+    """Position and ETA columns from the latest snapshot, both sortable.
+
+    They are not database columns: when the list is sorted by one of them, the queryset is
+    annotated from the snapshot (the first :data:`LIVE_SORT_MAX` charts of the order; the
+    rest sort after them).
+    """
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        if not request.GET.get("o"):
+            return qs
+        pos, eta = _live_keys(_snapshot())
+        return qs.annotate(
+            live_pos=Case(*pos, default=Value(UNPLACED), output_field=IntegerField()) if pos else Value(UNPLACED),
+            live_finish=Case(*eta, default=Value(float(UNPLACED)), output_field=FloatField()) if eta
+            else Value(float(UNPLACED)),
+        )
+
+    @admin.display(description="State", ordering="state")
+    def state_flags(self, obj) -> str:
+        flags = [obj.state] + (["paused"] if obj.paused else []) + (["priority"] if obj.priority else [])
+        return " · ".join(flags)
+
+    @admin.display(description="Position", ordering="live_pos")
     def live_position(self, obj) -> str:
         s = _snapshot()
         if obj.state != "queued":
@@ -52,7 +92,7 @@ class LiveChartAdminMixin:
             return "—"
         return str(row["pos"] + 1) if row.get("pos") is not None else row.get("state", "—")
 
-    @admin.display(description="ETA")
+    @admin.display(description="ETA", ordering="live_finish")
     def live_eta(self, obj) -> str:
         s = _snapshot()
         if s is None or obj.state not in ("queued", "running"):

@@ -19,8 +19,10 @@ and gets a fresh snapshot. Server -> client:
   cannot use (not JSON, binary, not an object, a field of the wrong type or out of
   range, an unknown type). The socket stays open.
 
-Client -> server: ``resync``; ``view`` (offset, limit, org); ``control`` (req,
-action and its fields; staff dashboard only).
+Client -> server: ``resync``; ``view`` (offset, limit, org, state: ``paused``,
+``held``, ``blocked`` or ``ordered`` to list only those); ``control`` (req, action and
+its fields; staff dashboard only). An ``events`` message may carry ``{"kind": "audit",
+"entry": {...}}``: an operator action for the Activity feed (never sent to org pages).
 
 Updates are coalesced to at most one message per :data:`MIN_INTERVAL_S` per
 socket, so a burst of scheduler events or a hundred open pages stay cheap.
@@ -67,7 +69,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.n = 0
         self.seq: int | None = None
-        self.view: dict[str, Any] = {"offset": 0, "limit": self.default_limit, "org": None}
+        self.view: dict[str, Any] = {"offset": 0, "limit": self.default_limit, "org": None, "state": None}
         self.want_snapshot = False
         self.events: list[dict[str, Any]] = []
         self.counters: dict[str, Any] | None = None
@@ -282,9 +284,13 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             if value is None or value == "":
                 return default
             return require_int(key, value, minimum=minimum, maximum=maximum)
+        state = content.get("state")
+        if state not in (None, "") and state not in selectors.ORDER_STATES:
+            raise ValidationError({"state": f"state: one of {', '.join(selectors.ORDER_STATES)}, got {str(state)[:40]!r}."})
         return {"offset": num("offset", 0, 0, MAX_OFFSET),
                 "limit": num("limit", self.default_limit, 1, selectors.PAGE_MAX),
-                "org": num("org", None, 1, MAX_ID)}
+                "org": num("org", None, 1, MAX_ID),
+                "state": state or None}
 
     async def control(self, content: dict[str, Any]) -> None:
         await self.send_numbered({"type": "control.result", "req": content.get("req"), "ok": False,

@@ -18,6 +18,7 @@ from django.db import DatabaseError
 from charts import services as chart_services
 from charts.models import Chart
 from dashboard import selectors
+from fairsched import audit
 from fairsched import services as fairsched_services
 from fairsched.validation import MAX_ID, require_int
 from orgs import services as org_services
@@ -41,6 +42,7 @@ PERMS = {
     "set_weight": "orgs.change_org",
     "set_cost": "orgs.change_workflowcost",
     "set_budget": "fairsched.change_schedulersettings",
+    "rerun": "charts.add_chart",
 }
 ACTIONS = tuple(PERMS)
 VIEW_PERM = "charts.view_chart"
@@ -53,11 +55,12 @@ class Outcome:
     action: str
     event: dict[str, Any] | None = None
     errors: dict[str, list[str]] = field(default_factory=dict)
+    said: str = ""  # what happened, in the operator's words (the audit entry's summary)
 
     @property
     def message(self) -> str:
         if self.ok:
-            return "done"
+            return self.said or "No change: it already was so."
         return " ".join(m for msgs in self.errors.values() for m in msgs)
 
     def as_json(self) -> dict[str, Any]:
@@ -95,7 +98,8 @@ def _org_event(action: str, org: Org) -> dict[str, Any]:
 
 
 def apply_control(user, data: Mapping[str, Any]) -> Outcome:
-    """Check the permission for ``data["action"]`` and apply it through its service."""
+    """Check the permission for ``data["action"]``, apply it through its service (which
+    records it in the audit trail with ``user`` as the actor) and say what happened."""
     raw_action = data.get("action")
     action = raw_action if isinstance(raw_action, str) and len(raw_action) <= 40 else ""
     if action not in PERMS:
@@ -105,26 +109,36 @@ def apply_control(user, data: Mapping[str, Any]) -> Outcome:
         return Outcome(False, action, errors={"permission": [
             f"You do not have permission to {action.replace('_', ' ')} (needs {PERMS[action]})."]})
     try:
-        if action in CHART_ACTIONS:
-            chart = CHART_ACTIONS[action](chart=_int(data, "chart"))
-            return Outcome(True, action, event=_chart_event(action, chart))
-        if action in ORG_ACTIONS:
-            org = ORG_ACTIONS[action](org=_int(data, "org"))
-            return Outcome(True, action, event=_org_event(action, org))
-        if action == "set_weight":
-            org = org_services.org_set_weight(org=_int(data, "org"), weight=data.get("weight"))
-            return Outcome(True, action, event=_org_event(action, org))
-        if action == "set_cost":
-            row = org_services.workflow_cost_set(org=_int(data, "org"), workflow=_int(data, "workflow"),
-                                                 cost=data.get("cost"))
-            selectors.invalidate_costs()
-            return Outcome(True, action, event={"kind": "cost", "action": action, "org": row.org_id,
-                                                "workflow": row.workflow_id, "cost": row.cost})
-        obj = fairsched_services.budget_set(budget=data.get("budget"))
-        return Outcome(True, action, event={"kind": "settings", "action": action, "budget": obj.budget})
+        with audit.capture() as entries:
+            outcome = _apply(user, action, data)
+        outcome.said = "; ".join(e.summary for e in entries)
+        return outcome
     except ValidationError as exc:
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
         return Outcome(False, action, errors={k: list(v) for k, v in errors.items()})
     except DatabaseError as exc:  # never a 500 or a closed socket: say it, log it
         log.warning("control %s refused by the database: %s", action, exc)
         return Outcome(False, action, errors={"__all__": ["The database refused the change; nothing was changed."]})
+
+
+def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
+    if action in CHART_ACTIONS:
+        chart = CHART_ACTIONS[action](chart=_int(data, "chart"), actor=user)
+        return Outcome(True, action, event=_chart_event(action, chart))
+    if action == "rerun":
+        chart = chart_services.chart_rerun(chart=_int(data, "chart"), actor=user)
+        return Outcome(True, action, event={**_chart_event(action, chart), "rerun_of": chart.rerun_of_id})
+    if action in ORG_ACTIONS:
+        org = ORG_ACTIONS[action](org=_int(data, "org"), actor=user)
+        return Outcome(True, action, event=_org_event(action, org))
+    if action == "set_weight":
+        org = org_services.org_set_weight(org=_int(data, "org"), weight=data.get("weight"), actor=user)
+        return Outcome(True, action, event=_org_event(action, org))
+    if action == "set_cost":
+        row = org_services.workflow_cost_set(org=_int(data, "org"), workflow=_int(data, "workflow"),
+                                             cost=data.get("cost"), actor=user)
+        selectors.invalidate_costs()
+        return Outcome(True, action, event={"kind": "cost", "action": action, "org": row.org_id,
+                                            "workflow": row.workflow_id, "cost": row.cost})
+    obj = fairsched_services.budget_set(budget=data.get("budget"), actor=user)
+    return Outcome(True, action, event={"kind": "settings", "action": action, "budget": obj.budget})

@@ -62,19 +62,30 @@ def order_rows(snapshot: dict[str, Any] | None) -> tuple[list[dict[str, Any]], d
         return rows, index
 
 
+ORDER_STATES = ("ordered", "paused", "held", "blocked")
+
+
 def order_page(snapshot: dict[str, Any] | None, *, offset: int = 0, limit: int = 100,
-               org: int | None = None) -> dict[str, Any]:
-    """A page of the order (the fair order first, then the charts set aside)."""
+               org: int | None = None, state: str | None = None) -> dict[str, Any]:
+    """A page of the order (the fair order first, then the charts set aside).
+
+    ``state`` (one of :data:`ORDER_STATES`) keeps only those rows: a paused chart
+    leaves the fair order for the end of the list, and "paused" finds it again.
+    """
     offset = max(0, int(offset))
     limit = max(1, min(PAGE_MAX, int(limit)))
+    state = state if state in ORDER_STATES else None
     if snapshot is None:
-        return {"known": False, "offset": offset, "limit": limit, "org": org, "total": None, "rows": []}
+        return {"known": False, "offset": offset, "limit": limit, "org": org, "state": state, "total": None,
+                "rows": []}
     if org is not None:
         data = snap.read_org(org) or {"charts": []}
         rows = [r for r in data.get("charts", []) if r.get("state") != "running"]
     else:
         rows, _ = order_rows(snapshot)
-    return {"known": True, "offset": offset, "limit": limit, "org": org, "total": len(rows),
+    if state is not None:
+        rows = [r for r in rows if (r.get("state") or "ordered") == state]
+    return {"known": True, "offset": offset, "limit": limit, "org": org, "state": state, "total": len(rows),
             "rows": rows[offset:offset + limit]}
 
 
@@ -433,7 +444,7 @@ def snapshot_message(view: dict[str, Any]) -> tuple[int | None, str, str]:
                 record_history(state)
             except Exception:  # noqa: BLE001 - the history is a nicety
                 pass
-        key = (ident, view.get("offset"), view.get("limit"), view.get("org"))
+        key = (ident, view.get("offset"), view.get("limit"), view.get("org"), view.get("state"))
         with _order_lock:
             hit = _msg_cache.get(key)
         if hit is not None and hit[0] is costs:

@@ -2,7 +2,7 @@
 staff dashboard and the org pages share the ``dashboard`` namespace."""
 from django.urls import path
 
-from dashboard import views
+from dashboard import cockpit, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -11,7 +11,14 @@ urlpatterns = [
     path("dashboard/order.json", views.order_json, name="order"),
     path("dashboard/plots.json", views.plots_json, name="plots"),
     path("dashboard/accuracy.json", views.accuracy_json, name="accuracy"),
+    path("dashboard/activity.json", views.activity_json, name="activity"),
     path("dashboard/control/", views.control, name="control"),
+    path("dashboard/history/", cockpit.history_view, name="history"),
+    path("dashboard/search/", cockpit.search_view, name="search"),
+    path("dashboard/failures/", cockpit.failures_view, name="failures"),
+    path("charts/<int:pk>/", cockpit.chart_view, name="chart"),
+    path("charts/<int:pk>/rerun/", cockpit.rerun_view, name="rerun"),
     path("orgs/<slug:slug>/", views.org_page, name="org"),
     path("orgs/<slug:slug>/status.json", views.org_status_json, name="org_status"),
+    path("favicon.ico", views.favicon, name="favicon"),
 ]

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import controls, selectors
+from dashboard import controls, history, selectors
 from dashboard.broadcast import broadcast_event
 from dashboard.models import OrgToken
 from fairsched.middleware import answers_json
@@ -90,8 +90,12 @@ def index(request: HttpRequest) -> HttpResponse:
         "control_url": reverse("dashboard:control"),
         "order_url": reverse("dashboard:order"),
         "plots_url": reverse("dashboard:plots"),
+        "chart_url": reverse("dashboard:chart", args=[0]),
+        "activity": history.recent_activity(),
+        "activity_url": reverse("dashboard:activity"),
     }
-    return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live})
+    return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live,
+                                                    "failed_last_hour": history.failed_since(hours=1)})
 
 
 @never_cache
@@ -113,7 +117,10 @@ def order_json(request: HttpRequest) -> JsonResponse:
     except BadQuery as exc:
         return _bad_query(exc)
     s = selectors.read_live_snapshot()
-    page = selectors.order_page(s, offset=offset, limit=limit, org=org)
+    state = request.GET.get("state") or None
+    if state is not None and state not in selectors.ORDER_STATES:
+        return _bad_query(BadQuery("state", f"state: one of {', '.join(selectors.ORDER_STATES)}."))
+    page = selectors.order_page(s, offset=offset, limit=limit, org=org, state=state)
     return _json({"seq": s.get("seq") if s else None, **page})
 
 
@@ -136,6 +143,14 @@ def accuracy_json(request: HttpRequest) -> JsonResponse:
     except BadQuery as exc:
         return _bad_query(exc)
     return _json(accuracy(last=last))
+
+
+@never_cache
+@staff_required
+@require_GET
+def activity_json(request: HttpRequest) -> JsonResponse:
+    """The audit trail's latest entries (the Activity feed reloads them after a reconnect)."""
+    return _json({"entries": history.recent_activity()})
 
 
 @answers_json
@@ -218,3 +233,13 @@ def org_status_json(request: HttpRequest, slug: str) -> JsonResponse:
     except BadQuery as exc:
         return _bad_query(exc)
     return _json(selectors.org_status(org, offset=offset, limit=limit, external_id=external_id))
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on every page: the static icon (pages also link it)."""
+    from django.shortcuts import redirect
+    from django.templatetags.static import static
+
+    response = redirect(static("dashboard/icons/favicon.ico"), permanent=False)
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

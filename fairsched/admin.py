@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
-from fairsched.models import SchedulerSettings
+from fairsched.models import AuditEntry, SchedulerSettings
 from fairsched.services import scheduler_settings_set
 
 
@@ -28,5 +28,45 @@ class SchedulerSettingsAdmin(admin.ModelAdmin):
     def save_model(self, request, obj: SchedulerSettings, form, change: bool) -> None:
         scheduler_settings_set(
             budget=obj.budget, eta_interval_s=obj.eta_interval_s, reconcile_interval_s=obj.reconcile_interval_s,
-            eta_model=obj.eta_model,
+            eta_model=obj.eta_model, actor=request.user,
         )
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit trail, read-only: entries are written by the services, never by hand."""
+
+    list_display = ("at", "actor_name", "action", "summary", "chart", "org")
+    list_filter = ("action", "org")
+    search_fields = ("summary", "actor_name", "chart__external_id")
+    date_hierarchy = "at"
+    list_select_related = ("chart", "org")
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+def audit_table(entries) -> str:
+    """An admin read-only field: the entries as a small table, newest first."""
+    from django.utils.html import format_html, format_html_join
+
+    rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+        (f"{e.at:%Y-%m-%d %H:%M:%S}", e.actor_name or "system", e.summary, _json_text(e.before), _json_text(e.after))
+        for e in entries))
+    if not rows:
+        return "No operator actions recorded."
+    return format_html('<table class="audit"><thead><tr><th>when</th><th>who</th><th>what</th><th>before</th>'
+                       '<th>after</th></tr></thead><tbody>{}</tbody></table>', rows)
+
+
+def _json_text(value) -> str:
+    import json
+
+    return "—" if value is None else json.dumps(value, default=str)

@@ -1,35 +1,45 @@
 """Writes to the scheduler's settings."""
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from fairsched import audit
 from fairsched.core.simulator import ETA_MODELS
 from fairsched.models import SchedulerSettings
 from fairsched.notify import notify
 from fairsched.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
 
-def budget_set(*, budget: int) -> SchedulerSettings:
+def _record_budget(actor: Any, before: int, after: int) -> None:
+    audit.record(actor=actor, action="budget", summary=f"Set the budget to {after} (was {before})",
+                 before={"budget": before}, after={"budget": after})
+
+
+def budget_set(*, budget: int, actor: Any = None) -> SchedulerSettings:
     """Set the total cost budget. Lowering it never stops running charts; dispatch waits."""
     budget = require_int("budget", budget, minimum=0, maximum=MAX_BUDGET)
     with transaction.atomic():
         obj = SchedulerSettings.get()
         if obj.budget == budget:
             return obj
-        obj.budget = budget
+        before, obj.budget = obj.budget, budget
         obj.save()
+        _record_budget(actor, before, budget)
         notify("settings")
     return obj
 
 
 def scheduler_settings_set(
     *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None,
-    eta_model: str | None = None,
+    eta_model: str | None = None, actor: Any = None,
 ) -> SchedulerSettings:
     """Set any of the dials at once (the admin's form)."""
     with transaction.atomic():
         obj = SchedulerSettings.get()
+        before = obj.budget
         if budget is not None:
             obj.budget = require_int("budget", budget, minimum=0, maximum=MAX_BUDGET)
         for field, value in (("eta_interval_s", eta_interval_s), ("reconcile_interval_s", reconcile_interval_s)):
@@ -50,5 +60,7 @@ def scheduler_settings_set(
                                                     f"got {eta_model!r}."})
             obj.eta_model = eta_model
         obj.save()
+        if obj.budget != before:
+            _record_budget(actor, before, obj.budget)
         notify("settings")
     return obj

@@ -164,6 +164,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = ["fairsched.formats"]  # 24 h times in the admin, like the dashboard
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -185,7 +186,10 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+            # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s that channels_redis
+            # blocks in BZPOPMIN on an idle socket: under load the read lost that race and the
+            # consumer died ("Timeout reading from ..."). A longer timeout keeps idle sockets up.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 1000, "expiry": 30},
         }
     }
 RQ_QUEUES = {

@@ -28,11 +28,12 @@ class OrgAdmin(admin.ModelAdmin):
     list_editable = ("weight",)
     search_fields = ("name", "slug")
     filter_horizontal = ("members",)
-    readonly_fields = ("created_at", "updated_at", "weight_before_hold")
+    readonly_fields = ("created_at", "updated_at", "weight_before_hold", "activity")
     fieldsets = (
         (None, {"fields": ("name", "slug", "weight", "weight_before_hold", "members")}),
         ("Webhook", {"fields": ("webhook_url", "webhook_secret", "webhook_clear_margin_s"), "classes": ("collapse",)}),
         ("Timestamps", {"fields": ("created_at", "updated_at")}),
+        ("Activity", {"fields": ("activity",)}),
     )
     inlines = [WorkflowCostInline]
     actions = ["hold_orgs", "release_orgs"]
@@ -47,6 +48,15 @@ class OrgAdmin(admin.ModelAdmin):
             n_queued=Count("charts", filter=Q(charts__state=ChartState.QUEUED)),
             n_running=Count("charts", filter=Q(charts__state=ChartState.RUNNING)),
         )
+
+    @admin.display(description="Operator actions (last 50)")
+    def activity(self, obj: Org) -> str:
+        from fairsched.admin import audit_table
+        from fairsched.models import AuditEntry
+
+        if obj.pk is None:
+            return "—"
+        return audit_table(AuditEntry.objects.filter(org=obj).order_by("-at", "-id")[:50])
 
     @admin.display(description="Held", boolean=False)
     def held_badge(self, obj: Org) -> str:
@@ -67,7 +77,7 @@ class OrgAdmin(admin.ModelAdmin):
         org_set_weight; a new org is announced like org_create announces one."""
         if not change:
             super().save_model(request, obj, form, change)
-            services.org_announce(org=obj)
+            services.org_announce(org=obj, actor=request.user)
             return
         new_weight = obj.weight
         other = [f for f in form.changed_data if f not in ("weight", "members")]
@@ -75,7 +85,7 @@ class OrgAdmin(admin.ModelAdmin):
             obj.weight = Org.objects.values_list("weight", flat=True).get(pk=obj.pk)
             obj.save()
         if "weight" in form.changed_data:
-            services.org_set_weight(org=obj, weight=new_weight)
+            services.org_set_weight(org=obj, weight=new_weight, actor=request.user)
         obj.refresh_from_db()
 
     def save_formset(self, request, form, formset, change: bool) -> None:
@@ -90,14 +100,14 @@ class OrgAdmin(admin.ModelAdmin):
             inst = f.instance
             if deleting:
                 if inst.pk:
-                    services.workflow_cost_delete(org=form.instance, workflow=inst.workflow_id)
+                    services.workflow_cost_delete(org=form.instance, workflow=inst.workflow_id, actor=request.user)
                     formset.deleted_objects.append(inst)
                 continue
             if inst.pk and "workflow" in f.changed_data:
                 old_wf = WorkflowCost.objects.values_list("workflow_id", flat=True).get(pk=inst.pk)
-                services.workflow_cost_delete(org=form.instance, workflow=old_wf)
+                services.workflow_cost_delete(org=form.instance, workflow=old_wf, actor=request.user)
             row = services.workflow_cost_set(
-                org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"]
+                org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"], actor=request.user
             )
             if inst.pk:
                 formset.changed_objects.append((row, f.changed_data))
@@ -108,7 +118,7 @@ class OrgAdmin(admin.ModelAdmin):
         done = 0
         for org in queryset:
             try:
-                service(org=org)
+                service(org=org, actor=request.user)
                 done += 1
             except ValidationError as exc:
                 _report(self, request, exc)
@@ -139,13 +149,13 @@ class WorkflowCostAdmin(admin.ModelAdmin):
     def save_model(self, request, obj: WorkflowCost, form, change: bool) -> None:
         if change and ("workflow" in form.changed_data or "org" in form.changed_data):
             old = WorkflowCost.objects.get(pk=obj.pk)
-            services.workflow_cost_delete(org=old.org_id, workflow=old.workflow_id)
-        row = services.workflow_cost_set(org=obj.org_id, workflow=obj.workflow_id, cost=obj.cost)
+            services.workflow_cost_delete(org=old.org_id, workflow=old.workflow_id, actor=request.user)
+        row = services.workflow_cost_set(org=obj.org_id, workflow=obj.workflow_id, cost=obj.cost, actor=request.user)
         obj.pk = row.pk
 
     def delete_model(self, request, obj: WorkflowCost) -> None:
-        services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id)
+        services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id, actor=request.user)
 
     def delete_queryset(self, request, queryset) -> None:
         for obj in queryset:
-            services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id)
+            services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id, actor=request.user)

@@ -2,9 +2,12 @@
 notifies the scheduler on commit."""
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from fairsched import audit
 from fairsched.notify import notify
 from fairsched.validation import MAX_COST, MAX_WEIGHT, require_int
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
@@ -31,39 +34,57 @@ def org_create(*, name: str, weight: int = 1, slug: str = "") -> Org:
     return org
 
 
-def org_announce(*, org: Org) -> None:
-    """Tell the scheduler an org exists, on commit (for orgs saved outside org_create,
-    such as the admin's add form)."""
+def org_announce(*, org: Org, actor: Any = None) -> None:
+    """Record and tell the scheduler that an org was added, on commit (for orgs saved
+    outside org_create, such as the admin's add form)."""
+    audit.record(actor=actor, action="org_add", org=org, summary=f"Added {org.name} (weight {org.weight})",
+                 after={"weight": org.weight})
     notify("org", id=org.pk)
 
 
-def org_set_weight(*, org: Org | int, weight: int) -> Org:
+def _apply_weight(locked: Org, weight: int, *, actor: Any, action: str) -> Org:
+    """Write a new weight to a locked row and record it (``weight``, ``hold`` or ``release``)."""
+    before = locked.weight
+    if weight == 0 and locked.weight > 0:
+        locked.weight_before_hold = locked.weight
+    locked.weight = weight
+    locked.save(update_fields=["weight", "weight_before_hold", "updated_at"])
+    summary = {"hold": f"Held {locked.name}",
+               "release": f"Released {locked.name} (weight {weight})"}.get(
+        action, f"Set the weight of {locked.name} to {weight} (was {before})"
+                + (": held" if weight == 0 else ""))
+    audit.record(actor=actor, action=action, org=locked, summary=summary,
+                 before={"weight": before}, after={"weight": weight})
+    notify("org", id=locked.pk)
+    return locked
+
+
+def org_set_weight(*, org: Org | int, weight: int, actor: Any = None) -> Org:
     """Set an org's weight. 0 holds the org (its charts stay visible and never dispatch)."""
     weight = require_int("weight", weight, minimum=0, maximum=MAX_WEIGHT)
     with transaction.atomic():
         locked = _locked_org(org)
         if locked.weight == weight:
             return locked
-        if weight == 0 and locked.weight > 0:
-            locked.weight_before_hold = locked.weight
-        locked.weight = weight
-        locked.save(update_fields=["weight", "weight_before_hold", "updated_at"])
-        notify("org", id=locked.pk)
-    return locked
+        return _apply_weight(locked, weight, actor=actor, action="weight")
 
 
-def org_hold(*, org: Org | int) -> Org:
+def org_hold(*, org: Org | int, actor: Any = None) -> Org:
     """Hold an org: weight 0, remembering the weight to restore on release."""
-    return org_set_weight(org=org, weight=0)
+    with transaction.atomic():
+        locked = _locked_org(org)
+        if locked.weight == 0:
+            return locked
+        return _apply_weight(locked, 0, actor=actor, action="hold")
 
 
-def org_release(*, org: Org | int) -> Org:
+def org_release(*, org: Org | int, actor: Any = None) -> Org:
     """Release a held org back to the weight it had before the hold (1 if unknown)."""
     with transaction.atomic():
         locked = _locked_org(org)
         if locked.weight > 0:
             return locked
-        return org_set_weight(org=locked, weight=locked.weight_before_hold or 1)
+        return _apply_weight(locked, locked.weight_before_hold or 1, actor=actor, action="release")
 
 
 def workflow_create(*, name: str, temporal_type: str = "", description: str = "",
@@ -77,29 +98,40 @@ def workflow_create(*, name: str, temporal_type: str = "", description: str = ""
     return wf
 
 
-def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int) -> WorkflowCost:
+def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int, actor: Any = None) -> WorkflowCost:
     """Set the cost of an (org, workflow) pair. In-flight charts keep the cost they started with."""
     cost = require_int("cost", cost, minimum=1, maximum=MAX_COST)
     with transaction.atomic():
         locked = _locked_org(org)
         wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow
-        if not Workflow.objects.filter(pk=wf_pk).exists():
+        wf = Workflow.objects.filter(pk=wf_pk).first()
+        if wf is None:
             raise ValidationError({"workflow": f"Workflow {wf_pk} does not exist."})
         row, created = WorkflowCost.objects.get_or_create(org=locked, workflow_id=wf_pk, defaults={"cost": cost})
         if not created and row.cost == cost:
             return row
+        before = None if created else row.cost
         if not created:
             row.cost = cost
             row.save(update_fields=["cost"])
+        audit.record(actor=actor, action="cost", org=locked,
+                     summary=f"Set the cost of {wf.name} for {locked.name} to {cost} (was {before or 1})",
+                     before={"workflow": wf.name, "cost": before}, after={"workflow": wf.name, "cost": cost})
         notify("cost", org=locked.pk, workflow=wf_pk)
     return row
 
 
-def workflow_cost_delete(*, org: Org | int, workflow: Workflow | int) -> None:
+def workflow_cost_delete(*, org: Org | int, workflow: Workflow | int, actor: Any = None) -> None:
     """Remove a pair's cost row: the pair costs 1 again."""
     org_pk = org.pk if isinstance(org, Org) else org
     wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow
     with transaction.atomic():
-        deleted, _ = WorkflowCost.objects.filter(org_id=org_pk, workflow_id=wf_pk).delete()
-        if deleted:
-            notify("cost", org=org_pk, workflow=wf_pk)
+        row = WorkflowCost.objects.select_related("org", "workflow").filter(org_id=org_pk, workflow_id=wf_pk).first()
+        if row is None:
+            return
+        row.delete()
+        audit.record(actor=actor, action="cost", org=row.org,
+                     summary=f"Removed the cost of {row.workflow.name} for {row.org.name} (was {row.cost}; costs 1 again)",
+                     before={"workflow": row.workflow.name, "cost": row.cost},
+                     after={"workflow": row.workflow.name, "cost": None})
+        notify("cost", org=org_pk, workflow=wf_pk)

@@ -59,12 +59,37 @@ def test_unknown_workflow_is_shown_in_the_form(producer):
     assert not Chart.objects.exists()
 
 
-def test_duplicate_external_id_is_shown_in_the_form(producer):
+def test_resubmitting_identical_content_returns_the_chart_already_submitted(producer):
     client, org, wf = producer
-    client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "dup", "payload": "{}"})
-    resp = client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "dup", "payload": "{}"})
-    assert "already has a chart with external id" in resp.content.decode()
+    client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "dup", "payload": '{"a": 1}'})
+    resp = client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "dup", "payload": '{"a": 1}'}, follow=True)
+    chart = Chart.objects.get()
+    text = resp.content.decode()
+    assert "Already submitted, here it is" in text and f'href="/charts/{chart.pk}/"' in text
+
+
+def test_same_external_id_with_different_content_is_refused_naming_the_field(producer):
+    client, org, wf = producer
+    client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "dup", "payload": '{"a": 1}'})
+    resp = client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "dup", "payload": '{"a": 2}'})
+    assert resp.status_code == 200
+    assert "external_id: &#x27;dup&#x27; is already used by chart" in resp.content.decode()
     assert Chart.objects.count() == 1
+
+
+def test_success_links_to_the_charts_status_and_warns_when_the_org_is_held(producer):
+    client, org, wf = producer
+    org.weight = 0
+    org.save()
+    form = client.get(URL).content.decode()
+    assert "Acme (held: charts will not start until it is released)" in form
+    resp = client.post(URL, {"org": org.pk, "workflow": wf.pk, "external_id": "mrn-9", "payload": "{}"}, follow=True)
+    chart = Chart.objects.get()
+    text = resp.content.decode()
+    assert f'href="/charts/{chart.pk}/"' in text and "see its position and ETA" in text
+    assert "Acme is held: mrn-9 will not start until the org is released." in text
+    status = client.get(f"/charts/{chart.pk}/")  # a member may open their own chart's status
+    assert status.status_code == 200 and "mrn-9" in status.content.decode()
 
 
 def test_member_cannot_submit_for_another_org(producer):

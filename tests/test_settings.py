@@ -89,3 +89,24 @@ def test_several_writer_processes_at_once_never_meet_a_locked_database(test_db_u
     assert Chart.objects.filter(external_id__startswith="w").count() == writers * n
     assert Chart.objects.filter(paused=True).count() == writers * (n // 10)
     assert SchedulerSettings.get().budget in {4 + k for k in range(writers)}
+
+
+def test_channel_layer_reads_outlast_its_blocking_receive():
+    """An idle dashboard socket blocks in BZPOPMIN for ``brpop_timeout`` seconds; the Redis
+    read must wait longer, or under load the read times out first and kills the consumer
+    (redis-py 8 defaults to 5 s, the same as channels_redis)."""
+    from channels_redis.core import RedisChannelLayer
+    from channels_redis.utils import create_pool
+
+    code = ("import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'fairsched.settings'; "
+            "from fairsched import settings; print(json.dumps(settings.CHANNEL_LAYERS))")
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    import json
+
+    layer = json.loads(out.stdout)["default"]
+    assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    hosts = RedisChannelLayer(**layer["CONFIG"]).hosts
+    pool = create_pool(hosts[0])
+    timeout = pool.connection_class(**pool.connection_kwargs).socket_timeout  # not connected: no I/O
+    assert timeout is None or timeout > RedisChannelLayer.brpop_timeout + 5

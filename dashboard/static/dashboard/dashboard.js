@@ -8,7 +8,7 @@
   let O = init.order;            // the page of the order this page looks at
   let C = init.costs;            // workflows and (org, workflow) costs
   const can = new Set(init.actions);
-  const view = {offset: O.offset || 0, limit: O.limit || 100, org: O.org || null};
+  const view = {offset: O.offset || 0, limit: O.limit || 100, org: O.org || null, state: O.state || null};
   let patches = [];              // recent control events, re-applied over older snapshots
   let confirmKey = null, confirmTimer = null;
   let reqSeq = 0;
@@ -20,7 +20,45 @@
   const at = (seconds) => (seconds == null || S.now == null ? null : S.now + seconds);
   const pct = (x) => (x == null ? "—" : (x * 100).toFixed(0) + "%");
   const fmt = (n) => (n == null ? "—" : Number(n).toLocaleString());
+  const chartUrl = (id) => init.chart_url.replace("/0/", "/" + id + "/");
   const STATE_LABEL = {ordered: "queued", held: "held", paused: "paused", blocked: "blocked", running: "running", cancelled: "cancelled"};
+
+  /* Rows are keyed and patched cell by cell, so live updates reach every row, the one the
+   * operator is acting on too: a cell that changed is replaced and, if it held the focus, the
+   * focus moves to the same control in the new cell (the button that was "Hold" is now
+   * "Release"). The one exception is a cell with an input the operator has typed into
+   * (data-dirty): it keeps what they typed until they send it or put it back. */
+  const tmpl = document.createElement("tbody");
+  let pressed = null;              // the element under a mouse button held down
+  document.addEventListener("pointerdown", (ev) => { pressed = ev.target; }, true);
+  document.addEventListener("pointerup", () => { setTimeout(() => { pressed = null; render(); }, 0); }, true);
+  function patchRow(tr, html) {
+    tmpl.innerHTML = "<tr>" + html + "</tr>";
+    const fresh = Array.from(tmpl.firstChild.children);
+    const old = Array.from(tr.children);
+    if (old.length !== fresh.length) {
+      old.forEach((td) => td.remove());
+      fresh.forEach((td) => { td._sig = td.innerHTML; tr.appendChild(td); });
+      return;
+    }
+    fresh.forEach((td, i) => {
+      const cur = old[i];
+      const sig = td.innerHTML;
+      if (cur._sig === sig) return;
+      if (cur.querySelector("[data-dirty]")) return;
+      if (pressed && cur.contains(pressed)) return;   // mid-click: replaced after the click lands
+      const focused = cur.contains(document.activeElement) ? document.activeElement : null;
+      td._sig = sig;
+      cur.replaceWith(td);
+      if (focused) refocus(td, focused);
+    });
+  }
+  function refocus(cell, was) {
+    const same = (was.dataset.action && cell.querySelector(`[data-action="${was.dataset.action}"]`))
+      || (was.dataset.field && cell.querySelector(`[data-field="${was.dataset.field}"]`))
+      || cell.querySelector("button, input, select, a");
+    if (same) same.focus({preventScroll: true});
+  }
 
   function syncRows(tbody, items, keyOf, rowHtml, decorate) {
     const existing = new Map();
@@ -33,8 +71,7 @@
       let tr = existing.get(k);
       if (!tr) { tr = document.createElement("tr"); tr.dataset.key = k; }
       const html = rowHtml(it);
-      const busy = tr.contains(document.activeElement) || tr.querySelector("[data-dirty]");
-      if (tr.dataset.sig !== html && !busy) { tr.innerHTML = html; tr.dataset.sig = html; }
+      if (tr.dataset.sig !== html) { patchRow(tr, html); tr.dataset.sig = html; }
       if (decorate) decorate(tr, it);
       const want = prev ? prev.nextSibling : tbody.firstChild;
       if (want !== tr) tbody.insertBefore(tr, want);
@@ -63,7 +100,7 @@
     arc.style.stroke = used > budget ? "#c0262d" : frac > 0.85 ? "#c98a04" : "#2f6fed";
     $("dial-text").textContent = `${fmt(used)} / ${fmt(budget)}`;
     const inp = $("budget-input");
-    if (document.activeElement !== inp && !inp.dataset.dirty) inp.value = budget;
+    if (!inp.dataset.dirty) { inp.value = budget; inp.defaultValue = String(budget); }
     const c = S.counters || {};
     ["queued", "ordered", "running", "held", "paused", "blocked"].forEach((k) => {
       const el = document.querySelector(`[data-counter="${k}"]`);
@@ -106,7 +143,7 @@
         <td class="num">${pct(o.share_budget)} <span class="muted">/ ${pct(o.share_weight)}</span></td>
         <td>${clearCell(o, clear)}</td>`;
     }, (tr, o) => {
-      tr.dataset.orgId = o.id; tr.className = o.held ? "held" : "";
+      tr.dataset.orgId = o.id; tr.dataset.orgName = o.name; tr.className = o.held ? "held" : "";
       // Widths through the CSSOM: a style="" attribute in markup is inline style, refused by the CSP.
       tr.querySelectorAll("[data-w]").forEach((el) => { el.style.width = `${el.dataset.w}%`; });
     });
@@ -151,13 +188,13 @@
         btn("reorder", "To front"), btn("cancel", "Cancel", key)].join(" ");
       const finish = r.pos == null ? null : at(r.finish_s);
       return `<td class="num">${r.pos == null ? "—" : fmt(r.pos + 1)}</td>
-        <td class="mono">${esc(r.external_id || "—")} <span class="muted">#${r.id}</span></td>
+        <td class="mono"><a href="${chartUrl(r.id)}" title="open its page: timeline, prediction, actions">${esc(r.external_id || "—")} <span class="muted">#${r.id}</span></a></td>
         <td>${esc((orgs.get(r.org) || {}).name || r.org)}</td><td>${esc(r.workflow)}</td><td class="num">${r.cost == null ? "—" : r.cost}</td>
         <td><span class="badge ${esc(st)}" data-state="${esc(st)}">${esc(STATE_LABEL[st] || st)}</span>${r.priority ? ' <span class="badge prio">priority</span>' : ""}</td>
         <td>${r.pos == null ? "—" : F.clock(at(r.start_s))}</td>
         <td>${finish == null ? "—" : F.clock(finish)}</td><td class="muted" data-eta="${finish == null ? "" : finish}"></td>
         <td>${actions}</td>`;
-    }, (tr, r) => { tr.dataset.chartId = r.id; tr.dataset.state = r.state || "ordered"; });
+    }, (tr, r) => { tr.dataset.chartId = r.id; tr.dataset.state = r.state || "ordered"; tr.className = r.state === "paused" ? "paused" : ""; });
   }
 
   function renderCosts() {
@@ -175,20 +212,29 @@
     }).join(""), (tr, o) => { tr.dataset.orgId = o.id; });
   }
 
+  let A = init.activity || [];   // the audit trail's latest entries, newest first
+  function renderActivity() {
+    syncRows($("activity-body"), A, (e) => "a" + e.id, (e) => `<td class="mono">${F.clock(e.at)}</td>
+      <td>${esc(e.by)}</td>
+      <td>${e.chart_id ? `<a href="${chartUrl(e.chart_id)}">${esc(e.summary)}</a>` : esc(e.summary)}</td>`);
+  }
+
   let renderQueued = false;
+  function renderNow() {
+    renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts(); renderActivity();
+    F.tick();
+  }
   function render() {
     if (renderQueued) return;
     renderQueued = true;
-    requestAnimationFrame(() => {
-      renderQueued = false;
-      renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts();
-      F.tick();
-    });
+    requestAnimationFrame(() => { renderQueued = false; renderNow(); });
   }
 
   // ---------------------------------------------------------------- events and patches
   function applyEvent(ev) {
-    if (ev.kind === "chart" && ev.chart) {
+    if (ev.kind === "audit" && ev.entry) {
+      if (!A.some((e) => e.id === ev.entry.id)) A = [ev.entry].concat(A).slice(0, 50);
+    } else if (ev.kind === "chart" && ev.chart) {
       const c = ev.chart;
       (O.rows || []).forEach((r) => {
         if (r.id !== c.id) return;
@@ -252,7 +298,15 @@
     render();
   }
 
+  function loadActivity() {
+    fetch(init.activity_url, {credentials: "same-origin"}).then((r) => r.json())
+      .then((d) => { A = d.entries || []; render(); }).catch(() => {});
+  }
+
+  let connections = 0;
   function onMessage(msg) {
+    // A new socket (a reconnect) missed the entries broadcast while it was away.
+    if (msg.type === "snapshot" && msg.n === 1 && ++connections > 1) loadActivity();
     if (msg.type === "snapshot") onSnapshot(msg);
     else if (msg.type === "events") onEvents(msg);
     else if (msg.type === "order") { O = msg.order; patches.forEach((p) => { if (S.now == null || p.at > S.now) applyEvent(p); }); render(); }
@@ -265,9 +319,15 @@
     return m ? decodeURIComponent(m[1]) : (document.querySelector("[name=csrfmiddlewaretoken]") || {}).value;
   }
 
-  function control(msg, label) {
+  const NO_ANSWER_MS = 8000;
+  function control(msg, input) {
     const req = ++reqSeq;
-    pending.set(req, label || msg.action);
+    // A socket can drop between send and answer: say so rather than leave the operator guessing.
+    const timer = setTimeout(() => {
+      if (!pending.delete(req)) return;
+      F.toast("No answer from the server about that action (the connection dropped?): check the row before trying again.", "error");
+    }, NO_ANSWER_MS);
+    pending.set(req, {input: input || null, timer});
     if (live.send({type: "control", req, ...msg})) return;
     fetch(init.control_url, {method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", "X-CSRFToken": csrf()}, body: JSON.stringify(msg)})
@@ -276,8 +336,11 @@
   }
 
   function onResult(res) {
-    const label = pending.get(res.req) || res.action;
+    const p = pending.get(res.req);
+    if (!p) return;                          // answered already, or given up on
     pending.delete(res.req);
+    clearTimeout(p.timer);
+    const input = p.input;
     if (!res.ok) {
       F.toast(res.message || "Refused.", "error");
       const box = $("last-error");
@@ -286,12 +349,27 @@
       return;
     }
     if (res.event) { applyEvent(res.event); patches.push({...res.event, at: F.serverNow()}); }
-    document.querySelectorAll("[data-dirty]").forEach((el) => delete el.dataset.dirty);
-    F.toast(label + ": done");
+    if (input) delete input.dataset.dirty;   // sent: live updates may show the new value
+    F.toast(res.message || "Done.");
     render();
   }
 
-  document.addEventListener("input", (ev) => { if (ev.target.matches("input[data-field], #budget-input")) ev.target.dataset.dirty = "1"; });
+  /* An input the operator typed into keeps their text (data-dirty) until it is sent, or until
+   * they put the shown value back (Escape, or retyping it). */
+  document.addEventListener("input", (ev) => {
+    const el = ev.target;
+    if (!el.matches("input[data-field], #budget-input")) return;
+    if (el.value === el.defaultValue) delete el.dataset.dirty; else el.dataset.dirty = "1";
+  });
+
+  /* "Confirm cancel" is armed for CONFIRM_MS; when that runs out the button visibly turns back
+   * into "Cancel", so a click on a label that says "Confirm cancel" always cancels. */
+  const CONFIRM_MS = 4000;
+  function disarm() {
+    confirmKey = null; clearTimeout(confirmTimer);
+    pressed = null;
+    renderNow();
+  }
 
   document.addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-action]");
@@ -301,39 +379,50 @@
     if (chartRow) {
       const id = +chartRow.dataset.chartId, key = "c" + id;
       if (action === "cancel" && confirmKey !== key) {
-        confirmKey = key; clearTimeout(confirmTimer);
-        confirmTimer = setTimeout(() => { confirmKey = null; render(); }, 4000);
-        b.classList.add("confirm"); b.textContent = "Confirm cancel";
+        disarm();
+        confirmKey = key;
+        confirmTimer = setTimeout(disarm, CONFIRM_MS);
+        renderNow();                   // the row now says "Confirm cancel" (the focus follows)
         return;
       }
-      if (action === "cancel") confirmKey = null;
-      control({action, chart: id}, `${action} chart #${id}`);
+      if (action === "cancel") { confirmKey = null; clearTimeout(confirmTimer); }
+      control({action, chart: id});
     } else if (orgRow) {
       const id = +orgRow.dataset.orgId;
       if (action === "set_weight") {
         const inp = orgRow.querySelector("input[data-field=weight]");
-        control({action, org: id, weight: inp.value}, `weight of org ${id}`);
-      } else control({action, org: id}, `${action} org ${id}`);
+        if (!inp.dataset.dirty) {        // never send a value the operator did not type
+          F.toast(`Type a new weight for ${orgRow.dataset.orgName || "this org"} first (it is ${inp.defaultValue}).`, "error");
+          inp.focus();
+          return;
+        }
+        control({action, org: id, weight: inp.value}, inp);
+      } else control({action, org: id});
     }
   });
 
   document.addEventListener("change", (ev) => {
     const inp = ev.target;
-    if (!inp.matches("input[data-field=cost]")) return;
+    if (!inp.matches("input[data-field=cost]") || !inp.dataset.dirty) return;
     const row = inp.closest("[data-org-id]");
-    control({action: "set_cost", org: +row.dataset.orgId, workflow: +inp.dataset.workflow, cost: inp.value}, "cost");
+    control({action: "set_cost", org: +row.dataset.orgId, workflow: +inp.dataset.workflow, cost: inp.value}, inp);
   });
   document.addEventListener("keydown", (ev) => {
-    if (ev.key === "Enter" && ev.target.matches("input[data-field=weight]")) {
+    const el = ev.target;
+    if (ev.key === "Escape" && el.matches("input[data-field], #budget-input")) {
+      el.value = el.defaultValue; delete el.dataset.dirty; render();
+    } else if (ev.key === "Enter" && el.matches("input[data-field=weight]")) {
       ev.preventDefault();
-      const b = ev.target.closest("tr").querySelector("button[data-action=set_weight]");
+      const b = el.closest("tr").querySelector("button[data-action=set_weight]");
       if (b) b.click();
     }
   });
 
   $("budget-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    control({action: "set_budget", budget: $("budget-input").value}, "budget");
+    const inp = $("budget-input");
+    if (!inp.dataset.dirty) { F.toast(`Type a new budget first (it is ${inp.defaultValue}).`, "error"); inp.focus(); return; }
+    control({action: "set_budget", budget: inp.value}, inp);
   });
 
   // ---------------------------------------------------------------- the order's paging and filter
@@ -341,11 +430,13 @@
     if (live.send({type: "view", ...view})) return;
     const q = new URLSearchParams({offset: view.offset, limit: view.limit});
     if (view.org != null) q.set("org", view.org);
+    if (view.state) q.set("state", view.state);
     fetch(init.order_url + "?" + q, {credentials: "same-origin"}).then((r) => r.json()).then((page) => { O = page; render(); });
   }
   $("order-prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); requestPage(); });
   $("order-next").addEventListener("click", () => { view.offset += view.limit; requestPage(); });
   $("org-filter").addEventListener("change", (ev) => { view.org = ev.target.value ? +ev.target.value : null; view.offset = 0; requestPage(); });
+  $("state-filter").addEventListener("change", (ev) => { view.state = ev.target.value || null; view.offset = 0; requestPage(); });
   $("order-jump").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const pos = Math.max(1, parseInt($("order-jump-pos").value || "1", 10));
@@ -378,10 +469,10 @@
     const last = depth.length ? depth[depth.length - 1].q : {};
     const top = Object.keys(last).sort((a, b) => last[b] - last[a]).slice(0, 8);
     const sets = top.map((id, i) => ({label: names[id] || id, borderColor: PALETTE[i], backgroundColor: PALETTE[i],
-      borderWidth: 1.5, data: depth.map((p) => ({x: p.t, y: p.q[id] || 0}))}));
+      borderWidth: 1.5, data: depth.map((p) => ({x: p.t, y: p.q[id] || null}))}));
     if (Object.keys(last).length > top.length) {
       sets.push({label: "others", borderColor: "#adb5bd", borderWidth: 1, borderDash: [4, 3],
-        data: depth.map((p) => ({x: p.t, y: Object.keys(p.q).filter((k) => !top.includes(k)).reduce((s, k) => s + p.q[k], 0)}))});
+        data: depth.map((p) => ({x: p.t, y: Object.keys(p.q).filter((k) => !top.includes(k)).reduce((s, k) => s + p.q[k], 0) || null}))});
     }
     plots.depth.data.datasets = sets;
     plots.depth.update("none");
@@ -390,7 +481,8 @@
   function setupPlots() {
     if (!window.Chart) { document.querySelectorAll(".plot").forEach((p) => { p.textContent = "charting library not loaded"; }); return; }
     plots.depth = new Chart($("plot-depth"), {type: "line", data: {datasets: []}, options: {...baseOpts,
-      scales: {x: {type: "linear", ticks: {callback: timeTick, maxTicksLimit: 6}}, y: {beginAtZero: true, title: {display: true, text: "queued charts"}}}}});
+      scales: {x: {type: "linear", ticks: {callback: timeTick, maxTicksLimit: 6}}, y: {type: "logarithmic", title: {display: true, text: "queued charts (log scale)"},
+        ticks: {callback: (v) => ([1, 10, 100, 1000, 10000, 100000, 1000000].includes(v) ? fmt(v) : null)}}}}});
     plots.rate = new Chart($("plot-rate"), {type: "bar", data: {labels: [], datasets: [
       {label: "started", backgroundColor: "#2f6fed", data: []}, {label: "finished", backgroundColor: "#1f9d55", data: []}]},
       options: {...baseOpts, scales: {x: {ticks: {maxTicksLimit: 8}}, y: {beginAtZero: true, title: {display: true, text: "charts / minute"}}}}});

@@ -29,13 +29,16 @@
     const left = epoch - F.serverNow();
     return left <= 0.5 ? "now" : "in " + F.duration(left);
   };
+  /* One time format everywhere (the admin's lists use the same): 24 h "14:05", and
+   * "Nov 30 14:05" when it is not today. */
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  const two = (n) => String(n).padStart(2, "0");
   F.clock = (epoch) => {
-    if (epoch == null) return "—";
+    if (epoch == null || !isFinite(epoch)) return "—";
     const d = new Date(epoch * 1000);
-    const today = new Date();
-    const hm = d.toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
-    if (d.toDateString() === today.toDateString()) return hm;
-    return d.toLocaleDateString([], {month: "short", day: "numeric"}) + " " + hm;
+    const hm = two(d.getHours()) + ":" + two(d.getMinutes());
+    if (d.toDateString() === new Date().toDateString()) return hm;
+    return MONTHS[d.getMonth()] + " " + d.getDate() + " " + hm;
   };
   F.parseIso = (iso) => (iso ? Date.parse(iso) / 1000 : null);
   // The "stale" badge: the scheduler's last snapshot is too old to show as live.

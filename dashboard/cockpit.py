@@ -1,0 +1,143 @@
+"""The cockpit's views of what has happened: history, search, a chart's page,
+failures, and re-run. Server-rendered (no script needed), linked from the dashboard.
+
+Staff with the dashboard's view permission see everything; an org's members see
+their own charts' pages (position, ETA, timeline) without the operators' names.
+"""
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from charts import services as chart_services
+from charts.models import FINAL_STATES, Chart, ChartState
+from dashboard import controls, history, selectors
+from dashboard.views import staff_required
+from orgs.models import Org, Workflow
+
+
+class HistoryFilter(forms.Form):
+    """The history's filters; a bad value is shown next to its field, and nothing is filtered by it."""
+
+    org = forms.ModelChoiceField(queryset=Org.objects.order_by("name"), required=False, empty_label="all orgs")
+    workflow = forms.ModelChoiceField(queryset=Workflow.objects.order_by("name"), required=False,
+                                      empty_label="all workflows")
+    state = forms.ChoiceField(choices=[("", "finished, failed or cancelled")]
+                              + [(s.value, s.label) for s in FINAL_STATES], required=False)
+    since = forms.DateTimeField(required=False, label="finished from",
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"])
+    until = forms.DateTimeField(required=False, label="until",
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"])
+
+    def clean(self):
+        data = super().clean()
+        if data.get("since") and data.get("until") and data["since"] >= data["until"]:
+            self.add_error("until", "until: must be after 'finished from'.")
+        return data
+
+
+def _can_rerun(user) -> bool:
+    return user.has_perm("charts.add_chart") and controls.can_view_dashboard(user)
+
+
+@never_cache
+@staff_required
+def history_view(request: HttpRequest) -> HttpResponse:
+    form = HistoryFilter(request.GET or None)
+    page, error = {"rows": [], "next": None}, ""
+    if form.is_bound and not form.is_valid():
+        filters = {}
+    else:
+        filters = {k: v for k, v in (form.cleaned_data if form.is_bound else {}).items() if v not in (None, "")}
+    after = None
+    if request.GET.get("after"):
+        try:
+            after = history.Cursor.parse(request.GET["after"])
+        except ValueError as exc:
+            error = str(exc)
+    if not error:
+        page = history.history_page(after=after, **filters)
+    query = request.GET.copy()
+    query.pop("after", None)
+    newest = query.urlencode()
+    if page["next"]:
+        query["after"] = page["next"]
+    return render(request, "dashboard/history.html", {
+        "form": form, "rows": page["rows"], "error": error, "first_page": after is None,
+        "next_url": f"?{query.urlencode()}" if page["next"] else None,
+        "newest_url": f"?{newest}",
+        "can_rerun": _can_rerun(request.user), "rerunnable": (ChartState.FAILED, ChartState.CANCELLED),
+    })
+
+
+@never_cache
+@staff_required
+def search_view(request: HttpRequest) -> HttpResponse:
+    q = (request.GET.get("q") or "").strip()
+    rows = history.search(q)
+    if len(rows) == 1:
+        return redirect("dashboard:chart", pk=rows[0].pk)
+    return render(request, "dashboard/search.html", {"q": q, "rows": rows})
+
+
+def _chart_for(user, pk: int) -> tuple[Chart, bool]:
+    """The chart and whether the user is staff; 404 for a chart the user may not see."""
+    chart = Chart.objects.select_related("org", "workflow", "rerun_of").filter(pk=pk).first()
+    if chart is None:
+        raise Http404("No such chart.")
+    if controls.can_view_dashboard(user):
+        return chart, True
+    if chart.org.members.filter(pk=user.pk).exists():
+        return chart, False
+    raise Http404("No such chart.")
+
+
+@never_cache
+@login_required
+def chart_view(request: HttpRequest, pk: int) -> HttpResponse:
+    chart, staff = _chart_for(request.user, pk)
+    entries = history.chart_entries(chart) if staff else []
+    return render(request, "dashboard/chart.html", {
+        "chart": chart, "staff": staff, "entries": entries,
+        "timeline": history.chart_timeline(chart, entries),
+        "prediction": history.chart_prediction(chart),
+        "temporal_url": selectors.temporal_url(f"chart-{chart.pk}") if chart.dispatched_at or chart.temporal_run_id else "",
+        "reruns": list(chart.reruns.order_by("id")),
+        "can_rerun": staff and _can_rerun(request.user) and chart.state in chart_services.RERUNNABLE,
+        "is_final": chart.state in FINAL_STATES,
+    })
+
+
+@staff_required
+@require_POST
+def rerun_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Re-run a failed or cancelled chart (needs "add chart"), then show the new one."""
+    original = get_object_or_404(Chart, pk=pk)
+    try:
+        new = chart_services.chart_rerun(chart=original, actor=request.user)
+    except ValidationError as exc:
+        for msgs in exc.message_dict.values():
+            for msg in msgs:
+                messages.error(request, msg)
+        return redirect("dashboard:chart", pk=original.pk)
+    messages.success(request, format_html('Re-ran chart #{} as <a href="{}">chart #{}</a>{}.', original.pk,
+                                          reverse("dashboard:chart", args=[new.pk]), new.pk,
+                                          f" ({new.external_id})" if new.external_id else ""))
+    return redirect("dashboard:chart", pk=new.pk)
+
+
+@never_cache
+@staff_required
+def failures_view(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/failures.html", {**history.failures(),
+                                                       "can_rerun": _can_rerun(request.user)})

@@ -1,0 +1,66 @@
+"""Filters for the cockpit's pages: the same time format as the live pages ("14:05")."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+
+from dashboard import history
+
+register = template.Library()
+
+
+@register.filter
+def clock(value: datetime | None) -> str:
+    """``14:05`` today, ``Nov 30 14:05`` otherwise, ``—`` for nothing (as ``FairLive.clock``)."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    if local.date() == timezone.localdate():
+        return f"{local:%H:%M}"
+    return f"{local:%b} {local.day} {local:%H:%M}"
+
+
+@register.filter
+def clock_s(value: datetime | None) -> str:
+    """:func:`clock` with seconds, for a chart's timeline."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    day = "" if local.date() == timezone.localdate() else f"{local:%b} {local.day} "
+    return f"{day}{local:%H:%M:%S}"
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    sign, s = ("-" if seconds < 0 else ""), abs(int(round(seconds)))
+    if s < 60:
+        return f"{sign}{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{sign}{m} min {s} s" if m < 10 and s else f"{sign}{m} min"
+    h, m = divmod(m, 60)
+    return f"{sign}{h} h {m} min" if m else f"{sign}{h} h"
+
+
+@register.filter
+def first_line(text: str) -> str:
+    return history.first_line(text)
+
+
+@register.filter
+def run_time(finished: datetime | None, started: datetime | None) -> str:
+    """``{{ c.finished_at|run_time:c.started_at }}``: how long it ran."""
+    if finished is None or started is None:
+        return "—"
+    return duration((finished - started).total_seconds())
+
+
+@register.filter
+def temporal_url(chart) -> str:
+    from dashboard.selectors import temporal_url as url
+
+    return url(f"chart-{chart.pk}")  # Chart.workflow_id is the FK column, not the Temporal id
