@@ -130,10 +130,10 @@ def test_chart_page_timeline_has_operator_actions_and_live_position(finished, st
     assert "paused (set aside)" in text  # its place: set aside, findable
 
 
-def test_chart_page_renders_stored_predictions_when_the_model_has_them(finished, staff, monkeypatch):
+def test_chart_page_renders_the_stored_predictions(finished, staff):
     chart = finished["charts"][0]
-    monkeypatch.setattr(Chart, "eta_first_at", chart.finished_at - timedelta(minutes=2), raising=False)
-    monkeypatch.setattr(Chart, "eta_dispatch_at", chart.finished_at - timedelta(seconds=20), raising=False)
+    Chart.objects.filter(pk=chart.pk).update(eta_first_at=chart.finished_at - timedelta(minutes=2),
+                                             eta_dispatch_at=chart.finished_at - timedelta(seconds=20))
     text = staff.get(f"/charts/{chart.pk}/").content.decode()
     assert "finish, when first placed" in text and "2 min" in text and "finish, at dispatch" in text and "20 s" in text
 
