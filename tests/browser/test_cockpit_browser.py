@@ -106,7 +106,7 @@ def test_a_focused_input_follows_live_updates_until_the_operator_types(browser, 
     weight.type("7")  # now it is being edited: "47" stays while updates arrive
     org_set_weight(org=acme, weight=5)
     redis_layer_publish()
-    page.wait_for_function(f"window.fairDashboard.state().orgs.find((o) => o.id === {acme.pk}).weight === 5",
+    page.wait_for_function(f"() => window.fairDashboard.state().orgs.find((o) => o.id === {acme.pk}).weight === 5",
                            timeout=5_000)  # the update reached the page...
     expect(weight).to_have_value("47")  # ...and did not overwrite what is being typed
     weight.press("Enter")
