@@ -307,6 +307,20 @@ def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: dateti
     return bool(updated)
 
 
+def chart_fail_start(*, chart_id: int, error: str) -> bool:
+    """queued -> failed, compare-and-set, for a chart whose workflow cannot be started
+    (Temporal refused the request for good, or too many attempts failed). False if the
+    row moved meanwhile (cancelled, or running: then it did start and is not failed)."""
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
+            state=ChartState.FAILED, finished_at=now, error=error[:10_000], updated_at=now,
+        )
+        if updated:
+            notify("chart", id=chart_id)
+    return bool(updated)
+
+
 def chart_set_run_id(*, chart_id: int, run_id: str) -> None:
     Chart.objects.filter(pk=chart_id).update(temporal_run_id=run_id, updated_at=timezone.now())
 

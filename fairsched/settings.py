@@ -203,6 +203,11 @@ TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
 TEMPORAL_NAMESPACE = os.environ.get("TEMPORAL_NAMESPACE", "default")
 TEMPORAL_UI_URL = os.environ.get("TEMPORAL_UI_URL", "http://127.0.0.1:8233")
 FAIRSCHED_TASK_QUEUE = os.environ.get("FAIRSCHED_TASK_QUEUE", "fairsched")
+# A cancelled chart whose workflow has not closed this many seconds after the cancel request
+# (a workflow that ignores cancellation) is terminated, so it frees its budget.
+FAIRSCHED_CANCEL_GRACE_S = env_int("FAIRSCHED_CANCEL_GRACE_S", 60)
+if FAIRSCHED_CANCEL_GRACE_S < 1:
+    raise ImproperlyConfigured(f"FAIRSCHED_CANCEL_GRACE_S: must be at least 1, got {FAIRSCHED_CANCEL_GRACE_S}")
 
 # --- Security (production) -------------------------------------------------------
 

@@ -126,7 +126,7 @@ class OrgAdmin(admin.ModelAdmin):
 
 @admin.register(Workflow)
 class WorkflowAdmin(admin.ModelAdmin):
-    list_display = ("name", "temporal_type", "description")
+    list_display = ("name", "temporal_type", "execution_timeout_s", "description")
     search_fields = ("name", "temporal_type")
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, URLValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.utils.text import slugify
 
@@ -43,17 +43,33 @@ class Org(models.Model):
         super().save(*args, **kwargs)
 
 
+DEFAULT_EXECUTION_TIMEOUT_S = 24 * 3600
+MAX_EXECUTION_TIMEOUT_S = 366 * 24 * 3600
+
+
 class Workflow(models.Model):
-    """A workflow type. The scheduler starts ``temporal_type`` on Temporal."""
+    """A workflow type. The scheduler starts ``temporal_type`` on Temporal, with
+    ``execution_timeout_s`` as the workflow's execution timeout: a chart that never
+    finishes is timed out by Temporal and frees its budget."""
 
     name = models.CharField(max_length=200, unique=True)
     temporal_type = models.CharField(
         max_length=200, blank=True, help_text="Temporal workflow type to start; defaults to the name."
     )
     description = models.TextField(blank=True)
+    execution_timeout_s = models.PositiveIntegerField(
+        "execution timeout (seconds)", default=DEFAULT_EXECUTION_TIMEOUT_S,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_EXECUTION_TIMEOUT_S)],
+        help_text="A chart's workflow running longer than this is timed out by Temporal (the chart fails and "
+                  "frees its budget). Default 86400 (24 h); at most 366 days.",
+    )
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(execution_timeout_s__gte=1),
+                                   name="workflow_execution_timeout_gte_1"),
+        ]
 
     def __str__(self) -> str:
         return self.name

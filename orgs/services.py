@@ -7,7 +7,7 @@ from django.db import transaction
 
 from fairsched.notify import notify
 from fairsched.validation import require_int
-from orgs.models import Org, Workflow, WorkflowCost
+from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 
 def _locked_org(org: Org | int) -> Org:
@@ -66,8 +66,11 @@ def org_release(*, org: Org | int) -> Org:
         return org_set_weight(org=locked, weight=locked.weight_before_hold or 1)
 
 
-def workflow_create(*, name: str, temporal_type: str = "", description: str = "") -> Workflow:
-    wf = Workflow(name=(name or "").strip(), temporal_type=temporal_type, description=description)
+def workflow_create(*, name: str, temporal_type: str = "", description: str = "",
+                    execution_timeout_s: int = DEFAULT_EXECUTION_TIMEOUT_S) -> Workflow:
+    """A workflow type; ``execution_timeout_s`` (1 s to 366 days) bounds each chart's run."""
+    wf = Workflow(name=(name or "").strip(), temporal_type=temporal_type, description=description,
+                  execution_timeout_s=execution_timeout_s)
     wf.full_clean(exclude=["temporal_type"])
     with transaction.atomic():
         wf.save()

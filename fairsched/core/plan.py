@@ -50,13 +50,33 @@ def plan_dispatch(order: Iterable[T], free: int, cost_of: Callable[[T], int]) ->
     return started
 
 
+def lane_count(budget: int, running_cost: int, n_ordered: int, ordered_cost: Callable[[], int]) -> int:
+    """How many lanes the simulation needs: ``min(budget, running cost + ordered cost)``.
+
+    A lane beyond the total cost that could ever run is never reached: with that
+    many lanes every chart already starts at once (each takes its lanes from the
+    untouched free ones, and there are always enough of those left), so more free
+    lanes change no ETA. Capping keeps memory and time proportional to the charts,
+    not to the budget (a budget of 10**9 with three charts builds a handful of
+    lanes, not 10**9). Every cost is at least 1, so ``n_ordered`` charts cost at
+    least ``n_ordered``: only a budget above ``running_cost + n_ordered`` needs the
+    exact sum, which ``ordered_cost()`` computes (then over fewer charts than the
+    budget)."""
+    if budget <= running_cost + n_ordered:
+        return budget
+    return min(budget, running_cost + ordered_cost())
+
+
 def initial_lanes(
-    running: Iterable[RunningChart], now: float, budget: int, estimate: Callable, etas: dict
+    running: Iterable[RunningChart], now: float, budget: int, estimate: Callable, etas: dict,
+    cap: int | None = None,
 ) -> list[float]:
     """The budget lanes at ``now``: each running chart fills ``cost`` lanes with
     its remaining time (``max(0, started_at + estimate - now)``, also written to
     ``etas``). Sorted; the ``budget`` largest kept if there are more (a budget
-    lowered under running work), else padded with zeros. A sorted list is a heap."""
+    lowered under running work), else padded with zeros up to ``budget``, or only
+    up to ``cap`` (see :func:`lane_count`: lanes no chart can reach are left out;
+    the results are identical). A sorted list is a heap."""
     lanes: list[float] = []
     for r in running:
         rem = r.started_at + estimate(r.org, r.workflow) - now
@@ -69,7 +89,8 @@ def initial_lanes(
         return []
     if len(lanes) > budget:
         return lanes[len(lanes) - budget:]
-    return [0.0] * (budget - len(lanes)) + lanes
+    n = budget if cap is None else min(budget, cap)
+    return [0.0] * max(0, n - len(lanes)) + lanes
 
 
 def lane_pass(cost_est: Sequence[tuple[int, float]], lanes: list[float]
@@ -284,7 +305,9 @@ def _plan(
 
     # ETAs: the lane simulation.
     etas: dict[str, Eta] = {}
-    lanes = initial_lanes(running, now, budget, estimate, etas)
+    cap = lane_count(budget, sum(r.cost for r in running), len(order),
+                     lambda: sum(cost_cache[(c.org, c.workflow)] for c in order))
+    lanes = initial_lanes(running, now, budget, estimate, etas, cap)
     org_clear: dict[str, float] = {}
     for r in running:
         f = etas[r.id][1]

@@ -26,7 +26,7 @@ from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key, priority_key, queue_
 from itertools import chain
 from operator import attrgetter, itemgetter
 
-from .plan import collect_etas, gc_paused, initial_lanes, lane_pass
+from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass
 from .sortedkeys import SortedKeys
 from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
 
@@ -443,7 +443,8 @@ class FairQueue:
             budget = self._budget
         etas: dict[str, Eta] = {}
         running = list(running)
-        lanes = initial_lanes(running, now, budget, estimate, etas)
+        cap = lane_count(budget, sum(r.cost for r in running), self.order_len, self._ordered_cost)
+        lanes = initial_lanes(running, now, budget, estimate, etas, cap)
         org_clear: dict[str, float] = dict.fromkeys(self._weights, 0.0)
         for r in running:
             f = etas[r.id][1]
@@ -489,6 +490,11 @@ class FairQueue:
                     break
         clear = max(org_clear.values(), default=0.0)
         return EtaReport(etas, org_clear, clear)
+
+    def _ordered_cost(self) -> int:
+        """The total cost of the charts in the order (O(n); see :func:`lane_count`)."""
+        costs = self._costs
+        return sum(costs.get(k[5].pair, 1) for k in chain.from_iterable(self._order.sublists()))
 
     def _full_pass(self, lanes, etas, org_clear, estimate) -> EtaReport:
         costs = self._costs

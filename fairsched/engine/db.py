@@ -17,7 +17,7 @@ from django.db import close_old_connections
 from charts.models import Chart, ChartState, DurationStat
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.models import SchedulerSettings
-from orgs.models import Org, Workflow, WorkflowCost
+from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 CHART_FIELDS = (
     "id", "org_id", "workflow__name", "state", "created_at", "priority", "prioritized_at", "paused",
@@ -89,17 +89,19 @@ class StartRow:
     row: ChartRow
     org_slug: str
     temporal_type: str
-    payload: dict[str, Any]
+    payload: Any  # a JSON object unless written around the services (then the start refuses it)
+    execution_timeout_s: int = DEFAULT_EXECUTION_TIMEOUT_S
 
 
 def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
     close_old_connections()
     out = {}
-    fields = CHART_FIELDS + ("org__slug", "workflow__temporal_type", "payload")
+    fields = CHART_FIELDS + ("org__slug", "workflow__temporal_type", "payload", "workflow__execution_timeout_s")
     for v in Chart.objects.filter(pk__in=list(ids)).values_list(*fields):
         row = _row(v[:len(CHART_FIELDS)])
-        slug, ttype, payload = v[len(CHART_FIELDS):]
-        out[row.id] = StartRow(row, slug, ttype or row.workflow, payload or {})
+        slug, ttype, payload, timeout_s = v[len(CHART_FIELDS):]
+        out[row.id] = StartRow(row, slug, ttype or row.workflow, payload if payload is not None else {},
+                               timeout_s if timeout_s and timeout_s > 0 else DEFAULT_EXECUTION_TIMEOUT_S)
     return out
 
 
@@ -111,6 +113,13 @@ def mark_running(items: list[tuple[int, int, str, float]]) -> dict[int, bool]:
     return {cid: chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
                                     at=datetime.fromtimestamp(at, tz=timezone.utc))
             for cid, cost, run_id, at in items}
+
+
+def fail_start(chart_id: int, error: str) -> bool:
+    from charts.services import chart_fail_start
+
+    close_old_connections()
+    return chart_fail_start(chart_id=chart_id, error=error)
 
 
 def record_outcome(chart_id: int, state: str, error: str, started_at: datetime | None,

@@ -10,7 +10,9 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 3. resyncs everything every ``RESYNC_INTERVAL_S`` (bulk writes, raw SQL, lost messages),
 4. reconciles against Temporal every ``reconcile_interval_s`` (closed workflows,
    rows Temporal does not know, workflows whose row was never marked running),
-5. cancels the workflows of charts whose cancel was requested,
+5. cancels the workflows of charts whose cancel was requested, and terminates those
+   still running ``cancel_grace_s`` after the request (a workflow that ignores
+   cancellation must not hold its budget for ever; the chart ends cancelled),
 6. dispatches whenever budget is free (head-of-line down the fair order),
 7. runs the ETA pass every ``eta_interval_s`` or at once after a budget, weight
    or cost change, and publishes it.
@@ -26,6 +28,7 @@ outcome recorded. So nothing runs twice and nothing is lost.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -44,12 +47,24 @@ from temporalio.service import RPCError, RPCStatusCode
 from fairsched.engine import db
 from fairsched.engine.lease import Lease
 from fairsched.engine.publish import build_snapshot
+from fairsched.engine.starts import UNKNOWN, StartFailures
 from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState
 from fairsched.notify import CHANNEL
 from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
-from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, chart_id_of, split_temporal_type, workflow_id
+from fairsched.temporal.shared import (
+    CANCELLED,
+    FAILED,
+    WORKFLOW_ID_PREFIX,
+    ChartInput,
+    chart_id_of,
+    split_temporal_type,
+    workflow_id,
+)
 
 log = logging.getLogger("fairsched.engine")
+
+
+CANCEL_NOT_HONOURED = "cancel not honoured"  # the reason a workflow is terminated with
 
 
 class LeaseLost(Exception):
@@ -97,6 +112,7 @@ class Scheduler:
     ETA_SOON_MIN_GAP_S: float = 0.2   # after a change, publish this soon after the last pass ...
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
+    CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
 
     def __init__(
         self,
@@ -109,6 +125,7 @@ class Scheduler:
         lease_ttl_s: float | None = None,
         resync_interval_s: float | None = None,
         crash_after_starts: int | None = None,
+        cancel_grace_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.temporal_address = temporal_address
@@ -122,6 +139,8 @@ class Scheduler:
         if resync_interval_s is not None:
             self.RESYNC_INTERVAL_S = resync_interval_s
         self.crash_after_starts = crash_after_starts  # fault injection for the crash tests
+        if cancel_grace_s is not None:
+            self.CANCEL_GRACE_S = cancel_grace_s
         self.clock = clock
 
         self.state: LiveState | None = None
@@ -147,6 +166,8 @@ class Scheduler:
         self._resync_requested = False
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel")}
+        self._start_failures = StartFailures()
+        self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
 
     # ================================================================ lifecycle
     def stop(self) -> None:
@@ -301,6 +322,8 @@ class Scheduler:
             fx.merge(await self._guarded("reconcile", self._reconcile) or Effects())
             self._reconcile_due = time.monotonic() + self.state.config.reconcile_interval_s
         await self._carry_out(fx)
+        if self._cancel_sent_at and self._backoff["cancel"].ready(now):
+            fx.merge(await self._guarded("cancel", self._escalate_cancels) or Effects())
         if self.may_dispatch() and self._backoff["dispatch"].ready(now):
             dfx = await self._guarded("dispatch", self._dispatch) or Effects()
             await self._carry_out(dfx)
@@ -322,7 +345,14 @@ class Scheduler:
             await self._broadcast(fx.events)
 
     async def _guarded(self, name: str, step: Callable[[], Any]) -> Any:
-        """Run one step; on failure log it and back off that step (the loop keeps going)."""
+        """Run one step; on failure log it and back off that step (the loop keeps going).
+
+        A step may also report a partial failure itself (``_dispatch`` when some starts
+        failed: ``self._backoff[name].fail()``); that backoff stands. Only a step that
+        ran without any failure resets it, or a failing start would be retried at once,
+        tens of times a second."""
+        backoff = self._backoff[name]
+        failures = backoff.failures
         try:
             result = await step()
         except asyncio.CancelledError:
@@ -333,7 +363,8 @@ class Scheduler:
                 self._resync_requested = True
             log.warning("%s failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay)
             return None
-        self._backoff[name].ok()
+        if backoff.failures == failures:
+            backoff.ok()
         return result if result is not None else True
 
     def may_dispatch(self) -> bool:
@@ -420,7 +451,51 @@ class Scheduler:
                 return
         if r is not None:
             r.cancel_sent = True
+            self._cancel_sent_at.setdefault(chart_id, time.monotonic())
         log.info("cancel chart #%d: cancellation requested for workflow %s", chart_id, workflow_id(chart_id))
+
+    async def _escalate_cancels(self) -> Effects:
+        """Terminate the workflows still running ``CANCEL_GRACE_S`` after their cancel was sent.
+
+        The chart ends cancelled, its error saying so (see :meth:`_as_escalated`), and its
+        budget is free at once. A workflow that closed meanwhile is left to the result watch."""
+        fx = Effects()
+        now = time.monotonic()
+        for chart_id, sent in list(self._cancel_sent_at.items()):
+            if chart_id not in self.state.running:
+                del self._cancel_sent_at[chart_id]
+                continue
+            if now - sent < self.CANCEL_GRACE_S:
+                continue
+            handle = self.client.get_workflow_handle(workflow_id(chart_id))
+            try:
+                await handle.terminate(reason=self._escalation_reason(), rpc_timeout=RPC_TIMEOUT)
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise  # Temporal trouble: the step backs off and tries again
+                del self._cancel_sent_at[chart_id]  # closed on its own meanwhile
+                continue
+            del self._cancel_sent_at[chart_id]
+            log.info("cancel chart #%d: workflow %s did not close within %g s of the cancel; terminated",
+                     chart_id, workflow_id(chart_id), self.CANCEL_GRACE_S)
+            outcome = await outcome_of(handle)
+            if outcome is not None:
+                fx.merge(await self._record(chart_id, outcome, "escalation"))
+        return fx
+
+    def _escalation_reason(self) -> str:
+        return f"{CANCEL_NOT_HONOURED} within {self.CANCEL_GRACE_S:g} s"
+
+    @staticmethod
+    def _as_escalated(outcome: Outcome) -> Outcome:
+        """A workflow we terminated because it ignored a cancel ends *cancelled*, whichever path
+        reads its outcome first (this scheduler, the result watch, or a successor's reconcile
+        after a crash), with ``error`` "cancel not honoured within 60 s: terminated"."""
+        prefix = f"terminated: {CANCEL_NOT_HONOURED}"
+        if outcome.state == FAILED and outcome.error.startswith(prefix):
+            reason = outcome.error[len("terminated: "):].split(" <- ")[0]
+            return dataclasses.replace(outcome, state=CANCELLED, error=f"{reason}: terminated")
+        return outcome
 
     # ================================================================ finishing
     def _watch(self, chart_id: int) -> None:
@@ -464,13 +539,14 @@ class Scheduler:
 
     async def _record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
         """Write a closed workflow's outcome (idempotent) and free its budget."""
+        outcome = self._as_escalated(outcome)
         wrote = await _db(db.record_outcome)(chart_id, outcome.state, outcome.error, outcome.started_at,
                                              outcome.finished_at, outcome.run_id)
         r = self.state.running.get(chart_id)
         fx = self.state.finished(chart_id, outcome.state)
         took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
                 if outcome.finished_at and outcome.started_at else "")
-        if wrote and source != "result":
+        if wrote and source not in ("result", "escalation"):
             log.info("reconcile: chart #%d closed as %s in Temporal%s; row corrected%s", chart_id, outcome.state,
                      took, f" (error: {outcome.error})" if outcome.error else "")
         elif r is not None or wrote:
@@ -517,7 +593,8 @@ class Scheduler:
 
     async def _adopt_orphans(self) -> Effects:
         """Running workflows ``chart-<pk>`` whose row is still queued (a crash between
-        start and compare-and-set) are adopted; those of cancelled rows are cancelled."""
+        start and compare-and-set) are adopted; those of final rows hold their cost until
+        they close; those of cancelled rows are cancelled."""
         fx = Effects()
         found: dict[int, str] = {}
         # Only this app's running workflows, however busy a shared namespace is.
@@ -534,7 +611,13 @@ class Scheduler:
             if row.state == QUEUED:
                 adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
                               self.clock()))
-            elif row.state == "cancelled":
+                continue
+            if row.state in FINAL and row.dispatched_cost:
+                # Recorded by its last activity, but Temporal still runs it (a worker died between
+                # recording and closing, and this scheduler started since): it holds its cost until
+                # it closes, or Temporal would see more than the budget.
+                fx.merge(self.state.hold_closing(row))
+            if row.state == "cancelled":
                 await self._cancel(chart_id)
         if adopt:
             await _db(db.mark_running)(adopt)
@@ -546,6 +629,14 @@ class Scheduler:
 
     # ================================================================ dispatch
     async def _dispatch(self) -> Effects:
+        """Start the head of the order that fits, then record what started.
+
+        A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
+        (payload too large, invalid argument, an input that cannot be serialised or is
+        not a JSON object) fails the chart at once, compare-and-set from queued, and the
+        order moves on in this same pass; Temporal unreachable keeps the chart in place
+        and backs dispatch off; any other error does too, but a chart is failed after
+        ``MAX_UNKNOWN_ATTEMPTS`` of those (unless Temporal shows its workflow after all)."""
         fx = Effects()
         state = self.state
         for _ in range(self.PLAN_ATTEMPTS):
@@ -569,15 +660,21 @@ class Scheduler:
         free_before = state.free
         sem = asyncio.Semaphore(self.START_CONCURRENCY)
         closed: dict[int, Outcome] = {}
+        refused: dict[str, str] = {}  # chart -> its error: fail it, it can never start
+        retry: list[str] = []        # failed, may start later: back dispatch off
 
         async def start(cid: str) -> tuple[str, str | None]:
             s = rows[int(cid)]
             ttype, queue = split_temporal_type(s.temporal_type, self.task_queue)
+            if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
+                refused[cid] = f"cannot start: payload: must be a JSON object, got {type(s.payload).__name__}"
+                return cid, None
             chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
                                external_id=s.row.external_id, payload=s.payload)
             async with sem:
                 try:
-                    handle = await start_chart(self.client, temporal_type=ttype, task_queue=queue, chart=chart)
+                    handle = await start_chart(self.client, temporal_type=ttype, task_queue=queue, chart=chart,
+                                               execution_timeout_s=s.execution_timeout_s)
                     run_id = handle.result_run_id or ""
                 except WorkflowAlreadyStartedError:
                     # It ran before (a crash after starting, before recording): never again. Its real outcome:
@@ -586,9 +683,21 @@ class Scheduler:
                         return cid, ""
                     closed[s.row.id] = outcome
                     return cid, outcome.run_id
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("start of chart #%s (%s on %s) failed: %s", cid, ttype, queue, exc)
+                except Exception as exc:  # noqa: BLE001 - judged below, never fatal to the loop
+                    verdict = self._start_failures.verdict(s.row.id, exc)
+                    if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(s.row.id):
+                        verdict = None  # it started after all: the next attempt finds that run
+                        self._start_failures.forget(s.row.id)
+                    if verdict is not None and verdict.fail:
+                        refused[cid] = verdict.reason
+                    else:
+                        retry.append(cid)
+                        log.warning("start of chart #%s (%s on %s) failed (%s%s): %s; it keeps its place",
+                                    cid, ttype, queue, verdict.kind if verdict else "started meanwhile",
+                                    f", attempt {verdict.attempts} of {self._start_failures.max_unknown}"
+                                    if verdict and verdict.kind == UNKNOWN else "", exc)
                     return cid, None
+            self._start_failures.forget(s.row.id)
             self.starts += 1
             if self.crash_after_starts is not None and self.starts >= self.crash_after_starts:
                 log.warning("fault injection: SIGKILL after start #%d, before its compare-and-set", self.starts)
@@ -598,8 +707,11 @@ class Scheduler:
         results = await asyncio.gather(*(start(cid) for cid in planned))
         at = self.clock()
         started = {cid: (run_id, at) for cid, run_id in results if run_id is not None}
-        if len(started) < len(planned):
+        if retry:
             self._backoff["dispatch"].fail(time.monotonic())  # Temporal trouble: do not spin
+        if refused:
+            fx.merge(await self._fail_unstartable(refused))
+            planned = [cid for cid in planned if cid not in refused]  # still the head of the order
         if not started:
             return fx
         new = state.commit_dispatch(planned, started)
@@ -629,6 +741,29 @@ class Scheduler:
             if row is not None and row.state == RUNNING:
                 self._watch(r.id)
         return fx
+
+    async def _workflow_known(self, chart_id: int) -> bool:
+        """Does Temporal know the chart's workflow? (True when it cannot say: never fail a
+        chart whose start may have gone through.)"""
+        try:
+            await self.client.get_workflow_handle(workflow_id(chart_id)).describe(rpc_timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            return exc.status != RPCStatusCode.NOT_FOUND
+        except Exception:  # noqa: BLE001
+            return True
+        return True
+
+    async def _fail_unstartable(self, refused: dict[str, str]) -> Effects:
+        """Fail charts that can never start (compare-and-set from queued: a row that moved
+        meanwhile is followed instead) and take them out of the order."""
+        ids = set()
+        for cid, reason in refused.items():
+            chart_id = int(cid)
+            self._start_failures.forget(chart_id)
+            if await _db(db.fail_start)(chart_id, reason):
+                log.warning("chart #%d failed: %s", chart_id, reason)
+            ids.add(chart_id)
+        return await self._apply_rows(ids)
 
     # ================================================================ publishing
     async def _eta_pass(self) -> bool:

@@ -326,6 +326,19 @@ class LiveState:
             out.append(r)
         return out
 
+    def hold_closing(self, row: ChartRow) -> Effects:
+        """A final ``row`` whose workflow Temporal still runs (found by the reconciliation
+        after a restart): it holds its dispatched cost, as a closing chart, until
+        :meth:`finished`."""
+        fx = Effects()
+        if row.id in self.running or row.org not in self.orgs:
+            return fx
+        self._add_running(row).closing = True
+        fx.watch.add(row.id)
+        log.info("chart #%d is %s but its workflow still runs: its cost %d stays held until it closes",
+                 row.id, row.state, self.running[row.id].cost)
+        return fx
+
     def finished(self, chart_id: int, state: str = "") -> Effects:
         """A running chart's workflow closed (Temporal says so): its cost is free again."""
         fx = Effects()

@@ -51,7 +51,7 @@ async def connect(
 
 
 async def start_chart(
-    client: Client, *, temporal_type: str, task_queue: str, chart: ChartInput,
+    client: Client, *, temporal_type: str, task_queue: str, chart: ChartInput, execution_timeout_s: int,
 ) -> WorkflowHandle:
     """Start (or find) the workflow ``chart-<pk>``.
 
@@ -59,11 +59,15 @@ async def start_chart(
     again (raises ``WorkflowAlreadyStartedError``: read its outcome instead).
     USE_EXISTING: a second start while it runs returns the running execution,
     so a scheduler that crashed between starting and recording adopts it.
+    ``execution_timeout_s`` (``Workflow.execution_timeout_s``): Temporal times the
+    workflow out after that long, whatever its code does, so no chart holds its
+    budget for ever.
     """
     return await client.start_workflow(
         temporal_type, chart, id=workflow_id(chart.chart_id), task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, rpc_timeout=RPC_TIMEOUT,
+        execution_timeout=timedelta(seconds=execution_timeout_s),
     )
 
 

@@ -13,6 +13,7 @@ its own dataclass with these fields (extra ones ignored) or take a ``dict``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,47 @@ DEMO_PROFILES: dict[str, tuple[float, float]] = {
     "audit": (60.0, 180.0),
 }
 DEMO_DEFAULT_PROFILE = (10.0, 40.0)
+DEMO_MAX_SECONDS = 86_400.0  # a demo chart runs at most a day (the default execution timeout)
+
+
+@dataclass(frozen=True)
+class DemoPayload:
+    """A DemoChart payload, checked: ``seconds`` None means "draw from the profile"."""
+
+    seconds: float | None
+    fail: bool = False
+    fail_record: bool = False
+
+
+def demo_payload(payload: Any) -> DemoPayload:
+    """Check a DemoChart payload; ``ValueError`` naming the field if it is unusable.
+
+    ``seconds``: a finite number from 0 to :data:`DEMO_MAX_SECONDS` (absent or null:
+    drawn from the workflow's profile); ``fail`` and ``fail_record``: true or false.
+    Other keys are the producer's own and ignored. Without this check a payload such
+    as ``{"seconds": "abc"}`` or ``{"seconds": 1e300}`` broke the workflow's code on
+    every workflow task, which Temporal retries for ever: the chart held its budget
+    until someone terminated it."""
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise ValueError(f"payload: must be a JSON object, got {type(payload).__name__}")
+    seconds = payload.get("seconds")
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ValueError(f"payload.seconds: must be a number of seconds, got {seconds!r}"[:300])
+        if not math.isfinite(seconds) or not 0 <= seconds <= DEMO_MAX_SECONDS:
+            raise ValueError(f"payload.seconds: must be from 0 to {DEMO_MAX_SECONDS:g}, got {seconds!r}")
+        seconds = float(seconds)
+    flags = {}
+    for name in ("fail", "fail_record"):
+        value = payload.get(name, False)
+        if value is None:
+            value = False
+        if not isinstance(value, bool):
+            raise ValueError(f"payload.{name}: must be true or false, got {value!r}"[:300])
+        flags[name] = value
+    return DemoPayload(seconds, **flags)
 
 
 def workflow_id(chart_id: int | str) -> str:

@@ -3,8 +3,10 @@
 It runs for ``payload["seconds"]`` seconds (or a duration drawn from its
 workflow's profile, :data:`fairsched.temporal.shared.DEMO_PROFILES`), reports
 progress through activity heartbeats, fails with a clear error when
-``payload["fail"]`` is true, and finally records its outcome in the database
-through the chart-lifecycle activity (the fast path that refills the budget).
+``payload["fail"]`` is true or the payload is unusable (``demo_payload``: the
+workflow fails at once, non-retryable, rather than its task failing for ever),
+and finally records its outcome in the database through the chart-lifecycle
+activity (the fast path that refills the budget).
 If that activity cannot record it, the workflow still ends with the real
 outcome: the scheduler's result watch and its reconciliation against Temporal
 repair the row.
@@ -31,7 +33,10 @@ with workflow.unsafe.imports_passed_through():
         ChartInput,
         DemoWorkInput,
         OutcomeInput,
+        demo_payload,
     )
+
+INVALID_PAYLOAD = "InvalidPayload"
 
 WORK_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
 WORK_SLACK = timedelta(seconds=60)  # start-to-close = the chart's duration + this
@@ -60,21 +65,25 @@ def _cause_text(err: BaseException) -> str:
 class DemoChart:
     @workflow.run
     async def run(self, chart: ChartInput) -> dict:
-        payload = chart.payload or {}
-        seconds = payload.get("seconds")
+        started = workflow.now()
+        outcome = OutcomeInput(chart_id=chart.chart_id, state=SUCCEEDED, started_at=started.isoformat(),
+                               run_id=workflow.info().run_id)
+        try:
+            payload = demo_payload(chart.payload)
+        except ValueError as exc:
+            # Fail the workflow (not its task, which Temporal would retry for ever), with the reason.
+            outcome.state, outcome.error = FAILED, f"DemoChart chart #{chart.chart_id}: invalid payload: {exc}"
+            await self._record(outcome)
+            raise ApplicationError(outcome.error, type=INVALID_PAYLOAD, non_retryable=True) from None
+        seconds = payload.seconds
         if seconds is None:
             low, high = DEMO_PROFILES.get(chart.workflow, DEMO_DEFAULT_PROFILE)
             seconds = workflow.random().uniform(low, high)
-        seconds = max(0.0, float(seconds))
-        started = workflow.now()
-        outcome = OutcomeInput(
-            chart_id=chart.chart_id, state=SUCCEEDED, started_at=started.isoformat(),
-            run_id=workflow.info().run_id, fail_record=bool(payload.get("fail_record")),
-        )
+        outcome.fail_record = payload.fail_record
         try:
             await workflow.execute_activity(
                 DEMO_WORK_ACTIVITY,
-                DemoWorkInput(chart_id=chart.chart_id, seconds=seconds, fail=bool(payload.get("fail"))),
+                DemoWorkInput(chart_id=chart.chart_id, seconds=seconds, fail=payload.fail),
                 start_to_close_timeout=timedelta(seconds=seconds) + WORK_SLACK,
                 heartbeat_timeout=WORK_HEARTBEAT_TIMEOUT,
                 retry_policy=WORK_RETRY,

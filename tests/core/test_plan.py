@@ -145,3 +145,32 @@ def test_plan_etas_and_rounds_read_like_dicts_without_building_them_up_front():
     assert p.etas == as_dict and as_dict == p.etas and len(p.etas) == 5
     assert p.etas != {**as_dict, "a2": Eta(0.0, 0.0)}
     assert p.rounds == {"a0": 0, "b0": 0, "a1": 1, "a2": 2} and p.rounds["a1"] == 1
+
+
+def test_a_budget_of_a_billion_builds_lanes_for_the_charts_not_the_budget(monkeypatch):
+    """Budget 10**9 with three charts (one running): the lane list holds the 1 + 2 + 1 + 1
+    lanes those charts can use, not 10**9, and every chart starts at once."""
+    import importlib
+
+    plan_module = importlib.import_module("fairsched.core.plan")  # the module, not the function
+    queue_module = importlib.import_module("fairsched.core.queue")
+
+    sizes: list[int] = []
+    real = plan_module.lane_pass
+
+    def measuring(cost_est, lanes):
+        sizes.append(len(lanes))
+        return real(cost_est, lanes)
+
+    monkeypatch.setattr(plan_module, "lane_pass", measuring)
+    monkeypatch.setattr(queue_module, "lane_pass", measuring)
+    q = [qc("a", "A", 1), qc("b", "B", 2, workflow="big"), qc("c", "A", 3)]
+    running = [RunningChart("r", "B", "w", -10.0, 1)]
+    costs = {("B", "big"): 2}
+    p = plan(q, running, budget=10**9, weights={"A": 1, "B": 1}, costs=costs, now=0.0)
+    assert p.dispatch == ["a", "b", "c"]
+    assert [p.etas[c].start_s for c in ("a", "b", "c")] == [0.0, 0.0, 0.0]
+    live = FairQueue.from_backlog(q, budget=10**9, weights={"A": 1, "B": 1}, costs=costs)
+    report = live.etas(running, 0.0)
+    assert dict(report.etas) == dict(p.etas)
+    assert sizes == [5, 5]  # 1 running + 2 + 1 + 1 ordered

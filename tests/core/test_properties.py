@@ -95,6 +95,41 @@ def test_etas_are_non_decreasing_in_start_along_the_order(data, b):
         assert p.etas[c].finish_s >= p.etas[c].start_s
 
 
+def uncapped_etas(order, running, budget, costs, estimate):
+    """The lane simulation with one lane per budget unit (the contract's literal
+    reading, no cap): the reference the capped passes must equal."""
+    from fairsched.core import initial_lanes, simulate_lanes
+
+    etas, org_clear = {}, {}
+    lanes = initial_lanes(running, 0.0, budget, estimate, etas)
+    for r in running:
+        org_clear[r.org] = max(org_clear.get(r.org, -1.0), etas[r.id].finish_s)
+    simulate_lanes([(c.id, c.org, costs.get((c.org, c.workflow), 1), estimate(c.org, c.workflow)) for c in order],
+                   lanes, etas, org_clear)
+    return etas, org_clear
+
+
+@given(data=st.data(), b=backlogs(), extra=st.integers(0, 200))
+def test_etas_with_lanes_capped_at_the_total_cost_equal_one_lane_per_budget_unit(data, b, extra):
+    """Lanes beyond the cost of the running and ordered charts are left out of the ETA
+    pass (memory and time follow the charts, not the budget); the ETAs, clear-times and
+    dispatch are exactly those of the uncapped simulation, for budgets below, at and far
+    above that total."""
+    charts, weights, costs, budget = b
+    budget += extra
+    running = data.draw(running_sets(list(weights), costs))
+    p = plan(charts, running, budget=budget, weights=weights, costs=costs, estimate=DUR, now=0.0)
+    by_id = {c.id: c for c in charts}
+    etas, org_clear = uncapped_etas([by_id[c] for c in p.order], running, budget, costs, DUR)
+    assert dict(p.etas) == etas
+    assert {o: v for o, v in p.org_clear_s.items() if o in org_clear} == org_clear
+    q = FairQueue.from_backlog(charts, budget=budget, weights=weights, costs=costs)
+    live = q.etas(running, 0.0, estimate=DUR)
+    assert dict(live.etas) == etas and live.clear_s == p.clear_s
+    partial = q.etas(running, 0.0, estimate=DUR, stop_after=set(p.order[-1:]))  # the simulator's pass
+    assert {c: partial.etas[c] for c in p.order} == {c: etas[c] for c in p.order}
+
+
 @given(durations=st.lists(st.integers(1, 50), min_size=1, max_size=40),
        budget=st.integers(1, 5))
 def test_cost_1_exact_lane_etas_equal_a_fifo_multiserver_queue(durations, budget):

@@ -358,7 +358,7 @@ def user_worker(temporal_address, live):
     from temporalio.client import Client
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-    from tests.integration.user_workflows import UserChart
+    from tests.integration.user_workflows import StubbornChart, UserChart
 
     queue = f"{live.task_queue}-user"
     loop = asyncio.new_event_loop()
@@ -371,7 +371,7 @@ def user_worker(temporal_address, live):
             client = await Client.connect(temporal_address)
             # Unsandboxed: the sandbox's validation of the workflow at start-up, inside this busy
             # test process, once timed out under load; the sandbox is not what this worker tests.
-            worker = Worker(client, task_queue=queue, workflows=[UserChart],
+            worker = Worker(client, task_queue=queue, workflows=[UserChart, StubbornChart],
                             workflow_runner=UnsandboxedWorkflowRunner())
         finally:
             ready.set()

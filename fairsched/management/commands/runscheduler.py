@@ -26,7 +26,7 @@ class Command(BaseCommand):
             temporal_address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
-            crash_after_starts=int(crash) if crash else None,
+            crash_after_starts=int(crash) if crash else None, cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
         )
 
         async def main() -> None:
