@@ -15,7 +15,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, FloatField, Value
+from django.db.models.functions import Cast, Greatest
 from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
@@ -302,7 +303,7 @@ def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: dateti
     with transaction.atomic():
         updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
             state=ChartState.RUNNING, paused=False, dispatched_at=now, started_at=now, dispatched_cost=cost,
-            temporal_run_id=run_id, error="", updated_at=now,
+            temporal_run_id=run_id, error="", updated_at=now, fair_round=None,
         )
     return bool(updated)
 
@@ -368,7 +369,7 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
     with transaction.atomic():
         updated = Chart.objects.filter(pk=chart_id, state=ChartState.RUNNING).update(
             state=ChartState.QUEUED, dispatched_at=None, started_at=None, dispatched_cost=None,
-            temporal_run_id="", cancel_requested=False, error=f"requeued: {reason}"[:10_000],
+            temporal_run_id="", cancel_requested=False, error=f"requeued: {reason}"[:10_000], fair_round=None,
             updated_at=timezone.now(),
         )
         if updated:
@@ -377,15 +378,20 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
 
 
 def _add_duration(org_id: int, workflow_id: int, seconds: float) -> None:
-    for wf in (workflow_id, None):
-        updated = DurationStat.objects.filter(org_id=org_id, workflow_id=wf).update(
-            count=F("count") + 1, total_s=F("total_s") + seconds
-        )
+    """Add one finish to the pair's, the org's and the workflow's (over all orgs)
+    statistics: one UPDATE each, reading nothing first, so concurrent finishes
+    never lose one. The decaying mean moves by ``max(alpha, 1 / count)`` of the
+    gap (see :class:`DurationStat`)."""
+    step = Greatest(Value(DurationStat.DECAY_ALPHA), Value(1.0) / Cast(F("count") + 1, FloatField()),
+                    output_field=FloatField())
+    changes = {"count": F("count") + 1, "total_s": F("total_s") + seconds,
+               "mean_s": F("mean_s") + (Value(seconds) - F("mean_s")) * step}
+    for org, wf in ((org_id, workflow_id), (org_id, None), (None, workflow_id)):
+        updated = DurationStat.objects.filter(org_id=org, workflow_id=wf).update(**changes)
         if not updated:
             try:
                 with transaction.atomic():
-                    DurationStat.objects.create(org_id=org_id, workflow_id=wf, count=1, total_s=seconds)
+                    DurationStat.objects.create(org_id=org, workflow_id=wf, count=1, total_s=seconds,
+                                                mean_s=seconds)
             except IntegrityError:
-                DurationStat.objects.filter(org_id=org_id, workflow_id=wf).update(
-                    count=F("count") + 1, total_s=F("total_s") + seconds
-                )
+                DurationStat.objects.filter(org_id=org, workflow_id=wf).update(**changes)

@@ -2,14 +2,15 @@
 
 ``scenario_from_db()`` reads the database (the truth for what is queued and
 running) and, with ``include_rounds=True`` (the default), gives each queued
-normal-tier chart the round the live scheduler holds for it, read from the
-order it last published (``fairsched:order`` in Redis). A chart that arrived
-after that publication gets the round the scheduler's arrival rule gives it
-(``max(head, last)``, +1 when its org's last round is full), from the per-org
-``(last, used)`` the scheduler publishes with the snapshot (``rounds``; it counts
-dispatched charts too), so a plan of the dump replays the live order. Without a published order (no scheduler running)
-no rounds are given and the plan computes the static rounds, which is exactly
-what a restarted scheduler rebuilds.
+normal-tier chart the round the live scheduler holds for it. The scheduler
+persists its round state in the database as it changes (``RoundState``,
+``OrgRoundState`` and each queued chart's ``fair_round``, written with every
+dispatch), so this needs no running scheduler and no Redis: the rounds are what
+a scheduler starting now would resume (:meth:`FairQueue.restore`), which is the
+order before a restart or a takeover. A chart that arrived after the last save
+gets the arrival rule's round. With no saved state (no scheduler ever ran) no
+rounds are given and the plan computes the static rounds, which is exactly what
+a first scheduler builds.
 
 Ids follow ``manage.py plan``'s ORM dump: org and chart primary keys as
 strings, workflows by name.
@@ -68,42 +69,24 @@ def scenario_from_db(*, include_rounds: bool = True, now: datetime | None = None
 
 
 def _add_live_rounds(scn: dict[str, Any], weights: dict[int, int], costs: dict, budget: int) -> None:
-    from fairsched import snapshot
+    from fairsched.core import FairQueue, QueuedChart
+    from fairsched.engine.db import round_state
+    from fairsched.scenario import parse_ts
 
-    snap = snapshot.read_snapshot()
-    _, rows = snapshot.read_order(0, 10**9)
-    if not snap or not rows:
+    state = round_state()
+    if state is None:
         return
-    published = {str(r["id"]): r["round"] for r in rows if r.get("round") is not None and r.get("state") == "ordered"}
-    head = int(snap.get("head", 0))
-    # The scheduler's own (last, used) per org counts dispatched charts too; an older
-    # snapshot without it falls back to what the published order shows.
-    exact = snap.get("rounds")
-    last: dict[str, int] = {o: int(lu[0]) for o, lu in exact.items()} if exact is not None else {}
-    used: dict[str, int] = {o: int(lu[1]) for o, lu in exact.items()} if exact is not None else {}
-    eligible = []
+    saved = dict(Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=False)
+                 .values_list("pk", "fair_round"))
+    charts = []
     for item in scn["queued"]:
-        w = weights.get(int(item["org"]), 0)
-        if item["priority"] or item["paused"] or w == 0 or costs.get((item["org"], item["workflow"]), 1) > budget:
-            continue
-        eligible.append(item)
-        r = published.get(item["id"])
-        if r is not None and exact is None:
-            if r > last.get(item["org"], -1):
-                last[item["org"]], used[item["org"]] = r, 1
-            elif r == last[item["org"]]:
-                used[item["org"]] += 1
-    for item in eligible:  # arrival order: later arrivals get the scheduler's arrival rule
-        if item["id"] in published:
-            item["round"] = published[item["id"]]
-            continue
-        org, w = item["org"], weights.get(int(item["org"]), 1)
-        lo = last.get(org)
-        r = head if lo is None else max(lo, head)
-        if lo is not None and r == lo and used[org] >= w:
-            r += 1
-        if r == lo:
-            used[org] += 1
-        else:
-            last[org], used[org] = r, 1
-        item["round"] = r
+        pk = int(item["id"])
+        charts.append(QueuedChart(
+            item["id"], item["org"], item["workflow"], parse_ts(item["created_at"], "created_at"), pk,
+            item["priority"], parse_ts(item["prioritized_at"], "prioritized_at", nullable=True),
+            item["paused"], parse_ts(item.get("front_at"), "front_at", nullable=True), saved.get(pk)))
+    queue = FairQueue.restore(charts, state=state, budget=budget,
+                              weights={str(o): w for o, w in weights.items()}, costs=costs)
+    for item in scn["queued"]:
+        if queue.state_of(item["id"]) == "ordered" and not item["priority"]:
+            item["round"] = queue.round_of(item["id"])

@@ -143,18 +143,25 @@ def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
             raise ScenarioError(f"{p}.id", f"duplicate org {_show(oid)}")
         weights[oid] = _int(_get(o, "weight", p), f"{p}.weight", 0)
     costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: _int(v, f, 1))
-    averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: _num(v, f, 0))
+    averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: _num(v, f, 0),
+                           any_org=True)
     return budget, weights, costs, Durations(averages, default_avg)
 
 
-def _pair_table(d: dict, key: str, field: str, noun: str, weights: dict, parse) -> dict:
-    """``costs`` / ``averages``: a list of {org, workflow, <field>} as {(org, workflow): value}."""
+def _pair_table(d: dict, key: str, field: str, noun: str, weights: dict, parse,
+                any_org: bool = False) -> dict:
+    """``costs`` / ``averages``: a list of {org, workflow, <field>} as {(org, workflow): value}.
+    ``any_org``: ``org`` may be null (an average over all orgs, scenario contract v2), but
+    not together with a null ``workflow``."""
     table: dict = {}
     for i, item in enumerate(_list(d.get(key, []), key)):
         p = f"{key}[{i}]"
         item = _obj(item, p)
-        org = _org(_get(item, "org", p), f"{p}.org", weights)
+        org = _get(item, "org", p)
+        org = None if org is None and any_org else _org(org, f"{p}.org", weights)
         wf = _str(_get(item, "workflow", p), f"{p}.workflow", nullable=True)
+        if org is None and wf is None:
+            raise ScenarioError(p, "org and workflow are both null (an average needs at least one)")
         if (org, wf) in table:
             raise ScenarioError(p, f"duplicate {noun} of ({_show(org)}, {_show(wf)})")
         table[(org, wf)] = parse(_get(item, field, p), f"{p}.{field}")
@@ -224,6 +231,7 @@ def plan_to_json(p: Plan, weights: Iterable[str] = ()) -> dict:
         "blocked": list(p.blocked),
         "etas": {cid: {"start_s": e[0], "finish_s": e[1]} for cid, e in p.etas.items()},
         "org_clear_s": org_clear,
+        "org_unplanned": dict(p.org_unplanned),
         "clear_s": p.clear_s,
     }
 

@@ -187,19 +187,22 @@ def test_failure_text_skips_generic_and_repeated_messages():
 
 
 @pytest.mark.django_db
-def test_scenario_from_db_carries_the_live_rounds(monkeypatch):
-    from fairsched import scenario, snapshot
+def test_scenario_from_db_carries_the_persisted_rounds():
+    """The rounds come from the database (what the scheduler saved), not from Redis: a
+    plan of the live state needs no running scheduler and survives a lost Redis."""
+    from fairsched import scenario
+    from fairsched.core import OrgRounds, RoundState
+    from fairsched.engine import db
     from fairsched.live import scenario_from_db
     from tests.factories import make_chart, make_org, make_workflow
 
     a, b = make_org("A", weight=1), make_org("B", weight=1)
     wf = make_workflow()
     c1, c2, c3, c4 = make_chart(a, wf), make_chart(a, wf), make_chart(b, wf), make_chart(a, wf)
-    monkeypatch.setattr(snapshot, "read_snapshot", lambda: {"head": 5})
-    monkeypatch.setattr(snapshot, "read_order", lambda offset, limit: (3, [
-        {"id": c1.pk, "round": 5, "state": "ordered"}, {"id": c2.pk, "round": 6, "state": "ordered"},
-        {"id": c3.pk, "round": 5, "state": "ordered"}]))
+    assert all("round" not in item for item in scenario_from_db()["queued"])  # nothing saved: static
+    state = RoundState(5, 4, {str(a.pk): OrgRounds(6, 1, 0, 1), str(b.pk): OrgRounds(5, 1, 0, 1)})
+    db._save_rounds(state, {str(c1.pk): 5, str(c2.pk): 6, str(c3.pk): 5})
     scn = scenario_from_db()
-    assert [item["round"] for item in scn["queued"]] == [5, 6, 5, 7]  # c4 arrived after the publication
+    assert [item["round"] for item in scn["queued"]] == [5, 6, 5, 7]  # c4 arrived after the save
     assert scenario.plan(scn)["order"] == [str(c.pk) for c in (c1, c3, c2, c4)]
     assert all("round" not in item for item in scenario_from_db(include_rounds=False)["queued"])

@@ -18,7 +18,9 @@ Static plan (:mod:`fairsched.core.plan`)
     ``plan_dispatch(order, free, cost_of) -> list`` (head-of-line walk)
 Live order (:mod:`fairsched.core.queue`)
     ``FairQueue(*, budget, weights, costs=None, policy="wrr")`` and
-    ``FairQueue.from_backlog(queued, *, budget, weights, costs=None)`` (restart);
+    ``FairQueue.from_backlog(queued, *, budget, weights, costs=None)`` (first start),
+    ``FairQueue.restore(queued, *, state, budget, weights, costs=None)`` (restart or failover:
+    from ``export_rounds()`` and the charts' rounds ``take_round_changes()`` reported);
     ``add``, ``remove``, ``pause``, ``resume``, ``prioritize``, ``unprioritize``,
     ``move_to_front``, ``set_weight``, ``set_cost``, ``set_budget``,
     ``peek(free)``, ``dispatch(free)``, ``etas(running, now, budget=None, estimate=...)``,
@@ -53,11 +55,12 @@ not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
 from .queue import BLOCKED, HELD, ORDERED, PAUSED, FairQueue
-from .types import ById, Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+from .types import ById, Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
 __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
-    "ById", "Durations", "Eta", "EtaReport", "FairQueue", "Plan", "QueuedChart", "RunningChart",
+    "ById", "Durations", "Eta", "EtaReport", "FairQueue", "OrgRounds", "Plan", "QueuedChart", "RoundState",
+    "RunningChart",
     "fifo_key", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "simulate_lanes",
 ]

@@ -5,6 +5,7 @@ incremental structures for the same rules."""
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
 from heapq import heappop, heappush, heapreplace
 import gc
 from contextlib import contextmanager
@@ -182,6 +183,18 @@ def eta_map(head: dict, ids: Sequence[str], starts: list, fins: list) -> ById:
     return ById(head, ids, lambda i: _make_eta((starts[i], fins[i])), lambda: map(_make_eta, zip(starts, fins)))
 
 
+def unplanned_clear(rep: EtaReport, unplanned: Mapping[str, int], planned: "set[str]") -> EtaReport:
+    """``rep`` with scenario contract v2's clear-times: an org in ``unplanned`` (org ->
+    its held, paused and blocked charts) with no chart in ``planned`` (the orgs with
+    a chart running or in the order) gets None, never 0: its work will not finish
+    under the current settings, so calling it clear would be a lie."""
+    org_clear = dict(rep.org_clear_s)
+    for org in unplanned:
+        if org not in planned:
+            org_clear[org] = None
+    return EtaReport(rep.etas, org_clear, rep.clear_s, dict(unplanned))
+
+
 def simulate_lanes(
     items: Iterable[tuple[str, str, int, float]],
     lanes: list[float],
@@ -323,11 +336,15 @@ def _plan(
     cost_est = [info[c.org][c.workflow] for c in order]
     starts, fins = lane_pass(cost_est, lanes)
     walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, list(map(id, cost_est)), pair_org)
-    for org in weights:
-        org_clear.setdefault(org, 0.0)
     clear = max(org_clear.values(), default=0.0)
     if clear < 0.0:
         clear = 0.0
+    unplanned: dict[str, int] = {}
+    for c in chain(held, paused, blocked):
+        unplanned[c.org] = unplanned.get(c.org, 0) + 1
+    for org in weights:
+        if org not in org_clear:
+            org_clear[org] = None if org in unplanned else 0.0
 
     by_seq = lambda cs: [c.id for c in sorted(cs, key=_seq)]
     return Plan(
@@ -340,4 +357,5 @@ def _plan(
         org_clear_s=org_clear,
         clear_s=clear,
         rounds=rounds,
+        org_unplanned=unplanned,
     )

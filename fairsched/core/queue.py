@@ -26,15 +26,16 @@ from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key, priority_key, queue_
 from itertools import chain
 from operator import attrgetter, itemgetter
 
-from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass
+from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass, unplanned_clear
 from .sortedkeys import SortedKeys
-from .types import Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+from .types import Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
 _payload = itemgetter(5)
 _kid = itemgetter(4)
 _kpair = itemgetter(6)
 _pair = attrgetter("pair")
 _org = attrgetter("org")
+_seq_id = attrgetter("seq", "id")
 
 ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
 POLICIES = ("wrr", "fifo")
@@ -107,6 +108,7 @@ class FairQueue:
         self._disp_round: dict[str, int] = {}
         self._disp_count: dict[str, int] = {}
         self._ordered_n: dict[str, int] = dict.fromkeys(self._weights, 0)
+        self._changed: set[str] = set()  # queued charts whose round changed (take_round_changes)
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -142,6 +144,92 @@ class FairQueue:
             keys.extend(q._rank(org, insert=False))
         q._order.bulk_load(keys)
         return q
+
+    @classmethod
+    def restore(
+        cls,
+        queued: Iterable[QueuedChart],
+        *,
+        state: RoundState,
+        budget: int,
+        weights: Mapping[str, int],
+        costs: Mapping[tuple[str, str | None], int] | None = None,
+    ) -> "FairQueue":
+        """Resume after a restart or a failover from what :meth:`export_rounds` and
+        :meth:`take_round_changes` persisted (contracts/simulate.md: the order after a
+        restart equals the order before it). Each chart's ``round`` is the round it
+        held (None: it arrived after the last save, or never had one). ``head`` and
+        each org's ``(last, used, in_head)`` come from ``state``.
+
+        Charts with a round keep it; the others then arrive, per org in its rank
+        order, by the arrival rule. An org whose weight differs from ``state``'s is
+        re-ranked, and every org (in listed order) if the budget differs: what a live
+        change made while no scheduler ran would have done. O(n log n)."""
+        with gc_paused():
+            q = cls(budget=budget, weights=weights, costs=costs)
+            q._head = int(state.head)
+            for org in q._weights:
+                s = state.orgs.get(org)
+                if s is None:
+                    continue
+                if s.last is not None:
+                    q._last[org], q._used[org] = s.last, s.used
+                if s.in_head:
+                    q._disp_round[org], q._disp_count[org] = q._head, s.in_head
+            for c in queued:
+                if c.id in q._entries:
+                    raise ValueError(f"duplicate chart id {c.id!r}")
+                if c.org not in q._weights:
+                    raise KeyError(f"unknown org {c.org!r}")
+                e = _Entry(c)
+                e.round = c.round
+                q._entries[c.id] = e
+                q._by_org[c.org][c.id] = e
+            keys = []
+            rerank_all = state.budget != q._budget
+            for org, w in q._weights.items():
+                s = state.orgs.get(org)
+                charts = q._by_org[org].values()
+                kept = sorted((e for e in charts if e.round is not None), key=_seq_id)
+                # A normal-tier chart in the order below head cannot be what was saved: it
+                # was resumed or un-prioritised while no scheduler ran, which re-ranks.
+                stale = any(e.round < q._head and not e.priority and q._classify(e) == ORDERED
+                            for e in kept)
+                if rerank_all or stale or (s is not None and s.weight != w):
+                    keys.extend(q._rank(org, insert=False))
+                    continue
+                new = sorted((e for e in charts if e.round is None),
+                             key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
+                for e in kept:
+                    k = q._place(e, arrive=False, insert=False)
+                    if k is not None:
+                        keys.append(k)
+                for e in new:
+                    k = q._place(e, arrive=True, insert=False)
+                    if k is not None:
+                        keys.append(k)
+            q._order.bulk_load(keys)
+            return q
+
+    def export_rounds(self) -> RoundState:
+        """``head`` and each org's ``(last, used, in_head, weight)``: with each queued
+        chart's round (:meth:`take_round_changes` says which changed) all that
+        :meth:`restore` needs. O(orgs)."""
+        head = self._head
+        orgs = {}
+        for org, w in self._weights.items():
+            last = self._last.get(org)
+            in_head = self._disp_count.get(org, 0) if self._disp_round.get(org) == head else 0
+            orgs[org] = OrgRounds(last, self._used.get(org, 0) if last is not None else 0, in_head, w)
+        return RoundState(head, self._budget, orgs)
+
+    def take_round_changes(self) -> dict[str, int | None]:
+        """The queued charts whose round changed since the last call (arrivals,
+        re-ranks), id -> its round now (None: it holds none), and forget them.
+        Dispatched and removed charts are not listed. O(changes)."""
+        out = {cid: self._entries[cid].round for cid in self._changed if cid in self._entries}
+        self._changed = set()
+        return out
 
     # ------------------------------------------------------------- properties
     @property
@@ -278,6 +366,7 @@ class FairQueue:
         if e is None:
             return None
         del self._by_org[e.org][chart_id]
+        self._changed.discard(chart_id)
         self._take_out(e)
         if e.round is not None and self._last.get(e.org) == e.round:
             self._used[e.org] -= 1
@@ -410,6 +499,7 @@ class FairQueue:
             self._ordered_n[e.org] -= 1
             del self._entries[e.id]
             del self._by_org[e.org][e.id]
+            self._changed.discard(e.id)
             e.key = None
             e.state = ""
             if k[0] == TIER_NORMAL and e.round is not None:
@@ -438,7 +528,28 @@ class FairQueue:
         the running charts and the whole order, O(n log budget).
         ``budget`` defaults to the queue's. ``org_clear_s`` has every listed org.
         ``stop_after``: stop the walk once every one of these ids has its ETA
-        (a partial pass: clear-times then cover only the walked prefix)."""
+        (a partial pass: clear-times then cover only the walked prefix).
+        An org with no chart running or in the order whose queued charts are all
+        held, paused or blocked gets ``org_clear_s`` None (scenario contract v2)
+        and is counted in ``org_unplanned``."""
+        running = list(running)
+        rep = self._etas(running, now, budget, estimate, stop_after)
+        unplanned = self.unplanned_by_org()
+        if not unplanned:
+            return rep
+        return unplanned_clear(rep, unplanned, {r.org for r in running} | {
+            o for o, n in self._ordered_n.items() if n})
+
+    def unplanned_by_org(self) -> dict[str, int]:
+        """Per org, how many of its queued charts are held, paused or blocked
+        (orgs with at least one only). O(those charts)."""
+        out: dict[str, int] = {}
+        for aside in self._aside.values():
+            for e in aside.values():
+                out[e.org] = out.get(e.org, 0) + 1
+        return out
+
+    def _etas(self, running, now, budget, estimate, stop_after) -> EtaReport:
         if budget is None:
             budget = self._budget
         etas: dict[str, Eta] = {}
@@ -525,7 +636,8 @@ class FairQueue:
                 rounds[k[4]] = k[5].round
         return Plan(order=order, dispatch=self.peek(free), held=self.held,
                     paused=self.paused, blocked=self.blocked, etas=rep.etas,
-                    org_clear_s=rep.org_clear_s, clear_s=rep.clear_s, rounds=rounds)
+                    org_clear_s=rep.org_clear_s, clear_s=rep.clear_s, rounds=rounds,
+                    org_unplanned=rep.org_unplanned)
 
     # -------------------------------------------------------------- internals
     def _classify(self, e: _Entry) -> str:
@@ -588,6 +700,7 @@ class FairQueue:
             self._last[org] = r
             self._used[org] = 1
         e.round = r
+        self._changed.add(e.id)
 
     def _rank(self, org: str, insert: bool = True) -> list[tuple]:
         """Reset ``org`` to what its dispatched charts imply, then its queued
@@ -601,7 +714,10 @@ class FairQueue:
         charts = sorted(self._by_org[org].values(),
                         key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
         keys = []
+        changed = self._changed
         for e in charts:
+            if e.round is not None:
+                changed.add(e.id)
             e.round = None
             k = self._place(e, arrive=True, insert=insert)
             if k is not None:

@@ -60,20 +60,30 @@ class Eta(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Durations:
-    """Duration estimates: the average of (org, workflow), else the org's
-    average (key ``(org, None)``), else ``default_avg_s``. Callable as
-    ``durations(org, workflow) -> seconds``."""
+    """Duration estimates (scenario contract v2), the first that exists of:
 
-    averages: Mapping[tuple[str, str | None], float] = field(default_factory=dict)
+    1. the average of (org, workflow), key ``(org, workflow)``;
+    2. the workflow's average over all orgs, key ``(None, workflow)``: a workflow
+       type says more about a run's length than the org does, so a new tenant's
+       first audit is not estimated from its reviews;
+    3. the org's average over all its workflows, key ``(org, None)``;
+    4. ``default_avg_s``.
+
+    Callable as ``durations(org, workflow) -> seconds``."""
+
+    averages: Mapping[tuple[str | None, str | None], float] = field(default_factory=dict)
     default_avg_s: float = 600.0
 
     def __call__(self, org: str, workflow: str | None) -> float:
         a = self.averages
         v = a.get((org, workflow))
         if v is None:
-            v = a.get((org, None))
+            if workflow is not None:
+                v = a.get((None, workflow))
             if v is None:
-                return self.default_avg_s
+                v = a.get((org, None))
+                if v is None:
+                    return self.default_avg_s
         return v
 
 
@@ -85,13 +95,17 @@ class EtaReport:
     """Result of an ETA pass (the lane simulation).
 
     ``etas`` holds every running and every ordered chart; ``org_clear_s`` every
-    org with a chart in ``etas`` (callers add zeros for the others);
+    org with a chart in ``etas`` (callers add zeros for the others), and None
+    for an org with no chart there whose queued charts are all held, paused or
+    blocked (they will not finish under the current settings: "clear" would be
+    a lie); ``org_unplanned`` counts those charts per org (orgs with >= 1 only);
     ``clear_s`` is the latest finish, 0 if none.
     """
 
     etas: dict[str, Eta]
-    org_clear_s: dict[str, float]
+    org_clear_s: dict[str, float | None]
     clear_s: float
+    org_unplanned: dict[str, int] = field(default_factory=dict)
 
 
 class ById(Mapping):
@@ -147,6 +161,8 @@ class Plan:
 
     ``order``: priority tier then normal tier. ``dispatch``: the head of the
     order that starts now. ``rounds``: the round of each normal-tier chart.
+    ``org_clear_s`` is None and ``org_unplanned`` counts the charts for an org
+    whose queued charts are all held, paused or blocked (see :class:`EtaReport`).
     """
 
     order: list[str]
@@ -155,6 +171,32 @@ class Plan:
     paused: list[str]
     blocked: list[str]
     etas: Mapping[str, Eta]
-    org_clear_s: dict[str, float]
+    org_clear_s: dict[str, float | None]
     clear_s: float
     rounds: Mapping[str, int] = field(default_factory=dict)
+    org_unplanned: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class OrgRounds:
+    """One org's persistent round-robin state (contracts/simulate.md): ``last``, its
+    highest assigned round (None: none), ``used``, how many of its charts, queued or
+    dispatched, hold ``last``, and ``in_head``, how many it dispatched in round
+    ``head``. ``weight`` is the weight these were computed under: an org whose weight
+    changed while no scheduler ran is re-ranked on restore, as a live change would."""
+
+    last: int | None
+    used: int
+    in_head: int
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoundState:
+    """What a restarted scheduler needs, beside each queued chart's own ``round``,
+    to resume the fair order exactly (:meth:`FairQueue.export_rounds` /
+    :meth:`FairQueue.restore`). ``budget`` is the budget it was computed under."""
+
+    head: int
+    budget: int
+    orgs: Mapping[str, OrgRounds] = field(default_factory=dict)

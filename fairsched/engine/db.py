@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
 from charts.models import Chart, ChartState, DurationStat
+from fairsched.core import OrgRounds
+from fairsched.core import RoundState as CoreRoundState
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
-from fairsched.models import SchedulerSettings
+from fairsched.models import OrgRoundState, RoundState, SchedulerSettings
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 CHART_FIELDS = (
     "id", "org_id", "workflow__name", "state", "created_at", "priority", "prioritized_at", "paused",
     "moved_to_front_at", "cancel_requested", "external_id", "started_at", "dispatched_cost", "temporal_run_id",
+    "fair_round",
 )
 ACTIVE = (ChartState.QUEUED, ChartState.RUNNING)
 
@@ -31,9 +34,9 @@ def _ts(d: datetime | None) -> float | None:
 
 
 def _row(v: tuple) -> ChartRow:
-    (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id) = v
+    (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id, rnd) = v
     return ChartRow(pk, org, wf, state, created.timestamp(), prio, _ts(prio_at), paused, _ts(front), cancel,
-                    ext, _ts(started), cost, run_id or "")
+                    ext, _ts(started), cost, run_id or "", rnd)
 
 
 def read_config() -> Config:
@@ -55,20 +58,62 @@ def read_costs() -> dict[tuple[str, str], int]:
     return {(str(o), w): c for o, w, c in WorkflowCost.objects.values_list("org_id", "workflow__name", "cost")}
 
 
-def read_averages() -> dict[tuple[str, str | None], float]:
+def read_averages() -> dict[tuple[str | None, str | None], float]:
+    """The duration estimates: (org, workflow), (org, None) the org's, (None, workflow)
+    the workflow's over all orgs; each the decaying mean of :class:`DurationStat`."""
     close_old_connections()
-    out: dict[tuple[str, str | None], float] = {}
-    for org, wf, count, total in DurationStat.objects.values_list("org_id", "workflow__name", "count", "total_s"):
+    out: dict[tuple[str | None, str | None], float] = {}
+    for org, wf, count, mean in DurationStat.objects.values_list("org_id", "workflow__name", "count", "mean_s"):
         if count:
-            out[(str(org), wf)] = total / count
+            out[(None if org is None else str(org), wf)] = mean
     return out
+
+
+def read_round_state() -> CoreRoundState | None:
+    """The persisted round-robin state (None: no scheduler ever saved one)."""
+    close_old_connections()
+    return round_state()
+
+
+def round_state() -> CoreRoundState | None:
+    """:func:`read_round_state` on the current connection (web requests, commands)."""
+    row = RoundState.objects.filter(pk=1).first()
+    if row is None:
+        return None
+    orgs = {str(o.org_id): OrgRounds(o.last, o.used, o.in_head, o.weight) for o in OrgRoundState.objects.all()}
+    return CoreRoundState(row.head, row.budget, orgs)
+
+
+def save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
+    """Write the round state and the queued charts' changed rounds, in one transaction
+    (a crash leaves either the old save or the new one, never a mix)."""
+    close_old_connections()
+    with transaction.atomic():
+        _save_rounds(state, changes)
+
+
+def _save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
+    RoundState.objects.update_or_create(pk=1, defaults={"head": state.head, "budget": state.budget})
+    current = {str(o.org_id): o for o in OrgRoundState.objects.all()}
+    for org, s in state.orgs.items():
+        o = current.get(org)
+        values = {"last": s.last, "used": s.used, "in_head": s.in_head, "weight": s.weight}
+        if o is None:
+            if Org.objects.filter(pk=int(org)).exists():
+                OrgRoundState.objects.create(org_id=int(org), **values)
+        elif any(getattr(o, k) != v for k, v in values.items()):
+            OrgRoundState.objects.filter(pk=o.pk).update(**values)
+    if changes:
+        rows = [Chart(pk=int(cid), fair_round=r) for cid, r in changes.items()]
+        Chart.objects.bulk_update(rows, ["fair_round"], batch_size=500)
 
 
 def read_world() -> World:
     """Everything the scheduler holds, in one read (start-up and resync)."""
     config = read_config()
     charts = [_row(v) for v in Chart.objects.filter(state__in=ACTIVE).order_by("pk").values_list(*CHART_FIELDS)]
-    return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts)
+    return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
+                 rounds=read_round_state())
 
 
 def read_charts(ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]:
@@ -105,14 +150,20 @@ def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
     return out
 
 
-def mark_running(items: list[tuple[int, int, str, float]]) -> dict[int, bool]:
-    """queued -> running by compare-and-set for each (chart id, cost, run id, start time)."""
+def mark_running(items: list[tuple[int, int, str, float]],
+                 rounds: tuple[CoreRoundState, dict[str, int | None]] | None = None) -> dict[int, bool]:
+    """queued -> running by compare-and-set for each (chart id, cost, run id, start time),
+    and with ``rounds`` the round state the dispatch left (``save_rounds``), all in one
+    transaction: a restarted scheduler never sees a dispatch without its ``head``."""
     from charts.services import chart_mark_running
 
     close_old_connections()
-    return {cid: chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
-                                    at=datetime.fromtimestamp(at, tz=timezone.utc))
-            for cid, cost, run_id, at in items}
+    with transaction.atomic():
+        if rounds is not None:
+            _save_rounds(*rounds)
+        return {cid: chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
+                                        at=datetime.fromtimestamp(at, tz=timezone.utc))
+                for cid, cost, run_id, at in items}
 
 
 def fail_start(chart_id: int, error: str) -> bool:

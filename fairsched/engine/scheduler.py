@@ -44,6 +44,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from fairsched.core import RoundState
 from fairsched.engine import db
 from fairsched.engine.lease import Lease
 from fairsched.engine.publish import build_snapshot
@@ -165,7 +166,10 @@ class Scheduler:
         self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
         self._resync_requested = False
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
-                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel")}
+                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
+                                   "rounds")}
+        self._round_saved: RoundState | None = None     # the round state last written
+        self._round_pending: dict[str, int | None] = {}  # chart rounds changed since that write
         self._start_failures = StartFailures()
         self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
 
@@ -285,6 +289,7 @@ class Scheduler:
         else:
             return
         self.state = LiveState(world)
+        self._round_saved, self._round_pending = world.rounds, {}
         self._notes.clear()  # the load read everything they could name
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
                  len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
@@ -341,6 +346,8 @@ class Scheduler:
             self._eta_last_end = time.monotonic()
             self._eta_last_cost = self._eta_last_end - started
             self._eta_due = self._eta_last_end + self.state.config.eta_interval_s
+        if self.leading and self.state is not None:
+            await self._guarded("rounds", self._save_rounds)
         if fx.events:
             await self._broadcast(fx.events)
 
@@ -715,7 +722,9 @@ class Scheduler:
         if not started:
             return fx
         new = state.commit_dispatch(planned, started)
-        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at) for r in new if r.id not in closed])
+        save = self._round_changes()
+        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at) for r in new if r.id not in closed], save)
+        self._round_written(save)
         free = free_before
         for r in new:
             pos, rnd = before.get(str(r.id), (None, None))
@@ -764,6 +773,30 @@ class Scheduler:
                 log.warning("chart #%d failed: %s", chart_id, reason)
             ids.add(chart_id)
         return await self._apply_rows(ids)
+
+    # ================================================================ round state
+    def _round_changes(self) -> tuple[RoundState, dict[str, int | None]] | None:
+        """The round state and the chart rounds to write, None if nothing changed since
+        the last write (contracts/simulate.md: persisted as they change)."""
+        queue = self.state.queue
+        self._round_pending.update(queue.take_round_changes())
+        rounds = queue.export_rounds()
+        if rounds == self._round_saved and not self._round_pending:
+            return None
+        return rounds, dict(self._round_pending)
+
+    def _round_written(self, save: tuple[RoundState, dict[str, int | None]] | None) -> None:
+        if save is not None:
+            self._round_saved = save[0]
+            self._round_pending.clear()
+
+    async def _save_rounds(self) -> None:
+        """Arrivals and re-ranks change rounds without a dispatch: write them too, so a
+        new scheduler resumes exactly this order (one transaction, O(changes))."""
+        save = self._round_changes()
+        if save is not None:
+            await _db(db.save_rounds)(*save)
+            self._round_written(save)
 
     # ================================================================ publishing
     async def _eta_pass(self) -> bool:

@@ -17,7 +17,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fairsched.core import Durations, FairQueue, QueuedChart, RunningChart
+from fairsched.core import Durations, FairQueue, QueuedChart, RoundState, RunningChart
 
 log = logging.getLogger("fairsched.engine")
 
@@ -52,10 +52,12 @@ class ChartRow:
     started_at: float | None = None
     dispatched_cost: int | None = None
     run_id: str = ""
+    round: int | None = None  # the persisted round (Chart.fair_round); read only at load
 
-    def queued_chart(self) -> QueuedChart:
+    def queued_chart(self, with_round: bool = False) -> QueuedChart:
         return QueuedChart(str(self.id), str(self.org), self.workflow, self.created_at, self.id,
-                           self.priority, self.prioritized_at, self.paused, self.front_at)
+                           self.priority, self.prioritized_at, self.paused, self.front_at,
+                           self.round if with_round else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class World:
     costs: dict[tuple[str, str], int]
     averages: dict[tuple[str, str | None], float]
     charts: list[ChartRow]  # every queued and running chart
+    rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
 
 
 @dataclass(slots=True)
@@ -125,10 +128,17 @@ class LiveState:
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
         queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
-        self.queue = FairQueue.from_backlog(
-            [c.queued_chart() for c in queued], budget=world.config.budget, weights=weights,
-            costs=dict(world.costs),
-        )
+        if world.rounds is not None:
+            # A restart or a takeover: resume the persisted rounds, never head = 0.
+            self.queue = FairQueue.restore(
+                [c.queued_chart(with_round=True) for c in queued], state=world.rounds,
+                budget=world.config.budget, weights=weights, costs=dict(world.costs),
+            )
+        else:
+            self.queue = FairQueue.from_backlog(
+                [c.queued_chart() for c in queued], budget=world.config.budget, weights=weights,
+                costs=dict(world.costs),
+            )
         self.durations = Durations(dict(world.averages), DEFAULT_AVG_S)
         self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
         self.queued_by_org: Counter[int] = Counter(c.org for c in queued)

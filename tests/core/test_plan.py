@@ -18,7 +18,7 @@ def test_worked_example_order_dispatch_and_clear_time():
     assert p["etas"]["F"] == {"start_s": 600.0, "finish_s": 1200.0}
     assert p["held"] == p["paused"] == p["blocked"] == []
     assert set(p) == {"order", "dispatch", "held", "paused", "blocked", "etas",
-                      "org_clear_s", "clear_s"}
+                      "org_clear_s", "org_unplanned", "clear_s"}
 
 
 def test_classification_held_paused_blocked_precedence():
@@ -94,7 +94,9 @@ def test_budget_lowered_under_running_work_keeps_largest_lanes():
 def test_budget_zero_blocks_everything_and_no_etas():
     p = plan([qc("a", "A", 1)], budget=0, weights={"A": 1})
     assert p.blocked == ["a"] and p.order == [] and p.etas == {} and p.clear_s == 0.0
-    assert p.org_clear_s == {"A": 0.0}
+    # scenario contract v2: no clear-time for work that will never start (was 0.0: "clear")
+    assert p.org_clear_s == {"A": None}
+    assert p.org_unplanned == {"A": 1}
 
 
 def test_given_rounds_are_used_only_when_every_normal_chart_has_one():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given, settings, strategies as st
@@ -304,3 +305,131 @@ class FairQueueMachine(RuleBasedStateMachine):
 FairQueueMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40,
                                               deadline=None)
 TestFairQueueMachine = FairQueueMachine.TestCase
+
+
+class RestartMachine(RuleBasedStateMachine):
+    """A restart or failover in the middle of any sequence of operations changes no
+    later decision (contracts/simulate.md): ``live`` is saved the way the scheduler
+    saves it (:meth:`FairQueue.export_rounds` and each chart's round as
+    :meth:`FairQueue.take_round_changes` reports it, at arbitrary moments) and
+    restored from that save (:meth:`FairQueue.restore`); ``ref`` never restarts.
+    Both see the same operations and must agree on every order, round and dispatch.
+    (Rebuilding with ``from_backlog``, ``head = 0``, fails this at once.)"""
+
+    ORGS = ("o1", "o2", "o3")
+
+    def __init__(self):
+        super().__init__()
+        self.weights = {"o1": 2, "o2": 1, "o3": 1}
+        costs = {("o1", "big"): 2}
+        self.ref = FairQueue(budget=3, weights=self.weights, costs=costs)
+        self.live = FairQueue(budget=3, weights=self.weights, costs=costs)
+        self.saved_rounds: dict[str, int | None] = {}  # the charts' persisted rounds
+        self.saved_state = self.live.export_rounds()
+        self.running: dict[str, int] = {}
+        self.seq = 0
+        self.t = 0.0
+        self.restarts = 0
+
+    def _both(self, name, *args):
+        a = getattr(self.ref, name)(*args)
+        b = getattr(self.live, name)(*args)
+        assert a == b
+        return a
+
+    def _queued(self):
+        return sorted(self.ref._entries)  # white-box: every queued chart
+
+    @rule(org=st.sampled_from(ORGS), wf=st.sampled_from(["w", "big"]), dt=st.integers(0, 2),
+          prio=st.integers(0, 6), paused=st.integers(0, 6))
+    def arrive(self, org, wf, dt, prio, paused):
+        self.t += dt
+        self._both("add", QueuedChart(f"c{self.seq}", org, wf, self.t, self.seq,
+                                      priority=prio == 0, paused=paused == 0))
+        self.seq += 1
+
+    @rule()
+    def dispatch(self):
+        free = self.ref.budget - sum(self.running.values())
+        started = self._both("dispatch", free)
+        for c in started:
+            self.running[c.id] = self.ref.cost_of(c.org, c.workflow)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def finish(self, data):
+        del self.running[data.draw(st.sampled_from(sorted(self.running)))]
+
+    @precondition(lambda self: self.ref._entries)
+    @rule(data=st.data(), action=st.sampled_from(
+        ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
+    def chart_action(self, data, action):
+        cid = data.draw(st.sampled_from(self._queued()))
+        if action in ("prioritize", "move_to_front"):
+            self._both(action, cid, self.t)
+        else:
+            self._both(action, cid)
+
+    @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3))
+    def set_weight(self, org, w):
+        self.weights[org] = w
+        self._both("set_weight", org, w)
+
+    @rule(b=st.integers(0, 5))
+    def set_budget(self, b):
+        self._both("set_budget", b)
+
+    @rule(org=st.sampled_from(ORGS), c=st.integers(1, 4))
+    def set_cost(self, org, c):
+        self._both("set_cost", org, "big", c)
+
+    @rule()
+    def save(self):
+        """What the scheduler writes in one transaction (with a dispatch, or after changes)."""
+        self.saved_rounds.update(self.live.take_round_changes())
+        self.saved_state = self.live.export_rounds()
+
+    @rule()
+    def restart(self):
+        """kill -9 right after a save, and a new scheduler reads the rows back."""
+        self.save()
+        rows = [replace(self.live.get(cid), round=self.saved_rounds.get(cid))
+                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+        self.live = FairQueue.restore(rows, state=self.saved_state, budget=self.live.budget,
+                                      weights=self.live.weights, costs=self.live.costs)
+        self.restarts += 1
+
+    @invariant()
+    def every_decision_agrees(self):
+        ref, live = self.ref, self.live
+        assert live.order() == ref.order()
+        assert live.head == ref.head
+        assert (live.held, live.paused, live.blocked) == (ref.held, ref.paused, ref.blocked)
+        assert {c: live.round_of(c) for c in ref._entries} == {c: ref.round_of(c) for c in ref._entries}
+        assert live.export_rounds() == ref.export_rounds()
+        free = ref.budget - sum(self.running.values())
+        assert live.peek(free) == ref.peek(free)
+
+
+RestartMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
+TestRestartMachine = RestartMachine.TestCase
+
+
+def test_restore_resumes_the_issue_example_where_a_rebuild_reshuffles():
+    """Org A weight 2, B weight 1, budget 2: A's first two charts start, so B's first is
+    next. A restore keeps that; a rebuild from the backlog (head = 0) gives A a fresh round."""
+    weights = {"A": 2, "B": 1}
+    q = FairQueue(budget=2, weights=weights)
+    for i in range(6):
+        q.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
+    for i in range(3):
+        q.add(QueuedChart(f"b{i}", "B", "w", float(10 + i), 10 + i))
+    assert [c.id for c in q.dispatch(2)] == ["a0", "a1"]
+    before = q.order()
+    assert before == ["b0", "a2", "a3", "b1", "a4", "a5", "b2"]
+    rounds = q.take_round_changes()
+    rows = [replace(c, round=rounds.get(c.id)) for c in q.backlog()]
+    restored = FairQueue.restore(rows, state=q.export_rounds(), budget=2, weights=weights)
+    assert restored.order() == before
+    rebuilt = FairQueue.from_backlog(q.backlog(), budget=2, weights=weights)
+    assert rebuilt.order() == ["a2", "a3", "b0", "a4", "a5", "b1", "b2"]

@@ -131,7 +131,7 @@ def test_unknown_policy_is_refused():
 def test_optional_fields_default_and_z_suffix_is_an_offset():
     s = {"now": "2026-11-29T12:00:00Z", "budget": 1, "orgs": [{"id": "1", "weight": 1}]}
     assert plan(s) == {"order": [], "dispatch": [], "held": [], "paused": [], "blocked": [],
-                       "etas": {}, "org_clear_s": {"1": 0.0}, "clear_s": 0.0}
+                       "etas": {}, "org_clear_s": {"1": 0.0}, "org_unplanned": {}, "clear_s": 0.0}
     p = parse_scenario(seed_scenario())
     assert p.queued[0].priority is False and p.queued[0].paused is False
     assert [c.seq for c in p.queued] == list(range(7))

@@ -1,0 +1,107 @@
+"""The fair order survives a kill -9 of the scheduler and a standby takeover (issue 10).
+
+Org A weight 2, org B weight 1, budget 2, charts that run for minutes: A's first two
+charts start, so B's first chart is next. ``plan --live`` and the order the scheduler
+publishes are the same after a new scheduler took over as before: the round state is
+in the database (written with each dispatch), not rebuilt from ``head = 0``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from charts.models import Chart, ChartState
+from fairsched import snapshot
+from tests.factories import make_chart, make_org, make_workflow
+from tests.integration.conftest import ROOT, database_url, wait_until
+from tests.integration.test_scheduler_live import configure
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+EXPECTED = ["b0", "a2", "a3", "b1", "a4", "a5", "b2"]  # the order before: B's first chart is next
+
+
+def backlog() -> dict[str, str]:
+    """a0..a5 (A, weight 2) then b0..b2 (B, weight 1), a minute apart; chart id -> name."""
+    configure(budget=2)
+    a, b = make_org("A", weight=2), make_org("B", weight=1)
+    wf = make_workflow("code", temporal_type="DemoChart")
+    t0 = timezone.now() - timedelta(hours=1)
+    names = {}
+    for i in range(6):
+        names[str(make_chart(a, wf, created_at=t0 + timedelta(minutes=i), payload={"seconds": 900}).pk)] = f"a{i}"
+    for i in range(3):
+        names[str(make_chart(b, wf, created_at=t0 + timedelta(minutes=10 + i), payload={"seconds": 900}).pk)] = f"b{i}"
+    return names
+
+
+def plan_live(live, names: dict[str, str]) -> list[str]:
+    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": live.env["REDIS_URL"]}
+    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "plan", "--live"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [names[i] for i in json.loads(out.stdout)["order"]]
+
+
+def published_after(t: float, names: dict[str, str]) -> list[str]:
+    """The order a scheduler published in a snapshot made after ``t`` (its in-memory order)."""
+    def fresh():
+        snap = snapshot.read_snapshot()
+        return snap is not None and snap["now"] > t
+    wait_until(fresh, timeout=30, what="a snapshot from the new scheduler")
+    _, rows = snapshot.read_order(0, 1000)
+    return [names[str(r["id"])] for r in rows if r["state"] == "ordered"]
+
+
+def first_two_started(names: dict[str, str]) -> None:
+    running = lambda: sorted(names[str(pk)] for pk in  # noqa: E731
+                             Chart.objects.filter(state=ChartState.RUNNING).values_list("pk", flat=True))
+    wait_until(lambda: running() == ["a0", "a1"], timeout=60, what="a0 and a1 to start")
+
+
+def test_order_before_a_kill_9_equals_the_order_after_the_restart(live):
+    names = backlog()
+    live.worker()
+    sched = live.scheduler()
+    first_two_started(names)
+    before = plan_live(live, names)
+    published = published_after(time.time(), names)
+    print(f"\nrestart: plan --live before kill -9: {' '.join(before)}")
+    assert before == published == EXPECTED
+    sched.kill()
+    new = live.scheduler()
+    new.saw("loaded backlog", timeout=60)
+    published = published_after(time.time(), names)
+    after = plan_live(live, names)
+    print(f"restart: plan --live after the restart: {' '.join(after)} (published: {' '.join(published)})")
+    assert after == published == before
+    assert sorted(names[str(pk)] for pk in Chart.objects.filter(state=ChartState.RUNNING)
+                  .values_list("pk", flat=True)) == ["a0", "a1"]
+
+
+def test_order_before_a_standby_takeover_equals_the_order_after(live):
+    names = backlog()
+    live.worker()
+    one = live.scheduler("--lease-ttl", "2")
+    two = live.scheduler("--lease-ttl", "2")
+    first_two_started(names)
+    leader, standby = (one, two) if "dispatch chart #" in one.log() else (two, one)
+    standby.saw("standby: the lease is held by")
+    before = plan_live(live, names)
+    published = published_after(time.time(), names)
+    print(f"\ntakeover: plan --live before kill -9 of the leader: {' '.join(before)}")
+    assert before == published == EXPECTED
+    leader.kill()
+    standby.saw("loaded backlog", timeout=60)
+    published = published_after(time.time(), names)
+    after = plan_live(live, names)
+    print(f"takeover: plan --live after the standby took over: {' '.join(after)} "
+          f"(published: {' '.join(published)})")
+    assert after == published == before
