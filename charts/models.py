@@ -44,6 +44,9 @@ class Chart(models.Model):
         null=True, blank=True, editable=False,
         help_text="The round the live scheduler gave this queued chart (persisted so a restart resumes the order).",
     )
+    eta_first_at = models.DateTimeField(null=True, blank=True, help_text="The first ETA published for it.")
+    eta_dispatch_at = models.DateTimeField(
+        null=True, blank=True, help_text="The ETA in force when it was dispatched.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

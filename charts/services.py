@@ -15,8 +15,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, FloatField, Value
-from django.db.models.functions import Cast, Greatest
+from django.db.models import DateTimeField, F, FloatField, Value
+from django.db.models.functions import Cast, Coalesce, Greatest
 from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
@@ -294,16 +294,21 @@ def chart_cancel(*, chart: Chart | int) -> Chart:
 # --- scheduler lifecycle ------------------------------------------------------------------
 
 
-def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: datetime | None = None) -> bool:
+def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: datetime | None = None,
+                       eta_at: datetime | None = None) -> bool:
     """queued -> running, compare-and-set. False if the row moved meanwhile (cancelled,
     already running): the caller must not count it as dispatched. A pause that raced with
     the start loses (the workflow already runs, and running work is never touched), so the
-    flag is cleared rather than left on a running chart."""
+    flag is cleared rather than left on a running chart. ``eta_at``: the ETA in force at
+    dispatch (also its first ETA if none was published while it waited)."""
     now = at or timezone.now()
+    extra = {}
+    if eta_at is not None:
+        extra = {"eta_dispatch_at": eta_at, "eta_first_at": Coalesce(F("eta_first_at"), Value(eta_at, output_field=DateTimeField()))}
     with transaction.atomic():
         updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
             state=ChartState.RUNNING, paused=False, dispatched_at=now, started_at=now, dispatched_cost=cost,
-            temporal_run_id=run_id, error="", updated_at=now, fair_round=None,
+            temporal_run_id=run_id, error="", updated_at=now, fair_round=None, **extra,
         )
     return bool(updated)
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("dashboard/state.json", views.state_json, name="state"),
     path("dashboard/order.json", views.order_json, name="order"),
     path("dashboard/plots.json", views.plots_json, name="plots"),
+    path("dashboard/accuracy.json", views.accuracy_json, name="accuracy"),
     path("dashboard/control/", views.control, name="control"),
     path("orgs/<slug:slug>/", views.org_page, name="org"),
     path("orgs/<slug:slug>/status.json", views.org_status_json, name="org_status"),

@@ -84,6 +84,16 @@ def plots_json(request: HttpRequest) -> JsonResponse:
     return _json(selectors.plot_data())
 
 
+@never_cache
+@staff_required
+@require_GET
+def accuracy_json(request: HttpRequest) -> JsonResponse:
+    """ETA accuracy over the last ``?last=500`` finished charts (``dashboard/accuracy.py``)."""
+    from dashboard.accuracy import DEFAULT_LAST, accuracy
+
+    return _json(accuracy(last=_int_arg(request, "last", DEFAULT_LAST) or DEFAULT_LAST))
+
+
 @staff_required
 @require_POST
 def control(request: HttpRequest) -> JsonResponse:
@@ -116,8 +126,11 @@ def org_page(request: HttpRequest, slug: str) -> HttpResponse:
         raise Http404("No such organisation.")
     status = selectors.org_status(org)
     initial = {"status": status, "ws_path": f"/ws/orgs/{org.slug}/"}
+    from dashboard.accuracy import accuracy
+
     return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
-                                                "live": status["source"] == "scheduler"})
+                                                "live": status["source"] == "scheduler",
+                                                "accuracy": accuracy(org_id=org.pk, points=0)})
 
 
 def _bearer(request: HttpRequest) -> str | None:

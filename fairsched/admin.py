@@ -12,7 +12,7 @@ from fairsched.services import scheduler_settings_set
 class SchedulerSettingsAdmin(admin.ModelAdmin):
     """The budget dial and the intervals: one row, edited through the service."""
 
-    fields = ("budget", "eta_interval_s", "reconcile_interval_s", "updated_at")
+    fields = ("budget", "eta_interval_s", "reconcile_interval_s", "eta_model", "updated_at")
     readonly_fields = ("updated_at",)
 
     def has_add_permission(self, request) -> bool:
@@ -27,5 +27,6 @@ class SchedulerSettingsAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj: SchedulerSettings, form, change: bool) -> None:
         scheduler_settings_set(
-            budget=obj.budget, eta_interval_s=obj.eta_interval_s, reconcile_interval_s=obj.reconcile_interval_s
+            budget=obj.budget, eta_interval_s=obj.eta_interval_s, reconcile_interval_s=obj.reconcile_interval_s,
+            eta_model=obj.eta_model,
         )

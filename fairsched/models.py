@@ -22,6 +22,11 @@ class SchedulerSettings(models.Model):
         default=5.0, validators=[MinValueValidator(0.1)],
         help_text="Seconds between reconciliations against Temporal.",
     )
+    eta_model = models.CharField(
+        max_length=16, choices=[("forecast", "forecast"), ("lanes", "lanes")], default="forecast",
+        help_text="ETAs: 'forecast' also expects the arrivals each org keeps sending and learns durations "
+                  "from finished charts (bench/eta.py); 'lanes' simulates only the current order.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

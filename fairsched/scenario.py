@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from fairsched import core
 from fairsched.core import Durations, FairQueue, Plan, QueuedChart, RunningChart
-from fairsched.core.simulator import POLICIES, Arrival, Event, SimResult
+from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from fairsched.core.simulator import simulate as core_simulate
 
 __all__ = [
@@ -291,12 +291,17 @@ class Trace:
     durations: Durations
     arrivals: list[Arrival]
     events: list[Event]
+    eta_model: str = "lanes"
 
 
 def parse_trace(d: Any) -> Trace:
     """Validate a trace dict and convert it to core values."""
     d = _obj(d, "trace")
     budget, weights, costs, durations = _parse_common(d)
+    eta_model = _str(d.get("eta_model", "lanes"), "eta_model")
+    if eta_model not in ETA_MODELS:
+        raise ScenarioError("eta_model", f"unknown ETA model {_show(eta_model)} "
+                                         f"(expected one of {', '.join(ETA_MODELS)})")
     ids: set[str] = set()
     arrivals = []
     for i, a in enumerate(_list(_get(d, "arrivals", ""), "arrivals")):
@@ -332,12 +337,13 @@ def parse_trace(d: Any) -> Trace:
             events.append(Event(at, kind, value=_int(v, f"{p}.set_budget", 0)))
         else:
             events.append(Event(at, kind, chart=_str(v, f"{p}.{kind}")))
-    return Trace(budget, weights, costs, durations, arrivals, events)
+    return Trace(budget, weights, costs, durations, arrivals, events, eta_model)
 
 
 def sim_to_json(r: SimResult) -> dict:
     return {
         "policy": r.policy,
+        "eta_model": r.eta_model,
         "charts": [{"id": c.id, "org": c.org, "arrive_s": c.arrive_s, "start_s": c.start_s,
                     "finish_s": c.finish_s, "eta_at_arrival_s": c.eta_at_arrival_s}
                    for c in r.charts],
@@ -353,5 +359,5 @@ def simulate(trace: dict, policy: str = "wrr") -> dict:
                                       f"(expected one of {', '.join(POLICIES)})")
     t = parse_trace(trace)
     r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights,
-                      costs=t.costs, estimate=t.durations, policy=policy)
+                      costs=t.costs, estimate=t.durations, policy=policy, eta_model=t.eta_model)
     return sim_to_json(r)

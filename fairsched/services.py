@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from fairsched.core.simulator import ETA_MODELS
 from fairsched.models import SchedulerSettings
 from fairsched.notify import notify
 from fairsched.validation import require_int
@@ -23,7 +24,8 @@ def budget_set(*, budget: int) -> SchedulerSettings:
 
 
 def scheduler_settings_set(
-    *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None
+    *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None,
+    eta_model: str | None = None,
 ) -> SchedulerSettings:
     """Set any of the dials at once (the admin's form)."""
     with transaction.atomic():
@@ -40,6 +42,11 @@ def scheduler_settings_set(
             if not value >= 0.1:
                 raise ValidationError({field: f"{field} must be at least 0.1 s, got {value}."})
             setattr(obj, field, value)
+        if eta_model is not None:
+            if eta_model not in ETA_MODELS:
+                raise ValidationError({"eta_model": f"eta_model must be one of {', '.join(ETA_MODELS)}, "
+                                                    f"got {eta_model!r}."})
+            obj.eta_model = eta_model
         obj.save()
         notify("settings")
     return obj

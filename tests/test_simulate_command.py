@@ -66,3 +66,28 @@ def test_bad_trace_exits_2(tmp_path):
     r = run("simulate", str(p))
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["CommandError: arrivals[0].org: unknown org 'Z'"]
+
+
+def test_eta_model_forecast_and_a_bad_one_exits_2(tmp_path):
+    trace = {"budget": 1, "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 1}], "eta_model": "forecast",
+             "arrivals": [{"id": f"a{i}", "org": "A", "workflow": "w", "at_s": 0, "actual_s": 60} for i in range(5)]
+             + [{"id": f"b{i}", "org": "B", "workflow": "w", "at_s": 60 * i, "actual_s": 60} for i in range(5)]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(trace))
+    r = run("simulate", str(p))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["eta_model"] == "forecast"
+    # B keeps arriving: the forecast for a chart of A at the back sees B's next charts coming
+    trace["eta_model"] = "lanes"
+    p.write_text(json.dumps(trace))
+    out_lanes = json.loads(run("simulate", str(p)).stdout)
+    eta = {c["id"]: c["eta_at_arrival_s"] for c in out["charts"]}
+    eta_lanes = {c["id"]: c["eta_at_arrival_s"] for c in out_lanes["charts"]}
+    assert eta["a4"] > eta_lanes["a4"]
+    trace["eta_model"] = "crystal-ball"
+    p.write_text(json.dumps(trace))
+    r = run("simulate", str(p))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "eta_model: unknown ETA model 'crystal-ball'" in lines[0]

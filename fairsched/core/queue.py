@@ -301,6 +301,13 @@ class FairQueue:
         """Snapshot of the order as chart ids, O(n)."""
         return [k[4] for k in self._order]
 
+    def walk(self) -> Iterator[tuple[str, tuple, int | None]]:
+        """``(chart id, (org, workflow), round)`` of the order from the head, the
+        round None in the priority tier: what a forecast pass needs, without
+        building a :class:`QueuedChart` per chart."""
+        for k in chain.from_iterable(self._order.sublists()):
+            yield k[4], k[6], (k[1] if k[0] == TIER_NORMAL else None)
+
     def iter_charts(self) -> Iterator[QueuedChart]:
         """The ordered charts (with their rounds) lazily from the head; slice it
         with ``itertools.islice`` for a dashboard's first page."""

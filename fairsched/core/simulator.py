@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Callable, Iterable, Mapping, Sequence
 
+from .forecast import Forecaster, ForecastParams
 from .keys import fifo_key
 from .queue import ORDERED, FairQueue
 from .types import Durations, QueuedChart, RunningChart
 
 POLICIES = ("wrr", "fifo", "proportional")
 EVENT_KINDS = ("set_weight", "set_budget", "pause", "resume")
+ETA_MODELS = ("lanes", "forecast")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class SimResult:
     policy: str
     charts: list[SimChart]
     summary: dict = field(default_factory=dict)
+    eta_model: str = "lanes"
 
 
 def simulate(
@@ -76,10 +79,20 @@ def simulate(
     costs: Mapping[tuple[str, str | None], int] | None = None,
     estimate: Callable[[str, str | None], float] = Durations(),
     policy: str = "wrr",
+    eta_model: str = "lanes",
+    forecast_params: ForecastParams | None = None,
 ) -> SimResult:
-    """Run the trace to completion (or until nothing more can start)."""
+    """Run the trace to completion (or until nothing more can start).
+
+    ``eta_model``: ``"lanes"`` (the lane simulation of the order) or
+    ``"forecast"`` (:mod:`fairsched.core.forecast`, told each arrival and each
+    finish as it happens, so it knows only the past). Dispatch never reads it."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
+    if eta_model not in ETA_MODELS:
+        raise ValueError(f"unknown eta_model {eta_model!r}")
+    fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model == "forecast" else None
+    by_id = {a.id: a for a in arrivals}
     q = FairQueue(budget=budget, weights=weights, costs=costs,
                   policy="wrr" if policy == "wrr" else "fifo")
     weights0 = dict(weights)
@@ -113,6 +126,9 @@ def simulate(
         while finishing and finishing[0][0] <= t:
             _, _, cid = heappop(finishing)
             used -= running.pop(cid).cost
+            if fc is not None:
+                a = by_id[cid]
+                fc.observe_finish(a.org, a.workflow, a.actual_s)
         # 2. events, in listing order
         while ei < len(ev_order) and events[ev_order[ei]].at_s <= t:
             ev = events[ev_order[ei]]
@@ -138,6 +154,8 @@ def simulate(
             a = arrivals[i]
             q.add(QueuedChart(a.id, a.org, a.workflow, a.at_s, i, priority=a.priority))
             arrived.append(a.id)
+            if fc is not None:
+                fc.observe_arrival(a.org, a.workflow, a.at_s)
         # 4. dispatch
         free = q.budget - used
         demand = {o: q.ordered_count(o) for o in weights if q.ordered_count(o)}
@@ -167,7 +185,10 @@ def simulate(
         if arrived and policy != "proportional":
             want = {cid for cid in arrived if cid in running or q.state_of(cid) == ORDERED}
             if want:
-                rep = q.etas(running.values(), t, estimate=estimate, stop_after=want)
+                if fc is not None and policy == "wrr":
+                    rep = fc.etas(q, running.values(), t, stop_after=want)
+                else:
+                    rep = q.etas(running.values(), t, estimate=estimate, stop_after=want)
                 for cid in want:
                     e = rep.etas.get(cid)
                     if e is not None:
@@ -175,7 +196,7 @@ def simulate(
     charts = [SimChart(a.id, a.org, float(a.at_s), start.get(a.id), finish.get(a.id),
                        eta.get(a.id)) for a in arrivals]
     summary = summarize(charts, weights0, entitled, contended_starts)
-    return SimResult(policy, charts, summary)
+    return SimResult(policy, charts, summary, eta_model)
 
 
 def _proportional(q: FairQueue, free: int, weights: Mapping[str, int]) -> list[QueuedChart]:

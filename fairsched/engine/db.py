@@ -42,7 +42,8 @@ def _row(v: tuple) -> ChartRow:
 def read_config() -> Config:
     close_old_connections()
     s = SchedulerSettings.get()
-    return Config(budget=s.budget, eta_interval_s=s.eta_interval_s, reconcile_interval_s=s.reconcile_interval_s)
+    return Config(budget=s.budget, eta_interval_s=s.eta_interval_s, reconcile_interval_s=s.reconcile_interval_s,
+                  eta_model=s.eta_model)
 
 
 def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
@@ -150,20 +151,24 @@ def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
     return out
 
 
-def mark_running(items: list[tuple[int, int, str, float]],
+def mark_running(items: list[tuple],
                  rounds: tuple[CoreRoundState, dict[str, int | None]] | None = None) -> dict[int, bool]:
-    """queued -> running by compare-and-set for each (chart id, cost, run id, start time),
-    and with ``rounds`` the round state the dispatch left (``save_rounds``), all in one
-    transaction: a restarted scheduler never sees a dispatch without its ``head``."""
+    """queued -> running by compare-and-set for each (chart id, cost, run id, start time[,
+    ETA in force, epoch seconds or None]), and with ``rounds`` the round state the dispatch
+    left (``save_rounds``), all in one transaction: a restarted scheduler never sees a
+    dispatch without its ``head``."""
     from charts.services import chart_mark_running
 
     close_old_connections()
+    out = {}
     with transaction.atomic():
         if rounds is not None:
             _save_rounds(*rounds)
-        return {cid: chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
-                                        at=datetime.fromtimestamp(at, tz=timezone.utc))
-                for cid, cost, run_id, at in items}
+        for cid, cost, run_id, at, *eta in items:
+            eta_at = datetime.fromtimestamp(eta[0], tz=timezone.utc) if eta and eta[0] is not None else None
+            out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id,
+                                          at=datetime.fromtimestamp(at, tz=timezone.utc), eta_at=eta_at)
+    return out
 
 
 def fail_start(chart_id: int, error: str) -> bool:
@@ -171,6 +176,29 @@ def fail_start(chart_id: int, error: str) -> bool:
 
     close_old_connections()
     return chart_fail_start(chart_id=chart_id, error=error)
+
+
+def recorded_first_etas() -> set[int]:
+    """Queued and running charts that already have their first ETA (start-up)."""
+    close_old_connections()
+    return set(Chart.objects.filter(state__in=ACTIVE, eta_first_at__isnull=False).values_list("pk", flat=True))
+
+
+def record_first_etas(etas: dict[int, float]) -> int:
+    """Each chart's first published ETA (epoch seconds), only where none is recorded:
+    one bulk UPDATE per 500 charts (new charts only; the scheduler remembers the rest)."""
+    close_old_connections()
+    objs = [Chart(pk=pk, eta_first_at=datetime.fromtimestamp(at, tz=timezone.utc)) for pk, at in etas.items()]
+    return Chart.objects.filter(eta_first_at__isnull=True).bulk_update(objs, ["eta_first_at"], batch_size=500)
+
+
+def recent_durations(limit: int = 2000) -> list[tuple[str, str, float]]:
+    """(org, workflow, seconds) of the latest successful charts, oldest first: what the
+    forecast learns durations from at start-up."""
+    close_old_connections()
+    rows = (Chart.objects.filter(state=ChartState.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False)
+            .order_by("-finished_at").values_list("org_id", "workflow__name", "started_at", "finished_at")[:limit])
+    return [(str(o), w, (f - s).total_seconds()) for o, w, s, f in reversed(rows)]
 
 
 def record_outcome(chart_id: int, state: str, error: str, started_at: datetime | None,

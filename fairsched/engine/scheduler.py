@@ -165,6 +165,8 @@ class Scheduler:
         self._eta_last_end = 0.0   # monotonic time the last ETA pass ended
         self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
         self._resync_requested = False
+        self._eta_first_done: set[int] = set()  # charts whose first ETA is recorded
+        self._last_report = None                 # (EtaReport, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
@@ -291,6 +293,14 @@ class Scheduler:
         self.state = LiveState(world)
         self._round_saved, self._round_pending = world.rounds, {}
         self._notes.clear()  # the load read everything they could name
+        try:
+            for org, wf, seconds in await _db(db.recent_durations)():
+                self.state.forecast.observe_finish(org, wf, seconds)
+            self._eta_first_done = await _db(db.recorded_first_etas)()
+        except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
+            log.warning("cannot read recent durations / recorded ETAs (%s); learning from now on", exc)
+            self._eta_first_done = set()
+        self._last_report = None
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
                  len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
                  self.state.budget, len(self.state.orgs))
@@ -550,7 +560,9 @@ class Scheduler:
         wrote = await _db(db.record_outcome)(chart_id, outcome.state, outcome.error, outcome.started_at,
                                              outcome.finished_at, outcome.run_id)
         r = self.state.running.get(chart_id)
-        fx = self.state.finished(chart_id, outcome.state)
+        seconds = ((outcome.finished_at - outcome.started_at).total_seconds()
+                   if outcome.finished_at and outcome.started_at else None)
+        fx = self.state.finished(chart_id, outcome.state, seconds)
         took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
                 if outcome.finished_at and outcome.started_at else "")
         if wrote and source not in ("result", "escalation"):
@@ -723,7 +735,8 @@ class Scheduler:
             return fx
         new = state.commit_dispatch(planned, started)
         save = self._round_changes()
-        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at) for r in new if r.id not in closed], save)
+        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at, self._eta_in_force(r, at))
+                                          for r in new if r.id not in closed], save)
         self._round_written(save)
         free = free_before
         for r in new:
@@ -805,11 +818,36 @@ class Scheduler:
 
         now = self.clock()
         state = self.state
-        report = state.queue.etas(state.running_charts(), now, estimate=state.durations)
+        report = state.eta_report(now)
+        self._last_report = (report, now)
+        await self._record_first_etas(report, now)
         snap, rows, per_org = build_snapshot(state, report, now)
+        snap["eta_model"] = state.config.eta_model
         seq = await asyncio.to_thread(snapshot_store.store, snap, rows, per_org)
         await abroadcast_snapshot(seq)
         return True
+
+    def _eta_in_force(self, r, at: float) -> float:
+        """The ETA published for a chart by the last pass (absolute), else the one a pass
+        would give it now that it starts: ``at`` plus its expected duration."""
+        if self._last_report is not None:
+            report, then = self._last_report
+            eta = report.etas.get(str(r.id))
+            if eta is not None:
+                return then + eta.finish_s
+        return at + self.state.forecast.mean(str(r.org), r.workflow)
+
+    async def _record_first_etas(self, report, now: float) -> None:
+        """The first ETA of each chart that has none yet: one bulk write for the new ones."""
+        done = self._eta_first_done
+        new = {int(cid): now + e[1] for cid, e in report.etas.items() if int(cid) not in done}
+        if not new:
+            return
+        await _db(db.record_first_etas)(new)
+        done.update(new)
+        if len(done) > 4 * (len(self.state.queue) + len(self.state.running)) + 10_000:
+            live = {int(c) for c in report.etas}
+            done.intersection_update(live)
 
     async def _broadcast(self, events: list[dict]) -> None:
         from dashboard.broadcast import abroadcast_event

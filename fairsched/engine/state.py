@@ -17,7 +17,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fairsched.core import Durations, FairQueue, QueuedChart, RoundState, RunningChart
+from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart
+from fairsched.core.forecast import Forecaster
 
 log = logging.getLogger("fairsched.engine")
 
@@ -65,6 +66,7 @@ class Config:
     budget: int
     eta_interval_s: float = 3.0
     reconcile_interval_s: float = 5.0
+    eta_model: str = "forecast"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,12 @@ class LiveState:
                 costs=dict(world.costs),
             )
         self.durations = Durations(dict(world.averages), DEFAULT_AVG_S)
+        # The forecast's statistics: each org's arrivals (O(1) per arrival) and finished
+        # durations (O(1) per finish); its prior is the historical means above.
+        self.forecast = Forecaster(self._prior)
+        for c in sorted(world.charts, key=lambda c: c.created_at):
+            if c.org in self.orgs:
+                self.forecast.observe_arrival(str(c.org), c.workflow, c.created_at)
         self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
         self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
         self.running: dict[int, Running] = {}
@@ -160,6 +168,15 @@ class LiveState:
     def free(self) -> int:
         """Free budget; negative after the budget was lowered under running work."""
         return self.budget - self.used
+
+    def _prior(self, org: str, workflow: str | None) -> float:
+        return self.durations(org, workflow)
+
+    def eta_report(self, now: float) -> EtaReport:
+        """The ETA pass of the configured model (``Config.eta_model``)."""
+        if self.config.eta_model == "forecast":
+            return self.forecast.etas(self.queue, self.running_charts(), now)
+        return self.queue.etas(self.running_charts(), now, estimate=self.durations)
 
     def running_charts(self) -> list[RunningChart]:
         return [r.core() for r in self.running.values()]
@@ -183,6 +200,9 @@ class LiveState:
     # ------------------------------------------------------------- settings and orgs
     def apply_config(self, config: Config) -> Effects:
         fx = Effects()
+        if config.eta_model != self.config.eta_model:
+            log.info("ETA model set to %s", config.eta_model)
+            fx.eta_now = True
         if self.queue.set_budget(config.budget):
             log.info("budget set to %d (running cost %d; running work is never stopped)", config.budget, self.used)
             fx.eta_now = True
@@ -259,6 +279,8 @@ class LiveState:
             self._remove_queued(chart_id)
             q = None
         if q is None:
+            if chart_id not in self.external_ids:
+                self.forecast.observe_arrival(str(row.org), row.workflow, row.created_at)
             self.queue.add(row.queued_chart())
             self.external_ids[chart_id] = row.external_id
             self.queued_by_org[row.org] += 1
@@ -349,10 +371,13 @@ class LiveState:
                  row.id, row.state, self.running[row.id].cost)
         return fx
 
-    def finished(self, chart_id: int, state: str = "") -> Effects:
-        """A running chart's workflow closed (Temporal says so): its cost is free again."""
+    def finished(self, chart_id: int, state: str = "", seconds: float | None = None) -> Effects:
+        """A running chart's workflow closed (Temporal says so): its cost is free again.
+        ``seconds``: how long a successful run took (the forecast learns from it)."""
         fx = Effects()
         r = self.running.pop(chart_id, None)
+        if r is not None and seconds is not None and state == "succeeded":
+            self.forecast.observe_finish(str(r.org), r.workflow, seconds)
         if r is not None:
             fx.unwatch.add(chart_id)
             fx.events.append({"kind": "finish", "chart": chart_id, "org": r.org, "state": state, "cost": r.cost})

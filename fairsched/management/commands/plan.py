@@ -36,6 +36,20 @@ def read_json(path: str | None, stdin=None) -> object:
                            f"column {e.colno}", returncode=2) from None
 
 
+def live_eta_models() -> dict:
+    """Which ETA model made what: ``eta_model`` is this plan's (the lane simulation of the
+    order, recomputed here); ``scheduler_eta_model`` the one the live scheduler publishes
+    (its last snapshot's, else the setting)."""
+    from fairsched import snapshot
+    from fairsched.models import SchedulerSettings
+
+    try:
+        snap = snapshot.read_snapshot() or {}
+    except Exception:  # noqa: BLE001 - Redis down: the setting says it
+        snap = {}
+    return {"eta_model": "lanes", "scheduler_eta_model": snap.get("eta_model") or SchedulerSettings.get().eta_model}
+
+
 def live_scenario() -> dict:
     """The live state as a scenario dict: ``fairsched.live.scenario_from_db()``
     when the live scheduler module provides it, else built from the ORM (static
@@ -170,6 +184,9 @@ class Command(BaseCommand):
                 self.stdout.write(render_table(scenario))
             else:
                 s = parse_scenario(scenario)
-                self.stdout.write(json.dumps(plan_to_json(plan_scenario(s), s.weights), indent=2))
+                out = plan_to_json(plan_scenario(s), s.weights)
+                if opts["live"]:
+                    out.update(live_eta_models())
+                self.stdout.write(json.dumps(out, indent=2))
         except ScenarioError as e:
             raise CommandError(str(e), returncode=2) from None

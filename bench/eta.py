@@ -1,0 +1,183 @@
+"""ETA accuracy at arrival: naive vs the lane simulation vs the forecast model.
+
+Traces of the kind the forecast is for: skewed tenants (Zipf-like arrival rates
+over 12-16 orgs), bursts of arrivals, log-normal durations, costs 1-3, about
+1.2-1.4x overload for a few hours, then the backlog drains. Several seeds. For
+each trace and model: the mean absolute error (MAE) of the ETA given at
+arrival against the actual finish, the bias (mean of ETA - actual: negative is
+optimistic), the p90 absolute error, and the naive MAE over each model's MAE.
+
+    .venv/bin/python bench/eta.py            # every trace
+    .venv/bin/python bench/eta.py --quick    # two traces (the issue's kind)
+
+Naive: ``arrival + pending x mean duration / (budget / mean cost)``, pending
+being the charts in the system at arrival (arrived, not finished).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from bisect import bisect_right
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fairsched.core.forecast import ForecastParams  # noqa: E402
+from fairsched.scenario import parse_trace  # noqa: E402
+from fairsched.core.simulator import simulate as core_simulate  # noqa: E402
+
+# workflow -> (cost, mean seconds)
+WF12 = {"triage": (1, 240.0), "code": (2, 900.0)}
+WF123 = {"triage": (1, 240.0), "code": (2, 900.0), "audit": (3, 2400.0)}
+
+
+def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: int = 24,
+               overload: float = 1.3, hours: float = 4.0, zipf: float = 1.1, sigma: float = 0.5,
+               burst_share: float = 0.5, averages: bool = True, tail_hours: float = 2.0,
+               tail_load: float = 0.6) -> dict:
+    """Arrivals for ``hours`` at ``overload`` x the budget's capacity, then
+    ``tail_hours`` at ``tail_load`` x (the backlog drains while work still comes), then none.
+
+    Org i's share of the arrivals is proportional to ``1 / (i+1)**zipf``; a
+    ``burst_share`` of each org's charts comes in bursts (5-40 charts within a
+    couple of minutes), the rest as a Poisson stream. Durations are log-normal
+    with the workflow's mean and log-sd ``sigma`` (per org a mean factor 0.7-1.4).
+    """
+    rnd = random.Random(seed)
+    orgs = [f"o{i:02d}" for i in range(n_orgs)]
+    weights = {o: (2 if i in (0, 3) else 1) for i, o in enumerate(orgs)}
+    share = [1.0 / (i + 1) ** zipf for i in range(n_orgs)]
+    tot = sum(share)
+    share = [s / tot for s in share]
+    factor = {o: rnd.uniform(0.7, 1.4) for o in orgs}
+    mix = {wf: w for wf, w in zip(workflows, [6, 3, 1])}
+    wf_names = list(workflows)
+    # mean cost x seconds of one chart, over orgs and workflows
+    mean_work = sum(share[i] * sum(mix[wf] * workflows[wf][0] * workflows[wf][1] * factor[o]
+                                   for wf in wf_names) / sum(mix.values())
+                    for i, o in enumerate(orgs))
+    rate = overload * budget / mean_work  # charts per second over all orgs
+    arrivals = []
+
+    def chart(org: str, at: float) -> None:
+        wf = rnd.choices(wf_names, weights=[mix[w] for w in wf_names])[0]
+        mean = workflows[wf][1] * factor[org]
+        mu = math.log(mean) - sigma ** 2 / 2
+        arrivals.append({"id": f"{org}-{len(arrivals)}", "org": org, "workflow": wf,
+                         "at_s": round(at, 3), "actual_s": round(rnd.lognormvariate(mu, sigma), 3)})
+
+    phases = [(0.0, hours * 3600.0, 1.0), (hours * 3600.0, (hours + tail_hours) * 3600.0, tail_load / overload)]
+    for i, o in enumerate(orgs):
+        for begin, end, scale in phases:
+            r = rate * share[i] * scale
+            # Poisson part
+            t = begin
+            while True:
+                t += rnd.expovariate(r * (1 - burst_share))
+                if t > end:
+                    break
+                chart(o, t)
+            # bursts: the burst part's charts in clumps of 5-40 within two minutes
+            expected = r * burst_share * (end - begin)
+            left = rnd.gauss(expected, math.sqrt(expected))
+            while left >= 3:
+                size = min(int(left), rnd.randint(5, 40))
+                at = rnd.uniform(begin, end - 120.0)
+                for _ in range(size):
+                    chart(o, at + rnd.uniform(0, 120.0))
+                left -= size
+    arrivals.sort(key=lambda a: a["at_s"])
+    trace = {
+        "budget": budget, "default_avg_s": 600,
+        "orgs": [{"id": o, "weight": weights[o]} for o in orgs],
+        "costs": [{"org": o, "workflow": wf, "cost": c} for o in orgs for wf, (c, _) in workflows.items()],
+        "arrivals": arrivals,
+    }
+    if averages:
+        trace["averages"] = [{"org": o, "workflow": wf, "avg_s": round(m * factor[o], 1)}
+                             for o in orgs for wf, (_, m) in workflows.items()]
+    return trace
+
+
+def naive_etas(trace: dict, charts: list[dict]) -> dict[str, float]:
+    costs = {(c["org"], c["workflow"]): c["cost"] for c in trace.get("costs", [])}
+    avgs = {(a["org"], a["workflow"]): a["avg_s"] for a in trace.get("averages", [])}
+    default = trace.get("default_avg_s", 600)
+    arr = trace["arrivals"]
+    mean_avg = sum(avgs.get((a["org"], a["workflow"]), default) for a in arr) / len(arr)
+    mean_cost = sum(costs.get((a["org"], a["workflow"]), 1) for a in arr) / len(arr)
+    capacity = trace["budget"] / mean_cost
+    arrive_sorted = sorted(c["arrive_s"] for c in charts)
+    finish_sorted = sorted(c["finish_s"] for c in charts if c["finish_s"] is not None)
+    out = {}
+    for c in charts:
+        t = c["arrive_s"]
+        pending = bisect_right(arrive_sorted, t) - bisect_right(finish_sorted, t)
+        out[c["id"]] = t + pending * mean_avg / capacity
+    return out
+
+
+def errors(etas: dict[str, float], charts: list[dict]) -> dict:
+    e = [etas[c["id"]] - c["finish_s"] for c in charts if c["finish_s"] is not None and c["id"] in etas]
+    a = sorted(abs(x) for x in e)
+    return {"mae": sum(a) / len(a), "bias": sum(e) / len(e), "p90": a[max(0, math.ceil(0.9 * len(a)) - 1)],
+            "n": len(a)}
+
+
+def run_model(trace: dict, model: str, params: ForecastParams | None = None) -> list[dict]:
+    t = parse_trace(trace)
+    r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights, costs=t.costs,
+                      estimate=t.durations, eta_model=model, forecast_params=params)
+    return [{"id": c.id, "org": c.org, "arrive_s": c.arrive_s, "start_s": c.start_s, "finish_s": c.finish_s,
+             "eta": c.eta_at_arrival_s} for c in r.charts]
+
+
+def evaluate(trace: dict, params: ForecastParams | None = None, models=("lanes", "forecast")) -> dict:
+    out = {}
+    base = None
+    for m in models:
+        charts = run_model(trace, m, params)
+        if base is None:
+            base = charts
+            out["naive"] = errors(naive_etas(trace, charts), charts)
+        out[m] = errors({c["id"]: c["eta"] for c in charts if c["eta"] is not None}, charts)
+    return out
+
+
+TRACES = {
+    # the issue's kind: costs 1-2, about 1.3x overload
+    "A  costs 1-2, 14 orgs, 1.3x, seed 1": dict(seed=1),
+    "B  costs 1-2, 14 orgs, 1.3x, seed 2": dict(seed=2),
+    "C  costs 1-3, 16 orgs, 1.2x, seed 3": dict(seed=3, n_orgs=16, workflows=WF123, overload=1.2, budget=30),
+    "D  costs 1-3, 12 orgs, 1.4x, seed 4": dict(seed=4, n_orgs=12, workflows=WF123, overload=1.4, budget=30),
+    "E  costs 1-2, 20 orgs, 1.3x, seed 5": dict(seed=5, n_orgs=20, zipf=1.3),
+    "F  costs 1-2, 14 orgs, 1.3x, no averages (learned), seed 6": dict(seed=6, averages=False),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="only the first two traces")
+    args = ap.parse_args()
+    names = list(TRACES)[:2] if args.quick else list(TRACES)
+    print(f"{'trace':<58}{'charts':>7} | {'model':<9}{'MAE s':>8}{'bias s':>9}{'p90 s':>8}{'naive/x':>9}")
+    t0 = time.perf_counter()
+    for name in names:
+        trace = make_trace(**TRACES[name])
+        res = evaluate(trace)
+        naive = res["naive"]["mae"]
+        first = True
+        for m in ("naive", "lanes", "forecast"):
+            e = res[m]
+            lead = f"{name:<58}{len(trace['arrivals']):>7}" if first else " " * 65
+            first = False
+            print(f"{lead} | {m:<9}{e['mae']:>8.0f}{e['bias']:>9.0f}{e['p90']:>8.0f}{naive / e['mae']:>8.2f}x")
+    print(f"({time.perf_counter() - t0:.0f} s; errors in seconds over the charts that got an ETA at arrival;"
+          " bias < 0: optimistic)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""The forecasting ETA model (simulate.md v2, "ETA models": ``eta_model = "forecast"``).
+
+The lane simulation of the current order (:meth:`FairQueue.etas`) is optimistic
+by construction: charts of other orgs that arrive *later* take *earlier*
+rounds than a chart already waiting (that is what fairness means), and the
+lane simulation cannot see them coming. The forecast adds what the past says
+about the future, and nothing else:
+
+1. **Phantom arrivals.** Each org's arrival rate is estimated from its arrivals
+   so far (a recent rate, an exponentially weighted count, decaying towards its
+   long-run rate over the forecast's horizon). The forecast pass walks the
+   order through the budget lanes like the lane simulation, and while it walks
+   it lets the expected future charts of every org arrive at their expected
+   times; each takes the round the persistent round-robin would give it
+   (``max(head, last)``, next round when its org's ``weight`` charts already
+   hold ``last``, with ``head`` the round being walked at that time) and is
+   walked in that round, after the real charts of the round (it is younger).
+   So a chart far back in a busy org's queue sees the small orgs' future charts
+   pass it, as they will.
+2. **Durations learned from finished charts.** Per (org, workflow) the mean of
+   the durations seen so far, shrunk towards the prior estimate (the trace's
+   averages, or the live scheduler's historical means) with ``prior_n``
+   pseudo-observations; and the spread of their logarithms (a log-normal fit).
+   The charts ahead occupy the lanes for their mean; a chart's own finish is
+   its start plus its *median* (fitted from the log spread), which minimises
+   the absolute error of a skewed duration. The same fit gives a 90th-percentile
+   finish (``p90``).
+
+It learns only from what it was told through :meth:`Forecaster.observe_arrival`
+and :meth:`Forecaster.observe_finish` and from the queue and running charts it
+is given: the simulator tells it arrivals and finishes as they happen, so the
+forecast at an instant cannot depend on later arrivals or on the true duration
+of a chart that has not finished (``tests/core/test_forecast.py`` replays cut
+traces to check it). Every observation is O(1); a pass is the lane walk plus
+one step per phantom (O((n + phantoms) log budget)). Dispatch never reads it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from heapq import heappop, heappush, heapreplace
+from typing import Callable, Iterable
+
+from .plan import initial_lanes
+from .types import Durations, Eta, EtaReport, RunningChart
+
+Estimate = Callable[[str, "str | None"], float]
+Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastParams:
+    """The forecast's knobs (defaults tuned with ``bench/eta.py``)."""
+
+    recent_tau_s: float = 1800.0    # time constant of an org's recent arrival rate (EWMA)
+    decay_s: float = 0.0            # the projected rate goes from recent to long-run over this (0: long-run only)
+    long_floor_s: float = 3600.0    # the long-run rate's elapsed time is at least this
+    fade_s: float = 5400.0          # the projected rate fades by exp(-t / fade_s): the far future is a guess
+    horizon_s: float = 8 * 3600.0   # no phantom arrives later than this after now
+    max_phantoms: int = 20000       # and no pass walks more than this many
+    prior_n: float = 5.0            # weight of the prior duration estimate, in observations
+    own: str = "mean"               # a chart's own duration: "mean" or "median" (measured: mean, by a little)
+    phantoms: bool = True           # False: learned durations only (for the bench)
+
+
+@dataclass(slots=True)
+class _OrgArrivals:
+    n: int = 0
+    recent: float = 0.0      # EWMA count of arrivals, decayed to ``recent_at``
+    recent_at: float = 0.0
+    pairs: dict = field(default_factory=dict)  # workflow -> arrivals
+
+
+@dataclass(slots=True)
+class _PairDurations:
+    n: int = 0
+    total: float = 0.0
+    log_total: float = 0.0
+    log_sq: float = 0.0
+
+
+class Forecaster:
+    """What the forecast has learned so far, and the forecast pass.
+
+    ``estimate`` is the prior duration of (org, workflow) (a :class:`Durations`
+    or any callable); learned durations are blended into it.
+    """
+
+    def __init__(self, estimate: Estimate = Durations(), params: ForecastParams = ForecastParams()) -> None:
+        self.estimate = estimate
+        self.params = params
+        self._orgs: dict[str, _OrgArrivals] = {}
+        self._pairs: dict[tuple, _PairDurations] = {}
+        self._first_at: float | None = None
+        self._log_var_n = 0
+        self._log_var_sum = 0.0  # pooled within-pair variance of log durations
+
+    # ------------------------------------------------------------ learning
+    def observe_arrival(self, org: str, workflow: str | None, at: float) -> None:
+        """A chart of ``org`` arrived (was created) at ``at``. O(1)."""
+        if self._first_at is None or at < self._first_at:
+            self._first_at = at
+        s = self._orgs.get(org)
+        if s is None:
+            s = self._orgs[org] = _OrgArrivals(recent_at=at)
+        tau = self.params.recent_tau_s
+        if at > s.recent_at:
+            s.recent = s.recent * math.exp((s.recent_at - at) / tau) + 1.0
+            s.recent_at = at
+        else:  # out of order (a resync): count it at the latest time seen
+            s.recent += math.exp((at - s.recent_at) / tau)
+        s.n += 1
+        s.pairs[workflow] = s.pairs.get(workflow, 0) + 1
+
+    def observe_finish(self, org: str, workflow: str | None, seconds: float) -> None:
+        """A chart of (org, workflow) finished after ``seconds``. O(1)."""
+        if not (seconds >= 0.0) or math.isinf(seconds):
+            return
+        p = self._pairs.get((org, workflow))
+        if p is None:
+            p = self._pairs[(org, workflow)] = _PairDurations()
+        lg = math.log(max(seconds, 1e-3))
+        if p.n:
+            # pooled variance of logs, by Welford-like increments of each pair's own mean
+            mean = p.log_total / p.n
+            self._log_var_sum += (lg - mean) ** 2 * p.n / (p.n + 1)
+            self._log_var_n += 1
+        p.n += 1
+        p.total += seconds
+        p.log_total += lg
+        p.log_sq += lg * lg
+
+    # ------------------------------------------------------------ durations
+    def mean(self, org: str, workflow: str | None) -> float:
+        """Expected duration: the learned mean shrunk towards the prior."""
+        prior = float(self.estimate(org, workflow))
+        p = self._pairs.get((org, workflow))
+        if p is None or not p.n:
+            return prior
+        k = self.params.prior_n
+        return (k * prior + p.total) / (k + p.n)
+
+    def log_sigma(self, org: str, workflow: str | None) -> float:
+        """Spread (standard deviation of the log) of (org, workflow)'s durations:
+        its own once it has a few, else the pooled spread of all pairs, else 0."""
+        p = self._pairs.get((org, workflow))
+        pooled = self._log_var_sum / self._log_var_n if self._log_var_n else 0.0
+        if p is not None and p.n >= 2:
+            own = max(0.0, (p.log_sq - p.log_total ** 2 / p.n) / (p.n - 1))
+            # shrink a pair's own spread towards the pooled one while it has few charts
+            k = 3.0 if self._log_var_n else 0.0
+            var = ((p.n - 1) * own + k * pooled) / (p.n - 1 + k)
+        else:
+            var = pooled
+        return math.sqrt(var)
+
+    def median(self, org: str, workflow: str | None) -> float:
+        """The log-normal median of a duration of this mean and spread."""
+        s = self.log_sigma(org, workflow)
+        return self.mean(org, workflow) * math.exp(-s * s / 2)
+
+    def p90(self, org: str, workflow: str | None) -> float:
+        """The log-normal 90th percentile of a duration of this mean and spread."""
+        s = self.log_sigma(org, workflow)
+        return self.mean(org, workflow) * math.exp(Z90 * s - s * s / 2)
+
+    # ------------------------------------------------------------ arrival rates
+    def rates(self, now: float) -> dict[str, tuple[float, float]]:
+        """Per org (recent, long-run) arrivals per second at ``now``."""
+        out = {}
+        if self._first_at is None:
+            return out
+        p = self.params
+        elapsed = max(now - self._first_at, p.long_floor_s)
+        for org, s in self._orgs.items():
+            recent = s.recent * math.exp(min(0.0, s.recent_at - now) / p.recent_tau_s) / p.recent_tau_s
+            out[org] = (recent, s.n / elapsed)
+        return out
+
+    # ------------------------------------------------------------ the pass
+    def etas(self, queue, running: Iterable[RunningChart], now: float, *,
+             stop_after: "set[str] | frozenset[str] | None" = None) -> EtaReport:
+        """Every running and ordered chart's forecast ``Eta`` (seconds from
+        ``now``), like :meth:`FairQueue.etas`; ``stop_after`` ends the walk once
+        those ids have theirs. ``queue`` is the live :class:`FairQueue`."""
+        p = self.params
+        etas: dict[str, Eta] = {}
+        running = list(running)
+        mean = _cache(self.mean)
+        own = _cache(self.median if p.own == "median" else self.mean)
+        lanes = initial_lanes(running, now, queue.budget, mean, etas)
+        org_clear: dict[str, float] = dict.fromkeys(queue.weights, 0.0)
+        for r in running:
+            f = etas[r.id][1]
+            if f > org_clear.get(r.org, 0.0):
+                org_clear[r.org] = f
+        pending = set(stop_after) - etas.keys() if stop_after is not None else None
+        if pending is not None and not pending:
+            return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+        nl = len(lanes)
+        cost_of = queue.cost_of
+        weights = queue.weights
+        head = queue.head
+        rstate = queue.round_state()
+        last = {o: lu[0] for o, lu in rstate.items()}
+        used = {o: lu[1] for o, lu in rstate.items()}
+        gen = _Phantoms(self, now, weights, cost_of, mean) if p.phantoms and nl else None
+        ph: list = []  # phantoms placed: (round, arrival, seq, cost, mean duration)
+        info: dict = {}
+
+        def step(c: int, est: float) -> float | None:
+            if c == 1:
+                start = lanes[0]
+                heapreplace(lanes, start + est)
+                return start
+            if c > nl:
+                return None
+            for _ in range(c - 1):
+                heappop(lanes)
+            start = lanes[0]
+            fin = start + est
+            heapreplace(lanes, fin)
+            for _ in range(c - 1):
+                heappush(lanes, fin)
+            return start
+
+        for cid, pair, rnd in queue.walk():
+            ce = info.get(pair)
+            if ce is None:
+                c = cost_of(pair[0], pair[1])
+                ce = info[pair] = (c, mean(*pair), own(*pair))
+            c, est, mine = ce
+            if c > nl:
+                continue
+            if gen is not None and rnd is not None:
+                # phantoms that arrived by the time this chart could start, placed in
+                # their rounds; those in earlier rounds than this chart's go first
+                while True:
+                    gen.arrive_until(lanes[0], head, last, used, ph)
+                    if not ph or ph[0][0] >= rnd:
+                        break
+                    pr, _, _, pc, pest = heappop(ph)
+                    if step(pc, pest) is not None:
+                        head = pr
+            start = step(c, est)
+            fin = start + mine
+            etas[cid] = Eta(start, fin)
+            org = pair[0]
+            if fin > org_clear[org]:
+                org_clear[org] = fin
+            if rnd is not None:
+                head = rnd
+            if pending is not None and cid in pending:
+                pending.discard(cid)
+                if not pending:
+                    break
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+
+def _cache(fn: Callable) -> Callable:
+    memo: dict = {}
+
+    def get(org, workflow):
+        v = memo.get((org, workflow))
+        if v is None:
+            v = memo[(org, workflow)] = fn(org, workflow)
+        return v
+    return get
+
+
+class _Phantoms:
+    """The expected future arrivals of every org during one pass, in time order.
+
+    Org X's projected rate ``t`` seconds after now is
+    ``long + (recent - long) * exp(-t / decay_s)``; its k-th phantom arrives
+    when the expected count reaches ``k - 1/2`` (stepped one phantom at a time).
+    Each phantom's workflow follows the org's mix so far (smooth weighted
+    round-robin over its workflows' arrival counts)."""
+
+    def __init__(self, fc: Forecaster, now: float, weights: dict, cost_of: Callable, mean: Callable) -> None:
+        p = fc.params
+        self.end = p.horizon_s  # phantom times are offsets from now, like the lanes
+        self.left = p.max_phantoms
+        self.decay = p.decay_s
+        self.fade = p.fade_s
+        self.weights = weights
+        self.cost_of = cost_of
+        self.mean = mean
+        self.heap: list = []
+        self.state: dict = {}
+        self.seq = 0
+        for org, (recent, long) in fc.rates(now).items():
+            if not weights.get(org):
+                continue
+            s = fc._orgs[org]
+            mix = {wf: [n, 0.0] for wf, n in s.pairs.items()}
+            self.state[org] = (recent, long, mix, sum(s.pairs.values()))
+            t = self._next(org, 0.0, 0.5)
+            if t is not None:
+                heappush(self.heap, (t, org))
+
+    def _rate(self, org: str, t: float) -> float:
+        recent, long, _, _ = self.state[org]
+        base = long + (recent - long) * math.exp(-t / self.decay) if self.decay > 0 else long
+        return base * math.exp(-t / self.fade)
+
+    def _next(self, org: str, t: float, amount: float) -> float | None:
+        """Time offset when ``amount`` more arrivals are expected after offset ``t``."""
+        r = self._rate(org, t)
+        if r <= 1e-12:
+            return None
+        dt = amount / r
+        # one midpoint correction of the changing rate
+        r2 = self._rate(org, t + dt / 2)
+        if r2 <= 1e-12:
+            return None
+        return t + amount / r2
+
+    def _workflow(self, org: str):
+        _, _, mix, total = self.state[org]
+        best = None
+        for wf, cur in mix.items():
+            cur[1] += cur[0]
+            if best is None or cur[1] > mix[best][1]:
+                best = wf
+        mix[best][1] -= total
+        return best
+
+    def arrive_until(self, t: float, head: int, last: dict, used: dict, out: list) -> None:
+        """Phantoms arriving by ``t`` (seconds from now) take their rounds (``head`` being
+        the round walked then) and join ``out`` (a heap by round, then arrival)."""
+        heap = self.heap
+        while heap and heap[0][0] <= t and self.left > 0:
+            at, org = heap[0]
+            if at > self.end:
+                heap.clear()
+                return
+            w = self.weights[org]
+            lo = last.get(org)
+            if lo is None:
+                r = head
+            else:
+                r = lo if lo > head else head
+                if r == lo and used[org] >= w:
+                    r += 1
+            if r == lo:
+                used[org] += 1
+            else:
+                last[org] = r
+                used[org] = 1
+            wf = self._workflow(org)
+            self.seq += 1
+            self.left -= 1
+            heappush(out, (r, at, self.seq, self.cost_of(org, wf), self.mean(org, wf)))
+            nxt = self._next(org, at, 1.0)
+            if nxt is None:
+                heappop(heap)
+            else:
+                heapreplace(heap, (nxt, org))
