@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from fairsched.validation import JSONDocumentValidator, NoNulValidator
+
 
 class ChartState(models.TextChoices):
     QUEUED = "queued", "Queued"
@@ -21,10 +23,13 @@ class Chart(models.Model):
     org = models.ForeignKey("orgs.Org", on_delete=models.PROTECT, related_name="charts")
     workflow = models.ForeignKey("orgs.Workflow", on_delete=models.PROTECT, related_name="charts")
     external_id = models.CharField(
-        max_length=200, null=True, blank=True,
+        max_length=200, null=True, blank=True, validators=[NoNulValidator()],
         help_text="The producer's own id; unique within the org, so a resubmission is idempotent.",
     )
-    payload = models.JSONField(default=dict, blank=True, help_text="Passed to the workflow as its input.")
+    payload = models.JSONField(
+        default=dict, blank=True, validators=[JSONDocumentValidator()],
+        help_text="Passed to the workflow as its input (a JSON object, at most FAIRSCHED_MAX_PAYLOAD_BYTES).",
+    )
     state = models.CharField(max_length=16, choices=ChartState.choices, default=ChartState.QUEUED)
     priority = models.BooleanField(default=False)
     prioritized_at = models.DateTimeField(null=True, blank=True)

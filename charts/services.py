@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
 from fairsched.notify import notify
+from fairsched.validation import check_json_document, check_text, parse_bool
 from orgs.models import Org, Workflow
 
 EXTERNAL_ID_MAX = 200
@@ -65,21 +66,20 @@ def _payload(value: Any, field_name: str = "payload") -> dict[str, Any]:
     if isinstance(value, (str, bytes)):
         try:
             value = json.loads(value)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ValidationError({field_name: f"{field_name}: not valid JSON ({exc})."}) from None
     if not isinstance(value, Mapping):
         raise ValidationError({field_name: f"{field_name}: must be a JSON object, got {type(value).__name__}."})
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError({field_name: f"{field_name}: not serialisable as JSON ({exc})."}) from None
+    check_json_document(field_name, value)  # size, NUL, NaN/Infinity: refused on every database
     return dict(value)
 
 
 def _external_id(value: Any, field_name: str = "external_id") -> str | None:
     if value is None:
         return None
-    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValidationError({field_name: f"{field_name}: must be text or a whole number, got {value!r}."})
+    text = check_text(field_name, str(value)).strip()
     if not text:
         return None
     if len(text) > EXTERNAL_ID_MAX:
@@ -120,14 +120,16 @@ def chart_submit(
     workflow: Workflow | int | str,
     payload: Any = None,
     external_id: str | None = None,
-    priority: bool = False,
+    priority: bool | str = False,
 ) -> Chart:
     """Submit one chart. Resubmitting the same ``external_id`` with the same workflow and
-    payload returns the existing chart (idempotent); with different content it is refused."""
+    payload returns the existing chart (idempotent); with different content it is refused.
+    ``priority`` is parsed by :func:`fairsched.validation.parse_bool` (``"false"`` is false)."""
     org_obj = _org(org)
     wf = _workflow(workflow)
     data = _payload(payload)
     ext = _external_id(external_id)
+    priority = parse_bool("priority", priority)
     if ext is not None:
         existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
         if existing is not None:
@@ -143,11 +145,14 @@ def chart_submit(
             # post_save (charts.signals) notifies the scheduler on commit.
             return Chart.objects.create(
                 org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
-                priority=bool(priority), prioritized_at=now if priority else None,
+                priority=priority, prioritized_at=now if priority else None,
             )
-    except IntegrityError:
-        existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
-        if existing is not None and existing.workflow_id == wf.pk and existing.payload == data:
+    except IntegrityError as exc:
+        existing = Chart.objects.filter(org=org_obj, external_id=ext).first() if ext is not None else None
+        if existing is None:
+            # Not the external id (a CHECK constraint, say): never blame a field that is fine.
+            raise ValidationError({"__all__": f"the database refused the chart: {exc}"}) from None
+        if existing.workflow_id == wf.pk and existing.payload == data:
             return existing
         raise ValidationError({"external_id": f"external_id: {ext!r} is already used in {org_obj.name}."}) from None
 
@@ -194,9 +199,7 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
         wf = cached(wf_cache, item["workflow"], lambda: _workflow(item["workflow"], f"{where}.workflow"))
         data = _payload(item.get("payload"), f"{where}.payload")
         ext = _external_id(item.get("external_id"), f"{where}.external_id")
-        priority = item.get("priority", False)
-        if not isinstance(priority, bool):
-            raise ValidationError({f"{where}.priority": f"{where}.priority: must be true or false, got {priority!r}."})
+        priority = parse_bool(f"{where}.priority", item.get("priority", False))
         if ext is not None:
             key = (org_obj.pk, ext)
             if key in seen_ext:

@@ -12,7 +12,12 @@ and gets a fresh snapshot. Server -> client:
 * ``{"type": "events", "n", "server_time", "events": [...], "counters": {...}}`` --
   cheap changes (the scheduler's and the controls'), coalesced.
 * ``{"type": "order", "n", ...}`` -- the answer to ``view``.
-* ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message"}``.
+* ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message"}``;
+  a control over the socket's rate (``FAIRSCHED_WS_CONTROL_RATE`` a second) is
+  answered ``ok: false`` with ``errors.rate`` and not applied.
+* ``{"type": "error", "n", "message", "errors"}`` -- the answer to a frame the server
+  cannot use (not JSON, binary, not an object, a field of the wrong type or out of
+  range, an unknown type). The socket stays open.
 
 Client -> server: ``resync``; ``view`` (offset, limit, org); ``control`` (req,
 action and its fields; staff dashboard only).
@@ -30,9 +35,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.core.exceptions import ValidationError
 
 from dashboard import controls, selectors
 from dashboard.broadcast import GROUP
+from fairsched.validation import MAX_ID, require_int
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,7 @@ MIN_INTERVAL_S = 0.2  # at most 5 updates per second per socket
 DB_REFRESH_S = 10.0  # without a scheduler, re-read the DB counts this often
 CLOSE_FORBIDDEN = 4403
 REAUTH_S = 15.0  # an open socket re-checks its user's access this often (revocation, membership)
+MAX_OFFSET = 10**9
 
 
 def _fresh_user(pk: int | None):
@@ -64,6 +73,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         self.last_flush = 0.0
         self.flush_task: asyncio.Task | None = None
         self.refresh_task: asyncio.Task | None = None
+        self.stale_task: asyncio.Task | None = None
         self.joined = False
         self.checked_at = time.monotonic()
         user = self.scope.get("user")
@@ -76,7 +86,8 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_snapshot()
 
     async def disconnect(self, code: int) -> None:
-        for task in (getattr(self, "flush_task", None), getattr(self, "refresh_task", None)):
+        for task in (getattr(self, "flush_task", None), getattr(self, "refresh_task", None),
+                     getattr(self, "stale_task", None)):
             if task is not None:
                 task.cancel()
         if getattr(self, "joined", False):
@@ -97,6 +108,26 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=f'{{"n":{self.n},"server_time":{time.time():.3f},{text[1:]}')
         if source == "db" and self.refresh_task is None:
             self.refresh_task = asyncio.create_task(self._refresh_from_db())
+        if source == "scheduler":
+            await self._watch_staleness()
+
+    async def _watch_staleness(self) -> None:
+        """A live snapshot turns stale if no newer one follows (the scheduler stopped): the
+        socket then gets a fresh snapshot message, which says so, instead of keeping old
+        numbers on screen as if they were live."""
+        if self.stale_task is not None:
+            self.stale_task.cancel()
+        after = await database_sync_to_async(selectors.stale_after_s)()
+        self.stale_task = asyncio.create_task(self._resend_when_stale(after + 0.5))
+
+    async def _resend_when_stale(self, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+            self.stale_task = None
+            self.want_snapshot = True
+            self.schedule_flush()
+        except asyncio.CancelledError:
+            pass
 
     async def _refresh_from_db(self) -> None:
         """No scheduler: keep the DB counts fresh until a snapshot shows up."""
@@ -176,6 +207,33 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
 
     # --- client messages -----------------------------------------------------------
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
+        """A frame that is not a JSON object gets an ``error`` message back; the socket stays
+        open (a closed socket and a traceback in the log are what a fuzzer hopes for)."""
+        if text_data is None:
+            await self.send_error("frame", "Binary frames are not understood; send JSON text.")
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self.send_error("frame", "Not valid JSON.")
+            return
+        if not isinstance(content, dict):
+            await self.send_error("frame", f"Expected a JSON object, got {type(content).__name__}.")
+            return
+        try:
+            await self.receive_json(content)
+        except ValidationError as exc:
+            errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+            await self.send_error("frame", " ".join(m for msgs in errors.values() for m in msgs),
+                                  {k: list(v) for k, v in errors.items()})
+        except Exception:  # noqa: BLE001 - a bug must cost one answer, not the socket
+            log.exception("dashboard socket message failed")
+            await self.send_error("frame", "The server could not handle this message.")
+
+    async def send_error(self, field: str, message: str, errors: dict[str, list[str]] | None = None) -> None:
+        await self.send_numbered({"type": "error", "message": message, "errors": errors or {field: [message]}})
+
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict) or not await self.still_allowed():
             return
@@ -188,23 +246,44 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             page = await database_sync_to_async(self.read_page)()
             await self.send_numbered({"type": "order", **page})
         elif kind == "control":
+            if not self.take_control_token():
+                rate_message = (f"Too many controls: at most {settings.FAIRSCHED_WS_CONTROL_RATE} a second from one "
+                                "page; this one was not applied.")
+                await self.send_numbered({
+                    "type": "control.result", "req": content.get("req"), "ok": False,
+                    "action": content.get("action") if isinstance(content.get("action"), str) else None,
+                    "errors": {"rate": [rate_message]}, "message": rate_message})
+                return
             await self.control(content)
         elif kind == "ping":
             await self.send_numbered({"type": "pong"})
+        else:
+            shown = kind if isinstance(kind, str) and len(kind) <= 40 else type(kind).__name__
+            await self.send_error("type", f"type: unknown message type {shown!r}; one of resync, view, control, ping.")
+
+    def take_control_token(self) -> bool:
+        """A token bucket per socket: ``FAIRSCHED_WS_CONTROL_RATE`` controls a second, bursts
+        up to the same number. A refused control is answered, not queued."""
+        rate = float(settings.FAIRSCHED_WS_CONTROL_RATE)
+        now = time.monotonic()
+        self.tokens = min(rate, getattr(self, "tokens", rate) + (now - getattr(self, "tokens_at", now)) * rate)
+        self.tokens_at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
     def clean_view(self, content: dict[str, Any]) -> dict[str, Any]:
-        def num(key: str, default: int) -> int:
-            try:
-                return max(0, int(content.get(key, default)))
-            except (TypeError, ValueError):
+        """``offset``, ``limit`` and ``org`` of a ``view`` message; a value of the wrong kind or
+        out of range is a ValidationError naming it (answered with an ``error`` message)."""
+        def num(key: str, default: int | None, minimum: int, maximum: int) -> int | None:
+            value = content.get(key)
+            if value is None or value == "":
                 return default
-        org = content.get("org")
-        try:
-            org = int(org) if org not in (None, "") else None
-        except (TypeError, ValueError):
-            org = None
-        return {"offset": num("offset", 0), "limit": min(selectors.PAGE_MAX, max(1, num("limit", self.default_limit))),
-                "org": org}
+            return require_int(key, value, minimum=minimum, maximum=maximum)
+        return {"offset": num("offset", 0, 0, MAX_OFFSET),
+                "limit": num("limit", self.default_limit, 1, selectors.PAGE_MAX),
+                "org": num("org", None, 1, MAX_ID)}
 
     async def control(self, content: dict[str, Any]) -> None:
         await self.send_numbered({"type": "control.result", "req": content.get("req"), "ok": False,

@@ -7,16 +7,19 @@ before the scheduler's next snapshot) or the refusal with messages per field.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import DatabaseError
 
 from charts import services as chart_services
 from charts.models import Chart
 from dashboard import selectors
 from fairsched import services as fairsched_services
+from fairsched.validation import MAX_ID, require_int
 from orgs import services as org_services
 from orgs.models import Org
 
@@ -41,6 +44,7 @@ PERMS = {
 }
 ACTIONS = tuple(PERMS)
 VIEW_PERM = "charts.view_chart"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,13 +76,9 @@ def allowed_actions(user) -> list[str]:
 
 
 def _int(data: Mapping[str, Any], key: str) -> int:
-    value = data.get(key)
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValidationError({key: f"{key}: expected a whole number, got {value!r}."}) from None
+    """An id from the client: a whole number in ``[1, MAX_ID]`` (no float, no bool, nothing
+    a database column would overflow on)."""
+    return require_int(key, data.get(key), minimum=1, maximum=MAX_ID)
 
 
 def _chart_event(action: str, chart: Chart) -> dict[str, Any]:
@@ -96,9 +96,11 @@ def _org_event(action: str, org: Org) -> dict[str, Any]:
 
 def apply_control(user, data: Mapping[str, Any]) -> Outcome:
     """Check the permission for ``data["action"]`` and apply it through its service."""
-    action = str(data.get("action") or "")
+    raw_action = data.get("action")
+    action = raw_action if isinstance(raw_action, str) and len(raw_action) <= 40 else ""
     if action not in PERMS:
-        return Outcome(False, action, errors={"action": [f"Unknown action {action!r}; one of {', '.join(ACTIONS)}."]})
+        shown = raw_action if isinstance(raw_action, str) and len(raw_action) <= 40 else type(raw_action).__name__
+        return Outcome(False, action, errors={"action": [f"Unknown action {shown!r}; one of {', '.join(ACTIONS)}."]})
     if not (user and user.is_authenticated and user.is_active and user.is_staff and user.has_perm(PERMS[action])):
         return Outcome(False, action, errors={"permission": [
             f"You do not have permission to {action.replace('_', ' ')} (needs {PERMS[action]})."]})
@@ -123,3 +125,6 @@ def apply_control(user, data: Mapping[str, Any]) -> Outcome:
     except ValidationError as exc:
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
         return Outcome(False, action, errors={k: list(v) for k, v in errors.items()})
+    except DatabaseError as exc:  # never a 500 or a closed socket: say it, log it
+        log.warning("control %s refused by the database: %s", action, exc)
+        return Outcome(False, action, errors={"__all__": ["The database refused the change; nothing was changed."]})

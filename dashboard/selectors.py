@@ -6,7 +6,9 @@ expired), everything still renders from the database: counts, orgs, running
 charts; the order is then unknown and the page says it waits for the scheduler.
 
 Every function returns plain JSON-able dicts in the snapshot's shapes, with
-``"source": "scheduler" | "db"`` so pages can say which one they show.
+``"source": "scheduler" | "db"`` so pages can say which one they show. A snapshot
+older than a few ETA intervals (:func:`stale_after_s`) is never shown as live: the
+pages fall back to the database and say ``"stale": true`` with the snapshot's ``age_s``.
 """
 from __future__ import annotations
 
@@ -79,20 +81,61 @@ def order_page(snapshot: dict[str, Any] | None, *, offset: int = 0, limit: int =
 # --- the summary --------------------------------------------------------------------
 
 
-def read_live_snapshot() -> dict[str, Any] | None:
-    """The scheduler's latest snapshot, or None (never published, expired, Redis down)."""
+_interval_cache: dict[str, float] = {"at": -1e9, "value": 3.0}
+
+
+def stale_after_s() -> float:
+    """How old a snapshot may be before it is stale: a few ETA intervals (the scheduler
+    publishes one per pass), never less than ``FAIRSCHED_STALE_MIN_S``."""
+    if time.monotonic() - _interval_cache["at"] > 5.0:
+        try:
+            _interval_cache["value"] = float(SchedulerSettings.get().eta_interval_s)
+        except Exception:  # noqa: BLE001 - keep the last known interval
+            pass
+        _interval_cache["at"] = time.monotonic()
+    return max(float(settings.FAIRSCHED_STALE_MIN_S), settings.FAIRSCHED_STALE_INTERVALS * _interval_cache["value"])
+
+
+def snapshot_age_s(s: dict[str, Any]) -> float | None:
+    """Seconds since the scheduler published ``s`` (its ``now``)."""
     try:
-        return snap.read_snapshot()
-    except Exception:  # noqa: BLE001
+        return max(0.0, time.time() - float(s["now"]))
+    except (KeyError, TypeError, ValueError):
         return None
 
 
+def read_snapshot_with_age() -> tuple[dict[str, Any] | None, float | None, bool]:
+    """``(snapshot, age_s, stale)`` of the latest snapshot, stale or not."""
+    try:
+        s = snap.read_snapshot()
+    except Exception:  # noqa: BLE001
+        s = None
+    if s is None:
+        return None, None, False
+    age = snapshot_age_s(s)
+    return s, age, age is None or age > stale_after_s()
+
+
+def read_live_snapshot() -> dict[str, Any] | None:
+    """The scheduler's latest snapshot if it is live; None when there is none (never published,
+    expired, Redis down) or it is stale (the scheduler stopped publishing): old numbers are
+    never shown as live."""
+    s, _, stale = read_snapshot_with_age()
+    return None if stale else s
+
+
 def dashboard_state() -> dict[str, Any]:
-    """Everything the dashboard's top half shows: the snapshot, else the same shape from the DB."""
-    s = read_live_snapshot()
-    if s is not None:
-        return {**s, "source": "scheduler"}
-    return db_state()
+    """Everything the dashboard's top half shows: the live snapshot, else the same shape from
+    the DB. ``stale`` says the latest snapshot is older than :func:`stale_after_s` (``age_s``
+    its age): the counts then come from the database and the order is unknown."""
+    s, age, stale = read_snapshot_with_age()
+    if s is not None and not stale:
+        return {**s, "source": "scheduler", "stale": False, "age_s": _round(age)}
+    return {**db_state(), "stale": s is not None, "age_s": _round(age)}
+
+
+def _round(age: float | None) -> float | None:
+    return None if age is None else round(age, 1)
 
 
 def _estimates() -> dict[tuple[int, int | None], float]:
@@ -184,8 +227,10 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     """
     offset = max(0, int(offset))
     limit = max(1, min(PAGE_MAX * 10, int(limit)))
-    s = read_live_snapshot()
+    latest, age, stale = read_snapshot_with_age()
+    s = None if stale else latest
     data = snap.read_org(org.pk) if s is not None else None
+    freshness = {"stale": latest is not None and stale, "age_s": _round(age)}
     if data is not None:
         base = s.get("now") or time.time()
         charts = [_org_chart(r, base) for r in data.get("charts", [])]
@@ -199,6 +244,7 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
                     "running": row.get("running"), "clear_s": row.get("clear_s"),
                     "clear_at": row.get("clear_at") or _at(base, row.get("clear_s"))},
             "total": len(charts), "offset": offset, "limit": limit, "charts": charts[offset:offset + limit],
+            **freshness,
         }
     qs = Chart.objects.filter(org=org, state__in=[ChartState.QUEUED, ChartState.RUNNING]).select_related("workflow")
     if external_id:
@@ -214,7 +260,8 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
         "created_at": c.created_at.isoformat(), "started_at": c.started_at.isoformat() if c.started_at else None,
     } for c in rows]
     return {"source": "db", "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
-            "org": org_row_from_db(org), "total": total, "offset": offset, "limit": limit, "charts": charts}
+            "org": org_row_from_db(org), "total": total, "offset": offset, "limit": limit, "charts": charts,
+            **freshness}
 
 
 def _at(base: float, seconds: float | None) -> str | None:

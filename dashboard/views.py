@@ -6,12 +6,13 @@ the database when there is none) and then go live over a WebSocket.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required, user_passes_test
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -20,16 +21,47 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import controls, selectors
 from dashboard.broadcast import broadcast_event
 from dashboard.models import OrgToken
+from fairsched.middleware import answers_json
+from fairsched.validation import MAX_ID
 
 staff_required = user_passes_test(controls.can_view_dashboard)
 
 
-def _int_arg(request: HttpRequest, key: str, default: int | None) -> int | None:
+class BadQuery(ValueError):
+    """A query parameter that is not what the endpoint takes: answered with 400 naming it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+MAX_OFFSET = 10**9
+_DIGITS = re.compile(r"\d{1,20}")
+
+
+def _int_arg(request: HttpRequest, key: str, default: int | None, *, minimum: int = 0,
+             maximum: int = MAX_OFFSET) -> int | None:
+    """A whole-number query parameter in ``[minimum, maximum]``; anything else is a :class:`BadQuery`."""
     raw = request.GET.get(key, "")
-    try:
-        return int(raw) if raw != "" else default
-    except ValueError:
+    if raw == "":
         return default
+    if not _DIGITS.fullmatch(raw) or not minimum <= int(raw) <= maximum:
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise BadQuery(key, f"{key}: expected a whole number from {minimum} to {maximum:,}, got {shown!r}.")
+    return int(raw)
+
+
+def _text_arg(request: HttpRequest, key: str, *, max_length: int = 200) -> str | None:
+    raw = request.GET.get(key, "")
+    if "\x00" in raw:
+        raise BadQuery(key, f"{key}: contains a NUL character.")
+    if len(raw) > max_length:
+        raise BadQuery(key, f"{key}: longer than {max_length} characters.")
+    return raw or None
+
+
+def _bad_query(exc: BadQuery) -> JsonResponse:
+    return _json({"error": str(exc), "errors": {exc.key: [str(exc)]}}, 400)
 
 
 def _json(data: Any, status: int = 200) -> JsonResponse:
@@ -41,9 +73,12 @@ def _json(data: Any, status: int = 200) -> JsonResponse:
 @never_cache
 @staff_required
 def index(request: HttpRequest) -> HttpResponse:
+    try:
+        org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
+    except BadQuery as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain")
     state = selectors.dashboard_state()
     live = state.get("source") == "scheduler"
-    org = _int_arg(request, "org", None)
     initial = {
         "state": state,
         "order": selectors.order_page(state if live else None, offset=0, limit=100, org=org),
@@ -71,9 +106,14 @@ def state_json(request: HttpRequest) -> JsonResponse:
 @require_GET
 def order_json(request: HttpRequest) -> JsonResponse:
     """A page of the order: ``?offset=0&limit=100&org=<id>`` (limit at most 500)."""
+    try:
+        offset = _int_arg(request, "offset", 0)
+        limit = _int_arg(request, "limit", 100, minimum=1, maximum=selectors.PAGE_MAX)
+        org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
+    except BadQuery as exc:
+        return _bad_query(exc)
     s = selectors.read_live_snapshot()
-    page = selectors.order_page(s, offset=_int_arg(request, "offset", 0) or 0,
-                                limit=_int_arg(request, "limit", 100) or 100, org=_int_arg(request, "org", None))
+    page = selectors.order_page(s, offset=offset, limit=limit, org=org)
     return _json({"seq": s.get("seq") if s else None, **page})
 
 
@@ -94,6 +134,7 @@ def accuracy_json(request: HttpRequest) -> JsonResponse:
     return _json(accuracy(last=_int_arg(request, "last", DEFAULT_LAST) or DEFAULT_LAST))
 
 
+@answers_json
 @staff_required
 @require_POST
 def control(request: HttpRequest) -> JsonResponse:
@@ -166,6 +207,10 @@ def org_status_json(request: HttpRequest, slug: str) -> JsonResponse:
         response = _json({"error": "authentication required: log in or send Authorization: Bearer <token>"}, 401)
         response["WWW-Authenticate"] = 'Bearer realm="fairsched"'
         return response
-    return _json(selectors.org_status(org, offset=_int_arg(request, "offset", 0) or 0,
-                                      limit=_int_arg(request, "limit", 500) or 500,
-                                      external_id=request.GET.get("external_id") or None))
+    try:
+        offset = _int_arg(request, "offset", 0)
+        limit = _int_arg(request, "limit", 500, minimum=1, maximum=selectors.PAGE_MAX * 10)
+        external_id = _text_arg(request, "external_id")
+    except BadQuery as exc:
+        return _bad_query(exc)
+    return _json(selectors.org_status(org, offset=offset, limit=limit, external_id=external_id))

@@ -1,7 +1,7 @@
 """ASGI entry point: ``daphne fairsched.asgi:application``.
 
-HTTP goes to Django; WebSockets (``/ws/...``) go through Channels with origin
-checks and session authentication.
+HTTP goes to Django; WebSockets (``/ws/...``) go through Channels with an origin
+check on scheme, host and port (:mod:`fairsched.wsorigin`) and session authentication.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from fairsched.wsorigin import SameOriginValidator  # noqa: E402
 
 http_app = django_asgi_app
 if settings.SERVE_STATIC:
@@ -28,6 +28,6 @@ if settings.SERVE_STATIC:
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -1,25 +1,29 @@
 from __future__ import annotations
 
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+from fairsched.validation import MAX_BUDGET, MAX_INTERVAL_S
 
 
 class SchedulerSettings(models.Model):
     """The scheduler's dials: a singleton row (pk=1), read with ``SchedulerSettings.get()``."""
 
     budget = models.PositiveIntegerField(
-        default=4,
+        default=4, validators=[MaxValueValidator(MAX_BUDGET)],
         help_text=(
-            "Total cost budget: a chart starts only if the running cost plus its own cost fits in it. "
-            "After the budget is lowered, running charts are never stopped: the running cost stays above "
-            "the new budget until enough of them finish (it drains by design), and nothing starts meanwhile."
+            f"Total cost budget (at most {MAX_BUDGET:,}): a chart starts only if the running cost plus its own "
+            "cost fits in it. After the budget is lowered, running charts are never stopped: the running cost "
+            "stays above the new budget until enough of them finish (it drains by design), and nothing starts "
+            "meanwhile."
         ),
     )
     eta_interval_s = models.FloatField(
-        default=3.0, validators=[MinValueValidator(0.1)], help_text="Seconds between ETA passes."
+        default=3.0, validators=[MinValueValidator(0.1), MaxValueValidator(MAX_INTERVAL_S)],
+        help_text="Seconds between ETA passes.",
     )
     reconcile_interval_s = models.FloatField(
-        default=5.0, validators=[MinValueValidator(0.1)],
+        default=5.0, validators=[MinValueValidator(0.1), MaxValueValidator(MAX_INTERVAL_S)],
         help_text="Seconds between reconciliations against Temporal.",
     )
     eta_model = models.CharField(

@@ -7,12 +7,12 @@ from django.db import transaction
 from fairsched.core.simulator import ETA_MODELS
 from fairsched.models import SchedulerSettings
 from fairsched.notify import notify
-from fairsched.validation import require_int
+from fairsched.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
 
 def budget_set(*, budget: int) -> SchedulerSettings:
     """Set the total cost budget. Lowering it never stops running charts; dispatch waits."""
-    budget = require_int("budget", budget, minimum=0)
+    budget = require_int("budget", budget, minimum=0, maximum=MAX_BUDGET)
     with transaction.atomic():
         obj = SchedulerSettings.get()
         if obj.budget == budget:
@@ -31,16 +31,18 @@ def scheduler_settings_set(
     with transaction.atomic():
         obj = SchedulerSettings.get()
         if budget is not None:
-            obj.budget = require_int("budget", budget, minimum=0)
+            obj.budget = require_int("budget", budget, minimum=0, maximum=MAX_BUDGET)
         for field, value in (("eta_interval_s", eta_interval_s), ("reconcile_interval_s", reconcile_interval_s)):
             if value is None:
                 continue
             try:
                 value = float(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ValidationError({field: f"{field} must be a number of seconds, got {value!r}."}) from None
             if not value >= 0.1:
                 raise ValidationError({field: f"{field} must be at least 0.1 s, got {value}."})
+            if not value <= MAX_INTERVAL_S:
+                raise ValidationError({field: f"{field} must be at most {MAX_INTERVAL_S:g} s, got {value}."})
             setattr(obj, field, value)
         if eta_model is not None:
             if eta_model not in ETA_MODELS:

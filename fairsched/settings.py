@@ -80,8 +80,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "fairsched.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Before the CSRF check: a too-large body is answered here, not by a SuspiciousOperation page.
+    "fairsched.middleware.RequestBodyLimitMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -176,6 +179,21 @@ RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 3600},
 }
 RQ_SHOW_ADMIN_LINK = True
+
+# Input limits (fairsched/validation.py has the bounds on budget, weight and cost): the
+# largest chart payload, in bytes of its compact JSON; and the largest request body
+# (file uploads excepted), kept above what a form needs to carry the largest payload.
+FAIRSCHED_MAX_PAYLOAD_BYTES = env_int("FAIRSCHED_MAX_PAYLOAD_BYTES", 1_048_576)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE",
+                                      max(2_621_440, 2 * FAIRSCHED_MAX_PAYLOAD_BYTES + 65_536))
+# Web pages whose origin (scheme://host:port) may open the WebSockets, besides the page's own
+# origin (the Host it was served from). Defaults to DJANGO_CSRF_TRUSTED_ORIGINS.
+FAIRSCHED_WS_ALLOWED_ORIGINS = env_list("FAIRSCHED_WS_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
+# Socket controls per second per socket (a token bucket; bursts up to the same number).
+FAIRSCHED_WS_CONTROL_RATE = env_int("FAIRSCHED_WS_CONTROL_RATE", 20)
+# A snapshot older than max(this many ETA intervals, FAIRSCHED_STALE_MIN_S) is shown as stale.
+FAIRSCHED_STALE_INTERVALS = env_int("FAIRSCHED_STALE_INTERVALS", 3)
+FAIRSCHED_STALE_MIN_S = env_int("FAIRSCHED_STALE_MIN_S", 10)
 
 # Background jobs (jobs/): bulk import and webhooks.
 FAIRSCHED_IMPORT_BATCH = env_int("FAIRSCHED_IMPORT_BATCH", 500)

@@ -1,15 +1,27 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
 from fairsched import views
+
+# django-rq's views only check is_staff: every one of them is wrapped in rq_admin_required.
+rq_urlpatterns = get_api_urlpatterns() + get_admin_urlpatterns(view_wrapper=views.rq_admin_required)
+for _pattern in rq_urlpatterns[: len(get_api_urlpatterns())]:
+    _pattern.callback = views.rq_admin_required(_pattern.callback)
+
+urlpatterns = [
+    path(p.pattern._route if hasattr(p.pattern, "_route") else p.pattern, views.rq_admin_required(p.callback),
+         name=p.name)
+    for p in get_api_urlpatterns() + get_admin_urlpatterns()
+]
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("admin/rq/", include("django_rq.urls")),
+    path("admin/rq/", include((rq_urlpatterns, "django_rq"))),
     path("admin/", admin.site.urls),
     path("charts/", include("charts.urls")),
     path("", include("dashboard.urls")),  # /dashboard/... and /orgs/<slug>/...

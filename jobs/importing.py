@@ -12,7 +12,9 @@ The rule, for a file of N rows:
    progress (``next_row``, counts, the batch's row errors). A row the service
    refuses at that point (an ``external_id`` that now conflicts with an existing
    chart, say) is reported against its row and the rest of its batch is retried
-   without it.
+   without it. A batch the database itself refuses (a value that got past the
+   checks) is retried row by row, each row in its own savepoint, so only the
+   refused row is lost and reported.
 
 So every valid row is imported, every invalid row has an error naming it, and
 a crash between batches leaves a job whose counts describe exactly what is in
@@ -32,10 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from charts.services import chart_submit_many
+from fairsched.validation import parse_bool
 from jobs.models import ImportJob, ImportStatus
 from orgs.models import Org, Workflow
 
@@ -43,8 +46,6 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ("org", "workflow", "external_id", "payload", "priority")
 REQUIRED = ("org", "workflow")
-TRUE = {"1", "true", "yes", "y", "t"}
-FALSE = {"", "0", "false", "no", "n", "f"}
 _ITEM_KEY = re.compile(r"^charts\[(\d+)\]\.?")
 
 
@@ -122,13 +123,10 @@ def _csv_row(number: int, raw: Mapping[str | None, Any]) -> Row:
             item["payload"] = json.loads(payload)
         except ValueError as exc:
             return Row(number, item, f"payload: not valid JSON ({exc}).")
-    priority = values.get("priority", "").lower()
-    if priority in TRUE:
-        item["priority"] = True
-    elif priority in FALSE:
-        item["priority"] = False
-    else:
-        return Row(number, item, f"priority: must be true or false, got {values['priority']!r}.")
+    try:  # the same spellings as chart_submit and chart_submit_many
+        item["priority"] = parse_bool("priority", values.get("priority", ""))
+    except ValidationError as exc:
+        return Row(number, item, " ".join(exc.messages))
     return Row(number, item)
 
 
@@ -257,6 +255,11 @@ def submit_batch(rows: list[Row]) -> BatchOutcome:
             if attempts > 2:
                 return _submit_one_by_one(pending, outcome)
             continue
+        except DatabaseError as exc:
+            # A row the database refuses (a value no validation foresaw): find it row by row,
+            # each in its own savepoint, so it is reported and the rest of the batch goes in.
+            log.warning("an import batch was refused by the database (%s); retrying it row by row", exc)
+            return _submit_one_by_one(pending, outcome)
         outcome.created += len(result.created)
         outcome.existing += len(result.existing)
         break
@@ -270,8 +273,8 @@ def _submit_one_by_one(rows: list[Row], outcome: BatchOutcome) -> BatchOutcome:
                 result = chart_submit_many(charts=[row.item])
         except ValidationError as exc:
             outcome.errors.append((row.number, _refused_item(exc)[1]))
-        except IntegrityError as exc:
-            outcome.errors.append((row.number, f"refused by the database: {exc}"))
+        except DatabaseError as exc:
+            outcome.errors.append((row.number, f"refused by the database: {str(exc).strip()[:500]}"))
         else:
             outcome.created += len(result.created)
             outcome.existing += len(result.existing)

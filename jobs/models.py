@@ -63,6 +63,9 @@ class ImportJob(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = "chart import"
+        # /admin/rq/ (django-rq's queue views: open, delete and requeue any job) needs this,
+        # or a superuser; being staff is not enough.
+        permissions = [("manage_rq_queues", "Can manage the background job queues (/admin/rq/)")]
 
     def __str__(self) -> str:
         return f"import #{self.pk} ({self.filename})"

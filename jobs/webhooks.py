@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import django_rq
 import redis
@@ -210,7 +211,20 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # a redirect is an answer to report, not to follow with the signed body
 
 
-_opener = urllib.request.build_opener(_NoRedirect, _GuardedHTTPHandler, _GuardedHTTPSHandler)
+def _build_opener() -> urllib.request.OpenerDirector:
+    """HTTP and HTTPS only. ``build_opener`` would add urllib's file:, ftp: and data:
+    handlers, and a webhook URL that got past the model's check (written through the ORM,
+    or saved before the check existed) would read a local file and show it in the admin."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (_GuardedHTTPHandler(), _GuardedHTTPSHandler(), _NoRedirect(),
+                    urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor(),
+                    urllib.request.UnknownHandler()):
+        opener.add_handler(handler)
+    return opener
+
+
+_opener = _build_opener()
+ALLOWED_SCHEMES = ("http", "https")
 
 
 @dataclass
@@ -225,7 +239,21 @@ class Attempt:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
+def refusal(url: str, secret: str) -> str | None:
+    """Why a delivery must not be attempted at all, or None: a scheme other than http(s),
+    or no secret (a body signed with the empty key is one anyone can forge)."""
+    scheme = urlsplit(url).scheme.lower() if url else ""
+    if scheme not in ALLOWED_SCHEMES:
+        return f"webhook URL scheme {scheme or '(none)'!r} is not http or https"
+    if not (secret or "").strip():
+        return "the org has no webhook secret; an unsigned (empty-key) delivery would be forgeable"
+    return None
+
+
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Attempt:
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in ALLOWED_SCHEMES:
+        return Attempt(None, "", f"refused: webhook URL scheme {scheme!r} is not http or https", refused=True)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with _opener.open(request, timeout=timeout) as resp:
@@ -259,6 +287,15 @@ def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDeliv
         delivery.claimed_until = None
         delivery.save(update_fields=["status", "last_error", "next_retry_at", "claimed_until"])
         return delivery
+    reason = refusal(org.webhook_url, org.webhook_secret)
+    if reason is not None:
+        delivery.status = DeliveryStatus.FAILED
+        delivery.last_error = f"refused: {reason}"
+        delivery.next_retry_at = None
+        delivery.claimed_until = None
+        delivery.save(update_fields=["status", "last_error", "next_retry_at", "claimed_until"])
+        log.warning("webhook #%s not sent: %s", delivery.pk, reason)
+        return delivery  # failed for good: no rq retry
     body = delivery_body(delivery)
     headers = {
         "Content-Type": "application/json",

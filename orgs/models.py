@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.utils.text import slugify
+
+from fairsched.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
 
 
 class Org(models.Model):
@@ -12,7 +15,8 @@ class Org(models.Model):
     name = models.CharField(max_length=200, unique=True)
     slug = models.SlugField(max_length=200, unique=True, blank=True)
     weight = models.PositiveIntegerField(
-        default=1, help_text="Charts per round in the weighted round-robin. 0 holds the org."
+        default=1, validators=[MaxValueValidator(MAX_WEIGHT)],
+        help_text=f"Charts per round in the weighted round-robin (at most {MAX_WEIGHT:,}). 0 holds the org.",
     )
     weight_before_hold = models.PositiveIntegerField(
         null=True, blank=True, editable=False, help_text="The weight to restore on release."
@@ -20,7 +24,10 @@ class Org(models.Model):
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="orgs")
     webhook_url = models.URLField(blank=True, validators=[URLValidator(schemes=["http", "https"])],
                                   help_text="POSTed a signed JSON payload when charts finish (http or https).")
-    webhook_secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for webhooks.")
+    webhook_secret = models.CharField(
+        max_length=200, blank=True, validators=[NoNulValidator()],
+        help_text="HMAC-SHA256 key for webhooks; required with a webhook URL.",
+    )
     webhook_clear_margin_s = models.PositiveIntegerField(
         default=600, help_text="Notify when the org's clear-time moves by more than this many seconds."
     )
@@ -36,6 +43,13 @@ class Org(models.Model):
     @property
     def is_held(self) -> bool:
         return self.weight == 0
+
+    def clean(self) -> None:
+        """A webhook needs a secret: a body signed with the empty key is one anyone can forge."""
+        super().clean()
+        if self.webhook_url and not (self.webhook_secret or "").strip():
+            raise ValidationError({"webhook_secret": "webhook_secret: required when a webhook URL is set "
+                                                     "(receivers check the signature made with it)."})
 
     def save(self, *args, **kwargs) -> None:
         if not self.slug:
@@ -85,7 +99,7 @@ class WorkflowCost(models.Model):
 
     org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="costs")
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="costs")
-    cost = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    cost = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_COST)])
 
     class Meta:
         constraints = [

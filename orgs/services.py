@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fairsched.notify import notify
-from fairsched.validation import require_int
+from fairsched.validation import MAX_COST, MAX_WEIGHT, require_int
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 
@@ -19,7 +19,7 @@ def _locked_org(org: Org | int) -> Org:
 
 
 def org_create(*, name: str, weight: int = 1, slug: str = "") -> Org:
-    weight = require_int("weight", weight, minimum=0)
+    weight = require_int("weight", weight, minimum=0, maximum=MAX_WEIGHT)
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "name is required."})
@@ -39,7 +39,7 @@ def org_announce(*, org: Org) -> None:
 
 def org_set_weight(*, org: Org | int, weight: int) -> Org:
     """Set an org's weight. 0 holds the org (its charts stay visible and never dispatch)."""
-    weight = require_int("weight", weight, minimum=0)
+    weight = require_int("weight", weight, minimum=0, maximum=MAX_WEIGHT)
     with transaction.atomic():
         locked = _locked_org(org)
         if locked.weight == weight:
@@ -79,7 +79,7 @@ def workflow_create(*, name: str, temporal_type: str = "", description: str = ""
 
 def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int) -> WorkflowCost:
     """Set the cost of an (org, workflow) pair. In-flight charts keep the cost they started with."""
-    cost = require_int("cost", cost, minimum=1)
+    cost = require_int("cost", cost, minimum=1, maximum=MAX_COST)
     with transaction.atomic():
         locked = _locked_org(org)
         wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow

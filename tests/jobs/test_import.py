@@ -138,12 +138,12 @@ def test_a_row_refused_by_the_service_is_reported_and_its_batch_still_imported(a
         {"org": "acme-health", "workflow": "code", "external_id": "new-1"},
         {"org": "acme-health", "workflow": "code", "external_id": "taken", "payload": {"seconds": 2}},
         {"org": "acme-health", "workflow": "code", "external_id": "new-2"},
-        {"org": "acme-health", "workflow": "code", "priority": "yes"},
+        {"org": "acme-health", "workflow": "code", "priority": "maybe"},  # "yes" is a spelling of true
     ]).encode()
     job = importing.import_run(import_create(filename="a.json", data=data, batch_size=10).pk)
     assert [e["row"] for e in job.errors] == [2, 4]
     assert "already used by chart" in job.errors[0]["message"]
-    assert job.errors[1]["message"] == "priority: must be true or false, got 'yes'."
+    assert job.errors[1]["message"] == "priority: must be true or false, got 'maybe'."
     assert sorted(Chart.objects.values_list("external_id", flat=True)) == ["new-1", "new-2", "taken"]
 
 

@@ -53,6 +53,7 @@
   function renderSummary() {
     const live = S.source === "scheduler";
     $("waiting").hidden = live;
+    F.showStale($("stale"), S);
     $("seq").textContent = live ? "snapshot #" + S.seq + " · " + F.clock(F.parseIso(S.generated_at)) : "no snapshot";
     const used = S.used || 0, budget = S.budget || 0;
     const frac = budget ? Math.min(1, used / budget) : (used ? 1 : 0);
@@ -86,11 +87,15 @@
         <td>${o.held ? btn("release", "Release") : btn("hold", "Hold")}</td>
         <td class="num">${fmt(o.queued)}</td><td class="num">${fmt(o.running)}</td>
         <td><div class="share" title="budget in use ${pct(o.share_budget)} · share of weight ${pct(o.share_weight)}">
-          <div class="bar b"><span style="width:${Math.min(100, (o.share_budget || 0) * 100)}%"></span></div>
-          <div class="bar w"><span style="width:${Math.min(100, (o.share_weight || 0) * 100)}%"></span></div></div></td>
+          <div class="bar b"><span data-w="${Math.min(100, (o.share_budget || 0) * 100)}"></span></div>
+          <div class="bar w"><span data-w="${Math.min(100, (o.share_weight || 0) * 100)}"></span></div></div></td>
         <td class="num">${pct(o.share_budget)} <span class="muted">/ ${pct(o.share_weight)}</span></td>
         <td>${o.clear_s == null ? '<span class="muted">—</span>' : o.clear_s === 0 ? "clear" : `${F.clock(clear)} <span class="muted" data-eta="${clear}"></span>`}</td>`;
-    }, (tr, o) => { tr.dataset.orgId = o.id; tr.className = o.held ? "held" : ""; });
+    }, (tr, o) => {
+      tr.dataset.orgId = o.id; tr.className = o.held ? "held" : "";
+      // Widths through the CSSOM: a style="" attribute in markup is inline style, refused by the CSP.
+      tr.querySelectorAll("[data-w]").forEach((el) => { el.style.width = `${el.dataset.w}%`; });
+    });
     const sel = $("org-filter");
     const want = ['<option value="">all orgs</option>'].concat((S.orgs || []).map((o) => `<option value="${o.id}">${esc(o.name)}</option>`)).join("");
     if (sel.dataset.sig !== want) { sel.innerHTML = want; sel.dataset.sig = want; }

@@ -38,6 +38,12 @@
     return d.toLocaleDateString([], {month: "short", day: "numeric"}) + " " + hm;
   };
   F.parseIso = (iso) => (iso ? Date.parse(iso) / 1000 : null);
+  // The "stale" badge: the scheduler's last snapshot is too old to show as live.
+  F.showStale = (el, st) => {
+    if (!el) return;
+    el.hidden = !st.stale;
+    if (st.stale) el.textContent = `Stale: the scheduler's last snapshot is ${F.duration(st.age_s || 0)} old; it looks stopped. Counts come from the database, positions and ETAs are not shown.`;
+  };
 
   /* Every element with data-eta="<epoch s>" shows "in 3 min"; data-clock="<epoch>" the time of day. */
   F.tick = () => {

@@ -13,6 +13,7 @@
     const o = st.org || {};
     const live = st.source === "scheduler";
     $("waiting").hidden = live;
+    F.showStale($("stale"), st);
     $("org-queued").textContent = o.queued == null ? "—" : Number(o.queued).toLocaleString();
     $("org-running").textContent = o.running == null ? "—" : Number(o.running).toLocaleString();
     $("org-held").hidden = !o.held;
