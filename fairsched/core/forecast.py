@@ -95,6 +95,17 @@ class Forecaster:
         self._log_var_n = 0
         self._log_var_sum = 0.0  # pooled within-pair variance of log durations
 
+    def copy(self, estimate: Estimate | None = None) -> "Forecaster":
+        """A copy of what was learned (O(orgs + pairs)), for a pass in another thread
+        while this one keeps learning; ``estimate``: the copy's prior (default: the same)."""
+        other = Forecaster(self.estimate if estimate is None else estimate, self.params)
+        other._orgs = {o: _OrgArrivals(s.n, s.recent, s.recent_at, dict(s.pairs)) for o, s in self._orgs.items()}
+        other._pairs = {k: _PairDurations(p.n, p.total, p.log_total, p.log_sq) for k, p in self._pairs.items()}
+        other._first_at = self._first_at
+        other._log_var_n = self._log_var_n
+        other._log_var_sum = self._log_var_sum
+        return other
+
     # ------------------------------------------------------------ learning
     def observe_arrival(self, org: str, workflow: str | None, at: float) -> None:
         """A chart of ``org`` arrived (was created) at ``at``. O(1)."""

@@ -110,11 +110,50 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
 
 
 def read_world() -> World:
-    """Everything the scheduler holds, in one read (start-up and resync)."""
+    """Everything the scheduler holds, in one read (start-up)."""
+    from django.utils import timezone
+
+    read_at = timezone.now()
     config = read_config()
     charts = [_row(v) for v in Chart.objects.filter(state__in=ACTIVE).order_by("pk").values_list(*CHART_FIELDS)]
     return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
-                 rounds=read_round_state())
+                 rounds=read_round_state(), read_at=read_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """An incremental resync's read: the small tables whole, the charts changed since a watermark."""
+
+    config: Config
+    orgs: list[OrgRow]
+    costs: dict[tuple[str, str], int]
+    averages: dict[tuple[str | None, str | None], float]
+    charts: list[ChartRow]  # every chart (any state) whose updated_at is at or after the watermark
+    read_at: datetime       # when this read began: the next watermark (less the overlap)
+
+
+def read_changes(since: datetime | None) -> Changes:
+    """Settings, orgs, costs and averages (small: read whole), and the charts whose
+    ``updated_at`` is at or after ``since`` (all states: a chart that turned final
+    leaves the order). ``updated_at`` is set by every write through ``charts.services``
+    and by ``save()`` (auto_now); a ``QuerySet.update()`` or raw SQL that leaves it alone
+    is caught only by the periodic full pass (:func:`read_active_chunk`)."""
+    from django.utils import timezone
+
+    read_at = timezone.now()
+    config = read_config()
+    qs = Chart.objects.filter(updated_at__gte=since) if since is not None else Chart.objects.filter(state__in=ACTIVE)
+    charts = [_row(v) for v in qs.order_by("pk").values_list(*CHART_FIELDS)]
+    return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
+                   read_at=read_at)
+
+
+def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:
+    """Queued and running charts with ``pk > after_pk``, by pk, at most ``limit``: one
+    chunk of the full resync (keyset pagination: each chunk is one short indexed query)."""
+    close_old_connections()
+    qs = Chart.objects.filter(state__in=ACTIVE, pk__gt=after_pk).order_by("pk")[:limit]
+    return [_row(v) for v in qs.values_list(*CHART_FIELDS)]
 
 
 def read_charts(ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]:

@@ -11,6 +11,7 @@ import os
 import socket
 import uuid
 
+import redis
 import redis.asyncio as aredis
 
 LEASE_KEY = "fairsched:scheduler:lease"
@@ -53,3 +54,12 @@ class Lease:
     async def holder(self) -> str | None:
         raw = await self.client.get(self.key)
         return raw.decode() if raw else None
+
+    def renew_sync(self, client: redis.Redis) -> bool:
+        """:meth:`renew` through a synchronous client (the lease keeper's own thread)."""
+        return bool(client.eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
+
+    def acquire_sync(self, client: redis.Redis) -> bool:
+        if self.renew_sync(client):
+            return True
+        return bool(client.set(self.key, self.token, nx=True, px=self.ttl_ms))

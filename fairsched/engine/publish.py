@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
-from fairsched.engine.state import LiveState
+from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
 
@@ -20,31 +20,39 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
 
 
-def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dict, list[dict], dict[int, dict]]:
-    """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`."""
+def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float
+                   ) -> tuple[dict, list[dict], dict[int, dict]]:
+    """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`.
+
+    Reads only a :class:`PassInput` (a :class:`LiveState` is captured first), so the
+    live loop runs it in a thread on a copy while it keeps dispatching."""
+    if isinstance(state, LiveState):
+        state = state.capture()
     queue = state.queue
     etas = report.etas
+    cost_of = queue.cost_of
+    ext = state.external_ids
     order_rows: list[dict[str, Any]] = []
-    for pos, q in enumerate(queue.iter_charts()):
-        eta = etas.get(q.id)
+    # walk() reads the order's keys (immutable), never the shared mutable entries.
+    for pos, (cid, (org, wf), rnd) in enumerate(queue.walk()):
+        eta = etas.get(cid)
         order_rows.append({
-            "id": int(q.id), "pos": pos, "org": int(q.org), "workflow": q.workflow,
-            "cost": queue.cost_of(q.org, q.workflow), "round": q.round, "priority": q.priority,
-            "state": "ordered", "external_id": state.external_ids.get(int(q.id)),
+            "id": int(cid), "pos": pos, "org": int(org), "workflow": wf,
+            "cost": cost_of(org, wf), "round": rnd, "priority": rnd is None,
+            "state": "ordered", "external_id": ext.get(int(cid)),
             "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
         })
     for aside in (HELD, PAUSED, BLOCKED):
-        for cid in getattr(queue, aside):
-            q = queue.get(cid)
+        for q in state.aside[aside]:
             order_rows.append({
-                "id": int(cid), "pos": None, "org": int(q.org), "workflow": q.workflow,
-                "cost": queue.cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
-                "state": aside, "external_id": state.external_ids.get(int(cid)), "start_s": None, "finish_s": None,
+                "id": int(q.id), "pos": None, "org": int(q.org), "workflow": q.workflow,
+                "cost": cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
+                "state": aside, "external_id": ext.get(int(q.id)), "start_s": None, "finish_s": None,
             })
     running_rows = []
     used_by_org: dict[int, int] = {}
     running_by_org: dict[int, int] = {}
-    for r in sorted(state.running.values(), key=lambda r: (r.started_at, r.id)):
+    for r in sorted(state.running, key=lambda r: (r.started_at, r.id)):
         eta = etas.get(str(r.id))
         running_rows.append({
             "id": r.id, "org": r.org, "workflow": r.workflow, "cost": r.cost, "external_id": r.external_id,
@@ -55,10 +63,10 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
         used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
         running_by_org[r.org] = running_by_org.get(r.org, 0) + 1
     used = sum(used_by_org.values())
-    active_weight = sum(o.weight for o in state.orgs.values()
+    active_weight = sum(o.weight for o in state.orgs
                         if state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0))
     org_rows = []
-    for o in sorted(state.orgs.values(), key=lambda o: (o.name, o.id)):
+    for o in sorted(state.orgs, key=lambda o: (o.name, o.id)):
         clear = report.org_clear_s.get(str(o.id), 0.0)
         active = state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0)
         org_rows.append({
@@ -67,13 +75,14 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float) -> tuple[dic
             "used_cost": used_by_org.get(o.id, 0),
             "share_budget": round(used_by_org.get(o.id, 0) / used, 4) if used else 0.0,
             "share_weight": round(o.weight / active_weight, 4) if active and active_weight else 0.0,
-            "clear_s": clear, "clear_at": iso(now + clear),
+            "clear_s": clear, "clear_at": iso(now + clear) if clear is not None else None,  # None: unplanned
         })
     snapshot = {
         "version": 1, "generated_at": iso(now), "now": now,
         "budget": state.budget, "used": used,
-        "counters": {"queued": len(queue), "ordered": queue.order_len, "running": len(state.running),
-                     "held": len(queue.held), "paused": len(queue.paused), "blocked": len(queue.blocked)},
+        "counters": {"queued": state.queued, "ordered": queue.order_len, "running": len(state.running),
+                     "held": len(state.aside[HELD]), "paused": len(state.aside[PAUSED]),
+                     "blocked": len(state.aside[BLOCKED])},
         "clear_s": report.clear_s, "clear_at": iso(now + report.clear_s),
         "orgs": org_rows, "running": running_rows, "head": queue.head,
         "rounds": {org: list(lu) for org, lu in queue.round_state().items()},
