@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from dashboard import selectors
+from fairsched import snapshot as _snap_module
 
 _SNAP_TTL_S = 1.0
 _snap: dict[str, Any] = {"at": 0.0, "value": None}
@@ -38,6 +39,11 @@ def _when(base: float, seconds: float | None) -> str:
     return f"{at:%H:%M} (in {span})"
 
 
+def _chart_row(s: dict, chart_id: int) -> dict | None:
+    """The chart's published place: one small Redis read, never the whole order."""
+    return _snap_module.read_charts([chart_id], snapshot=s).get(chart_id)
+
+
 class LiveChartAdminMixin:
     @admin.display(description="Position")
     def live_position(self, obj) -> str:
@@ -46,8 +52,7 @@ class LiveChartAdminMixin:
             return "—"
         if s is None:
             return format_html('<span title="{}">?</span>', "waiting for the scheduler")
-        _, index = selectors.order_rows(s)
-        row = index.get(obj.pk)
+        row = _chart_row(s, obj.pk)
         if row is None:
             return "—"
         return str(row["pos"] + 1) if row.get("pos") is not None else row.get("state", "—")
@@ -60,8 +65,7 @@ class LiveChartAdminMixin:
         if obj.state == "running":
             row = next((r for r in s.get("running", []) if r.get("id") == obj.pk), None)
         else:
-            _, index = selectors.order_rows(s)
-            row = index.get(obj.pk)
+            row = _chart_row(s, obj.pk)
         if row is None or row.get("finish_s") is None:
             return "—"
         return _when(s.get("now") or time.time(), row["finish_s"])

@@ -32,6 +32,7 @@ parses only the page it shows, never the whole order (16 MB of JSON at 100k queu
      "priority": false, "state": "ordered"|"held"|"paused"|"blocked",
      "external_id": "mrn-12", "start_s": 0.0, "finish_s": 600.0}
 
+- ``c:<chart id>`` -- ``[pos, state, finish_s]`` of one queued chart (the admin's columns).
 - ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
   ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
   its running rows with ``"state": "running"``): the org's status page.
@@ -62,7 +63,7 @@ CURRENT_KEY = "fairsched:snapshot:current"  # {"seq", "at"}: snapshot seq still 
 TTL_S = 3600  # a snapshot of a scheduler that died an hour ago is gone, not shown as live
 PAGE_ROWS = 500
 OLD_PAGES_TTL_S = 30
-_FIELDS_PER_WRITE = 200  # HSET fields per round trip: bounded Redis work and memory per command
+_FIELDS_PER_WRITE = 1000  # HSET fields per round trip: bounded Redis work and memory per command
 
 
 def _dumps(value: Any) -> str:
@@ -80,6 +81,8 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
     """Every field of a snapshot's page hash, lazily."""
     for n, text in pages_of(order_rows):
         yield f"o:{n}", text
+    for r in order_rows:  # one chart's place, for views that list charts by id (the admin)
+        yield f"c:{r['id']}", _dumps([r.get("pos"), r.get("state"), r.get("finish_s")])
     for org_id, data in per_org.items():
         charts = data.get("charts", [])
         yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
@@ -228,3 +231,12 @@ def read_org(org_id: int, offset: int = 0, limit: int | None = None,
         return None if rows is None else {**head[0], "charts": rows}
 
     return _with_latest(snapshot, read)
+
+
+def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[int, dict[str, Any]]:
+    """``{id: {"pos", "state", "finish_s"}}`` of the named queued charts (absent: not in the
+    published order), one round trip whatever the backlog."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+    ids = list(ids)
+    got = _with_latest(snapshot, lambda s: _fields(s, [f"c:{i}" for i in ids]) if ids else []) or []
+    return {i: {"pos": v[0], "state": v[1], "finish_s": v[2]} for i, v in zip(ids, got) if v is not None}
