@@ -227,6 +227,14 @@ FAIRSCHED_CANCEL_GRACE_S = env_int("FAIRSCHED_CANCEL_GRACE_S", 60)
 if FAIRSCHED_CANCEL_GRACE_S < 1:
     raise ImproperlyConfigured(f"FAIRSCHED_CANCEL_GRACE_S: must be at least 1, got {FAIRSCHED_CANCEL_GRACE_S}")
 
+# Activities one ``runworker`` runs at once (temporalio's default is 100). DemoChart's activity
+# holds its slot for the whole chart, so a worker runs at most this many charts: run
+# ceil(budget / this) workers, or raise it (README: sizing workers).
+FAIRSCHED_WORKER_CONCURRENCY = env_int("FAIRSCHED_WORKER_CONCURRENCY", 1000)
+if FAIRSCHED_WORKER_CONCURRENCY < 1:
+    raise ImproperlyConfigured(
+        f"FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got {FAIRSCHED_WORKER_CONCURRENCY}")
+
 # --- Security (production) -------------------------------------------------------
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

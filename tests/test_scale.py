@@ -175,3 +175,37 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
     assert str(ids[3]) not in s.state.queue and str(ids[4]) not in s.state.queue
     assert s.state.queue.get(str(ids[2])).priority
     assert s.state.queue.order()[0] == str(ids[2])
+
+
+# --- worker concurrency follows the budget ------------------------------------------------------
+
+
+def test_worker_concurrency_comes_from_the_setting(temporal_address, settings):
+    """temporalio's default (100 activities) left charts past the 100th of a budget holding
+    budget while their activity waited for a slot."""
+    from temporalio.client import Client
+
+    from fairsched.temporal.worker import build_worker
+
+    settings.FAIRSCHED_WORKER_CONCURRENCY = 321
+
+    async def go() -> int:
+        client = await Client.connect(temporal_address)
+        worker = build_worker(client, "q-concurrency")
+        return worker._config["max_concurrent_activities"]
+
+    assert asyncio.run(go()) == 321
+
+
+def test_a_bad_worker_concurrency_is_refused_naming_the_variable():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    env["FAIRSCHED_WORKER_CONCURRENCY"] = "0"
+    out = subprocess.run([sys.executable, "manage.py", "check"], cwd=Path(__file__).resolve().parent.parent,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got 0" in out.stderr
