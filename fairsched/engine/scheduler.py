@@ -918,12 +918,12 @@ class Scheduler:
     async def _eta_pass(self, captured: PassInput, now: float, changes: int) -> bool:
         from dashboard.broadcast import abroadcast_snapshot
 
-        report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
+        report, seq, first_etas = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
             return True
         self._last_report = (report, now)
         self._published_seq, self._published_changes = seq, changes
-        await self._record_first_etas(report, now)
+        await self._record_first_etas(report, first_etas)
         await abroadcast_snapshot(seq)
         return True
 
@@ -936,7 +936,11 @@ class Scheduler:
         snap["eta_model"] = captured.eta_model
         if self.eta_gate is not None:
             self.eta_gate()
-        return report, snapshot_store.store(snap, rows, per_org)
+        seq = snapshot_store.store(snap, rows, per_org)
+        # O(backlog) too, so here: only this task changes the set, and not while a pass runs.
+        done = self._eta_first_done
+        new = {int(cid): now + e[1] for cid, e in report.etas.items() if int(cid) not in done}
+        return report, seq, new
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is still the truth
@@ -964,10 +968,10 @@ class Scheduler:
                 return then + eta.finish_s
         return at + self.state.forecast.mean(str(r.org), r.workflow)
 
-    async def _record_first_etas(self, report, now: float) -> None:
-        """The first ETA of each chart that has none yet: one bulk write for the new ones."""
+    async def _record_first_etas(self, report, new: dict[int, float]) -> None:
+        """The first ETA (epoch seconds) of each chart that has none yet (``new``), a few
+        bulk writes."""
         done = self._eta_first_done
-        new = {int(cid): now + e[1] for cid, e in report.etas.items() if int(cid) not in done}
         if not new:
             return
         items = list(new.items())
