@@ -209,3 +209,24 @@ def test_a_bad_worker_concurrency_is_refused_naming_the_variable():
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got 0" in out.stderr
+
+
+# --- scheduler-owned columns are written in one prepared statement -----------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_etas_and_rounds_are_written_where_due():
+    from datetime import datetime, timezone as tz
+
+    from fairsched.core import RoundState
+
+    org = make_org("Acme")
+    wf = make_workflow("code")
+    a, b, c = (make_chart(org, wf).pk for _ in range(3))
+    earlier = datetime(2026, 1, 1, tzinfo=tz.utc)
+    Chart.objects.filter(pk=b).update(eta_first_at=earlier)
+    assert db.record_first_etas({a: T0, b: T0 + 1, c: T0 + 2.5}) == 2
+    got = dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "eta_first_at"))
+    assert got == {a: datetime.fromtimestamp(T0, tz.utc), b: earlier, c: datetime.fromtimestamp(T0 + 2.5, tz.utc)}
+    db.save_rounds(RoundState(3, 2, {}), {str(a): 4, str(b): None, str(c): 7})
+    assert dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "fair_round")) == {a: 4, b: None, c: 7}

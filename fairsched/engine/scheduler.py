@@ -119,6 +119,7 @@ class Scheduler:
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     ETA_IDLE_COST_FACTOR: float = 30.0  # with nothing changing, a pass at most every this many times its cost
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
+    ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
 
@@ -899,6 +900,9 @@ class Scheduler:
         finally:
             end = time.monotonic()
             self._eta_last_end, self._eta_last_cost = end, end - started
+            if self._eta_last_cost > self.ETA_SLOW_LOG_S:
+                log.info("ETA pass over %d queued charts took %.1f s (in its thread; dispatch went on)",
+                         captured.queued, self._eta_last_cost)
             # A static backlog needs no new pass every few seconds: the published ETAs are
             # absolute times and stay true until something changes (which brings the next
             # pass forward, see tick). Between changes the interval grows with the pass's
