@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_KEY = "fairsched:snapshot"
 PAGES_KEY = "fairsched:pages:{}"
 SEQ_KEY = "fairsched:snapshot:seq"
-CURRENT_KEY = "fairsched:snapshot:current"  # {"seq", "at"}: snapshot seq still true at epoch "at"
+CURRENT_KEY = "fairsched:snapshot:current"  # {"seq", "at"}: seq is the live scheduler's latest at "at"
 TTL_S = 3600  # a snapshot of a scheduler that died an hour ago is gone, not shown as live
 PAGE_ROWS = 500
 OLD_PAGES_TTL_S = 30
@@ -117,9 +117,10 @@ def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: d
 
 
 def current_value(seq: int, at: float) -> str:
-    """The value of ``CURRENT_KEY`` saying snapshot ``seq`` is still the truth at ``at``:
-    the scheduler writes it every second while nothing changed since that snapshot, so a
-    static backlog needs no new ETA pass to stay live (the ETAs are absolute times)."""
+    """The value of ``CURRENT_KEY`` saying snapshot ``seq`` is still the live scheduler's
+    latest at ``at``: the scheduler writes it every second, so a static backlog needs no
+    new ETA pass to stay live (its ETAs are absolute times) and a long pass on a large
+    backlog does not make the pages fall back to the database meanwhile."""
     return _dumps({"seq": seq, "at": at})
 
 

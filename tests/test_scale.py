@@ -230,3 +230,22 @@ def test_first_etas_and_rounds_are_written_where_due():
     assert got == {a: datetime.fromtimestamp(T0, tz.utc), b: earlier, c: datetime.fromtimestamp(T0 + 2.5, tz.utc)}
     db.save_rounds(RoundState(3, 2, {}), {str(a): 4, str(b): None, str(c): 7})
     assert dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "fair_round")) == {a: 4, b: None, c: 7}
+
+
+def test_a_snapshot_the_live_scheduler_confirms_stays_live(redis_url):
+    """A static backlog is not re-published every few seconds; the scheduler confirms its
+    latest snapshot each second instead, and only a stopped scheduler's turns stale."""
+    import redis
+
+    from dashboard import selectors
+
+    live = LiveState(world(20))
+    old = time.time() - 600
+    seq = snapshot.store(*build_snapshot(live, live.eta_report(old), old))
+    assert selectors.read_snapshot_with_age()[2] is True  # ten minutes old: stale
+    client = redis.Redis.from_url(redis_url)
+    client.set(snapshot.CURRENT_KEY, snapshot.current_value(seq - 1, time.time()))  # another snapshot's
+    assert selectors.read_snapshot_with_age()[2] is True
+    client.set(snapshot.CURRENT_KEY, snapshot.current_value(seq, time.time()))
+    s, age, stale = selectors.read_snapshot_with_age()
+    assert not stale and age < 60 and s["seq"] == seq

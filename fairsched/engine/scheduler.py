@@ -180,8 +180,7 @@ class Scheduler:
         self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
         self._eta_task: asyncio.Task | None = None  # the ETA pass in flight (in a thread)
         self._eta_changes = 0  # ticks that changed something (a pass in flight compares)
-        self._published_seq: int | None = None  # the last snapshot published ...
-        self._published_changes = -1             # ... computed when _eta_changes was this
+        self._published_seq: int | None = None  # the last snapshot published
         self._confirmed_at = 0.0
         self._resync_requested = False
         self._watermark: datetime | None = None  # when the last incremental read began
@@ -896,7 +895,7 @@ class Scheduler:
     async def _run_eta_pass(self, captured: PassInput, now: float, changes: int) -> None:
         started = time.monotonic()
         try:
-            await self._guarded("eta", lambda: self._eta_pass(captured, now, changes))
+            await self._guarded("eta", lambda: self._eta_pass(captured, now))
         finally:
             end = time.monotonic()
             self._eta_last_end, self._eta_last_cost = end, end - started
@@ -919,14 +918,14 @@ class Scheduler:
                 self._tasks.remove(task)
             self._wake.set()
 
-    async def _eta_pass(self, captured: PassInput, now: float, changes: int) -> bool:
+    async def _eta_pass(self, captured: PassInput, now: float) -> bool:
         from dashboard.broadcast import abroadcast_snapshot
 
         report, seq, first_etas = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
             return True
         self._last_report = (report, now)
-        self._published_seq, self._published_changes = seq, changes
+        self._published_seq = seq
         await self._record_first_etas(report, first_etas)
         await abroadcast_snapshot(seq)
         return True
@@ -947,11 +946,12 @@ class Scheduler:
         return report, seq, new
 
     async def _confirm_snapshot(self) -> None:
-        """Say, about once a second, that the last published snapshot is still the truth
-        (nothing changed since the state it was computed from): readers keep it live."""
+        """Say, about once a second, that the last published snapshot is this live
+        scheduler's latest: readers keep showing it (it stays true while nothing changes,
+        and a pass is on its way when something did, however long a large backlog's pass
+        takes); only a scheduler that stopped lets it turn stale."""
         seq = self._published_seq
-        if seq is None or self._eta_task is not None or self._eta_changes != self._published_changes \
-                or self._eta_now or time.monotonic() - self._confirmed_at < 1.0:
+        if seq is None or not self.leading or time.monotonic() - self._confirmed_at < 1.0:
             return
         from fairsched import snapshot as snapshot_store
 
