@@ -66,6 +66,12 @@ class Chart(models.Model):
             models.Index(fields=["state", "created_at", "id"], name="chart_state_created"),
             models.Index(fields=["org", "state"], name="chart_org_state"),
             models.Index(fields=["state", "updated_at"], name="chart_state_updated"),
+            # The scheduler's incremental resync: rows changed since a watermark, any state.
+            models.Index(fields=["updated_at"], name="chart_updated"),
+            # The admin list: its filters, newest first (its default order), without a sort.
+            models.Index(fields=["state", "-id"], name="chart_state_id"),
+            models.Index(fields=["org", "state", "-id"], name="chart_org_state_id"),
+            models.Index(fields=["workflow", "-id"], name="chart_workflow_id"),
         ]
 
     def __str__(self) -> str:

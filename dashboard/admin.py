@@ -65,6 +65,10 @@ class CappedPaginator(Paginator):
 class LiveChartAdmin(LiveChartAdminMixin, ChartAdmin):
     list_display = ChartAdmin.list_display + ("live_position", "live_eta")
     paginator = CappedPaginator
+    # The year/month/day drill-down reads the distinct dates of every listed row (3.4 s at
+    # 100k charts on SQLite); the date filter (today, past 7 days, this month, this year) does not.
+    date_hierarchy = None
+    list_filter = ChartAdmin.list_filter + ("created_at",)
 
 
 class LiveOrgAdmin(LiveOrgAdminMixin, OrgAdmin):
