@@ -62,7 +62,7 @@ SEQ_KEY = "fairsched:snapshot:seq"
 CURRENT_KEY = "fairsched:snapshot:current"  # {"seq", "at"}: seq is the live scheduler's latest at "at"
 TTL_S = 3600  # a snapshot of a scheduler that died an hour ago is gone, not shown as live
 PAGE_ROWS = 500
-OLD_PAGES_TTL_S = 30
+OLD_PAGES_TTL_S = 10  # readers fetch a snapshot and its pages within milliseconds
 _FIELDS_PER_WRITE = 1000  # HSET fields per round trip: bounded Redis work and memory per command
 
 
