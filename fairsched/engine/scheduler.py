@@ -118,6 +118,7 @@ class Scheduler:
     RESYNC_OVERLAP_S: float = 10.0    # each incremental read goes this far before the last one began
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
     FULL_RESYNC_CHUNK: int = 5000     # charts per chunk of the full re-read (one per tick)
+    FULL_RESYNC_COST_FACTOR: float = 50.0  # ... and at most every this many times its own duration
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
@@ -195,6 +196,7 @@ class Scheduler:
         self._watermark: datetime | None = None  # when the last incremental read began
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
         self._full_resync_due = time.monotonic() + self.FULL_RESYNC_S
+        self._full_resync_started = 0.0
         self._eta_first_done: set[int] = set()  # charts whose first ETA is recorded
         self._last_report = None                 # (EtaReport, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
@@ -367,6 +369,7 @@ class Scheduler:
             self._resync_due = time.monotonic() + self.RESYNC_INTERVAL_S
         if self._full_resync is None and now >= self._full_resync_due:
             self._full_resync = (0, set())
+            self._full_resync_started = now
         if self._full_resync is not None and self._backoff["resync"].ready(now):
             fx.merge(await self._guarded("resync", self._full_resync_step) or Effects())
         if now >= self._reconcile_due and self._backoff["reconcile"].ready(now):
@@ -519,7 +522,9 @@ class Scheduler:
             if unseen:
                 fx.merge(await self._apply_rows(unseen))
             self._full_resync = None
-            self._full_resync_due = time.monotonic() + self.FULL_RESYNC_S
+            # Rare whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it.
+            took = time.monotonic() - self._full_resync_started
+            self._full_resync_due = time.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
         self._log_resync("full resync", fx)
         return fx
 
