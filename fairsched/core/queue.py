@@ -41,6 +41,9 @@ ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
 POLICIES = ("wrr", "fifo")
 
 
+_PAIRS: dict[tuple, tuple] = {}  # (org, workflow) pairs, shared by every entry (memory at 1M charts)
+
+
 class _Entry:
     """Mutable internal record of a queued chart (never handed out)."""
 
@@ -51,7 +54,8 @@ class _Entry:
         self.id = c.id
         self.org = c.org
         self.workflow = c.workflow
-        self.pair = (c.org, c.workflow)
+        pair = (c.org, c.workflow)
+        self.pair = _PAIRS.setdefault(pair, pair)  # one tuple per (org, workflow), not per chart
         self.created_at = c.created_at
         self.seq = c.seq
         self.priority = c.priority

@@ -33,8 +33,12 @@ def _ts(d: datetime | None) -> float | None:
     return d.timestamp() if d is not None else None
 
 
+_NAMES: dict[str, str] = {}  # workflow names and states: one string each, not one per row read
+
+
 def _row(v: tuple) -> ChartRow:
     (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id, rnd) = v
+    wf, state = _NAMES.setdefault(wf, wf), _NAMES.setdefault(state, state)
     return ChartRow(pk, org, wf, state, created.timestamp(), prio, _ts(prio_at), paused, _ts(front), cancel,
                     ext, _ts(started), cost, run_id or "", rnd)
 

@@ -36,6 +36,17 @@ class OrgRow:
     weight: int
 
 
+_ORG_KEYS: dict[int, str] = {}
+
+
+def _org_key(org: int) -> str:
+    """``str(org)``, one string per org shared by all its charts (memory at 1M charts)."""
+    key = _ORG_KEYS.get(org)
+    if key is None:
+        key = _ORG_KEYS[org] = str(org)
+    return key
+
+
 @dataclass(frozen=True, slots=True)
 class ChartRow:
     """What the scheduler reads of one chart row (times as epoch seconds)."""
@@ -57,7 +68,7 @@ class ChartRow:
     round: int | None = None  # the persisted round (Chart.fair_round); read only at load
 
     def queued_chart(self, with_round: bool = False) -> QueuedChart:
-        return QueuedChart(str(self.id), str(self.org), self.workflow, self.created_at, self.id,
+        return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
                            self.priority, self.prioritized_at, self.paused, self.front_at,
                            self.round if with_round else None)
 
