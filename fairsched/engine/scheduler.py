@@ -7,15 +7,20 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 
 1. records workflows that closed (result watchers: sub-second refill),
 2. re-reads the rows named by notifications (the row is the truth),
-3. resyncs everything every ``RESYNC_INTERVAL_S`` (bulk writes, raw SQL, lost messages),
+3. resyncs incrementally every ``RESYNC_INTERVAL_S`` (rows whose ``updated_at`` moved:
+   bulk writes, lost messages), and everything every ``FULL_RESYNC_S``, one chunk per
+   tick (raw SQL and ``QuerySet.update()`` calls that leave ``updated_at`` alone),
 4. reconciles against Temporal every ``reconcile_interval_s`` (closed workflows,
    rows Temporal does not know, workflows whose row was never marked running),
 5. cancels the workflows of charts whose cancel was requested, and terminates those
    still running ``cancel_grace_s`` after the request (a workflow that ignores
    cancellation must not hold its budget for ever; the chart ends cancelled),
 6. dispatches whenever budget is free (head-of-line down the fair order),
-7. runs the ETA pass every ``eta_interval_s`` or at once after a budget, weight
-   or cost change, and publishes it.
+7. starts the ETA pass soon after a change (at once after a budget, weight or cost
+   change; with nothing changing, every ``eta_interval_s`` or ``ETA_IDLE_COST_FACTOR``
+   times its cost): a copy of what it reads is taken on the loop in milliseconds, and
+   the pass, the snapshot and its publication run in a thread while the loop goes on
+   dispatching. The lease is renewed from a thread of its own.
 
 Crash safety rests on workflow ids and compare-and-set, not on the lease:
 a chart is started as workflow ``chart-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
