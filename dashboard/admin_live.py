@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from dashboard import selectors
+from fairsched import snapshot as _snap_module
 
 _SNAP_TTL_S = 1.0
 _snap: dict[str, Any] = {"at": 0.0, "value": None}
@@ -53,6 +54,9 @@ def _live_keys(snapshot: dict[str, Any] | None) -> tuple[list[When], list[When]]
     timed = [r for r in list(snapshot.get("running", [])) + placed if r.get("finish_s") is not None]
     eta = [When(pk=r["id"], then=Value(float(r["finish_s"]))) for r in timed[:LIVE_SORT_MAX]]
     return pos, eta
+def _chart_row(s: dict, chart_id: int) -> dict | None:
+    """The chart's published place: one small Redis read, never the whole order."""
+    return _snap_module.read_charts([chart_id], snapshot=s).get(chart_id)
 
 
 class LiveChartAdminMixin:
@@ -86,8 +90,7 @@ class LiveChartAdminMixin:
             return "—"
         if s is None:
             return format_html('<span title="{}">?</span>', "waiting for the scheduler")
-        _, index = selectors.order_rows(s)
-        row = index.get(obj.pk)
+        row = _chart_row(s, obj.pk)
         if row is None:
             return "—"
         return str(row["pos"] + 1) if row.get("pos") is not None else row.get("state", "—")
@@ -100,8 +103,7 @@ class LiveChartAdminMixin:
         if obj.state == "running":
             row = next((r for r in s.get("running", []) if r.get("id") == obj.pk), None)
         else:
-            _, index = selectors.order_rows(s)
-            row = index.get(obj.pk)
+            row = _chart_row(s, obj.pk)
         if row is None or row.get("finish_s") is None:
             return "—"
         return _when(s.get("now") or time.time(), row["finish_s"])

@@ -44,19 +44,17 @@ _order_cache: dict[str, Any] = {"seq": None, "rows": [], "index": {}}
 def order_rows(snapshot: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
     """All rows of the stored order and an index by chart id, parsed once per snapshot.
 
-    With a 100k backlog the stored order is ~15 MB of JSON; a hundred open
-    dashboards must not each parse it on every ETA pass, so one process parses it
-    once per snapshot and every consumer and admin page shares the result.
+    O(backlog): only for views that need any chart's row (the admin's position column);
+    pages read :func:`order_page`, which fetches only the pages it shows.
     """
     key = (snapshot or {}).get("seq"), (snapshot or {}).get("generated_at")
     with _order_lock:
         if key[0] is not None and _order_cache["seq"] == key:
             return _order_cache["rows"], _order_cache["index"]
         try:
-            raw = redis_client().get(snap.ORDER_KEY)
+            rows = snap.read_order_all(snapshot) if snapshot is not None else []
         except Exception:  # noqa: BLE001 - Redis down: show the DB view
-            raw = None
-        rows = json.loads(raw) if raw else []
+            rows = []
         index = {r["id"]: r for r in rows}
         _order_cache.update(seq=key, rows=rows, index=index)
         return rows, index
@@ -67,10 +65,12 @@ ORDER_STATES = ("ordered", "paused", "held", "blocked")
 
 def order_page(snapshot: dict[str, Any] | None, *, offset: int = 0, limit: int = 100,
                org: int | None = None, state: str | None = None) -> dict[str, Any]:
-    """A page of the order (the fair order first, then the charts set aside).
+    """A page of the order (the fair order first, then the charts set aside): reads only
+    the published pages it spans, whatever the backlog.
 
     ``state`` (one of :data:`ORDER_STATES`) keeps only those rows: a paused chart
-    leaves the fair order for the end of the list, and "paused" finds it again.
+    leaves the fair order for the end of the list, and "paused" finds it again. That
+    filter reads the whole published order once per snapshot (cached).
     """
     offset = max(0, int(offset))
     limit = max(1, min(PAGE_MAX, int(limit)))
@@ -79,14 +79,22 @@ def order_page(snapshot: dict[str, Any] | None, *, offset: int = 0, limit: int =
         return {"known": False, "offset": offset, "limit": limit, "org": org, "state": state, "total": None,
                 "rows": []}
     if org is not None:
-        data = snap.read_org(org) or {"charts": []}
-        rows = [r for r in data.get("charts", []) if r.get("state") != "running"]
+        # The org's slice lists its order rows, then its running rows: the first
+        # total - running rows are its queued charts.
+        head = snap.read_org(org, 0, 0, snapshot=snapshot) or {"total": 0, "org": {}}
+        total = max(0, head.get("total", 0) - ((head.get("org") or {}).get("running") or 0))
+        want = max(0, min(limit, total - offset))
+        data = snap.read_org(org, offset, want, snapshot=snapshot) if want else None
+        rows = [r for r in (data or {}).get("charts", []) if r.get("state") != "running"]
     else:
-        rows, _ = order_rows(snapshot)
+        total, rows = snap.read_order(offset, limit, snapshot=snapshot) if state is None else (0, [])
     if state is not None:
-        rows = [r for r in rows if (r.get("state") or "ordered") == state]
-    return {"known": True, "offset": offset, "limit": limit, "org": org, "state": state, "total": len(rows),
-            "rows": rows[offset:offset + limit]}
+        every = order_rows(snapshot)[0] if org is None else [
+            r for r in (snap.read_org(org, snapshot=snapshot) or {}).get("charts", []) if r.get("state") != "running"]
+        chosen = [r for r in every if (r.get("state") or "ordered") == state]
+        total, rows = len(chosen), chosen[offset:offset + limit]
+    return {"known": True, "offset": offset, "limit": limit, "org": org, "state": state, "total": total,
+            "rows": rows}
 
 
 # --- the summary --------------------------------------------------------------------
@@ -108,9 +116,10 @@ def stale_after_s() -> float:
 
 
 def snapshot_age_s(s: dict[str, Any]) -> float | None:
-    """Seconds since the scheduler published ``s`` (its ``now``)."""
+    """Seconds since the scheduler published ``s`` (its ``now``), or last confirmed it
+    still current (nothing changed since: a static backlog is not re-published)."""
     try:
-        return max(0.0, time.time() - float(s["now"]))
+        return max(0.0, time.time() - float(snap.confirmed_at(s)))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -242,13 +251,21 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     limit = max(1, min(PAGE_MAX * 10, int(limit)))
     latest, age, stale = read_snapshot_with_age()
     s = None if stale else latest
-    data = snap.read_org(org.pk) if s is not None else None
+    if s is None:
+        data = None
+    elif external_id:  # a search: every page of the org (O(its charts))
+        data = snap.read_org(org.pk, snapshot=s)
+    else:  # only the pages shown
+        data = snap.read_org(org.pk, offset, limit, snapshot=s)
     freshness = {"stale": latest is not None and stale, "age_s": _round(age)}
     if data is not None:
         base = s.get("now") or time.time()
         charts = [_org_chart(r, base) for r in data.get("charts", [])]
+        total = data.get("total", len(charts))
         if external_id:
             charts = [c for c in charts if c["external_id"] == external_id]
+            total = len(charts)
+            charts = charts[offset:offset + limit]
         row = data.get("org") or {}
         return {
             "source": "scheduler", "seq": s.get("seq"), "generated_at": s.get("generated_at"), "now": base,
@@ -258,7 +275,7 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
                     "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
                     # why there is no clear-time, or what it leaves out (held, paused, blocked)
                     "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta")},
-            "total": len(charts), "offset": offset, "limit": limit, "charts": charts[offset:offset + limit],
+            "total": total, "offset": offset, "limit": limit, "charts": charts,
             **freshness,
         }
     qs = Chart.objects.filter(org=org, state__in=[ChartState.QUEUED, ChartState.RUNNING]).select_related("workflow")

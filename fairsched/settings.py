@@ -247,6 +247,14 @@ if FAIRSCHED_CANCEL_GRACE_S < 1:
 # (fairsched/shutdown.py); a supervisor should wait a little longer before its SIGKILL.
 FAIRSCHED_STOP_TIMEOUT_S = env_seconds("FAIRSCHED_STOP_TIMEOUT_S", 10.0)
 
+# Activities one ``runworker`` runs at once (temporalio's default is 100). DemoChart's activity
+# holds its slot for the whole chart, so a worker runs at most this many charts: run
+# ceil(budget / this) workers, or raise it (README: sizing workers).
+FAIRSCHED_WORKER_CONCURRENCY = env_int("FAIRSCHED_WORKER_CONCURRENCY", 1000)
+if FAIRSCHED_WORKER_CONCURRENCY < 1:
+    raise ImproperlyConfigured(
+        f"FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got {FAIRSCHED_WORKER_CONCURRENCY}")
+
 # --- Security (production) -------------------------------------------------------
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

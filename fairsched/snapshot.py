@@ -1,6 +1,6 @@
 """The scheduler's published state: what the web app reads, written only by the scheduler.
 
-After every ETA pass the scheduler stores three things in Redis and then tells
+After every ETA pass the scheduler stores the snapshot in Redis and then tells
 every open dashboard (``dashboard.broadcast.broadcast_snapshot``):
 
 ``fairsched:snapshot`` -- a JSON object, small whatever the backlog::
@@ -25,18 +25,28 @@ every open dashboard (``dashboard.broadcast.broadcast_snapshot``):
      "running": [{"id": 7, "org": 1, "workflow": "code", "cost": 1,
                   "external_id": "mrn-7", "started_at": "...", "elapsed_s": 30.0,
                   "expected_s": 600.0, "finish_s": 570.0,
-                  "workflow_id": "chart-7", "run_id": "..."}]}
+                  "workflow_id": "chart-7", "run_id": "..."}],
+     "pages": {"key": "fairsched:pages:41", "rows": 500, "order": 1210}}
 
-``fairsched:order`` -- a JSON list, one row per queued chart: first the fair order
-(``pos`` 0..n-1, with ETAs), then the charts set aside (``pos`` null)::
+The order and the orgs' slices are published in **pages** (``PAGE_ROWS`` rows each),
+as fields of one Redis hash per snapshot (``pages.key``), so a reader fetches and
+parses only the page it shows, never the whole order (16 MB of JSON at 100k queued):
+
+- ``o:<n>`` -- page ``n`` of the order: a JSON list of rows, first the fair order
+  (``pos`` 0..n-1, with ETAs), then the charts set aside (``pos`` null)::
 
     {"id": 12, "pos": 0, "org": 1, "workflow": "code", "cost": 1, "round": 3,
      "priority": false, "state": "ordered"|"held"|"paused"|"blocked",
      "external_id": "mrn-12", "start_s": 0.0, "finish_s": 600.0}
 
-``fairsched:org:<org id>`` -- a JSON object per org (its status page):
-``{"org": <the orgs[] row>, "charts": [<order rows and running rows of that org>]}``
-where running rows have ``"state": "running"``.
+- ``c:<chart id>`` -- ``[pos, state, finish_s]`` of one queued chart (the admin's columns).
+- ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
+  ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
+  its running rows with ``"state": "running"``): the org's status page.
+
+A new snapshot's hash is written completely before the snapshot that names it;
+the hash of the one before lives ``OLD_PAGES_TTL_S`` more (a reader that fetched
+the previous snapshot still finds its pages), older ones expire.
 
 Times ``*_s`` are seconds from ``now``. Readers never fail when the scheduler has
 not published yet: they get ``None`` / empty lists.
@@ -54,24 +64,81 @@ from fairsched.notify import redis_client
 log = logging.getLogger(__name__)
 
 SNAPSHOT_KEY = "fairsched:snapshot"
-ORDER_KEY = "fairsched:order"
-ORG_KEY = "fairsched:org:{}"
+PAGES_KEY = "fairsched:pages:{}"
 SEQ_KEY = "fairsched:snapshot:seq"
+CURRENT_KEY = "fairsched:snapshot:current"  # {"seq", "at"}: seq is the live scheduler's latest at "at"
 TTL_S = 3600  # a snapshot of a scheduler that died an hour ago is gone, not shown as live
+PAGE_ROWS = 500
+OLD_PAGES_TTL_S = 10  # readers fetch a snapshot and its pages within milliseconds
+_FIELDS_PER_WRITE = 1000  # HSET fields per round trip: bounded Redis work and memory per command
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def pages_of(rows: list[dict[str, Any]], size: int = PAGE_ROWS):
+    """``(n, json text)`` of each page of ``rows``; each page is encoded on its own, so a
+    caller in a thread holds the GIL a few milliseconds at a time, never for the whole order."""
+    for n, start in enumerate(range(0, len(rows), size)):
+        yield n, _dumps(rows[start:start + size])
+
+
+def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]]):
+    """Every field of a snapshot's page hash, lazily."""
+    for n, text in pages_of(order_rows):
+        yield f"o:{n}", text
+    for r in order_rows:  # one chart's place, for views that list charts by id (the admin)
+        yield f"c:{r['id']}", _dumps([r.get("pos"), r.get("state"), r.get("finish_s")])
+    for org_id, data in per_org.items():
+        charts = data.get("charts", [])
+        yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
+        for n, text in pages_of(charts):
+            yield f"g:{org_id}:{n}", text
 
 
 def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]]) -> int:
-    """Store a complete snapshot atomically (one MULTI); returns its ``seq``."""
+    """Store a complete snapshot: its pages first, then the snapshot naming them
+    (readers never see a snapshot whose pages are missing); returns its ``seq``."""
     client = redis_client()
     seq = int(client.incr(SEQ_KEY))
-    snapshot = {**snapshot, "seq": seq}
+    key = PAGES_KEY.format(seq)
+    batch: dict[str, str] = {}
+    for field, text in page_fields(order_rows, per_org):
+        batch[field] = text
+        if len(batch) >= _FIELDS_PER_WRITE:
+            client.hset(key, mapping=batch)
+            batch = {}
+    if batch:
+        client.hset(key, mapping=batch)
+    client.expire(key, TTL_S)
+    snapshot = {**snapshot, "seq": seq, "pages": {"key": key, "rows": PAGE_ROWS, "order": len(order_rows)}}
+    previous = _get_json(SNAPSHOT_KEY)
     pipe = client.pipeline(transaction=True)
-    pipe.set(SNAPSHOT_KEY, json.dumps(snapshot), ex=TTL_S)
-    pipe.set(ORDER_KEY, json.dumps(order_rows, separators=(",", ":")), ex=TTL_S)
-    for org_id, data in per_org.items():
-        pipe.set(ORG_KEY.format(org_id), json.dumps(data, separators=(",", ":")), ex=TTL_S)
+    pipe.set(SNAPSHOT_KEY, _dumps(snapshot), ex=TTL_S)
+    old = (previous or {}).get("pages", {}).get("key") if isinstance(previous, dict) else None
+    if old and old != key:
+        pipe.expire(old, OLD_PAGES_TTL_S)
     pipe.execute()
     return seq
+
+
+def current_value(seq: int, at: float) -> str:
+    """The value of ``CURRENT_KEY`` saying snapshot ``seq`` is still the live scheduler's
+    latest at ``at``: the scheduler writes it every second, so a static backlog needs no
+    new ETA pass to stay live (its ETAs are absolute times) and a long pass on a large
+    backlog does not make the pages fall back to the database meanwhile."""
+    return _dumps({"seq": seq, "at": at})
+
+
+def confirmed_at(snapshot: dict[str, Any]) -> float | None:
+    """Epoch seconds the scheduler last confirmed ``snapshot`` still current (its ``now``
+    if never)."""
+    got = _get_json(CURRENT_KEY)
+    base = snapshot.get("now")
+    if isinstance(got, dict) and got.get("seq") == snapshot.get("seq") and isinstance(got.get("at"), (int, float)):
+        return max(float(base or 0.0), float(got["at"]))
+    return base
 
 
 def _get_json(key: str) -> Any:
@@ -87,13 +154,97 @@ def read_snapshot() -> dict[str, Any] | None:
     return _get_json(SNAPSHOT_KEY)
 
 
-def read_order(offset: int = 0, limit: int = 100, org: int | None = None) -> tuple[int, list[dict[str, Any]]]:
-    """``(total, rows)``: a page of the queued charts (the order, then those set aside)."""
-    rows = _get_json(ORDER_KEY) or []
-    if org is not None:
-        rows = [r for r in rows if r.get("org") == org]
-    return len(rows), rows[offset:offset + limit]
+def _fields(snapshot: dict[str, Any] | None, names: list[str]) -> list[Any] | None:
+    """The named fields of ``snapshot``'s page hash, parsed (None each where absent);
+    None when the snapshot has no pages or they expired (a newer snapshot replaced it)."""
+    pages = (snapshot or {}).get("pages") or {}
+    key = pages.get("key")
+    if not key:
+        return None
+    if not names:
+        return []
+    try:
+        raw = redis_client().hmget(key, names)
+    except redis.RedisError as exc:
+        log.warning("cannot read %s from Redis: %s", key, exc)
+        return None
+    if all(r is None for r in raw):
+        return None
+    return [json.loads(r) if r else None for r in raw]
 
 
-def read_org(org_id: int) -> dict[str, Any] | None:
-    return _get_json(ORG_KEY.format(org_id))
+def _page_range(offset: int, limit: int, total: int, size: int) -> range:
+    if limit <= 0 or offset >= total:
+        return range(0)
+    return range(offset // size, (min(total, offset + limit) - 1) // size + 1)
+
+
+def _slice(snapshot: dict[str, Any] | None, prefix: str, total: int, offset: int, limit: int
+           ) -> list[dict[str, Any]] | None:
+    size = ((snapshot or {}).get("pages") or {}).get("rows") or PAGE_ROWS
+    span = _page_range(offset, limit, total, size)
+    got = _fields(snapshot, [f"{prefix}:{n}" for n in span])
+    if got is None:
+        return None
+    rows = [r for page in got for r in (page or [])]
+    start = offset - span.start * size if span else 0
+    return rows[start:start + limit]
+
+
+def _with_latest(snapshot: dict[str, Any] | None, read):
+    """``read(snapshot)``; if that snapshot's pages are gone (replaced meanwhile), once more
+    with the latest snapshot."""
+    out = read(snapshot)
+    if out is None and snapshot is not None:
+        latest = read_snapshot()
+        if latest is not None and latest.get("seq") != snapshot.get("seq"):
+            out = read(latest)
+    return out
+
+
+def read_order(offset: int = 0, limit: int = 100, snapshot: dict[str, Any] | None = None
+               ) -> tuple[int, list[dict[str, Any]]]:
+    """``(total, rows)``: a page of the queued charts (the order, then those set aside),
+    reading only the pages it spans."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+
+    def read(s):
+        total = ((s or {}).get("pages") or {}).get("order", 0)
+        rows = _slice(s, "o", total, max(0, offset), limit)
+        return None if rows is None else (total, rows)
+
+    return _with_latest(snapshot, read) or (0, [])
+
+
+def read_order_all(snapshot: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every row of the stored order (O(backlog): for tools and tests, not for pages)."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+    total = ((snapshot or {}).get("pages") or {}).get("order", 0)
+    return read_order(0, total, snapshot)[1] if total else []
+
+
+def read_org(org_id: int, offset: int = 0, limit: int | None = None,
+             snapshot: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """``{"org": <orgs[] row>, "total": n, "charts": [...]}``: ``limit`` of the org's
+    charts from ``offset`` (all with ``limit`` None), reading only those pages; None
+    when nothing is published for the org."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+
+    def read(s):
+        head = _fields(s, [f"g:{org_id}"])
+        if not head or head[0] is None:
+            return None
+        total = head[0].get("total", 0)
+        rows = _slice(s, f"g:{org_id}", total, max(0, offset), total if limit is None else limit)
+        return None if rows is None else {**head[0], "charts": rows}
+
+    return _with_latest(snapshot, read)
+
+
+def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[int, dict[str, Any]]:
+    """``{id: {"pos", "state", "finish_s"}}`` of the named queued charts (absent: not in the
+    published order), one round trip whatever the backlog."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+    ids = list(ids)
+    got = _with_latest(snapshot, lambda s: _fields(s, [f"c:{i}" for i in ids]) if ids else []) or []
+    return {i: {"pos": v[0], "state": v[1], "finish_s": v[2]} for i, v in zip(ids, got) if v is not None}

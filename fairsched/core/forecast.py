@@ -107,6 +107,19 @@ class Forecaster:
         self._ratios: deque[float] = deque(maxlen=params.calibration_n)
         self._q90: float | None = None
 
+    def copy(self, estimate: Estimate | None = None) -> "Forecaster":
+        """A copy of what was learned (O(orgs + pairs)), for a pass in another thread
+        while this one keeps learning; ``estimate``: the copy's prior (default: the same)."""
+        other = Forecaster(self.estimate if estimate is None else estimate, self.params)
+        other._orgs = {o: _OrgArrivals(s.n, s.recent, s.long, s.at, dict(s.pairs)) for o, s in self._orgs.items()}
+        other._pairs = {k: _PairDurations(p.n, p.total, p.log_total, p.log_sq) for k, p in self._pairs.items()}
+        other._first_at = self._first_at
+        other._log_var_n = self._log_var_n
+        other._log_var_sum = self._log_var_sum
+        other._ratios = deque(self._ratios, maxlen=self._ratios.maxlen)  # the p90 bound's calibration
+        other._q90 = self._q90
+        return other
+
     # ------------------------------------------------------------ learning
     def observe_arrival(self, org: str, workflow: str | None, at: float) -> None:
         """A chart of ``org`` arrived (was created) at ``at``. O(1)."""

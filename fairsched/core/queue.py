@@ -55,6 +55,7 @@ class _Untracked:
 
 
 _UNTRACKED = _Untracked()
+_PAIRS: dict[tuple, tuple] = {}  # (org, workflow) pairs, shared by every entry (memory at 1M charts)
 
 
 class _Entry:
@@ -67,7 +68,8 @@ class _Entry:
         self.id = c.id
         self.org = c.org
         self.workflow = c.workflow
-        self.pair = (c.org, c.workflow)
+        pair = (c.org, c.workflow)
+        self.pair = _PAIRS.setdefault(pair, pair)  # one tuple per (org, workflow), not per chart
         self.created_at = c.created_at
         self.seq = c.seq
         self.priority = c.priority
@@ -312,6 +314,30 @@ class FairQueue:
         """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
         e = self._entries.get(chart_id)
         return e.round if e else None
+
+    def frozen_copy(self) -> "FairQueue":
+        """A read-only copy for an ETA pass in another thread, while this queue keeps
+        changing: the order, the charts set aside, rounds, weights, costs and budget are
+        copied (C-level container copies, milliseconds at 100k charts); the keys and
+        entries are shared, and a pass reads only what never changes in them (ids,
+        orgs, workflows, and the key tuples). Never change the copy; it cannot ``get``."""
+        q = FairQueue.__new__(FairQueue)
+        q.policy = self.policy
+        q._budget = self._budget
+        q._weights = dict(self._weights)
+        q._costs = dict(self._costs)
+        q._entries = {}
+        q._by_org = {}
+        q._order = self._order.copy()
+        q._aside = {state: dict(charts) for state, charts in self._aside.items()}
+        q._head = self._head
+        q._last = dict(self._last)
+        q._used = dict(self._used)
+        q._disp_round = dict(self._disp_round)
+        q._disp_count = dict(self._disp_count)
+        q._ordered_n = dict(self._ordered_n)
+        q._changed = set()
+        return q
 
     # ------------------------------------------------------------------ order
     @property

@@ -112,3 +112,13 @@ class SortedKeys:
     def sublists(self) -> list[list]:
         """The sublists, head first (read-only view for fast passes)."""
         return self._lists
+
+    def copy(self) -> "SortedKeys":
+        """A copy sharing the keys (tuples): the sublists are copied at C speed, so a
+        reader in another thread can walk it while this one keeps changing."""
+        other = SortedKeys.__new__(SortedKeys)
+        other._load = self._load
+        other._lists = [lst[:] for lst in self._lists]
+        other._maxes = list(self._maxes)
+        other._len = self._len
+        return other

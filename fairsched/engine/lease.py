@@ -67,3 +67,11 @@ def release_now(url: str, token: str, key: str = LEASE_KEY, timeout_s: float = 1
         return bool(client.eval(_RELEASE, 1, key, token))
     finally:
         client.close()
+    def renew_sync(self, client: redis.Redis) -> bool:
+        """:meth:`renew` through a synchronous client (the lease keeper's own thread)."""
+        return bool(client.eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
+
+    def acquire_sync(self, client: redis.Redis) -> bool:
+        if self.renew_sync(client):
+            return True
+        return bool(client.set(self.key, self.token, nx=True, px=self.ttl_ms))

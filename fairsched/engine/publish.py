@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from fairsched.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
-from fairsched.engine.state import LiveState
+from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
 
@@ -24,59 +24,68 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
 
 
-def waiting(state: LiveState) -> dict[str, Any] | None:
+def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
     """Why nothing starts although budget is free: the head of the order costs more than
     what is free (head-of-line: nothing cheaper skips ahead, so dispatch waits for
     running work to finish). None when dispatch is not waiting for that."""
-    free = state.free
     queue = state.queue
+    used = sum(r.cost for r in (state.running.values() if isinstance(state.running, dict) else state.running))
+    free = queue.budget - used
     if not queue.order_len or free == 0:
         return None
     if free < 0:
-        return {"chart": None, "free": free, "text": f"running cost {state.used} is above the budget "
-                f"{state.budget} (it was lowered): nothing starts until running work drains below it"}
-    head = next(iter(queue.iter_charts()))
-    cost = queue.cost_of(head.org, head.workflow)
+        return {"chart": None, "free": free, "text": f"running cost {used} is above the budget "
+                f"{queue.budget} (it was lowered): nothing starts until running work drains below it"}
+    cid, (org_id, workflow), _ = next(iter(queue.walk()))
+    cost = queue.cost_of(org_id, workflow)
     if cost <= free:
         return None
-    org = state.orgs.get(int(head.org))
-    return {"chart": int(head.id), "org": int(head.org), "org_name": org.name if org else head.org,
-            "workflow": head.workflow, "cost": cost, "free": free, "external_id": state.external_ids.get(int(head.id)),
-            "text": f"next: #{head.id} ({org.name if org else head.org}, {head.workflow}, cost {cost}) "
-                    f"waits for {cost} free; {free} free"}
+    orgs = state.orgs.values() if isinstance(state.orgs, dict) else state.orgs
+    org = next((o for o in orgs if o.id == int(org_id)), None)
+    name = org.name if org else org_id
+    return {"chart": int(cid), "org": int(org_id), "org_name": name,
+            "workflow": workflow, "cost": cost, "free": free, "external_id": state.external_ids.get(int(cid)),
+            "text": f"next: #{cid} ({name}, {workflow}, cost {cost}) waits for {cost} free; {free} free"}
 
 
-def build_snapshot(state: LiveState, report: EtaReport, now: float,
+def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
                    p90: Callable | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
     """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`. ``p90``
-    (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``."""
+    (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``.
+
+    Reads only a :class:`PassInput` (a :class:`LiveState` is captured first), so the
+    live loop runs it in a thread on a copy while it keeps dispatching."""
+    if isinstance(state, LiveState):
+        state = state.capture()
     queue = state.queue
     etas = report.etas
+    cost_of = queue.cost_of
+    ext = state.external_ids
     order_rows: list[dict[str, Any]] = []
-    for pos, q in enumerate(queue.iter_charts()):
-        eta = etas.get(q.id)
+    # walk() reads the order's keys (immutable), never the shared mutable entries.
+    for pos, (cid, (org, wf), rnd) in enumerate(queue.walk()):
+        eta = etas.get(cid)
         order_rows.append({
-            "id": int(q.id), "pos": pos, "org": int(q.org), "workflow": q.workflow,
-            "cost": queue.cost_of(q.org, q.workflow), "round": q.round, "priority": q.priority,
-            "state": "ordered", "external_id": state.external_ids.get(int(q.id)),
+            "id": int(cid), "pos": pos, "org": int(org), "workflow": wf,
+            "cost": cost_of(org, wf), "round": rnd, "priority": rnd is None,
+            "state": "ordered", "external_id": ext.get(int(cid)),
             "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
-            "p90_s": p90(q.org, q.workflow, eta) if eta and p90 else None,
+            "p90_s": p90(org, wf, eta) if eta and p90 else None,
         })
     unplanned: dict[int, dict[str, int]] = {}
     for aside in (HELD, PAUSED, BLOCKED):
-        for cid in getattr(queue, aside):
-            q = queue.get(cid)
+        for q in state.aside[aside]:
             counts = unplanned.setdefault(int(q.org), dict.fromkeys((HELD, PAUSED, BLOCKED), 0))
             counts[aside] += 1
             order_rows.append({
-                "id": int(cid), "pos": None, "org": int(q.org), "workflow": q.workflow,
-                "cost": queue.cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
-                "state": aside, "external_id": state.external_ids.get(int(cid)), "start_s": None, "finish_s": None,
+                "id": int(q.id), "pos": None, "org": int(q.org), "workflow": q.workflow,
+                "cost": cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
+                "state": aside, "external_id": ext.get(int(q.id)), "start_s": None, "finish_s": None,
             })
     running_rows = []
     used_by_org: dict[int, int] = {}
     running_by_org: dict[int, int] = {}
-    for r in sorted(state.running.values(), key=lambda r: (r.started_at, r.id)):
+    for r in sorted(state.running, key=lambda r: (r.started_at, r.id)):
         eta = etas.get(str(r.id))
         running_rows.append({
             "id": r.id, "org": r.org, "workflow": r.workflow, "cost": r.cost, "external_id": r.external_id,
@@ -88,10 +97,10 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float,
         used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
         running_by_org[r.org] = running_by_org.get(r.org, 0) + 1
     used = sum(used_by_org.values())
-    active_weight = sum(o.weight for o in state.orgs.values()
+    active_weight = sum(o.weight for o in state.orgs
                         if state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0))
     org_rows = []
-    for o in sorted(state.orgs.values(), key=lambda o: (o.name, o.id)):
+    for o in sorted(state.orgs, key=lambda o: (o.name, o.id)):
         clear = report.org_clear_s.get(str(o.id), 0.0)
         aside = unplanned.get(o.id)
         active = state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0)
@@ -107,12 +116,13 @@ def build_snapshot(state: LiveState, report: EtaReport, now: float,
     snapshot = {
         "version": 1, "generated_at": iso(now), "now": now,
         "budget": state.budget, "used": used,
-        "counters": {"queued": len(queue), "ordered": queue.order_len, "running": len(state.running),
-                     "held": len(queue.held), "paused": len(queue.paused), "blocked": len(queue.blocked)},
+        "counters": {"queued": state.queued, "ordered": queue.order_len, "running": len(state.running),
+                     "held": len(state.aside[HELD]), "paused": len(state.aside[PAUSED]),
+                     "blocked": len(state.aside[BLOCKED])},
         "clear_s": report.clear_s, "clear_at": iso(now + report.clear_s),
         "orgs": org_rows, "running": running_rows, "head": queue.head,
         "rounds": {org: list(lu) for org, lu in queue.round_state().items()},
-        "no_eta": no_eta_note({k: len(getattr(queue, k)) for k in (HELD, PAUSED, BLOCKED)}),
+        "no_eta": no_eta_note({k: len(state.aside[k]) for k in (HELD, PAUSED, BLOCKED)}),
         "waiting": waiting(state),
     }
     per_org: dict[int, dict] = {row["id"]: {"org": row, "charts": []} for row in org_rows}

@@ -7,7 +7,9 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 
 1. records workflows that closed (result watchers: sub-second refill),
 2. re-reads the rows named by notifications (the row is the truth),
-3. resyncs everything every ``RESYNC_INTERVAL_S`` (bulk writes, raw SQL, lost messages),
+3. resyncs incrementally every ``RESYNC_INTERVAL_S`` (rows whose ``updated_at`` moved:
+   bulk writes, lost messages), and everything every ``FULL_RESYNC_S``, one chunk per
+   tick (raw SQL and ``QuerySet.update()`` calls that leave ``updated_at`` alone),
 4. reconciles against Temporal every ``reconcile_interval_s`` (closed workflows,
    rows Temporal does not know, workflows whose row was never marked running),
 5. cancels the workflows of charts whose cancel was requested, and terminates those
@@ -16,8 +18,11 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 6. dispatches whenever budget is free (head-of-line down the fair order; a chart
    whose start no retry can cure is failed with the reason, see
    :mod:`fairsched.engine.starts`, so it never holds the head),
-7. runs the ETA pass every ``eta_interval_s`` or at once after a budget, weight
-   or cost change, and publishes it.
+7. starts the ETA pass soon after a change (at once after a budget, weight or cost
+   change; with nothing changing, every ``eta_interval_s`` or ``ETA_IDLE_COST_FACTOR``
+   times its cost): a copy of what it reads is taken on the loop in milliseconds, and
+   the pass, the snapshot and its publication run in a thread while the loop goes on
+   dispatching. The lease is renewed from a thread of its own.
 
 Crash safety rests on workflow ids and compare-and-set, not on the lease:
 a chart is started as workflow ``chart-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
@@ -41,12 +46,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
+import math
 import os
 import signal
 import time
 from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
@@ -61,7 +69,7 @@ from fairsched.engine import db
 from fairsched.engine.lease import Lease, release_now
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.starts import UNKNOWN, StartFailures
-from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState
+from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput
 from fairsched.notify import CHANNEL
 from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
 from fairsched.temporal.shared import (
@@ -106,6 +114,14 @@ class Backoff:
         self.delay, self.not_before, self.failures = 0.0, 0.0, 0
 
 
+def _freeze_backlog() -> None:
+    """Move what the load built (the backlog: several objects per chart) out of the cyclic
+    garbage collector's sight: its full collections would otherwise walk them all, again
+    and again, while the scheduler idles. They stay collectable by reference counting."""
+    gc.collect()
+    gc.freeze()
+
+
 def _db(fn: Callable) -> Callable:
     """Run a synchronous ORM function in the one database thread."""
     return sync_to_async(fn, thread_sensitive=True)
@@ -115,7 +131,11 @@ class Scheduler:
     LEASE_TTL_S: float = 5.0          # a standby takes over at most this long after the leader dies
     LEASE_RENEW_S: float = 1.0
     STANDBY_POLL_S: float = 0.5
-    RESYNC_INTERVAL_S: float = 3.0    # full re-read of the database
+    RESYNC_INTERVAL_S: float = 3.0    # incremental re-read: charts changed since the last one
+    RESYNC_OVERLAP_S: float = 10.0    # each incremental read goes this far before the last one began
+    FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
+    FULL_RESYNC_CHUNK: int = 5000     # charts per chunk of the full re-read (one per tick)
+    FULL_RESYNC_COST_FACTOR: float = 50.0  # ... and at most every this many times its own duration
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
@@ -124,6 +144,9 @@ class Scheduler:
     MAX_EVENTS_PER_TICK: int = 50     # more are summarised in one "batch" event
     ETA_SOON_MIN_GAP_S: float = 0.2   # after a change, publish this soon after the last pass ...
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
+    ETA_IDLE_COST_FACTOR: float = 30.0  # with nothing changing, a pass at most every this many times its cost
+    FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
+    ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
     STOP_GRACE_S: float = 1.0         # a stop lets a dispatch in flight finish this long, then cancels it
@@ -139,7 +162,9 @@ class Scheduler:
         watch_results: bool = True,
         lease_ttl_s: float | None = None,
         resync_interval_s: float | None = None,
+        full_resync_s: float | None = None,
         crash_after_starts: int | None = None,
+        eta_gate: Callable[[], None] | None = None,
         cancel_grace_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -153,7 +178,10 @@ class Scheduler:
             self.LEASE_RENEW_S = max(0.2, lease_ttl_s / 5)
         if resync_interval_s is not None:
             self.RESYNC_INTERVAL_S = resync_interval_s
+        if full_resync_s is not None:
+            self.FULL_RESYNC_S = full_resync_s
         self.crash_after_starts = crash_after_starts  # fault injection for the crash tests
+        self.eta_gate = eta_gate  # tests: called in the ETA pass's thread before it publishes
         if cancel_grace_s is not None:
             self.CANCEL_GRACE_S = cancel_grace_s
         self.clock = clock
@@ -173,6 +201,7 @@ class Scheduler:
         self._watchers: dict[int, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._lease_ok_until = 0.0
+        self._lease_gen = 0  # the lease keeper thread of this generation renews; others end
         self._lost_lease = False
         self._resync_due = 0.0
         self._reconcile_due = 0.0
@@ -180,7 +209,15 @@ class Scheduler:
         self._eta_now = True
         self._eta_last_end = 0.0   # monotonic time the last ETA pass ended
         self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
+        self._eta_task: asyncio.Task | None = None  # the ETA pass in flight (in a thread)
+        self._eta_changes = 0  # ticks that changed something (a pass in flight compares)
+        self._published_seq: int | None = None  # the last snapshot published
+        self._confirmed_at = 0.0
         self._resync_requested = False
+        self._watermark: datetime | None = None  # when the last incremental read began
+        self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
+        self._full_resync_due = time.monotonic() + self.FULL_RESYNC_S
+        self._full_resync_started = 0.0
         self._last_report = None                 # (EtaReport, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
@@ -347,6 +384,8 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self._last_report = None
+        del world
+        _freeze_backlog()
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
                  len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
                  self.state.budget, len(self.state.orgs))
@@ -380,6 +419,11 @@ class Scheduler:
         if (self._resync_requested or now >= self._resync_due) and self._backoff["resync"].ready(now):
             fx.merge(await self._guarded("resync", self._resync) or Effects())
             self._resync_due = time.monotonic() + self.RESYNC_INTERVAL_S
+        if self._full_resync is None and now >= self._full_resync_due:
+            self._full_resync = (0, set())
+            self._full_resync_started = now
+        if self._full_resync is not None and self._backoff["resync"].ready(now):
+            fx.merge(await self._guarded("resync", self._full_resync_step) or Effects())
         if now >= self._reconcile_due and self._backoff["reconcile"].ready(now):
             fx.merge(await self._guarded("reconcile", self._reconcile) or Effects())
             self._reconcile_due = time.monotonic() + self.state.config.reconcile_interval_s
@@ -393,18 +437,19 @@ class Scheduler:
         if fx.events:
             # Something changed (arrival, dispatch, finish, control): publish soon, coalesced, so
             # a dashboard sees it well within a second; the gap grows with the pass's own cost
-            # so a large backlog under constant change keeps the loop at most half busy with it.
-            gap = max(self.ETA_SOON_MIN_GAP_S, self.ETA_SOON_COST_FACTOR * self._eta_last_cost)
-            self._eta_due = min(self._eta_due, self._eta_last_end + gap)
-        if (fx.eta_now or self._eta_now or time.monotonic() >= self._eta_due) and self._backoff["eta"].ready(now):
-            started = time.monotonic()
-            if await self._guarded("eta", self._eta_pass) is not None:
-                self._eta_now = False
-            self._eta_last_end = time.monotonic()
-            self._eta_last_cost = self._eta_last_end - started
-            self._eta_due = self._eta_last_end + self.state.config.eta_interval_s
+            # so a large backlog under constant change keeps a core at most a third busy with it.
+            # (A pass in flight schedules the next one itself when it ends.)
+            self._eta_changes += 1
+            if self._eta_task is None:
+                self._eta_due = min(self._eta_due, self._eta_last_end + self._eta_soon_gap())
+        if fx.eta_now:
+            self._eta_now = True
+        if (self._eta_now or time.monotonic() >= self._eta_due) and self._eta_task is None \
+                and self._backoff["eta"].ready(now):
+            self._start_eta_pass()
         if self.leading and self.state is not None:
             await self._guarded("rounds", self._save_rounds)
+        await self._confirm_snapshot()
         if fx.events:
             await self._broadcast(fx.events)
 
@@ -486,13 +531,54 @@ class Scheduler:
         return fx
 
     async def _resync(self) -> Effects:
+        """Incremental resync: the charts whose ``updated_at`` moved since the last read
+        (less ``RESYNC_OVERLAP_S``, for clocks that disagree and transactions that
+        committed late), and the small tables whole. O(changes), not O(backlog)."""
         self._resync_requested = False
-        world = await _db(db.read_world)()
-        fx = self.state.apply_world(world)
+        marks = [m for m in (self._watermark, self.state.loaded_at) if m is not None]
+        since = max(marks) if marks else None
+        if since is not None:
+            since -= timedelta(seconds=self.RESYNC_OVERLAP_S)
+        changes = await _db(db.read_changes)(since)
+        state = self.state
+        fx = state.apply_settings(changes.config, changes.orgs, changes.costs, changes.averages)
+        for row in changes.charts:
+            fx.merge(state.apply_chart(row.id, row))
+        self._watermark = changes.read_at
+        self._log_resync("resync", fx)
+        return fx
+
+    def _log_resync(self, what: str, fx: Effects) -> None:
         changes = [e for e in fx.events if e["kind"] not in ("budget", "weight", "cost")]
         if changes:
-            log.info("resync: %d change(s) without a notification applied (%s)", len(changes),
+            log.info("%s: %d change(s) without a notification applied (%s)", what, len(changes),
                      ", ".join(f"{e['kind']} #{e.get('chart', e.get('org'))}" for e in changes[:10]))
+
+    async def _full_resync_step(self) -> Effects:
+        """One chunk of the full resync, the safety net for writes that left ``updated_at``
+        alone (raw SQL, ``QuerySet.update()`` outside the services) and lost rows: every
+        ``FULL_RESYNC_S`` the queued and running charts are re-read by pk, one chunk of
+        ``FULL_RESYNC_CHUNK`` per tick (dispatch runs between chunks); at the end, the charts
+        in memory that no chunk returned are re-read by id (gone, final, or changed state)."""
+        after, seen = self._full_resync
+        rows = await _db(db.read_active_chunk)(after, self.FULL_RESYNC_CHUNK)
+        state = self.state
+        fx = Effects()
+        for row in rows:
+            seen.add(row.id)
+            fx.merge(state.apply_chart(row.id, row))
+        if len(rows) == self.FULL_RESYNC_CHUNK:
+            self._full_resync = (rows[-1].id, seen)
+            self._wake.set()  # the next chunk at once
+        else:
+            unseen = state.known_ids() - seen
+            if unseen:
+                fx.merge(await self._apply_rows(unseen))
+            self._full_resync = None
+            # Rare whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it.
+            took = time.monotonic() - self._full_resync_started
+            self._full_resync_due = time.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
+        self._log_resync("full resync", fx)
         return fx
 
     async def _carry_out(self, fx: Effects) -> None:
@@ -868,21 +954,87 @@ class Scheduler:
             self._round_written(save)
 
     # ================================================================ publishing
-    async def _eta_pass(self) -> bool:
-        from dashboard.broadcast import abroadcast_snapshot
-        from fairsched import snapshot as snapshot_store
+    def _eta_soon_gap(self) -> float:
+        return max(self.ETA_SOON_MIN_GAP_S, self.ETA_SOON_COST_FACTOR * self._eta_last_cost)
 
+    def _start_eta_pass(self) -> None:
+        """Start an ETA pass in the background: the loop copies what it reads
+        (:meth:`LiveState.capture`, milliseconds) and goes on dispatching while a thread
+        computes the ETAs, builds the snapshot, encodes and stores it page by page."""
+        self._eta_now = False
         now = self.clock()
-        state = self.state
-        report = state.eta_report(now)
+        captured = self.state.capture()
+        self._eta_due = math.inf  # the pass sets the next one when it ends
+        self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
+                                             name="eta-pass")
+        self._tasks.append(self._eta_task)
+
+    async def _run_eta_pass(self, captured: PassInput, now: float, changes: int) -> None:
+        started = time.monotonic()
+        try:
+            await self._guarded("eta", lambda: self._eta_pass(captured, now))
+        finally:
+            end = time.monotonic()
+            self._eta_last_end, self._eta_last_cost = end, end - started
+            if self._eta_last_cost > self.ETA_SLOW_LOG_S:
+                log.info("ETA pass over %d queued charts took %.1f s (in its thread; dispatch went on)",
+                         captured.queued, self._eta_last_cost)
+            # A static backlog needs no new pass every few seconds: the published ETAs are
+            # absolute times and stay true until something changes (which brings the next
+            # pass forward, see tick). Between changes the interval grows with the pass's
+            # own cost, so an idle scheduler spends at most ~1/ETA_IDLE_COST_FACTOR on it.
+            if self._eta_changes != changes:  # changed while the pass ran: the next one soon
+                interval = self._eta_soon_gap()
+            else:
+                interval = max(self.state.config.eta_interval_s if self.state else 3.0,
+                               self.ETA_IDLE_COST_FACTOR * self._eta_last_cost)
+            self._eta_due = end + interval
+            task = self._eta_task
+            self._eta_task = None
+            if task in self._tasks:
+                self._tasks.remove(task)
+            self._wake.set()
+
+    async def _eta_pass(self, captured: PassInput, now: float) -> bool:
+        from dashboard.broadcast import abroadcast_snapshot
+
+        report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
+        if self.state is None:
+            return True
         self._last_report = (report, now)
-        snap, rows, per_org = build_snapshot(state, report, now, p90=state.forecast.p90_finisher())
-        snap["eta_model"] = state.config.eta_model
-        seq = await asyncio.to_thread(snapshot_store.store, snap, rows, per_org)
+        self._published_seq = seq
         await abroadcast_snapshot(seq)
         # after publishing: the dashboards do not wait for this write
         await self._record_first_etas(report, now)
         return True
+
+    def _compute_and_publish(self, captured: PassInput, now: float):
+        """The ETA pass, the snapshot and its publication: in a worker thread, on a copy."""
+        from fairsched import snapshot as snapshot_store
+
+        report = captured.eta_report(now)
+        snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
+        snap["eta_model"] = captured.eta_model
+        if self.eta_gate is not None:
+            self.eta_gate()
+        return report, snapshot_store.store(snap, rows, per_org)
+
+    async def _confirm_snapshot(self) -> None:
+        """Say, about once a second, that the last published snapshot is this live
+        scheduler's latest: readers keep showing it (it stays true while nothing changes,
+        and a pass is on its way when something did, however long a large backlog's pass
+        takes); only a scheduler that stopped lets it turn stale."""
+        seq = self._published_seq
+        if seq is None or not self.leading or time.monotonic() - self._confirmed_at < 1.0:
+            return
+        from fairsched import snapshot as snapshot_store
+
+        self._confirmed_at = time.monotonic()
+        try:
+            await self.redis.set(snapshot_store.CURRENT_KEY, snapshot_store.current_value(seq, self.clock()),
+                                 ex=snapshot_store.TTL_S)
+        except (redis.RedisError, OSError) as exc:
+            log.debug("cannot confirm the snapshot: %s", exc)
 
     def _eta_in_force(self, r, at: float) -> tuple[float, float]:
         """The ETA published for a chart by the last pass and its 90% bound (absolute), else
@@ -898,13 +1050,16 @@ class Scheduler:
         return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
 
     async def _record_first_etas(self, report, now: float) -> None:
-        """The first ETA of each chart that has none yet: one bulk write for the new ones."""
+        """The first ETA of each chart that has none yet, in a few short writes (a
+        dispatch's reads and writes, on the same database thread, go between them)."""
         state = self.state
-        ids = [cid for cid in state.unpromised if cid in report.etas]  # O(new + set aside)
-        if not ids:
+        if state is None:
             return
-        await _db(db.record_first_etas)(state.first_etas(report, now, ids))
-        state.unpromised.difference_update(ids)
+        ids = [cid for cid in state.unpromised if cid in report.etas]  # O(new + set aside)
+        for start in range(0, len(ids), self.FIRST_ETAS_PER_WRITE):
+            chunk = ids[start:start + self.FIRST_ETAS_PER_WRITE]
+            await _db(db.record_first_etas)(state.first_etas(report, now, chunk))
+            state.unpromised.difference_update(chunk)
 
     async def _broadcast(self, events: list[dict]) -> None:
         from dashboard.broadcast import abroadcast_event
@@ -917,27 +1072,47 @@ class Scheduler:
 
     # ================================================================ background reporters
     async def _keep_lease(self) -> None:
+        """Renew the lease from a thread of its own: a busy loop (a large resync, a slow
+        database call) can never make it miss a renewal; dispatch checks the lease by
+        monotonic time (:meth:`may_dispatch`)."""
+        loop = asyncio.get_running_loop()
+        self._lease_gen += 1
+        gen = self._lease_gen
+        try:
+            await asyncio.to_thread(self._keep_lease_blocking, loop, gen)
+        finally:
+            self._lease_gen += 1  # cancelled (step down): the thread ends at its next renewal
+
+    def _keep_lease_blocking(self, loop: asyncio.AbstractEventLoop, gen: int) -> None:
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=1)
         warned = False
-        while True:
-            await asyncio.sleep(self.LEASE_RENEW_S)
-            try:
-                ok = await self.lease.renew() or await self.lease.acquire()
-            except (redis.RedisError, OSError) as exc:
-                if not warned:
-                    log.warning("cannot renew the lease (%s); dispatch pauses %.1f s after the last renewal",
-                                exc, self.LEASE_TTL_S)
-                    warned = True
-                continue
-            if not ok:
-                self._lost_lease = True
-                self._wake.set()
-                return
-            if warned or time.monotonic() >= self._lease_ok_until:
-                log.info("lease renewed again: dispatch resumes (after a resync)")
-                self._resync_requested = True
-                self._wake.set()
-            warned = False
-            self._lease_ok_until = time.monotonic() + self.LEASE_TTL_S
+        try:
+            while not self._stop.is_set() and gen == self._lease_gen:
+                time.sleep(self.LEASE_RENEW_S)
+                if self._stop.is_set() or gen != self._lease_gen:
+                    return
+                try:
+                    ok = self.lease.acquire_sync(client)
+                except (redis.RedisError, OSError) as exc:
+                    if not warned:
+                        log.warning("cannot renew the lease (%s); dispatch pauses %.1f s after the last renewal",
+                                    exc, self.LEASE_TTL_S)
+                        warned = True
+                    continue
+                if not ok:
+                    self._lost_lease = True
+                    loop.call_soon_threadsafe(self._wake.set)
+                    return
+                if warned or time.monotonic() >= self._lease_ok_until:
+                    log.info("lease renewed again: dispatch resumes (after a resync)")
+                    self._resync_requested = True
+                    loop.call_soon_threadsafe(self._wake.set)
+                warned = False
+                self._lease_ok_until = time.monotonic() + self.LEASE_TTL_S
+        except RuntimeError:  # the loop closed under us: the scheduler is gone
+            return
+        finally:
+            client.close()
 
     async def _listen(self) -> None:
         """Append scheduler notifications from Redis; after a reconnect ask for a resync."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart
 from fairsched.core.forecast import Forecaster
@@ -33,6 +34,17 @@ class OrgRow:
     name: str
     slug: str
     weight: int
+
+
+_ORG_KEYS: dict[int, str] = {}
+
+
+def _org_key(org: int) -> str:
+    """``str(org)``, one string per org shared by all its charts (memory at 1M charts)."""
+    key = _ORG_KEYS.get(org)
+    if key is None:
+        key = _ORG_KEYS[org] = str(org)
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +68,7 @@ class ChartRow:
     round: int | None = None  # the persisted round (Chart.fair_round); read only at load
 
     def queued_chart(self, with_round: bool = False) -> QueuedChart:
-        return QueuedChart(str(self.id), str(self.org), self.workflow, self.created_at, self.id,
+        return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
                            self.priority, self.prioritized_at, self.paused, self.front_at,
                            self.round if with_round else None)
 
@@ -79,6 +91,7 @@ class World:
     averages: dict[tuple[str, str | None], float]
     charts: list[ChartRow]  # every queued and running chart
     rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
+    read_at: datetime | None = None   # when the read began (the incremental resync's first watermark)
 
 
 @dataclass(slots=True)
@@ -122,6 +135,37 @@ class Effects:
         return bool(self.cancel or self.watch or self.unwatch or self.eta_now or self.events)
 
 
+@dataclass(frozen=True, slots=True)
+class PassInput:
+    """What one ETA pass and its snapshot read, copied from :class:`LiveState` on the
+    loop in milliseconds (:meth:`LiveState.capture`), so the pass itself (O(backlog)
+    pure Python) runs in another thread while the loop keeps dispatching."""
+
+    queue: FairQueue              # FairQueue.frozen_copy(): read only
+    forecast: Forecaster          # a copy of what was learned
+    durations: Durations
+    eta_model: str
+    running: tuple[Running, ...]  # copies
+    orgs: tuple[OrgRow, ...]
+    external_ids: dict[int, str | None]
+    queued_by_org: dict[int, int]
+    aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
+    queued: int                          # all queued charts (ordered and set aside)
+
+    @property
+    def budget(self) -> int:
+        return self.queue.budget
+
+    def running_charts(self) -> list[RunningChart]:
+        return [r.core() for r in self.running]
+
+    def eta_report(self, now: float) -> EtaReport:
+        """The ETA pass of the configured model, on this copy."""
+        if self.eta_model == "forecast":
+            return self.forecast.etas(self.queue, self.running_charts(), now)
+        return self.queue.etas(self.running_charts(), now, estimate=self.durations)
+
+
 class LiveState:
     """The fair order, the running charts and their names: one owner, no I/O."""
 
@@ -153,6 +197,7 @@ class LiveState:
         # database already has at start-up): each pass records only these, O(new).
         self.unpromised: set[str] = {str(c.id) for c in world.charts if c.org in self.orgs}
         self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
+        self.loaded_at = world.read_at
         self.running: dict[int, Running] = {}
         for c in world.charts:
             if c.state == RUNNING:
@@ -216,6 +261,19 @@ class LiveState:
 
     def running_charts(self) -> list[RunningChart]:
         return [r.core() for r in self.running.values()]
+
+    def capture(self) -> PassInput:
+        """A consistent copy of what an ETA pass reads (see :class:`PassInput`)."""
+        queue = self.queue
+        aside = {}
+        for state in ("held", "paused", "blocked"):
+            aside[state] = [queue.get(cid) for cid in getattr(queue, state)]
+        return PassInput(
+            queue=queue.frozen_copy(), forecast=self.forecast.copy(self.durations), durations=self.durations,
+            eta_model=self.config.eta_model, running=tuple(replace(r) for r in self.running.values()),
+            orgs=tuple(self.orgs.values()), external_ids=dict(self.external_ids),
+            queued_by_org=dict(self.queued_by_org), aside=aside, queued=len(queue),
+        )
 
     def counters(self) -> dict:
         """Cheap counters for every dashboard event, O(orgs)."""
@@ -338,6 +396,19 @@ class LiveState:
             self.queue.move_to_front(cid, row.front_at)
             fx.events.append({"kind": "moved_to_front", "chart": chart_id})
         return fx
+
+    def apply_settings(self, config: Config, orgs: list[OrgRow], costs: dict[tuple[str, str], int],
+                       averages: dict[tuple[str, str | None], float]) -> Effects:
+        """The small tables of a resync: settings, orgs, costs, duration averages."""
+        fx = self.apply_orgs(orgs)
+        fx.merge(self.apply_config(config))
+        fx.merge(self.apply_costs(costs))
+        self.apply_averages(averages)
+        return fx
+
+    def known_ids(self) -> set[int]:
+        """Every chart in memory, queued or running."""
+        return set(self.external_ids) | set(self.running)
 
     def apply_world(self, world: World) -> Effects:
         """The periodic resync: everything in memory agrees with ``world`` afterwards."""

@@ -19,10 +19,18 @@ GRACEFUL_SHUTDOWN_S = 5.0
 RESTART_BACKOFF_MAX_S = 10.0
 
 
-def build_worker(client, task_queue: str, graceful_s: float = GRACEFUL_SHUTDOWN_S) -> Worker:
+def build_worker(client, task_queue: str, graceful_s: float = GRACEFUL_SHUTDOWN_S,
+                 max_concurrent_activities: int | None = None) -> Worker:
+    """``max_concurrent_activities``: default ``settings.FAIRSCHED_WORKER_CONCURRENCY``
+    (one DemoChart holds one activity slot while it runs)."""
+    if max_concurrent_activities is None:
+        from django.conf import settings
+
+        max_concurrent_activities = settings.FAIRSCHED_WORKER_CONCURRENCY
     return Worker(
         client, task_queue=task_queue, workflows=[DemoChart], activities=[demo_work, record_chart_outcome],
         graceful_shutdown_timeout=timedelta(seconds=graceful_s),
+        max_concurrent_activities=max_concurrent_activities,
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fairsched.scenario import ScenarioError, parse_scenario, plan, simulate
 
@@ -173,3 +175,70 @@ def test_bad_averages_are_refused_naming_the_field(item, message):
     with pytest.raises(ScenarioError) as err:
         plan(s)
     assert str(err.value).startswith(message)
+# --- the fast path of queued charts gives what the field-by-field checks give -----------------
+
+def _mostly(valid, *invalid):
+    """Mostly valid values, so that several valid charts (and duplicates) are common."""
+    return st.one_of(st.sampled_from(valid), st.sampled_from(valid), st.sampled_from(valid),
+                     st.sampled_from(list(invalid)))
+
+
+_required = {
+    "id": _mostly(["a", "b", "c"], 3, None),
+    "org": _mostly(["A", "B"], "Z", 1, None),
+    "workflow": _mostly(["code", None], 5),
+    "created_at": _mostly(["2026-01-01T00:00:00+00:00", "2026-01-01T00:00:01.5+02:00"],
+                          "2026-01-01T00:00:00", "yesterday", 7, None),
+}
+_optional = {
+    "priority": _mostly([True, False], 1, "yes", None),
+    "paused": _mostly([True, False], 0, None),
+    "prioritized_at": _mostly([None], "2026-01-01T00:00:00+00:00", "bad"),
+    "front_at": _mostly([None], "2026-01-01T00:00:00+00:00"),
+    "round": _mostly([None], 0, 2, -1, "x"),
+}
+_chart = st.one_of(
+    st.fixed_dictionaries(_required, optional=_optional),
+    st.fixed_dictionaries({}, optional={**_required, **_optional}),  # fields missing
+)
+
+
+def _slow_only(d: dict):
+    """parse_scenario with every queued chart through the field-by-field checks."""
+    from fairsched import scenario as sc
+
+    ids: set[str] = set()
+
+    def new_id(v, path):
+        v = sc._str(v, path)
+        if v in ids:
+            raise sc.ScenarioError(path, f"duplicate id {sc._show(v)}")
+        ids.add(v)
+        return v
+
+    weights = {o["id"]: o["weight"] for o in d["orgs"]}
+    return [sc._queued_chart(c, i, new_id, weights) for i, c in enumerate(d["queued"])]
+
+
+_OK = {"id": "a", "org": "A", "workflow": "code", "created_at": "2026-01-01T00:00:00+00:00"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_chart, st.sampled_from([[], "x", None])), max_size=6))
+@example([_OK, {**_OK, "created_at": "2026-01-01T00:00:01+00:00"}])  # duplicate id
+@example([{**_OK, "priority": 1}])
+@example([{**_OK, "paused": 0}])
+@example([{**_OK, "created_at": "2026-01-01T00:00:00"}])
+@example([{**_OK, "prioritized_at": "2026-01-01T00:00:00+00:00", "priority": True}])
+@example([{**_OK, "front_at": "2026-01-01T00:00:00+00:00"}, {**_OK, "id": "b", "round": 3}])
+def test_the_fast_path_of_queued_charts_equals_the_checked_path(charts):
+    d = {"now": "2026-01-01T01:00:00+00:00", "budget": 2,
+         "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 2}], "queued": charts}
+    try:
+        expected = _slow_only(d)
+    except ScenarioError as exc:
+        with pytest.raises(ScenarioError) as got:
+            parse_scenario(d)
+        assert str(got.value) == str(exc)
+        return
+    assert parse_scenario(d).queued == expected

@@ -34,11 +34,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         crash = os.environ.get("FAIRSCHED_TEST_CRASH_AFTER_STARTS")  # fault injection for the crash tests
+        gate = os.environ.get("FAIRSCHED_TEST_ETA_GATE")  # tests: ETA passes wait while this file exists
         scheduler = Scheduler(
             temporal_address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
             crash_after_starts=int(crash) if crash else None, cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
+            eta_gate=_file_gate(gate) if gate else None,
         )
         deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
                                 phase=lambda: scheduler.phase, on_force=scheduler.release_lease_now)
@@ -57,3 +59,15 @@ class Command(BaseCommand):
             deadline.exit_now()
 
         asyncio.run(main())
+
+
+def _file_gate(path: str):
+    """A gate for the tests: the ETA pass (in its thread) waits while ``path`` exists."""
+    import time
+    from pathlib import Path
+
+    def wait() -> None:
+        while Path(path).exists():
+            time.sleep(0.05)
+
+    return wait

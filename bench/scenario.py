@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""``fairsched.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
+against a plain ``sorted()`` of as many (round, created_at, arrival) tuples, in one run.
+
+Goals: 100k charts at most 5x the sort; 1M at most 13x the 100k time (garbage
+collection included: the collector runs as it would for a caller). Also shows the
+parse (validation) and the JSON text round trip apart. Usage::
+
+    python bench/scenario.py            # 100k and 1M
+    python bench/scenario.py --quick    # 100k only
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fairsched import scenario  # noqa: E402
+
+N_ORGS, BUDGET, N_RUNNING = 60, 200, 40
+WORKFLOWS = ["small", "medium", "large"]
+T0 = 1_800_000_000.0
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+def make_scenario(n: int, seed: int = 1) -> dict:
+    rnd = random.Random(seed)
+    orgs = [f"org{i}" for i in range(N_ORGS)]
+    org_w = [1.0 / (i + 1) for i in range(N_ORGS)]
+    chosen = rnd.choices(orgs, weights=org_w, k=n)
+    queued = []
+    for i in range(n):
+        c = {"id": f"c{i}", "org": chosen[i], "workflow": rnd.choice(WORKFLOWS),
+             "created_at": iso(T0 + i * 0.5 + rnd.random())}
+        if i % 5000 == 0:
+            c["priority"] = True
+        if i % 997 == 0:
+            c["paused"] = True
+        queued.append(c)
+    running = [{"id": f"r{k}", "org": rnd.choice(orgs), "workflow": rnd.choice(WORKFLOWS),
+                "started_at": iso(T0 + n - rnd.random() * 600)} for k in range(N_RUNNING)]
+    return {
+        "now": iso(T0 + n), "budget": BUDGET, "default_avg_s": 600,
+        "orgs": [{"id": o, "weight": rnd.choice([1, 1, 1, 2, 3])} for o in orgs],
+        "costs": [{"org": o, "workflow": w, "cost": c} for o in orgs for w, c in zip(WORKFLOWS, (1, 2, 3))],
+        "averages": [{"org": o, "workflow": w, "avg_s": 300.0 * (k + 1) * (1 + rnd.random())}
+                     for o in orgs for k, w in enumerate(WORKFLOWS)],
+        "running": running, "queued": queued,
+    }
+
+
+def sort_tuples(n: int, seed: int = 2) -> list:
+    rnd = random.Random(seed)
+    tuples = [(rnd.randrange(2000), rnd.random() * 1e6, i) for i in range(n)]
+    rnd.shuffle(tuples)
+    return tuples
+
+
+def timed(fn, repeat: int) -> float:
+    """Best of ``repeat``, the collector enabled (it is part of the cost)."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100k only")
+    args = parser.parse_args()
+    n = 100_000
+    scen = make_scenario(n)
+    tuples = sort_tuples(n)
+    text = json.dumps(scen)
+    t = {"sort": float("inf"), "plan": float("inf"), "parse": float("inf"), "text": float("inf")}
+    for _ in range(5):  # interleaved: a busy machine slows the baseline and the plan alike
+        t["sort"] = min(t["sort"], timed(lambda: sorted(tuples), 1))
+        t["plan"] = min(t["plan"], timed(lambda: scenario.plan(scen), 1))
+        t["parse"] = min(t["parse"], timed(lambda: scenario.parse_scenario(scen), 1))
+        t["text"] = min(t["text"], timed(lambda: json.dumps(scenario.plan(json.loads(text))), 1))
+    sort_n = t["sort"]
+    print(f"sorted() of {n:,} tuples: {sort_n * 1e3:8.1f} ms")
+    print(f"plan() of {n:,} charts (dict in, dict out): {t['plan'] * 1e3:8.1f} ms = "
+          f"{t['plan'] / sort_n:5.2f}x the sort   (goal <= 5x)")
+    print(f"  of which validation (parse_scenario): {t['parse'] * 1e3:8.1f} ms = {t['parse'] / sort_n:5.2f}x")
+    print(f"  with json.loads / json.dumps of the text: {t['text'] * 1e3:8.1f} ms = {t['text'] / sort_n:5.2f}x")
+    if args.quick:
+        return
+    big = make_scenario(10 * n)
+    t_big = timed(lambda: scenario.plan(big), 2)
+    print(f"plan() of {10 * n:,} charts: {t_big * 1e3:8.1f} ms = {t_big / t['plan']:5.2f}x the 100k plan"
+          f"   (goal <= 13x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""Dispatch stays a constant-time slice whatever the backlog: the ETA pass runs on a
+copy in a thread, the lease is renewed from its own thread, the resync is incremental
+(with a chunked full pass as safety net), and the order is published in pages."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from charts.models import Chart
+from fairsched import snapshot
+from fairsched.engine import db
+from fairsched.engine.publish import build_snapshot
+from fairsched.engine.scheduler import Scheduler
+from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+from tests.factories import make_chart, make_org, make_workflow
+
+T0 = 1_800_000_000.0
+
+
+def q(pk: int, org: int, **kw) -> ChartRow:
+    return ChartRow(pk, org, kw.pop("workflow", "code"), "queued", T0 + pk, **kw)
+
+
+def world(n: int, *, budget: int = 3) -> World:
+    orgs = [OrgRow(1, "Acme", "acme", 2), OrgRow(2, "Beta", "beta", 1), OrgRow(3, "Held", "held", 0)]
+    charts = [q(i, 1 + i % 3, paused=(i % 17 == 0), priority=(i % 53 == 0),
+                prioritized_at=T0 + i if i % 53 == 0 else None, external_id=f"x-{i}") for i in range(1, n + 1)]
+    charts.append(ChartRow(n + 1, 1, "code", "running", T0, started_at=T0 + 10, dispatched_cost=1, run_id="r"))
+    return World(Config(budget, 1.0, 2.0), orgs, {("2", "big"): 9}, {}, charts)
+
+
+def scheduler(**kw) -> Scheduler:
+    return Scheduler(temporal_address="127.0.0.1:1", namespace="default", task_queue="q",
+                     redis_url=kw.pop("redis_url", "redis://127.0.0.1:1"), **kw)
+
+
+# --- the ETA pass reads a copy ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["forecast", "lanes"])
+def test_a_captured_pass_is_unchanged_by_what_the_loop_does_meanwhile(model):
+    w = world(300)
+    w = World(Config(3, 1.0, 2.0, model), w.orgs, w.costs, w.averages, w.charts)
+    live, twin = LiveState(w), LiveState(w)
+    now = T0 + 500
+    captured = live.capture()
+    # The loop goes on while the pass runs: dispatch, arrivals, pause, priority, weight, finish.
+    planned = live.to_start()
+    live.commit_dispatch(planned, {cid: ("run", now) for cid in planned})
+    for pk in range(1000, 1010):
+        live.apply_chart(pk, q(pk, 2))
+    live.apply_chart(5, q(5, 3 - 1, paused=True))
+    live.apply_chart(7, q(7, 2, priority=True, prioritized_at=T0 + 400))
+    live.apply_orgs([OrgRow(2, "Beta", "beta", 5)])
+    live.finished(301, "succeeded", 30.0)
+    assert build_snapshot(captured, captured.eta_report(now), now) == \
+        build_snapshot(twin, twin.eta_report(now), now)
+
+
+# --- pages ---------------------------------------------------------------------------------
+
+
+def test_a_published_page_equals_the_same_slice_of_the_full_order(redis_url):
+    live = LiveState(world(1234))
+    now = T0 + 500
+    snap, rows, per_org = build_snapshot(live, live.eta_report(now), now)
+    snapshot.store(snap, rows, per_org)
+    rows = json.loads(json.dumps(rows))  # as stored
+    per_org = json.loads(json.dumps(per_org))
+    for offset, limit in [(0, 100), (450, 100), (499, 2), (500, 500), (1100, 500), (1234, 10), (5000, 10)]:
+        total, page = snapshot.read_order(offset, limit)
+        assert total == len(rows)
+        assert page == rows[offset:offset + limit], (offset, limit)
+    for org, data in per_org.items():
+        charts = data["charts"]
+        assert snapshot.read_org(int(org))["charts"] == charts
+        for offset, limit in [(0, 50), (300, 250), (len(charts) - 3, 100)]:
+            got = snapshot.read_org(int(org), offset, limit)
+            assert got["total"] == len(charts)
+            assert got["charts"] == charts[offset:offset + limit], (org, offset, limit)
+    # A page read fetches a page, never the whole order as one value.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    key = snapshot.read_snapshot()["pages"]["key"]
+    assert max(len(v) for v in client.hvals(key)) < 200_000
+    assert client.hlen(key) > 3
+
+
+def test_a_newer_snapshot_replaces_the_pages_and_the_old_ones_expire(redis_url):
+    import redis
+
+    live = LiveState(world(50))
+    first = snapshot.store(*build_snapshot(live, live.eta_report(T0), T0))
+    old = snapshot.read_snapshot()
+    second = snapshot.store(*build_snapshot(live, live.eta_report(T0 + 1), T0 + 1))
+    assert second == first + 1
+    client = redis.Redis.from_url(redis_url)
+    assert 0 < client.ttl(old["pages"]["key"]) <= snapshot.OLD_PAGES_TTL_S
+    client.delete(old["pages"]["key"])  # expired: a reader holding the old snapshot gets the latest
+    assert snapshot.read_order(0, 5, snapshot=old)[1] == snapshot.read_order(0, 5)[1] != []
+
+
+# --- the lease is renewed whatever the loop does ---------------------------------------------
+
+
+def test_the_lease_is_renewed_while_the_loop_is_blocked(redis_url):
+    """A loop busy with CPU work (a big resync) for longer than the lease term used to
+    lose the lease ("lease renewed again: dispatch resumes"): the keeper is a thread now."""
+    s = scheduler(redis_url=redis_url, lease_ttl_s=1.0)
+
+    async def go() -> tuple[bool, bool]:
+        import redis.asyncio as aredis
+
+        from fairsched.engine.lease import Lease
+
+        s.redis = aredis.Redis.from_url(redis_url)
+        s.lease = Lease(s.redis, s.LEASE_TTL_S)
+        assert await s.lease.acquire()
+        s.leading = True
+        s._lease_ok_until = time.monotonic() + s.LEASE_TTL_S
+        keeper = asyncio.create_task(s._keep_lease())
+        await asyncio.sleep(0.05)
+        time.sleep(3 * s.LEASE_TTL_S)  # the loop is blocked: no task runs
+        may = s.may_dispatch()
+        held = await s.lease.holder() == s.lease.token
+        keeper.cancel()
+        await asyncio.gather(keeper, return_exceptions=True)
+        await s.redis.aclose()
+        return may, held
+
+    may, held = asyncio.run(go())
+    assert held and may
+    assert not s._lost_lease
+
+
+# --- incremental resync and its safety net ---------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writes():
+    org = make_org("Acme")
+    wf = make_workflow("code")
+    ids = [make_chart(org, wf, external_id=f"c{i}").pk for i in range(8)]
+    s = scheduler()
+    s.RESYNC_OVERLAP_S = 0.0  # no overlap: what the watermark alone misses
+    s.FULL_RESYNC_CHUNK = 3
+    s.state = LiveState(db.read_world())
+    assert len(s.state.queue) == 8
+
+    # A bulk ORM update that sets updated_at (as every service does): the next incremental read has it.
+    Chart.objects.filter(pk__in=ids[:2]).update(paused=True, updated_at=timezone.now())
+    asyncio.run(s._resync())
+    assert set(s.state.queue.paused) == {str(ids[0]), str(ids[1])}
+
+    # QuerySet.update() leaves auto_now alone, and so does raw SQL: the incremental read misses
+    # them (by design: O(changes)); the chunked full pass is the safety net.
+    Chart.objects.filter(pk=ids[2]).update(priority=True, prioritized_at=timezone.now())
+    with connection.cursor() as cur:
+        cur.execute("UPDATE charts_chart SET state = 'cancelled' WHERE id = %s", [ids[3]])
+        cur.execute("DELETE FROM charts_chart WHERE id = %s", [ids[4]])
+    asyncio.run(s._resync())
+    assert str(ids[3]) in s.state.queue and str(ids[4]) in s.state.queue
+    s._full_resync = (0, set())
+    steps = 0
+    while s._full_resync is not None:
+        asyncio.run(s._full_resync_step())
+        steps += 1
+    assert steps == 3  # 6 active charts, 3 per chunk, then the last (short) read
+    assert str(ids[3]) not in s.state.queue and str(ids[4]) not in s.state.queue
+    assert s.state.queue.get(str(ids[2])).priority
+    assert s.state.queue.order()[0] == str(ids[2])
+
+
+# --- worker concurrency follows the budget ------------------------------------------------------
+
+
+def test_worker_concurrency_comes_from_the_setting(temporal_address, settings):
+    """temporalio's default (100 activities) left charts past the 100th of a budget holding
+    budget while their activity waited for a slot."""
+    from temporalio.client import Client
+
+    from fairsched.temporal.worker import build_worker
+
+    settings.FAIRSCHED_WORKER_CONCURRENCY = 321
+
+    async def go() -> int:
+        client = await Client.connect(temporal_address)
+        worker = build_worker(client, "q-concurrency")
+        return worker._config["max_concurrent_activities"]
+
+    assert asyncio.run(go()) == 321
+
+
+def test_a_bad_worker_concurrency_is_refused_naming_the_variable():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    env["FAIRSCHED_WORKER_CONCURRENCY"] = "0"
+    out = subprocess.run([sys.executable, "manage.py", "check"], cwd=Path(__file__).resolve().parent.parent,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got 0" in out.stderr
+
+
+# --- scheduler-owned columns are written in one prepared statement -----------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_etas_and_rounds_are_written_where_due():
+    from datetime import datetime, timezone as tz
+
+    from fairsched.core import RoundState
+
+    org = make_org("Acme")
+    wf = make_workflow("code")
+    a, b, c = (make_chart(org, wf).pk for _ in range(3))
+    earlier = datetime(2026, 1, 1, tzinfo=tz.utc)
+    Chart.objects.filter(pk=b).update(eta_first_at=earlier)
+    assert db.record_first_etas({a: T0, b: T0 + 1, c: T0 + 2.5}) == 2
+    got = dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "eta_first_at"))
+    assert got == {a: datetime.fromtimestamp(T0, tz.utc), b: earlier, c: datetime.fromtimestamp(T0 + 2.5, tz.utc)}
+    db.save_rounds(RoundState(3, 2, {}), {str(a): 4, str(b): None, str(c): 7})
+    assert dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "fair_round")) == {a: 4, b: None, c: 7}
+
+
+def test_a_snapshot_the_live_scheduler_confirms_stays_live(redis_url):
+    """A static backlog is not re-published every few seconds; the scheduler confirms its
+    latest snapshot each second instead, and only a stopped scheduler's turns stale."""
+    import redis
+
+    from dashboard import selectors
+
+    live = LiveState(world(20))
+    old = time.time() - 600
+    seq = snapshot.store(*build_snapshot(live, live.eta_report(old), old))
+    assert selectors.read_snapshot_with_age()[2] is True  # ten minutes old: stale
+    client = redis.Redis.from_url(redis_url)
+    client.set(snapshot.CURRENT_KEY, snapshot.current_value(seq - 1, time.time()))  # another snapshot's
+    assert selectors.read_snapshot_with_age()[2] is True
+    client.set(snapshot.CURRENT_KEY, snapshot.current_value(seq, time.time()))
+    s, age, stale = selectors.read_snapshot_with_age()
+    assert not stale and age < 60 and s["seq"] == seq
+
+
+# --- the admin chart list does not scan the table ------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query", ["", "?state__exact=queued", "?org__id__exact=1&state__exact=queued"],
+                         ids=["all", "state", "org-and-state"])
+def test_the_admin_chart_list_never_counts_or_scans_every_row(admin_client, query):
+    from django.test.utils import CaptureQueriesContext
+
+    org = make_org("Acme")
+    wf = make_workflow("code")
+    for _ in range(3):
+        make_chart(org, wf)
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(f"/admin/charts/chart/{query}", secure=True)
+    assert response.status_code == 200
+    charts = [q["sql"] for q in queries.captured_queries if '"charts_chart"' in q["sql"]]
+    counts = [sql for sql in charts if "COUNT(" in sql]
+    assert counts and all("LIMIT 10000" in sql for sql in counts), counts
+    assert not [sql for sql in charts if "DISTINCT" in sql or "MIN(" in sql], charts  # no date drill-down
