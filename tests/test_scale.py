@@ -225,9 +225,11 @@ def test_first_etas_and_rounds_are_written_where_due():
     a, b, c = (make_chart(org, wf).pk for _ in range(3))
     earlier = datetime(2026, 1, 1, tzinfo=tz.utc)
     Chart.objects.filter(pk=b).update(eta_first_at=earlier)
-    assert db.record_first_etas({a: T0, b: T0 + 1, c: T0 + 2.5}) == 2
+    assert db.record_first_etas({a: (T0, T0 + 10), b: (T0 + 1, T0 + 11), c: (T0 + 2.5, T0 + 12.5)}) == 2
     got = dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "eta_first_at"))
     assert got == {a: datetime.fromtimestamp(T0, tz.utc), b: earlier, c: datetime.fromtimestamp(T0 + 2.5, tz.utc)}
+    p90 = dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "eta_p90_at"))
+    assert p90[a] == datetime.fromtimestamp(T0 + 10, tz.utc) and p90[c] == datetime.fromtimestamp(T0 + 12.5, tz.utc)
     db.save_rounds(RoundState(3, 2, {}), {str(a): 4, str(b): None, str(c): 7})
     assert dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "fair_round")) == {a: 4, b: None, c: 7}
 

@@ -57,6 +57,15 @@ class Lease:
         raw = await self.client.get(self.key)
         return raw.decode() if raw else None
 
+    def renew_sync(self, client: redis.Redis) -> bool:
+        """:meth:`renew` through a synchronous client (the lease keeper's own thread)."""
+        return bool(client.eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
+
+    def acquire_sync(self, client: redis.Redis) -> bool:
+        if self.renew_sync(client):
+            return True
+        return bool(client.set(self.key, self.token, nx=True, px=self.ttl_ms))
+
 
 def release_now(url: str, token: str, key: str = LEASE_KEY, timeout_s: float = 1.0) -> bool:
     """Release ``token``'s lease synchronously, only if it still holds it (no event loop needed:
@@ -67,11 +76,3 @@ def release_now(url: str, token: str, key: str = LEASE_KEY, timeout_s: float = 1
         return bool(client.eval(_RELEASE, 1, key, token))
     finally:
         client.close()
-    def renew_sync(self, client: redis.Redis) -> bool:
-        """:meth:`renew` through a synchronous client (the lease keeper's own thread)."""
-        return bool(client.eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
-
-    def acquire_sync(self, client: redis.Redis) -> bool:
-        if self.renew_sync(client):
-            return True
-        return bool(client.set(self.key, self.token, nx=True, px=self.ttl_ms))
