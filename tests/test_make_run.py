@@ -342,6 +342,8 @@ def test_make_run_serves_runs_the_demo_on_temporal_resumes_and_stops_without_lef
     first = System(tmp_path, FAIRSCHED_DEMO_RATE="120")
     try:
         first.wait_for(lambda: first.get("/healthz")[0] == 200, 150, "/healthz")
+        # The web answers a moment before every other process is ready and the summary printed.
+        first.wait_for(lambda: "Fairsched is up:" in first.output(), 150, "the 'Fairsched is up' summary")
         out = first.output()
         assert "Fairsched is up:" in out and f"http://127.0.0.1:{first.port}/dashboard/" in out
         assert "Demo seeded: 6 orgs (1 held), 3 workflows, 1118 charts" in out
@@ -378,6 +380,7 @@ def test_make_run_serves_runs_the_demo_on_temporal_resumes_and_stops_without_lef
     second = System(tmp_path, var=first.var, FAIRSCHED_DEMO_LOAD="0")
     try:
         second.wait_for(lambda: second.get("/healthz")[0] == 200, 150, "/healthz after a restart")
+        second.wait_for(lambda: "Fairsched is up:" in second.output(), 150, "the summary after a restart")
         out = second.output()
         assert "Demo not seeded: the database already has orgs." in out
         assert "(from " in out and "admin-login.txt" in out
