@@ -46,8 +46,9 @@ def demo_workload() -> None:
         make_cost(org, wfs["audit"], 3 if name != "Echo Imaging" else 20)  # 20 > budget: blocked
         prefix = "".join(w[0] for w in name.split()).lower()
         for wf_name, avg in (("code", 540), ("review", 900), ("audit", 1500)):
-            DurationStat.objects.create(org=org, workflow=wfs[wf_name], count=20, total_s=20 * avg * rng.uniform(.8, 1.2))
-        DurationStat.objects.create(org=org, workflow=None, count=60, total_s=60 * 800)
+            mean = avg * rng.uniform(.8, 1.2)
+            DurationStat.objects.create(org=org, workflow=wfs[wf_name], count=20, total_s=20 * mean, mean_s=mean)
+        DurationStat.objects.create(org=org, workflow=None, count=60, total_s=60 * 800, mean_s=800)
         for i in range(queued):
             wf = "code" if name == "Echo Imaging" else rng.choices(["code", "review", "audit"], [6, 3, 1])[0]
             rows.append(Chart(org=org, workflow=wfs[wf], external_id=f"{prefix}-{1000 + i}",
