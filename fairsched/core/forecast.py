@@ -46,7 +46,7 @@ from functools import partial
 from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable, Mapping
 
-from .plan import gc_paused, initial_lanes
+from .plan import gc_paused, initial_lanes, running_clear
 from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart
 
 Estimate = Callable[[str, "str | None"], float]
@@ -275,10 +275,7 @@ class Forecaster:
         own = _cache(self.median if p.own == "median" else self.mean)
         lanes = initial_lanes(running, now, queue.budget, mean, etas)
         org_clear: dict[str, float] = dict.fromkeys(queue.weights, 0.0)
-        for r in running:
-            f = etas[r.id][1]
-            if f > org_clear.get(r.org, 0.0):
-                org_clear[r.org] = f
+        running_clear(running, etas, org_clear)
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))

@@ -68,6 +68,15 @@ def lane_count(budget: int, running_cost: int, n_ordered: int, ordered_cost: Cal
     return min(budget, running_cost + ordered_cost())
 
 
+def running_clear(running: Iterable[RunningChart], etas: dict, org_clear: dict, floor: float = 0.0) -> None:
+    """Raise each org's clear-time in ``org_clear`` to the finish of its running charts
+    (``etas`` as :func:`initial_lanes` wrote them); an org not listed counts as ``floor``."""
+    for r in running:
+        f = etas[r.id][1]
+        if f > org_clear.get(r.org, floor):
+            org_clear[r.org] = f
+
+
 def initial_lanes(
     running: Iterable[RunningChart], now: float, budget: int, estimate: Callable, etas: dict,
     cap: int | None = None,
@@ -322,10 +331,7 @@ def _plan(
                      lambda: sum(cost_cache[(c.org, c.workflow)] for c in order))
     lanes = initial_lanes(running, now, budget, estimate, etas, cap)
     org_clear: dict[str, float] = {}
-    for r in running:
-        f = etas[r.id][1]
-        if f > org_clear.get(r.org, -1.0):
-            org_clear[r.org] = f
+    running_clear(running, etas, org_clear, floor=-1.0)
     # One (cost, estimate) tuple per pair, reached org -> workflow (no tuple built per
     # chart); the tuple's identity stands for its pair in the clear-time bookkeeping.
     info: dict = {}

@@ -26,7 +26,7 @@ from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key, priority_key, queue_
 from itertools import chain
 from operator import attrgetter, itemgetter
 
-from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass, unplanned_clear
+from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass, running_clear, unplanned_clear
 from .sortedkeys import SortedKeys
 from .types import Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
@@ -618,10 +618,7 @@ class FairQueue:
         cap = lane_count(budget, sum(r.cost for r in running), self.order_len, self._ordered_cost)
         lanes = initial_lanes(running, now, budget, estimate, etas, cap)
         org_clear: dict[str, float] = dict.fromkeys(self._weights, 0.0)
-        for r in running:
-            f = etas[r.id][1]
-            if f > org_clear.get(r.org, 0.0):
-                org_clear[r.org] = f
+        running_clear(running, etas, org_clear)
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
