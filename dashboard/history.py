@@ -16,7 +16,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from charts.models import Chart, ChartState, DurationStat
+from charts.models import Chart, ChartState
 from dashboard import selectors
 from fairsched.audit import entry_json
 from fairsched.models import AuditEntry
@@ -145,9 +145,7 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
                            "start": at("start_s"), "finish": at("finish_s")}
     out["first"] = _delta(getattr(chart, "eta_first_at", None), chart.finished_at)
     out["at_dispatch"] = _delta(getattr(chart, "eta_dispatch_at", None), chart.finished_at)
-    est = {(d.org_id, d.workflow_id): d.avg_s for d in DurationStat.objects.filter(org_id=chart.org_id)
-           if d.avg_s is not None}
-    expected = selectors.estimate_s(est, chart.org_id, chart.workflow_id)
+    expected = selectors.durations()(str(chart.org_id), chart.workflow.name)
     actual = ((chart.finished_at - chart.started_at).total_seconds()
               if chart.finished_at and chart.started_at else None)
     out["run"] = {"expected_s": expected, "actual_s": actual,

@@ -22,13 +22,14 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
+from charts.models import FINAL_STATES, Chart, ChartState
 from fairsched import snapshot as snap
+from fairsched.core import Durations
+from fairsched.engine import db
 from fairsched.models import SchedulerSettings
 from fairsched.notify import redis_client
 from orgs.models import Org, Workflow, WorkflowCost
 
-DEFAULT_AVG_S = 600.0
 PAGE_MAX = 500
 HISTORY_KEY = "fairsched:dashboard:history"
 HISTORY_SEEN_KEY = "fairsched:dashboard:history:seen:{}"
@@ -158,14 +159,10 @@ def _round(age: float | None) -> float | None:
     return None if age is None else round(age, 1)
 
 
-def _estimates() -> dict[tuple[int, int | None], float]:
-    return {(d.org_id, d.workflow_id): d.avg_s for d in DurationStat.objects.all() if d.avg_s is not None}
-
-
-def estimate_s(est: dict[tuple[int, int | None], float], org_id: int, workflow_id: int | None) -> float:
-    # the scheduler's fallback: pair, the workflow over all orgs, the org, the default
-    return (est.get((org_id, workflow_id)) or est.get((None, workflow_id)) or est.get((org_id, None))
-            or DEFAULT_AVG_S)
+def durations() -> Durations:
+    """The scheduler's duration estimates, read as the scheduler reads them
+    (:func:`fairsched.engine.db.read_averages`; the fallback rule is :class:`Durations`)."""
+    return Durations(db.read_averages())
 
 
 def db_state() -> dict[str, Any]:
@@ -191,11 +188,11 @@ def db_state() -> dict[str, Any]:
                  if blocked_pairs else 0)
     used_total = sum(o.used or 0 for o in orgs)
     weight_total = sum(o.weight for o in orgs if o.weight > 0 and (o.n_queued or o.n_running))
-    est = _estimates()
+    est = durations()
     running = []
     for c in Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow").order_by("started_at")[:500]:
         elapsed = (now - c.started_at).total_seconds() if c.started_at else 0.0
-        expected = estimate_s(est, c.org_id, c.workflow_id)
+        expected = est(str(c.org_id), c.workflow.name)
         running.append({
             "id": c.pk, "org": c.org_id, "workflow": c.workflow.name, "cost": c.dispatched_cost or 1,
             "external_id": c.external_id, "started_at": c.started_at.isoformat() if c.started_at else None,
@@ -364,11 +361,11 @@ def plot_data(*, minutes: int = 60, finishes: int = 200) -> dict[str, Any]:
     for ts in Chart.objects.filter(finished_at__gte=start_min, state__in=FINAL_STATES).values_list(
             "finished_at", flat=True).iterator():
         ends[min(len(buckets) - 1, int((ts - start_min).total_seconds() // 60))] += 1
-    est = _estimates()
+    est = durations()
     recent = []
     for c in (Chart.objects.filter(state=ChartState.SUCCEEDED, finished_at__isnull=False, started_at__isnull=False)
-              .order_by("-finished_at")[:finishes]):
-        predicted = c.started_at + timedelta(seconds=estimate_s(est, c.org_id, c.workflow_id))
+              .select_related("workflow").order_by("-finished_at")[:finishes]):
+        predicted = c.started_at + timedelta(seconds=est(str(c.org_id), c.workflow.name))
         recent.append({"id": c.pk, "org": c.org_id, "external_id": c.external_id,
                        "started_at": c.started_at.timestamp(), "finished_at": c.finished_at.timestamp(),
                        "predicted_at": predicted.timestamp()})

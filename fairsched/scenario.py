@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from fairsched import core
-from fairsched.core import Durations, FairQueue, Plan, QueuedChart, RunningChart
+from fairsched.core import DEFAULT_AVG_S, Durations, FairQueue, Plan, QueuedChart, RunningChart
 from fairsched.core.plan import gc_paused
 from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from fairsched.core.simulator import simulate as core_simulate
@@ -134,7 +134,7 @@ class Scenario:
 
 def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
     budget = _int(_get(d, "budget", ""), "budget", 0)
-    default_avg = _num(d.get("default_avg_s", 600), "default_avg_s", 0)
+    default_avg = _num(d.get("default_avg_s", DEFAULT_AVG_S), "default_avg_s", 0)
     weights: dict[str, int] = {}
     for i, o in enumerate(_list(_get(d, "orgs", ""), "orgs")):
         p = f"orgs[{i}]"

@@ -125,7 +125,7 @@ def test_the_live_dump_carries_the_workflow_averages_over_all_orgs(world):
 
     from charts import services as charts_services
     from fairsched import scenario
-    from fairsched.live import scenario_from_db
+    from fairsched.engine.reader import scenario_from_db
 
     chart = world["head"]
     charts_services.chart_mark_running(chart_id=chart.pk, cost=3)

@@ -193,7 +193,7 @@ def test_scenario_from_db_carries_the_persisted_rounds():
     from fairsched import scenario
     from fairsched.core import OrgRounds, RoundState
     from fairsched.engine import db
-    from fairsched.live import scenario_from_db
+    from fairsched.engine.reader import scenario_from_db
     from tests.factories import make_chart, make_org, make_workflow
 
     a, b = make_org("A", weight=1), make_org("B", weight=1)

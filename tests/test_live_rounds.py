@@ -1,4 +1,4 @@
-"""``fairsched.live.scenario_from_db`` gives charts that arrived after the scheduler's last
+"""``fairsched.engine.reader.scenario_from_db`` gives charts that arrived after the scheduler's last
 save of its round state the round the live queue would give them, counting dispatched
 charts (the persisted ``used`` counts them)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from charts.models import ChartState
 from fairsched.core import FairQueue, QueuedChart
 from fairsched.engine import db
-from fairsched.live import scenario_from_db
+from fairsched.engine.reader import scenario_from_db
 from tests.factories import make_chart, make_org, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -61,11 +61,11 @@ not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
 from .queue import BLOCKED, HELD, ORDERED, PAUSED, FairQueue
-from .types import ById, Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
+from .types import DEFAULT_AVG_S, ById, Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
 __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
-    "ById", "Durations", "Eta", "EtaReport", "FairQueue", "OrgRounds", "Plan", "QueuedChart", "RoundState",
+    "DEFAULT_AVG_S", "ById", "Durations", "Eta", "EtaReport", "FairQueue", "OrgRounds", "Plan", "QueuedChart", "RoundState",
     "RunningChart",
     "fifo_key", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "simulate_lanes",

@@ -58,6 +58,9 @@ class Eta(NamedTuple):
     finish_s: float
 
 
+DEFAULT_AVG_S = 600.0  # seconds: the estimate when nothing is known (scenario ``default_avg_s``)
+
+
 @dataclass(frozen=True, slots=True)
 class Durations:
     """Duration estimates (scenario contract v2), the first that exists of:
@@ -72,7 +75,7 @@ class Durations:
     Callable as ``durations(org, workflow) -> seconds``."""
 
     averages: Mapping[tuple[str | None, str | None], float] = field(default_factory=dict)
-    default_avg_s: float = 600.0
+    default_avg_s: float = DEFAULT_AVG_S
 
     def __call__(self, org: str, workflow: str | None) -> float:
         a = self.averages

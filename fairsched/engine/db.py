@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections as _close_old_connections
+from django.db import connection, transaction
 
 from charts.models import Chart, ChartState, DurationStat
 from fairsched.core import OrgRounds
@@ -32,6 +33,13 @@ ACTIVE = (ChartState.QUEUED, ChartState.RUNNING)
 
 def _ts(d: datetime | None) -> float | None:
     return d.timestamp() if d is not None else None
+
+
+def close_old_connections() -> None:
+    """Drop a connection the server closed or that outlived ``CONN_MAX_AGE``, unless a
+    transaction is open on it (a caller's ``atomic()``, a test's): never close under one."""
+    if not connection.in_atomic_block:
+        _close_old_connections()
 
 
 _NAMES: dict[str, str] = {}  # workflow names and states: one string each, not one per row read

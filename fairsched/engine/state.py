@@ -25,7 +25,6 @@ log = logging.getLogger("fairsched.engine")
 
 QUEUED, RUNNING = "queued", "running"
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
-DEFAULT_AVG_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +184,7 @@ class LiveState:
                 [c.queued_chart() for c in queued], budget=world.config.budget, weights=weights,
                 costs=dict(world.costs), track_rounds=True,
             )
-        self.durations = Durations(dict(world.averages), DEFAULT_AVG_S)
+        self.durations = Durations(dict(world.averages))
         # The forecast's statistics: each org's arrivals (O(1) per arrival) and finished
         # durations (O(1) per finish); its prior is the historical means above.
         self.forecast = Forecaster(self._prior)
@@ -328,7 +327,7 @@ class LiveState:
         return fx
 
     def apply_averages(self, averages: dict[tuple[str, str | None], float]) -> None:
-        self.durations = Durations(dict(averages), DEFAULT_AVG_S)
+        self.durations = Durations(dict(averages))
 
     # ------------------------------------------------------------- charts
     def apply_chart(self, chart_id: int, row: ChartRow | None) -> Effects:

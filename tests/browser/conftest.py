@@ -1,7 +1,7 @@
 """A real web server for browser tests: daphne on a free port, against the test
 database (a file, or PostgreSQL) and the test Redis, with the Redis channel layer.
 
-The scheduler is simulated (``dashboard.simulate.publish_from_db``): the test
+The scheduler is simulated (``dashboard.simulate.publish_from_db``: the scheduler's own reader and snapshot): the test
 stores a snapshot and broadcasts it over the Redis channel layer, exactly what
 ``manage.py runscheduler`` does after an ETA pass.
 """
@@ -122,8 +122,7 @@ def redis_layer_publish(redis_url):
     from channels_redis.core import RedisChannelLayer
 
     from dashboard.broadcast import GROUP
-    from dashboard.simulate import build_from_db
-    from fairsched import snapshot
+    from dashboard.simulate import store_from_db
 
     layer = RedisChannelLayer(hosts=[redis_url])
 
@@ -131,7 +130,7 @@ def redis_layer_publish(redis_url):
         async_to_sync(layer.group_send)(GROUP, {"type": "queue.snapshot", "seq": seq})
 
     def publish() -> int:
-        seq = snapshot.store(*build_from_db())
+        seq = store_from_db()
         # Playwright's sync API runs an event loop in this thread: send from another one.
         with ThreadPoolExecutor(1) as pool:
             pool.submit(send, seq).result(timeout=10)

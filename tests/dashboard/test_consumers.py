@@ -162,10 +162,9 @@ async def test_event_after_a_missed_snapshot_triggers_one(two_orgs, viewer, redi
 
 
 def _store_without_broadcast() -> int:
-    from dashboard.simulate import build_from_db
-    from fairsched import snapshot
+    from dashboard.simulate import store_from_db
 
-    return snapshot.store(*build_from_db())
+    return store_from_db()
 
 
 async def test_updates_are_coalesced_to_five_per_second(two_orgs, viewer, redis_url):

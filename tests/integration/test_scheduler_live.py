@@ -54,7 +54,7 @@ def test_charts_run_in_plan_order_and_all_succeed(live, temporal):
     start = timezone.now() - timedelta(hours=1)
     charts = [make_chart(org, wf, created_at=start + timedelta(minutes=i), payload={"seconds": 0.2})
               for i, org in enumerate([a, a, a, a, b, b])]
-    from fairsched.live import scenario_from_db
+    from fairsched.engine.reader import scenario_from_db
 
     expected = [int(i) for i in scenario.plan(scenario_from_db(include_rounds=False))["order"]]
     assert expected == [charts[i].pk for i in (0, 1, 4, 2, 3, 5)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -51,61 +51,10 @@ def live_plan(s) -> tuple[Plan, str]:
 
 
 def live_scenario() -> dict:
-    """The live state as a scenario dict: ``fairsched.live.scenario_from_db()``
-    when the live scheduler module provides it, else built from the ORM (static
-    rounds: what a restart of the scheduler would rebuild)."""
-    try:
-        from fairsched.live import scenario_from_db  # provided by the live scheduler
-    except ImportError:
-        return scenario_from_orm()
+    """The live state as a scenario dict (:func:`fairsched.engine.reader.scenario_from_db`)."""
+    from fairsched.engine.reader import scenario_from_db
+
     return scenario_from_db()
-
-
-def scenario_from_orm(now: datetime | None = None) -> dict:
-    """Build a scenario from the database rows. Org and chart ids are primary
-    keys as strings, workflows their names. No ``round``: the plan computes
-    the static rounds, as a restart would."""
-    from charts.models import Chart, ChartState, DurationStat
-    from fairsched.models import SchedulerSettings
-    from orgs.models import Org, WorkflowCost
-
-    now = now or datetime.now(timezone.utc)
-    iso = lambda d: d.astimezone(timezone.utc).isoformat() if d else None
-    orgs = list(Org.objects.order_by("pk"))
-    costs = {(str(c.org_id), c.workflow.name): c.cost
-             for c in WorkflowCost.objects.select_related("workflow")}
-    averages = []
-    for s in DurationStat.objects.select_related("workflow").order_by("org_id", "workflow_id"):
-        if s.count:
-            averages.append({"org": None if s.org_id is None else str(s.org_id),
-                             "workflow": s.workflow.name if s.workflow_id else None,
-                             "avg_s": s.avg_s})
-    running = []
-    for c in (Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow")
-              .order_by("pk")):
-        started = c.started_at or c.dispatched_at or now
-        cost = c.dispatched_cost or costs.get((str(c.org_id), c.workflow.name), 1)
-        running.append({"id": str(c.pk), "org": str(c.org_id), "workflow": c.workflow.name,
-                        "started_at": iso(started), "cost": cost})
-    queued = []
-    for c in (Chart.objects.filter(state=ChartState.QUEUED).select_related("workflow")
-              .order_by("pk")):
-        item = {"id": str(c.pk), "org": str(c.org_id), "workflow": c.workflow.name,
-                "created_at": iso(c.created_at), "priority": c.priority,
-                "prioritized_at": iso(c.prioritized_at), "paused": c.paused}
-        if c.moved_to_front_at:
-            item["front_at"] = iso(c.moved_to_front_at)
-        queued.append(item)
-    return {
-        "now": iso(now),
-        "budget": SchedulerSettings.get().budget,
-        "default_avg_s": 600,
-        "orgs": [{"id": str(o.pk), "weight": o.weight} for o in orgs],
-        "costs": [{"org": o, "workflow": w, "cost": c} for (o, w), c in costs.items()],
-        "averages": averages,
-        "running": running,
-        "queued": queued,
-    }
 
 
 def _clock(now: datetime, seconds: float) -> str:

@@ -1,0 +1,78 @@
+"""The one reader: database → live state → snapshot, or → scenario.
+
+Everything that wants the scheduler's view of the database goes through here, so the
+rules (who is held, paused or blocked, the round each chart holds, the duration
+estimates, the clear-times) are applied by the same code the live scheduler runs:
+
+- :func:`read_state` — the rows (:func:`fairsched.engine.db.read_world`) made into a
+  :class:`~fairsched.engine.state.LiveState` (the fair order with the persisted rounds,
+  the running charts, the forecast's recent history), exactly as the scheduler loads it;
+- :func:`compute_snapshot` — an ETA pass over a captured state and the snapshot built
+  from it (:func:`fairsched.engine.publish.build_snapshot`): what the scheduler
+  publishes after each pass;
+- :func:`snapshot_from_db` — the two together, for a process that is not the scheduler
+  (tests, the bench and demos: ``dashboard.simulate``);
+- :func:`scenario_from_db` — the live state as a scenario (``manage.py plan --live`` and
+  ``--dump``, ``docs/scheduling.md``): each queued normal-tier chart carries the round
+  the scheduler holds for it, so a plan of the dump gives the scheduler's order.
+
+Synchronous and ORM-bound: call from a thread that may use the database.
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from fairsched.core import EtaReport
+from fairsched.engine import db
+from fairsched.engine.publish import build_snapshot
+from fairsched.engine.state import LiveState, PassInput
+from fairsched.scenario import dump_scenario
+
+
+def read_state(*, history: bool = True) -> LiveState:
+    """The live state of the database, as the scheduler loads it at start-up. ``history``:
+    also the forecast's recent arrivals, durations and promises (the scheduler's
+    :meth:`LiveState.learn_history`)."""
+    state = LiveState(db.read_world())
+    if history:
+        state.learn_history(db.recent_arrivals(), db.recent_durations(), db.recent_promises())
+    return state
+
+
+def compute_snapshot(captured: PassInput, now: float) -> tuple[EtaReport, dict, list[dict], dict[int, dict]]:
+    """The ETA pass of the configured model over ``captured`` and the snapshot of it:
+    ``(report, snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`."""
+    report = captured.eta_report(now)
+    snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
+    snap["eta_model"] = captured.eta_model
+    return report, snap, rows, per_org
+
+
+def snapshot_from_db(now: float | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
+    """``(snapshot, order_rows, per_org)`` of the database now, as the scheduler would publish it."""
+    now = time.time() if now is None else now
+    _, snap, rows, per_org = compute_snapshot(read_state().capture(), now)
+    return snap, rows, per_org
+
+
+def scenario_from_db(*, include_rounds: bool = True, now: datetime | None = None) -> dict[str, Any]:
+    """The live database state as a scenario (``docs/scheduling.md``). Ids follow the ORM:
+    org and chart primary keys as strings, workflows by name.
+
+    With ``include_rounds`` (the default) each queued normal-tier chart in the order
+    carries the round the scheduler holds for it: the persisted rounds, and for a chart
+    that arrived after the last save the arrival rule's round, which is what a scheduler
+    starting now resumes (so this needs no running scheduler). With no saved round state
+    (no scheduler ever ran) no rounds are given and the plan computes the static rounds,
+    which is exactly what a first scheduler builds."""
+    world = db.read_world()
+    state = LiveState(world)
+    at = (now or datetime.now().astimezone()).timestamp()
+    out = dump_scenario(state.queue, running=sorted(state.running_charts(), key=lambda r: int(r.id)),
+                        now=at, durations=state.durations)
+    if not include_rounds or world.rounds is None:
+        for item in out["queued"]:
+            item.pop("round", None)
+    return out
