@@ -16,7 +16,7 @@ from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
 from charts.models import Chart, ChartState, DurationStat
-from dashboard.broadcast import broadcast_snapshot
+from fairsched import live_updates
 from fairsched import scenario as fs_scenario
 from fairsched import snapshot as snap
 from fairsched.clear_notes import no_eta_note
@@ -132,5 +132,5 @@ def publish_from_db(now: float | None = None) -> int:
     """Build, store and broadcast a snapshot of the database; returns its ``seq``."""
     snapshot, rows, per_org = build_from_db(now)
     seq = snap.store(snapshot, rows, per_org)
-    broadcast_snapshot(seq)
+    live_updates.send(live_updates.SnapshotStored(seq=seq))
     return seq
