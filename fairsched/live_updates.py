@@ -113,7 +113,7 @@ class UnknownKind(ValueError):
     """A wire event whose ``kind`` is none of :class:`Kind`."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     """One live update. Subclasses name their :class:`Kind` and declare their fields;
     fields that default to None are left off the wire while None."""
@@ -133,7 +133,7 @@ class Event:
         return wire
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class _Echo(Event):
     """An event an operator's control may cause: ``action`` (the control), ``at`` (epoch
     seconds) and ``by`` (the operator) are set on the echo, absent on the scheduler's."""
@@ -148,21 +148,21 @@ class _Echo(Event):
 
 # --- the scheduler's ---------------------------------------------------------------------
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Queued(Event):
     kind: ClassVar[Kind] = Kind.QUEUED
     chart: int
     org: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Running(Event):
     kind: ClassVar[Kind] = Kind.RUNNING
     chart: int
     org: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Dispatch(Event):
     kind: ClassVar[Kind] = Kind.DISPATCH
     chart: int
@@ -170,7 +170,7 @@ class Dispatch(Event):
     cost: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Finish(Event):
     kind: ClassVar[Kind] = Kind.FINISH
     chart: int
@@ -179,57 +179,57 @@ class Finish(Event):
     cost: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Removed(Event):
     kind: ClassVar[Kind] = Kind.REMOVED
     chart: int
     state: str  # the row's final state, or "deleted"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Paused(Event):
     kind: ClassVar[Kind] = Kind.PAUSED
     chart: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Resumed(Event):
     kind: ClassVar[Kind] = Kind.RESUMED
     chart: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Prioritized(Event):
     kind: ClassVar[Kind] = Kind.PRIORITIZED
     chart: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Unprioritized(Event):
     kind: ClassVar[Kind] = Kind.UNPRIORITIZED
     chart: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MovedToFront(Event):
     kind: ClassVar[Kind] = Kind.MOVED_TO_FRONT
     chart: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Weight(Event):
     kind: ClassVar[Kind] = Kind.WEIGHT
     org: int
     weight: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Budget(_Echo):
     kind: ClassVar[Kind] = Kind.BUDGET
     budget: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Cost(_Echo):
     kind: ClassVar[Kind] = Kind.COST
     org: int
@@ -237,7 +237,7 @@ class Cost(_Echo):
     cost: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Batch(Event):
     kind: ClassVar[Kind] = Kind.BATCH
     count: int
@@ -245,7 +245,7 @@ class Batch(Event):
 
 # --- an operator's echo ----------------------------------------------------------------------
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ChartChanged(_Echo):
     """``chart``: id, org, state, paused, priority, cancel_requested, moved_to_front_at
     (ISO or None), external_id -- the row after the control."""
@@ -256,7 +256,7 @@ class ChartChanged(_Echo):
     rerun_of: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class OrgChanged(_Echo):
     """``org_row``: id, weight, held -- the org after the control."""
 
@@ -267,7 +267,7 @@ class OrgChanged(_Echo):
 
 # --- the rest ----------------------------------------------------------------------------
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Audit(Event):
     """``entry``: ``fairsched.audit.entry_json`` of the entry."""
 
@@ -275,7 +275,7 @@ class Audit(Event):
     entry: dict[str, Any]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SnapshotStored(Event):
     kind: ClassVar[Kind] = Kind.SNAPSHOT
     seq: int
