@@ -60,8 +60,8 @@ Numbering and refetch
 ---------------------
 
 One counter: ``n``. Each socket numbers every message it sends its page 1, 2, 3...
-(``dashboard/consumers.py``). The channel layer is best-effort, and coalescing drops
-nothing but a lost message does: a page that sees ``n`` skip (any message but a
+(``dashboard/consumers.py``). The channel layer is best-effort and may lose a message
+(coalescing never does): a page that sees ``n`` skip (any message but a
 ``snapshot`` whose ``n`` is not the last plus one, :func:`refetch_needed`) sends
 ``{"type": "refetch"}`` and gets the stored snapshot again. ("Refetch" is the page's;
 "resync" is the scheduler re-reading the database, ``fairsched/notify.py``.)
