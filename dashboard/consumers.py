@@ -1,28 +1,29 @@
 """WebSocket consumers: the staff dashboard (``/ws/dashboard/``) and an org's page
 (``/ws/orgs/<slug>/``).
 
-Protocol (JSON). Every message the server sends carries ``n``, numbered 1, 2, 3...
-on this socket; a client that sees a number missing sends ``{"type": "resync"}``
-and gets a fresh snapshot. Server -> client:
+Protocol (JSON; the events, ``n`` and refetch are documented once, in
+:mod:`fairsched.live_updates` and docs/live-updates.md). Every message the server sends
+carries ``n``, numbered 1, 2, 3... on this socket; a page that sees a number missing
+sends ``{"type": "refetch"}`` and gets a fresh snapshot. Server -> client:
 
 * ``{"type": "snapshot", "n", "seq", "server_time", "state", "order", "costs"}`` --
-  on connect, on resync, and when the scheduler stored a new snapshot. ``state``
-  is the stored summary (or the same shape from the DB, ``state.source == "db"``);
-  ``order`` the page of the order this socket looks at.
+  on connect, on refetch, and when the scheduler stored a new snapshot (``seq``, its
+  version). ``state`` is the stored summary (or the same shape from the DB,
+  ``state.source == "db"``); ``order`` the page of the order this socket looks at.
 * ``{"type": "events", "n", "server_time", "events": [...], "counters": {...}}`` --
-  cheap changes (the scheduler's and the controls'), coalesced.
+  the live updates (:mod:`fairsched.live_updates`, wire form), coalesced.
 * ``{"type": "order", "n", ...}`` -- the answer to ``view``.
-* ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message"}``;
+* ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message", "event"}``;
   a control over the socket's rate (``FAIRSCHED_WS_CONTROL_RATE`` a second) is
   answered ``ok: false`` with ``errors.rate`` and not applied.
 * ``{"type": "error", "n", "message", "errors"}`` -- the answer to a frame the server
   cannot use (not JSON, binary, not an object, a field of the wrong type or out of
   range, an unknown type). The socket stays open.
 
-Client -> server: ``resync``; ``view`` (offset, limit, org, state: ``paused``,
+Client -> server: ``refetch``; ``view`` (offset, limit, org, state: ``paused``,
 ``held``, ``blocked`` or ``ordered`` to list only those); ``control`` (req, action and
-its fields; staff dashboard only). An ``events`` message may carry ``{"kind": "audit",
-"entry": {...}}``: an operator action for the Activity feed (never sent to org pages).
+its fields; staff dashboard only); ``ping``. Org pages get only the events whose ``org``
+is theirs (never ``audit``) and no counters.
 
 Updates are coalesced to at most one message per :data:`MIN_INTERVAL_S` per
 socket, so a burst of scheduler events or a hundred open pages stay cheap.
@@ -41,7 +42,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from dashboard import controls, selectors
-from dashboard.broadcast import GROUP
+from fairsched import live_updates
+from fairsched.live_updates import GROUP
 from fairsched.validation import MAX_ID, require_int
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ def _fresh_user(pk: int | None):
 
 
 class _LiveConsumer(AsyncJsonWebsocketConsumer):
-    """Snapshot on connect, numbered and coalesced updates, resync on request."""
+    """Snapshot on connect, numbered (``n``) and coalesced updates, refetch on request."""
 
     default_limit = 100
     clock = staticmethod(time.monotonic)  # the control rate's clock (tests freeze it)
@@ -188,24 +190,28 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
 
     # --- group messages ------------------------------------------------------------
 
-    async def queue_snapshot(self, message: dict[str, Any]) -> None:
-        seq = message.get("seq")
-        if seq is not None and seq == self.seq:
-            return  # already sent (a lower seq is a restarted Redis: still new)
-        self.want_snapshot = True
-        self.schedule_flush()
-
-    async def queue_event(self, message: dict[str, Any]) -> None:
-        event = message.get("event") or {}
-        if not self.wants_event(event):
+    async def live_update(self, message: dict[str, Any]) -> None:
+        """A group message from :func:`fairsched.live_updates.send`: a snapshot notice makes
+        this socket send its page a snapshot; any other event is forwarded (coalesced)."""
+        try:
+            event = live_updates.from_wire(message.get("event"))
+        except ValueError as exc:  # a producer of another version: skip it, keep the socket
+            log.warning("live update ignored: %s", exc)
             return
-        self.events.append(event)
+        if isinstance(event, live_updates.SnapshotStored):
+            if event.seq == self.seq:
+                return  # already sent (a lower seq is a restarted Redis: still new)
+            self.want_snapshot = True
+            self.schedule_flush()
+            return
+        wire = message["event"]
+        if not self.wants_event(wire):
+            return
+        self.events.append(wire)
         if len(self.events) > 200:  # a flood: the next snapshot says it all
             self.events = self.events[-200:]
         if self.forward_counters and message.get("counters"):
             self.counters = message["counters"]
-        if isinstance(event.get("seq"), int) and (self.seq is None or event["seq"] > self.seq):
-            self.want_snapshot = True  # the event follows a snapshot this socket never got
         self.schedule_flush()
 
     # --- client messages -----------------------------------------------------------
@@ -241,7 +247,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(content, dict) or not await self.still_allowed():
             return
         kind = content.get("type")
-        if kind == "resync":
+        if kind in (live_updates.REFETCH, "resync"):  # "resync": its name in pages loaded before the rename
             self.want_snapshot = False
             await self.send_snapshot()
         elif kind == "view":
@@ -262,7 +268,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_numbered({"type": "pong"})
         else:
             shown = kind if isinstance(kind, str) and len(kind) <= 40 else type(kind).__name__
-            await self.send_error("type", f"type: unknown message type {shown!r}; one of resync, view, control, ping.")
+            await self.send_error("type", f"type: unknown message type {shown!r}; one of refetch, view, control, ping.")
 
     def take_control_token(self) -> bool:
         """A token bucket per socket: ``FAIRSCHED_WS_CONTROL_RATE`` controls a second, bursts
@@ -334,9 +340,7 @@ class DashboardConsumer(_LiveConsumer):
         outcome = await database_sync_to_async(self._apply)(user, content)
         await self.send_numbered({"type": "control.result", "req": content.get("req"), **outcome.as_json()})
         if outcome.ok and outcome.event:
-            await self.channel_layer.group_send(GROUP, {
-                "type": "queue.event", "event": {**outcome.event, "at": time.time(), "by": user.get_username()},
-                "counters": {}})
+            await live_updates.asend(outcome.event.stamped(at=time.time(), by=user.get_username()))
 
     @staticmethod
     def _apply(user, content: dict[str, Any]) -> controls.Outcome:

@@ -18,7 +18,7 @@ from django.db import DatabaseError
 from charts import services as chart_services
 from charts.models import Chart
 from dashboard import selectors
-from fairsched import audit
+from fairsched import audit, live_updates
 from fairsched import services as fairsched_services
 from fairsched.validation import MAX_ID, require_int
 from orgs import services as org_services
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 class Outcome:
     ok: bool
     action: str
-    event: dict[str, Any] | None = None
+    event: live_updates.Event | None = None  # the echo for open pages (sent by the caller, stamped)
     errors: dict[str, list[str]] = field(default_factory=dict)
     said: str = ""  # what happened, in the operator's words (the audit entry's summary)
 
@@ -65,7 +65,7 @@ class Outcome:
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "action": self.action, "errors": self.errors, "message": self.message,
-                "event": self.event}
+                "event": self.event.to_wire() if self.event else None}
 
 
 def can_view_dashboard(user) -> bool:
@@ -84,17 +84,17 @@ def _int(data: Mapping[str, Any], key: str) -> int:
     return require_int(key, data.get(key), minimum=1, maximum=MAX_ID)
 
 
-def _chart_event(action: str, chart: Chart) -> dict[str, Any]:
-    return {"kind": "chart", "action": action, "org": chart.org_id, "chart": {
+def _chart_event(action: str, chart: Chart, rerun_of: int | None = None) -> live_updates.ChartChanged:
+    return live_updates.ChartChanged(action=action, org=chart.org_id, rerun_of=rerun_of, chart={
         "id": chart.pk, "org": chart.org_id, "state": chart.state, "paused": chart.paused,
         "priority": chart.priority, "cancel_requested": chart.cancel_requested,
         "moved_to_front_at": chart.moved_to_front_at.isoformat() if chart.moved_to_front_at else None,
-        "external_id": chart.external_id}}
+        "external_id": chart.external_id})
 
 
-def _org_event(action: str, org: Org) -> dict[str, Any]:
-    return {"kind": "org", "action": action, "org": org.pk,
-            "org_row": {"id": org.pk, "weight": org.weight, "held": org.weight == 0}}
+def _org_event(action: str, org: Org) -> live_updates.OrgChanged:
+    return live_updates.OrgChanged(action=action, org=org.pk,
+                                   org_row={"id": org.pk, "weight": org.weight, "held": org.weight == 0})
 
 
 def apply_control(user, data: Mapping[str, Any]) -> Outcome:
@@ -127,7 +127,7 @@ def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
         return Outcome(True, action, event=_chart_event(action, chart))
     if action == "rerun":
         chart = chart_services.chart_rerun(chart=_int(data, "chart"), actor=user)
-        return Outcome(True, action, event={**_chart_event(action, chart), "rerun_of": chart.rerun_of_id})
+        return Outcome(True, action, event=_chart_event(action, chart, rerun_of=chart.rerun_of_id))
     if action in ORG_ACTIONS:
         org = ORG_ACTIONS[action](org=_int(data, "org"), actor=user)
         return Outcome(True, action, event=_org_event(action, org))
@@ -138,7 +138,7 @@ def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
         row = org_services.workflow_cost_set(org=_int(data, "org"), workflow=_int(data, "workflow"),
                                              cost=data.get("cost"), actor=user)
         selectors.invalidate_costs()
-        return Outcome(True, action, event={"kind": "cost", "action": action, "org": row.org_id,
-                                            "workflow": row.workflow_id, "cost": row.cost})
+        return Outcome(True, action, event=live_updates.Cost(action=action, org=row.org_id,
+                                                             workflow=row.workflow_id, cost=row.cost))
     obj = fairsched_services.budget_set(budget=data.get("budget"), actor=user)
-    return Outcome(True, action, event={"kind": "settings", "action": action, "budget": obj.budget})
+    return Outcome(True, action, event=live_updates.Budget(action=action, budget=obj.budget))

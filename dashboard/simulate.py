@@ -9,7 +9,7 @@ without it, on the very snapshot the scheduler would publish.
 """
 from __future__ import annotations
 
-from dashboard.broadcast import broadcast_snapshot
+from fairsched import live_updates
 from fairsched import snapshot as snap
 from fairsched.engine.reader import snapshot_from_db
 
@@ -22,5 +22,5 @@ def store_from_db(now: float | None = None) -> int:
 def publish_from_db(now: float | None = None) -> int:
     """Build, store and broadcast a snapshot of the database; returns its ``seq``."""
     seq = store_from_db(now)
-    broadcast_snapshot(seq)
+    live_updates.send(live_updates.SnapshotStored(seq=seq))
     return seq

@@ -19,8 +19,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import controls, history, selectors
-from dashboard.broadcast import broadcast_event
 from dashboard.models import OrgToken
+from fairsched import live_updates
 from fairsched.middleware import answers_json
 from fairsched.validation import MAX_ID
 
@@ -170,7 +170,7 @@ def control(request: HttpRequest) -> JsonResponse:
         data = request.POST.dict()
     outcome = controls.apply_control(request.user, data)
     if outcome.ok and outcome.event:
-        broadcast_event({**outcome.event, "at": time.time(), "by": request.user.get_username()}, {})
+        live_updates.send(outcome.event.stamped(at=time.time(), by=request.user.get_username()))
     status = 200 if outcome.ok else (403 if "permission" in outcome.errors else 400)
     return _json(outcome.as_json(), status)
 

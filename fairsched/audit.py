@@ -3,7 +3,7 @@
 Services call :func:`record` inside their own transaction, so an entry exists if
 and only if the change was committed, whichever door the action came through (the
 dashboard's socket, ``/dashboard/control/``, the admin, a shell). The entry is
-broadcast to open dashboards on commit (their "Activity" feed).
+sent to open dashboards on commit (their "Activity" feed; :mod:`fairsched.live_updates`).
 
 ``summary`` is the action in the operator's words ("Paused mrn-12 (Acme Health)");
 the controls reuse it as the toast the acting operator sees.
@@ -21,6 +21,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
+from fairsched import live_updates
 from fairsched.models import AuditEntry
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,6 @@ def record(*, actor, action: str, summary: str, chart=None, org=None,
 def _broadcast(entry: AuditEntry) -> None:
     # No top-level "org" key: org members' sockets (filtered by org) never see operator names.
     try:
-        from dashboard.broadcast import broadcast_event
-
-        broadcast_event({"kind": "audit", "entry": entry_json(entry)}, {})
+        live_updates.send(live_updates.Audit(entry=entry_json(entry)))
     except Exception as exc:  # noqa: BLE001 - a feed hiccup must never fail an action
         log.warning("audit broadcast failed: %s", exc)

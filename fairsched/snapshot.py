@@ -1,7 +1,7 @@
 """The scheduler's published state: what the web app reads, written only by the scheduler.
 
 After every ETA pass the scheduler stores the snapshot in Redis and then tells
-every open dashboard (``dashboard.broadcast.broadcast_snapshot``):
+every open dashboard (``fairsched.live_updates.SnapshotStored``):
 
 ``fairsched:snapshot`` -- a JSON object, small whatever the backlog::
 

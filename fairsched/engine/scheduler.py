@@ -996,14 +996,14 @@ class Scheduler:
             self._wake.set()
 
     async def _eta_pass(self, captured: PassInput, now: float) -> bool:
-        from dashboard.broadcast import abroadcast_snapshot
+        from fairsched.live_updates import SnapshotStored, asend
 
         report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
             return True
         self._last_report = (report, now)
         self._published_seq = seq
-        await abroadcast_snapshot(seq)
+        await asend(SnapshotStored(seq=seq))
         # after publishing: the dashboards do not wait for this write
         await self._record_first_etas(report, now)
         return True
@@ -1062,13 +1062,20 @@ class Scheduler:
             state.unpromised.difference_update(chunk)
 
     async def _broadcast(self, events: list[dict]) -> None:
-        from dashboard.broadcast import abroadcast_event
+        """Send this tick's events (wire dicts of :mod:`fairsched.live_updates`) to open pages,
+        each with the counters; more than ``MAX_EVENTS_PER_TICK`` become one ``batch``."""
+        from fairsched import live_updates
 
         counters = self.state.counters()
         if len(events) > self.MAX_EVENTS_PER_TICK:
-            events = [{"kind": "batch", "count": len(events)}]
-        for event in events:
-            await abroadcast_event(event, counters)
+            events = [live_updates.Batch(count=len(events)).to_wire()]
+        for wire in events:
+            try:
+                event = live_updates.from_wire(wire)
+            except ValueError as exc:  # a page hiccup must never stop the scheduler: say it, go on
+                log.warning("live update not sent: %s", exc)
+                continue
+            await live_updates.asend(event, counters)
 
     # ================================================================ background reporters
     async def _keep_lease(self) -> None:

@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from fairsched import live_updates as lu
 from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart
 from fairsched.core.forecast import Forecaster
 
@@ -120,7 +121,8 @@ class Effects:
     watch: set[int] = field(default_factory=set)     # watch these workflows' results
     unwatch: set[int] = field(default_factory=set)   # stop watching
     eta_now: bool = False                            # budget / weight / cost changed
-    events: list[dict] = field(default_factory=list)  # for the dashboard's counters
+    # for open pages: the wire form of fairsched.live_updates events (the loop logs them too)
+    events: list[dict] = field(default_factory=list)
 
     def merge(self, other: "Effects") -> "Effects":
         self.cancel |= other.cancel
@@ -299,7 +301,7 @@ class LiveState:
         if self.queue.set_budget(config.budget):
             log.info("budget set to %d (running cost %d; running work is never stopped)", config.budget, self.used)
             fx.eta_now = True
-            fx.events.append({"kind": "budget", "budget": config.budget})
+            fx.events.append(lu.Budget(budget=config.budget).to_wire())
         self.config = config
         return fx
 
@@ -309,7 +311,7 @@ class LiveState:
             self.orgs[o.id] = o
             if self.queue.set_weight(str(o.id), o.weight):
                 fx.eta_now = True
-                fx.events.append({"kind": "weight", "org": o.id, "weight": o.weight})
+                fx.events.append(lu.Weight(org=o.id, weight=o.weight).to_wire())
         return fx
 
     def apply_costs(self, costs: dict[tuple[str, str], int], pairs: set[tuple[str, str]] | None = None) -> Effects:
@@ -323,7 +325,7 @@ class LiveState:
             cost = costs.get(pair, 1)
             if current.get(pair, 1) != cost and self.queue.set_cost(pair[0], pair[1], cost):
                 fx.eta_now = True
-                fx.events.append({"kind": "cost", "org": int(pair[0]), "workflow": pair[1], "cost": cost})
+                fx.events.append(lu.Cost(org=int(pair[0]), workflow=pair[1], cost=cost).to_wire())
         return fx
 
     def apply_averages(self, averages: dict[tuple[str, str | None], float]) -> None:
@@ -337,7 +339,7 @@ class LiveState:
         if row is None or row.state in FINAL:
             if cid in self.queue:
                 self._remove_queued(chart_id)
-                fx.events.append({"kind": "removed", "chart": chart_id, "state": row.state if row else "deleted"})
+                fx.events.append(lu.Removed(chart=chart_id, state=row.state if row else "deleted").to_wire())
             r = self.running.get(chart_id)
             if r is not None and not r.closing:
                 # Recorded (by the workflow's last activity) but only Temporal says when the
@@ -356,7 +358,7 @@ class LiveState:
                 r = self._add_running(row)
                 self.unpromised.add(cid)  # new to us: its first ETA (if none yet) comes next pass
                 fx.watch.add(chart_id)
-                fx.events.append({"kind": "running", "chart": chart_id, "org": row.org})
+                fx.events.append(lu.Running(chart=chart_id, org=row.org).to_wire())
             r.cancel_requested = row.cancel_requested
             if row.run_id:
                 r.run_id = row.run_id
@@ -379,21 +381,21 @@ class LiveState:
             self.queue.add(row.queued_chart())
             self.external_ids[chart_id] = row.external_id
             self.queued_by_org[row.org] += 1
-            fx.events.append({"kind": "queued", "chart": chart_id, "org": row.org})
+            fx.events.append(lu.Queued(chart=chart_id, org=row.org).to_wire())
             return fx
         self.external_ids[chart_id] = row.external_id
         if row.paused != q.paused:
             (self.queue.pause if row.paused else self.queue.resume)(cid)
-            fx.events.append({"kind": "paused" if row.paused else "resumed", "chart": chart_id})
+            fx.events.append((lu.Paused if row.paused else lu.Resumed)(chart=chart_id).to_wire())
         if row.priority != q.priority:
             if row.priority:
                 self.queue.prioritize(cid, row.prioritized_at)
             else:
                 self.queue.unprioritize(cid)
-            fx.events.append({"kind": "prioritized" if row.priority else "unprioritized", "chart": chart_id})
+            fx.events.append((lu.Prioritized if row.priority else lu.Unprioritized)(chart=chart_id).to_wire())
         if row.front_at is not None and row.front_at != q.front_at:
             self.queue.move_to_front(cid, row.front_at)
-            fx.events.append({"kind": "moved_to_front", "chart": chart_id})
+            fx.events.append(lu.MovedToFront(chart=chart_id).to_wire())
         return fx
 
     def apply_settings(self, config: Config, orgs: list[OrgRow], costs: dict[tuple[str, str], int],
@@ -495,7 +497,7 @@ class LiveState:
             self.unpromised.discard(str(chart_id))
         if r is not None:
             fx.unwatch.add(chart_id)
-            fx.events.append({"kind": "finish", "chart": chart_id, "org": r.org, "state": state, "cost": r.cost})
+            fx.events.append(lu.Finish(chart=chart_id, org=r.org, state=state, cost=r.cost).to_wire())
         return fx
 
     # ------------------------------------------------------------- internals

@@ -118,16 +118,15 @@ def browser(browser_server, monkeypatch) -> Iterator:
 def redis_layer_publish(redis_url):
     """Store a snapshot of the DB and broadcast it over the *Redis* channel layer (the
     test process itself uses the in-memory one), like the scheduler does."""
-    from asgiref.sync import async_to_sync
     from channels_redis.core import RedisChannelLayer
 
-    from dashboard.broadcast import GROUP
     from dashboard.simulate import store_from_db
+    from fairsched import live_updates
 
     layer = RedisChannelLayer(hosts=[redis_url])
 
     def send(seq: int) -> None:
-        async_to_sync(layer.group_send)(GROUP, {"type": "queue.snapshot", "seq": seq})
+        live_updates.send(live_updates.SnapshotStored(seq=seq), layer=layer)
 
     def publish() -> int:
         seq = store_from_db()

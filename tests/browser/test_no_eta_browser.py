@@ -18,11 +18,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def scheduler_publish(redis_url):
     """Publish the scheduler's own snapshot (``build_snapshot``) and tell the pages."""
-    from asgiref.sync import async_to_sync
     from channels_redis.core import RedisChannelLayer
 
-    from dashboard.broadcast import GROUP
-    from fairsched import snapshot
+    from fairsched import live_updates, snapshot
 
     layer = RedisChannelLayer(hosts=[redis_url])
 
@@ -30,7 +28,7 @@ def scheduler_publish(redis_url):
         publish()
         seq = snapshot.read_snapshot()["seq"]
         with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
-            pool.submit(lambda: async_to_sync(layer.group_send)(GROUP, {"type": "queue.snapshot", "seq": seq})
+            pool.submit(lambda: live_updates.send(live_updates.SnapshotStored(seq=seq), layer=layer)
                         ).result(timeout=10)
     return go
 

@@ -21,7 +21,7 @@
       S.counters = Object.assign({}, S.counters, c);
       if (c.used != null) S.used = c.used;
       if (c.budget != null) S.budget = c.budget;
-      (msg.events || []).forEach((ev) => { if ((ev.kind === "settings" || ev.kind === "budget") && ev.budget != null) S.budget = ev.budget; });
+      (msg.events || []).forEach((ev) => { if (ev.kind === "budget" && ev.budget != null) S.budget = ev.budget; });
     }
     render();
   }});

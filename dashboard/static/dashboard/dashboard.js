@@ -231,6 +231,7 @@
   }
 
   // ---------------------------------------------------------------- events and patches
+  // One live update (its kinds and fields: fairsched/live_updates.py); other kinds change nothing here.
   function applyEvent(ev) {
     if (ev.kind === "audit" && ev.entry) {
       if (!A.some((e) => e.id === ev.entry.id)) A = [ev.entry].concat(A).slice(0, 50);
@@ -264,8 +265,8 @@
     } else if (ev.kind === "cost") {
       C.costs = (C.costs || []).filter((c) => !(c.org === ev.org && c.workflow === ev.workflow));
       C.costs.push({org: ev.org, workflow: ev.workflow, cost: ev.cost});
-    } else if ((ev.kind === "settings" || ev.kind === "budget") && ev.budget != null) {
-      S.budget = ev.budget;                                   // ours / the scheduler's
+    } else if (ev.kind === "budget" && ev.budget != null) {
+      S.budget = ev.budget;                                   // ours (an echo) or the scheduler's
     } else if (ev.kind === "weight" && ev.org != null) {      // the scheduler applied a weight
       (S.orgs || []).forEach((o) => { if (o.id === ev.org) { o.weight = ev.weight; o.held = ev.weight === 0; } });
     }

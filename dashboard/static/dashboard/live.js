@@ -1,5 +1,6 @@
-/* Fairsched live socket: numbered messages, resync on a gap, auto-reconnect,
- * a visible live indicator, and time formatting shared by the pages.
+/* Fairsched live socket: numbered messages (``n``), a refetch of the snapshot on a gap,
+ * auto-reconnect, a visible live indicator, and time formatting shared by the pages.
+ * The protocol (event kinds, ``n``, refetch) is fairsched/live_updates.py; docs/live-updates.md.
  *
  *   const live = FairLive.connect("/ws/dashboard/", {onMessage, onStatus});
  *   live.send({type: "view", offset: 100});
@@ -109,9 +110,10 @@
         try { msg = JSON.parse(ev.data); } catch (e) { return; }
         if (msg.server_time) F.skew = msg.server_time - Date.now() / 1000;
         if (typeof msg.n === "number") {
+          // A message went missing: refetch the snapshot (live_updates.refetch_needed, the same rule).
           if (lastN && msg.n !== lastN + 1 && msg.type !== "snapshot") {
             lastN = msg.n;
-            api.send({type: "resync", after: msg.n});  // a message went missing: start from a snapshot
+            api.send({type: "refetch", after: msg.n});
             return;
           }
           lastN = msg.n;

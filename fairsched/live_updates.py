@@ -1,0 +1,345 @@
+"""The live-update protocol: the events open pages receive, their wire form, and the
+one function every producer sends them through.
+
+Producers -- the scheduler (what it applied), the operator controls (their echo, over the
+socket or ``/dashboard/control/``), the audit trail (``fairsched.audit``) and whoever
+stores a snapshot (the scheduler's ETA pass, ``dashboard.simulate``) -- build a typed
+event below and call :func:`send` (or :func:`asend` inside an event loop). That is the
+only way onto the Channels group :data:`GROUP`; the sockets (``dashboard/consumers.py``)
+read it and forward to the pages. This module imports no Django app: the engine may
+use it.
+
+Kinds (``kind`` on the wire; every event is ``{"kind": ..., <its fields>}``)
+-----------------------------------------------------------------------------
+
+The scheduler's events (what its memory just applied; ``chart`` and ``org`` are pks):
+
+============== ===================================== ==========================================
+kind           fields                                meaning
+============== ===================================== ==========================================
+queued         chart, org                            a chart joined the queue
+running        chart, org                            a chart found running (adopted, not ours)
+dispatch       chart, org, cost                      the scheduler started a chart's workflow
+finish         chart, org, state, cost               a running chart's workflow closed
+removed        chart, state                          a queued chart left the queue (final row)
+paused         chart                                 a queued chart was paused
+resumed        chart                                 a paused chart was resumed
+prioritized    chart                                 a queued chart got priority
+unprioritized  chart                                 a chart lost its priority
+moved_to_front chart                                 a chart was moved to the front
+weight         org, weight                           an org's weight (0: held) took effect
+budget         budget [, action, at, by]             the budget changed (also an operator echo)
+cost           org, workflow, cost [, action, at,by] an (org, workflow) cost changed (ditto)
+batch          count                                 more than the scheduler sends in one tick
+                                                     changed; the next snapshot says what
+============== ===================================== ==========================================
+
+An operator's echo (a control that succeeded, sent at once so pages update before the
+scheduler's next snapshot; ``action`` is the control, ``at`` when, ``by`` who):
+
+============== ===================================== ==========================================
+chart          org, chart, action [, rerun_of,at,by] the chart's row after the control
+org            org, org_row, action [, at, by]       the org's row (id, weight, held) after it
+budget, cost   as above, with ``action``             (the same kinds as the scheduler's)
+============== ===================================== ==========================================
+
+The rest:
+
+============== ===================================== ==========================================
+audit          entry                                 an audit-trail entry (the Activity feed;
+                                                     no top-level ``org``: org pages never get it)
+snapshot       seq                                   a snapshot was stored (``fairsched.snapshot``);
+                                                     never forwarded as an event: each socket
+                                                     sends its page a ``snapshot`` message
+============== ===================================== ==========================================
+
+:func:`from_wire` refuses an unknown kind (:class:`UnknownKind`) and unknown or missing
+fields (``ValueError``); a socket ignores (and logs) a group message it cannot read.
+
+Numbering and refetch
+---------------------
+
+One counter: ``n``. Each socket numbers every message it sends its page 1, 2, 3...
+(``dashboard/consumers.py``). The channel layer is best-effort and may lose a message
+(coalescing never does): a page that sees ``n`` skip (any message but a
+``snapshot`` whose ``n`` is not the last plus one, :func:`refetch_needed`) sends
+``{"type": "refetch"}`` and gets the stored snapshot again. ("Refetch" is the page's;
+"resync" is the scheduler re-reading the database, ``fairsched/notify.py``.)
+
+``seq`` is not a message counter: it is a stored snapshot's version (``fairsched.snapshot``;
+the page shows it as "snapshot #41"). A socket uses it only to skip a ``snapshot`` notice
+for the snapshot it already sent.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+log = logging.getLogger(__name__)
+
+GROUP = "dashboard"            # the Channels group every socket joins
+GROUP_MESSAGE = "live.update"  # the group message's type (consumers' ``live_update``)
+REFETCH = "refetch"            # what a page sends after a gap in ``n``
+
+
+class Kind(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DISPATCH = "dispatch"
+    FINISH = "finish"
+    REMOVED = "removed"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    PRIORITIZED = "prioritized"
+    UNPRIORITIZED = "unprioritized"
+    MOVED_TO_FRONT = "moved_to_front"
+    WEIGHT = "weight"
+    BUDGET = "budget"
+    COST = "cost"
+    BATCH = "batch"
+    CHART = "chart"
+    ORG = "org"
+    AUDIT = "audit"
+    SNAPSHOT = "snapshot"
+
+
+_WIRE_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+class UnknownKind(ValueError):
+    """A wire event whose ``kind`` is none of :class:`Kind`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    """One live update. Subclasses name their :class:`Kind` and declare their fields;
+    fields that default to None are left off the wire while None."""
+
+    kind: ClassVar[Kind]
+
+    def to_wire(self) -> dict[str, Any]:
+        spec = _WIRE_FIELDS.get(type(self))
+        if spec is None:  # (field name, left off while None), once per class: the engine's hot path
+            spec = _WIRE_FIELDS[type(self)] = tuple((f.name, f.default is None) for f in dataclasses.fields(self))
+        wire: dict[str, Any] = {"kind": self.kind.value}
+        for name, optional in spec:
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            wire[name] = value
+        return wire
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Echo(Event):
+    """An event an operator's control may cause: ``action`` (the control), ``at`` (epoch
+    seconds) and ``by`` (the operator) are set on the echo, absent on the scheduler's."""
+
+    action: str | None = None
+    at: float | None = None
+    by: str | None = None
+
+    def stamped(self, *, at: float, by: str) -> "_Echo":
+        return dataclasses.replace(self, at=at, by=by)
+
+
+# --- the scheduler's ---------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Queued(Event):
+    kind: ClassVar[Kind] = Kind.QUEUED
+    chart: int
+    org: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Running(Event):
+    kind: ClassVar[Kind] = Kind.RUNNING
+    chart: int
+    org: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dispatch(Event):
+    kind: ClassVar[Kind] = Kind.DISPATCH
+    chart: int
+    org: int
+    cost: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finish(Event):
+    kind: ClassVar[Kind] = Kind.FINISH
+    chart: int
+    org: int
+    state: str
+    cost: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Removed(Event):
+    kind: ClassVar[Kind] = Kind.REMOVED
+    chart: int
+    state: str  # the row's final state, or "deleted"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Paused(Event):
+    kind: ClassVar[Kind] = Kind.PAUSED
+    chart: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resumed(Event):
+    kind: ClassVar[Kind] = Kind.RESUMED
+    chart: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prioritized(Event):
+    kind: ClassVar[Kind] = Kind.PRIORITIZED
+    chart: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unprioritized(Event):
+    kind: ClassVar[Kind] = Kind.UNPRIORITIZED
+    chart: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MovedToFront(Event):
+    kind: ClassVar[Kind] = Kind.MOVED_TO_FRONT
+    chart: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Weight(Event):
+    kind: ClassVar[Kind] = Kind.WEIGHT
+    org: int
+    weight: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget(_Echo):
+    kind: ClassVar[Kind] = Kind.BUDGET
+    budget: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cost(_Echo):
+    kind: ClassVar[Kind] = Kind.COST
+    org: int
+    workflow: int | str  # the control's echo: the workflow's pk; the scheduler's: its key (text)
+    cost: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Batch(Event):
+    kind: ClassVar[Kind] = Kind.BATCH
+    count: int
+
+
+# --- an operator's echo ----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChartChanged(_Echo):
+    """``chart``: id, org, state, paused, priority, cancel_requested, moved_to_front_at
+    (ISO or None), external_id -- the row after the control."""
+
+    kind: ClassVar[Kind] = Kind.CHART
+    org: int
+    chart: dict[str, Any]
+    rerun_of: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrgChanged(_Echo):
+    """``org_row``: id, weight, held -- the org after the control."""
+
+    kind: ClassVar[Kind] = Kind.ORG
+    org: int
+    org_row: dict[str, Any]
+
+
+# --- the rest ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Audit(Event):
+    """``entry``: ``fairsched.audit.entry_json`` of the entry."""
+
+    kind: ClassVar[Kind] = Kind.AUDIT
+    entry: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SnapshotStored(Event):
+    kind: ClassVar[Kind] = Kind.SNAPSHOT
+    seq: int
+
+
+EVENTS: dict[Kind, type[Event]] = {cls.kind: cls for cls in (
+    Queued, Running, Dispatch, Finish, Removed, Paused, Resumed, Prioritized, Unprioritized,
+    MovedToFront, Weight, Budget, Cost, Batch, ChartChanged, OrgChanged, Audit, SnapshotStored)}
+assert set(EVENTS) == set(Kind), "every kind has its event class"
+
+
+def from_wire(wire: Any) -> Event:
+    """The event a wire dict stands for; :class:`UnknownKind` for a kind not in :class:`Kind`,
+    ``ValueError`` for a field missing or not the kind's."""
+    if not isinstance(wire, dict):
+        raise ValueError(f"an event is a JSON object, got {type(wire).__name__}")
+    try:
+        cls = EVENTS[Kind(wire.get("kind"))]
+    except ValueError:
+        raise UnknownKind(f"unknown event kind {wire.get('kind')!r}") from None
+    fields = {k: v for k, v in wire.items() if k != "kind"}
+    try:
+        return cls(**fields)
+    except TypeError as exc:
+        raise ValueError(f"{cls.kind.value} event: {exc}") from None
+
+
+def refetch_needed(last_n: int, n: int, message_type: str) -> bool:
+    """The page's rule (``dashboard/static/dashboard/live.js`` does the same): after message
+    ``last_n`` (0: none yet on this socket), message ``n`` shows a gap unless it is the next
+    one or a snapshot (which starts afresh)."""
+    return bool(last_n) and n != last_n + 1 and message_type != "snapshot"
+
+
+# --- the one path ------------------------------------------------------------------------
+
+def _group_message(event: Event, counters: dict[str, Any] | None) -> dict[str, Any]:
+    return {"type": GROUP_MESSAGE, "event": event.to_wire(), "counters": counters or {}}
+
+
+def send(event: Event, counters: dict[str, Any] | None = None, *, layer: Any = None) -> None:
+    """Send ``event`` (with the scheduler's ``counters``, if any) to every open socket.
+    Best-effort: a failure is logged, never raised (a page hiccup must not stop anything).
+    ``layer``: a channel layer other than the configured one (tests)."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = layer or get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(GROUP, _group_message(event, counters))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("live update %s not sent: %s", event.kind.value, exc)
+
+
+async def asend(event: Event, counters: dict[str, Any] | None = None, *, layer: Any = None) -> None:
+    """:func:`send` for code running inside an event loop (the scheduler, the sockets)."""
+    from channels.layers import get_channel_layer
+
+    layer = layer or get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(GROUP, _group_message(event, counters))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("live update %s not sent: %s", event.kind.value, exc)
