@@ -266,7 +266,7 @@ def main() -> None:
 
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    from fairsched import embedded
+    from fairsched.runtime import embedded
 
     procs: list[subprocess.Popen] = []
     services = []
@@ -275,7 +275,7 @@ def main() -> None:
         services.append(redis)
         env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
         env.update(DATABASE_URL=f"sqlite:///{WORK / 'bench.sqlite3'}", REDIS_URL=redis.url,
-                   FAIRSCHED_VAR_DIR=str(WORK), DJANGO_SETTINGS_MODULE="fairsched.settings", DJANGO_DEBUG="1",
+                   FAIRSCHED_VAR_DIR=str(WORK), DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1",
                    FAIRSCHED_LOG_LEVEL="WARNING")
         os.environ.clear()
         os.environ.update(env)
@@ -288,7 +288,7 @@ def main() -> None:
 
         from charts.models import Chart
         from fairsched.models import SchedulerSettings
-        from fairsched.snapshot import read_snapshot
+        from common.snapshot import read_snapshot
         from orgs.models import Org, Workflow
 
         call_command("migrate", verbosity=0)
@@ -321,7 +321,7 @@ def main() -> None:
             pids["scheduler"] = sched.pid
         port = embedded.free_port()
         daphne = start([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-                        "fairsched.asgi:application"], env, WORK / "daphne.log")
+                        "config.asgi:application"], env, WORK / "daphne.log")
         procs.append(daphne)
         pids["web (daphne)"] = daphne.pid
         embedded.wait_for_port(port, timeout=60, proc=daphne)

@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fairsched-bench-history-"))
     os.environ.update(DATABASE_URL=f"sqlite:///{tmp / 'bench.sqlite3'}", FAIRSCHED_CHANNEL_LAYER="memory",
-                      DJANGO_SETTINGS_MODULE="fairsched.settings", REDIS_URL="redis://127.0.0.1:9/0")
+                      DJANGO_SETTINGS_MODULE="config.settings", REDIS_URL="redis://127.0.0.1:9/0")
     import django
 
     django.setup()

@@ -41,14 +41,14 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="fairsched-bench-poison-"))
-    from fairsched import embedded
+    from fairsched.runtime import embedded
 
     redis = embedded.start_redis(log=tmp / "redis.log")
     temporal = embedded.start_temporal(log=tmp / "temporal.log")
     procs: list[subprocess.Popen] = []
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "REDIS_URL": redis.url,
            "TEMPORAL_ADDRESS": temporal.url, "FAIRSCHED_TASK_QUEUE": "bench", "FAIRSCHED_CHANNEL_LAYER": "memory",
-           "DJANGO_SETTINGS_MODULE": "fairsched.settings", "PYTHONUNBUFFERED": "1"}
+           "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONUNBUFFERED": "1"}
     os.environ.update(env)
     try:
         import django

@@ -175,7 +175,7 @@ def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str) 
     queue = f"scale-{size}"
     env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": redis_url, "TEMPORAL_ADDRESS": temporal_url,
            "FAIRSCHED_TASK_QUEUE": queue, "FAIRSCHED_CHANNEL_LAYER": "memory",
-           "DJANGO_SETTINGS_MODULE": "fairsched.settings", "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0",
+           "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0",
            "DJANGO_SECRET_KEY": "bench-only-" + "x" * 50, "DJANGO_ALLOWED_HOSTS": "testserver,127.0.0.1"}
     fig: dict = {"size": size}
     fig.update(seed(env, size))
@@ -273,7 +273,7 @@ def main() -> None:
     kind = args.postgres or "sqlite"
 
     tmp = Path(tempfile.mkdtemp(prefix="fairsched-scale-"))
-    from fairsched import embedded
+    from fairsched.runtime import embedded
 
     redis = embedded.start_redis(log=tmp / "redis.log")
     temporal = embedded.start_temporal(log=tmp / "temporal.log")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Figures for the warm stop: how long ``runscheduler`` takes to exit after SIGTERM, by phase.
 
-Starts its own Redis and Temporal dev server (``fairsched.embedded``), a fresh SQLite
+Starts its own Redis and Temporal dev server (``fairsched.runtime.embedded``), a fresh SQLite
 database in a temporary directory (or ``DATABASE_URL``), seeds a backlog of queued
 charts with ``bulk_create``, runs one ``runworker``, then starts ``runscheduler`` again
 and again and sends each a SIGTERM at a random moment: during the backlog's load, or
@@ -72,13 +72,13 @@ def main() -> None:
     rnd = random.Random(args.seed)
 
     tmp = Path(tempfile.mkdtemp(prefix="fairsched-stop-"))
-    from fairsched import embedded
+    from fairsched.runtime import embedded
 
     redis_service = embedded.start_redis(log=tmp / "redis.log")
     temporal = embedded.start_temporal(log=tmp / "temporal.log")
     env = {**os.environ, "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{tmp / 'bench.sqlite3'}",
            "REDIS_URL": redis_service.url, "TEMPORAL_ADDRESS": temporal.url, "FAIRSCHED_TASK_QUEUE": "bench",
-           "FAIRSCHED_CHANNEL_LAYER": "redis", "DJANGO_SETTINGS_MODULE": "fairsched.settings",
+           "FAIRSCHED_CHANNEL_LAYER": "redis", "DJANGO_SETTINGS_MODULE": "config.settings",
            "PYTHONUNBUFFERED": "1"}
     os.environ.update(env)
     worker = None

@@ -5,6 +5,8 @@ from django.core.exceptions import ValidationError
 
 from charts import services
 from charts.models import Chart, DurationStat
+from fairsched.admin import audit_table
+from fairsched.models import AuditEntry
 
 TIMING = ("created_at", "dispatched_at", "started_at", "finished_at", "dispatched_cost", "temporal_run_id", "error")
 
@@ -27,9 +29,6 @@ class ChartAdmin(admin.ModelAdmin):
 
     @admin.display(description="Operator actions")
     def activity(self, obj: Chart) -> str:
-        from fairsched.admin import audit_table
-        from fairsched.models import AuditEntry
-
         return audit_table(AuditEntry.objects.filter(chart=obj).order_by("-at", "-id")[:50])
 
     def get_readonly_fields(self, request, obj=None):

@@ -3,18 +3,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from fairsched.validation import JSONDocumentValidator, NoNulValidator
-
-
-class ChartState(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-
-
-FINAL_STATES = (ChartState.SUCCEEDED, ChartState.FAILED, ChartState.CANCELLED)
+from common.states import FINAL_STATES, ChartState  # noqa: F401 (re-exported)
+from common.validation import JSONDocumentValidator, NoNulValidator
 
 
 class Chart(models.Model):

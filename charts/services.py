@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
 from fairsched import audit
-from fairsched.notify import notify
-from fairsched.validation import check_json_document, check_text, parse_bool
+from common.notify import notify
+from common.validation import check_json_document, check_text, parse_bool
 from orgs.models import Org, Workflow
 
 EXTERNAL_ID_MAX = 200
@@ -136,7 +136,7 @@ def chart_submit(
 ) -> Chart:
     """Submit one chart. Resubmitting the same ``external_id`` with the same workflow and
     payload returns the existing chart (idempotent); with different content it is refused.
-    ``priority`` is parsed by :func:`fairsched.validation.parse_bool` (``"false"`` is false)."""
+    ``priority`` is parsed by :func:`common.validation.parse_bool` (``"false"`` is false)."""
     org_obj = _org(org)
     wf = _workflow(workflow)
     data = _payload(payload)

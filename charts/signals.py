@@ -5,7 +5,7 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 
 from charts.models import Chart
-from fairsched.notify import notify
+from common.notify import notify
 
 
 @receiver(post_save, sender=Chart, dispatch_uid="charts.notify_on_create")

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from charts.forms import ChartSubmitForm
 from charts.models import Chart
 from charts.services import chart_submit
-from fairsched.middleware import keeps_oversized_form
+from common.middleware import keeps_oversized_form
 
 
 @keeps_oversized_form

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from dashboard import selectors
-from fairsched import snapshot as _snap_module
+from common import snapshot as _snap_module
 
 _SNAP_TTL_S = 1.0
 _snap: dict[str, Any] = {"at": 0.0, "value": None}

@@ -2,7 +2,7 @@
 (``/ws/orgs/<slug>/``).
 
 Protocol (JSON; the events, ``n`` and refetch are documented once, in
-:mod:`fairsched.live_updates` and docs/live-updates.md). Every message the server sends
+:mod:`common.live_updates` and docs/live-updates.md). Every message the server sends
 carries ``n``, numbered 1, 2, 3... on this socket; a page that sees a number missing
 sends ``{"type": "refetch"}`` and gets a fresh snapshot. Server -> client:
 
@@ -11,7 +11,7 @@ sends ``{"type": "refetch"}`` and gets a fresh snapshot. Server -> client:
   version). ``state`` is the stored summary (or the same shape from the DB,
   ``state.source == "db"``); ``order`` the page of the order this socket looks at.
 * ``{"type": "events", "n", "server_time", "events": [...], "counters": {...}}`` --
-  the live updates (:mod:`fairsched.live_updates`, wire form), coalesced.
+  the live updates (:mod:`common.live_updates`, wire form), coalesced.
 * ``{"type": "order", "n", ...}`` -- the answer to ``view``.
 * ``{"type": "control.result", "n", "req", "ok", "action", "errors", "message", "event"}``;
   a control over the socket's rate (``FAIRSCHED_WS_CONTROL_RATE`` a second) is
@@ -42,9 +42,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from dashboard import controls, selectors
-from fairsched import live_updates
-from fairsched.live_updates import GROUP
-from fairsched.validation import MAX_ID, require_int
+from common import live_updates
+from common.live_updates import GROUP
+from common.validation import MAX_ID, require_int
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     # --- group messages ------------------------------------------------------------
 
     async def live_update(self, message: dict[str, Any]) -> None:
-        """A group message from :func:`fairsched.live_updates.send`: a snapshot notice makes
+        """A group message from :func:`common.live_updates.send`: a snapshot notice makes
         this socket send its page a snapshot; any other event is forwarded (coalesced)."""
         try:
             event = live_updates.from_wire(message.get("event"))

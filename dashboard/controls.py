@@ -18,9 +18,11 @@ from django.db import DatabaseError
 from charts import services as chart_services
 from charts.models import Chart
 from dashboard import selectors
-from fairsched import audit, live_updates
+from dashboard.permissions import VIEW_PERM, can_view_dashboard  # noqa: F401 (re-exported)
+from fairsched import audit
+from common import live_updates
 from fairsched import services as fairsched_services
-from fairsched.validation import MAX_ID, require_int
+from common.validation import MAX_ID, require_int
 from orgs import services as org_services
 from orgs.models import Org
 
@@ -45,7 +47,6 @@ PERMS = {
     "rerun": "charts.add_chart",
 }
 ACTIONS = tuple(PERMS)
-VIEW_PERM = "charts.view_chart"
 log = logging.getLogger(__name__)
 
 
@@ -66,12 +67,6 @@ class Outcome:
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "action": self.action, "errors": self.errors, "message": self.message,
                 "event": self.event.to_wire() if self.event else None}
-
-
-def can_view_dashboard(user) -> bool:
-    """Staff with the view (or change) permission on charts."""
-    return bool(user and user.is_authenticated and user.is_active and user.is_staff
-                and (user.has_perm(VIEW_PERM) or user.has_perm("charts.change_chart")))
 
 
 def allowed_actions(user) -> list[str]:

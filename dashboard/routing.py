@@ -1,4 +1,4 @@
-"""WebSocket routes (wrapped by fairsched.asgi in SameOriginValidator and AuthMiddlewareStack)."""
+"""WebSocket routes (wrapped by config.asgi in SameOriginValidator and AuthMiddlewareStack)."""
 from __future__ import annotations
 
 from django.urls import path

@@ -1,6 +1,6 @@
 """Reads for the dashboard, the org pages and the live admin.
 
-The scheduler's latest snapshot (:mod:`fairsched.snapshot`) is the source when it
+The scheduler's latest snapshot (:mod:`common.snapshot`) is the source when it
 exists. When the scheduler has not published (not running, or its snapshot
 expired), everything still renders from the database: counts, orgs, running
 charts; the order is then unknown and the page says it waits for the scheduler.
@@ -23,11 +23,12 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState
-from fairsched import snapshot as snap
+from common import snapshot as snap
 from fairsched.core import Durations
 from fairsched.engine import db
+from dashboard.permissions import can_view_dashboard
 from fairsched.models import SchedulerSettings
-from fairsched.notify import redis_client
+from common.notify import redis_client
 from orgs.models import Org, Workflow, WorkflowCost
 
 PAGE_MAX = 500
@@ -404,8 +405,6 @@ def org_for_user(user, slug: str) -> Org | None:
 
     Never says whether an org the user may not see exists (the caller answers 404).
     """
-    from dashboard.controls import can_view_dashboard
-
     if user is None or not user.is_authenticated or not user.is_active:
         return None
     org = Org.objects.filter(slug=slug).first()

@@ -9,8 +9,8 @@ without it, on the very snapshot the scheduler would publish.
 """
 from __future__ import annotations
 
-from fairsched import live_updates
-from fairsched import snapshot as snap
+from common import live_updates
+from common import snapshot as snap
 from fairsched.engine.reader import snapshot_from_db
 
 

@@ -20,9 +20,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import controls, history, selectors
 from dashboard.models import OrgToken
-from fairsched import live_updates
-from fairsched.middleware import answers_json
-from fairsched.validation import MAX_ID
+from common import live_updates
+from common.middleware import answers_json
+from common.validation import MAX_ID
 
 staff_required = user_passes_test(controls.can_view_dashboard)
 

@@ -3,7 +3,7 @@
 Services call :func:`record` inside their own transaction, so an entry exists if
 and only if the change was committed, whichever door the action came through (the
 dashboard's socket, ``/dashboard/control/``, the admin, a shell). The entry is
-sent to open dashboards on commit (their "Activity" feed; :mod:`fairsched.live_updates`).
+sent to open dashboards on commit (their "Activity" feed; :mod:`common.live_updates`).
 
 ``summary`` is the action in the operator's words ("Paused mrn-12 (Acme Health)");
 the controls reuse it as the toast the acting operator sees.
@@ -21,7 +21,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
-from fairsched import live_updates
+from common import live_updates
 from fairsched.models import AuditEntry
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from fairsched.validation import MAX_BUDGET, MAX_INTERVAL_S
+from common.validation import MAX_BUDGET, MAX_INTERVAL_S
 
 
 class SchedulerSettings(models.Model):

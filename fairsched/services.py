@@ -9,8 +9,8 @@ from django.db import transaction
 from fairsched import audit
 from fairsched.core.simulator import ETA_MODELS
 from fairsched.models import SchedulerSettings
-from fairsched.notify import notify
-from fairsched.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
+from common.notify import notify
+from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
 
 def _record_budget(actor: Any, before: int, after: int) -> None:

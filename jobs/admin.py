@@ -193,7 +193,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
 
 # --- django-rq's queue pages ----------------------------------------------------------------
-# django-rq serves its views twice: at /admin/rq/ (fairsched/urls.py guards those) and inside
+# django-rq serves its views twice: at /admin/rq/ (config/urls.py guards those) and inside
 # the admin at /admin/django_rq/dashboard/..., which only asks for is_staff. Re-registered here
 # (this app comes after django_rq, so its registration exists) with the same guard.
 
@@ -201,7 +201,7 @@ from django.urls import URLPattern  # noqa: E402
 from django_rq.admin import QueueAdmin  # noqa: E402
 from django_rq.models import Dashboard  # noqa: E402
 
-from fairsched.views import can_manage_rq, rq_admin_required  # noqa: E402
+from jobs.permissions import can_manage_rq, rq_admin_required  # noqa: E402
 
 
 class GuardedQueueAdmin(QueueAdmin):

@@ -38,7 +38,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from charts.services import chart_submit_many
-from fairsched.validation import parse_bool
+from common.validation import parse_bool
 from jobs.models import ImportJob, ImportStatus
 from orgs.models import Org, Workflow
 

@@ -47,7 +47,7 @@ from django.utils import timezone
 from rq import Retry
 
 from charts.models import FINAL_STATES, Chart
-from fairsched.snapshot import read_snapshot
+from common.snapshot import read_snapshot
 from jobs.models import DeliveryStatus, OrgClearTime, SweepCursor, WebhookDelivery, WebhookEvent
 from orgs.models import Org
 

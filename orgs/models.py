@@ -6,7 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, URLVali
 from django.db import models
 from django.utils.text import slugify
 
-from fairsched.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
+from common.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
 
 
 class Org(models.Model):

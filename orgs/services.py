@@ -8,8 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fairsched import audit
-from fairsched.notify import notify
-from fairsched.validation import MAX_COST, MAX_WEIGHT, require_int
+from common.notify import notify
+from common.validation import MAX_COST, MAX_WEIGHT, require_int
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("FAIRSCHED_CHANNEL_LAYER", "memory")
-# A fast password hash for this process and every server a test starts (see fairsched/settings.py).
+# A fast password hash for this process and every server a test starts (see config/settings.py).
 os.environ["FAIRSCHED_FAST_PASSWORD_HASH"] = "1"
 
 from collections.abc import Iterator  # noqa: E402
@@ -20,7 +20,9 @@ import pytest  # noqa: E402
 
 from django.conf import settings as django_settings  # noqa: E402
 
-from fairsched import embedded, notify  # noqa: E402
+from fairsched.runtime import embedded  # noqa: E402
+
+from common import notify
 
 # pytest-django configured Django before this file ran, so the variable above came too late for
 # this process's own settings: set the same hasher here.

@@ -106,7 +106,7 @@ def test_an_action_without_an_actor_is_recorded_as_system(world):
 
 def test_entry_is_broadcast_to_dashboards_on_commit(world, monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr("fairsched.live_updates.send", lambda event, counters=None: sent.append(event.to_wire()))
+    monkeypatch.setattr("common.live_updates.send", lambda event, counters=None: sent.append(event.to_wire()))
     with django_capture_on_commit_callbacks(execute=True):
         org_services.org_hold(org=world["acme"], actor=world["op"])
     assert [e["kind"] for e in sent] == ["audit"]

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from charts.models import ChartState
-from fairsched import snapshot
+from common import snapshot
 from fairsched.engine import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState

@@ -1,4 +1,4 @@
-"""The live-update protocol (fairsched/live_updates.py): every kind's wire round trip, what an
+"""The live-update protocol (common/live_updates.py): every kind's wire round trip, what an
 unknown or malformed wire event does, the page's gap rule, and the one send path."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fairsched import live_updates as lu
+from common import live_updates as lu
 
 ONE_OF_EACH = [
     lu.Queued(chart=1, org=2),
@@ -103,7 +103,7 @@ def test_a_failing_layer_is_logged_not_raised(caplog):
 
 def test_the_protocol_module_imports_no_django_app():
     """The engine imports it: it must not pull in the dashboard, charts, orgs or models."""
-    code = ("import sys, fairsched.live_updates, fairsched.engine.state; "
+    code = ("import sys, common.live_updates, fairsched.engine.state; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('dashboard', 'charts', 'orgs', 'django')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fairsched.embedded import free_port
-from fairsched.supervisor import ProcessSpec, Supervisor, SupervisorError
+from fairsched.runtime.embedded import free_port
+from fairsched.runtime.supervisor import ProcessSpec, Supervisor, SupervisorError
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

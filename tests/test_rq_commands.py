@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from fairsched import embedded
+from fairsched.runtime import embedded
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from charts.models import Chart
-from fairsched import snapshot
+from common import snapshot
 from fairsched.engine import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.scheduler import Scheduler

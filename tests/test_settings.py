@@ -51,7 +51,7 @@ def test_sqlite_is_configured_for_several_writers():
 
 WRITER = """
 import os, sys, django
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fairsched.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 from charts.services import chart_pause, chart_submit
 from fairsched.services import budget_set
@@ -98,8 +98,8 @@ def test_channel_layer_reads_outlast_its_blocking_receive():
     from channels_redis.core import RedisChannelLayer
     from channels_redis.utils import create_pool
 
-    code = ("import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'fairsched.settings'; "
-            "from fairsched import settings; print(json.dumps(settings.CHANNEL_LAYERS))")
+    code = ("import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'config.settings'; "
+            "from config import settings; print(json.dumps(settings.CHANNEL_LAYERS))")
     env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     import json

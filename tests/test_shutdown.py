@@ -1,4 +1,4 @@
-"""``fairsched.shutdown``: a SIGTERM always reaches the loop, and a stop that overruns its
+"""``fairsched.runtime.shutdown``: a SIGTERM always reaches the loop, and a stop that overruns its
 bound ends the process anyway, releasing the scheduler's lease only if it still holds it.
 
 Each case runs a tiny script in a subprocess (signals are per process); the scripts use
@@ -21,7 +21,7 @@ PRELUDE = f"""
 import asyncio, logging, os, signal, sys, threading, time
 sys.path.insert(0, {str(ROOT)!r})
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s", stream=sys.stdout)
-from fairsched.shutdown import StopDeadline
+from fairsched.runtime.shutdown import StopDeadline
 """
 
 

@@ -1,11 +1,11 @@
-"""The snapshot the scheduler publishes after each ETA pass (schema: ``fairsched/snapshot.py``).
+"""The snapshot the scheduler publishes after each ETA pass (schema: ``common/snapshot.py``).
 
 Pure: builds the three JSON values from the live state and an ETA report;
-the live loop stores them (``fairsched.snapshot.store``) and tells the dashboards.
+the live loop stores them (``common.snapshot.store``) and tells the dashboards.
 Fields beyond the documented schema: ``rounds`` (per org id ``[last, used]``, the
 persistent round-robin's state), ``head`` (the round of the last normal-tier dispatch);
 per org ``unplanned`` (its held, paused and blocked charts) and ``no_eta`` (what to say
-about them, :mod:`fairsched.clear_notes`; its ``clear_s``/``clear_at`` are null when
+about them, :mod:`common.clear_notes`; its ``clear_s``/``clear_at`` are null when
 nothing of it is planned); the same two for the whole queue; and ``waiting`` (why
 nothing starts although budget is free: the head of the order does not fit).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from fairsched.clear_notes import no_eta_note
+from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
@@ -50,7 +50,7 @@ def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
 
 def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
                    p90: Callable | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
-    """``(snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`. ``p90``
+    """``(snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`. ``p90``
     (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``.
 
     Reads only a :class:`PassInput` (a :class:`LiveState` is captured first), so the

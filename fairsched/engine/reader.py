@@ -43,7 +43,7 @@ def read_state(*, history: bool = True) -> LiveState:
 
 def compute_snapshot(captured: PassInput, now: float) -> tuple[EtaReport, dict, list[dict], dict[int, dict]]:
     """The ETA pass of the configured model over ``captured`` and the snapshot of it:
-    ``(report, snapshot, order_rows, per_org)`` for :func:`fairsched.snapshot.store`."""
+    ``(report, snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`."""
     report = captured.eta_report(now)
     snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
     snap["eta_model"] = captured.eta_model

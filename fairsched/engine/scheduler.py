@@ -39,7 +39,7 @@ its thread); the background tasks are cancelled, the lease released (if still
 ours), and "scheduler stopped" logged. Because a kill at any point is safe
 (above), so is a cancel at any await, and so is the forced exit that
 ``runscheduler`` makes when the warm stop overruns its bound
-(``fairsched.shutdown``; the lease is released there too, with a synchronous
+(``fairsched.runtime.shutdown``; the lease is released there too, with a synchronous
 client, by the same compare-and-delete).
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ from fairsched.engine.lease import Lease, release_now
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.starts import UNKNOWN, StartFailures
 from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput
-from fairsched.notify import CHANNEL
+from common.notify import CHANNEL
 from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
 from fairsched.temporal.shared import (
     CANCELLED,
@@ -996,7 +996,7 @@ class Scheduler:
             self._wake.set()
 
     async def _eta_pass(self, captured: PassInput, now: float) -> bool:
-        from fairsched.live_updates import SnapshotStored, asend
+        from common.live_updates import SnapshotStored, asend
 
         report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
@@ -1010,7 +1010,7 @@ class Scheduler:
 
     def _compute_and_publish(self, captured: PassInput, now: float):
         """The ETA pass, the snapshot and its publication: in a worker thread, on a copy."""
-        from fairsched import snapshot as snapshot_store
+        from common import snapshot as snapshot_store
 
         report = captured.eta_report(now)
         snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
@@ -1027,7 +1027,7 @@ class Scheduler:
         seq = self._published_seq
         if seq is None or not self.leading or time.monotonic() - self._confirmed_at < 1.0:
             return
-        from fairsched import snapshot as snapshot_store
+        from common import snapshot as snapshot_store
 
         self._confirmed_at = time.monotonic()
         try:
@@ -1062,9 +1062,9 @@ class Scheduler:
             state.unpromised.difference_update(chunk)
 
     async def _broadcast(self, events: list[dict]) -> None:
-        """Send this tick's events (wire dicts of :mod:`fairsched.live_updates`) to open pages,
+        """Send this tick's events (wire dicts of :mod:`common.live_updates`) to open pages,
         each with the counters; more than ``MAX_EVENTS_PER_TICK`` become one ``batch``."""
-        from fairsched import live_updates
+        from common import live_updates
 
         counters = self.state.counters()
         if len(events) > self.MAX_EVENTS_PER_TICK:

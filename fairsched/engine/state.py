@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from fairsched import live_updates as lu
+from common import live_updates as lu
 from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart
 from fairsched.core.forecast import Forecaster
 
@@ -121,7 +121,7 @@ class Effects:
     watch: set[int] = field(default_factory=set)     # watch these workflows' results
     unwatch: set[int] = field(default_factory=set)   # stop watching
     eta_now: bool = False                            # budget / weight / cost changed
-    # for open pages: the wire form of fairsched.live_updates events (the loop logs them too)
+    # for open pages: the wire form of common.live_updates events (the loop logs them too)
     events: list[dict] = field(default_factory=list)
 
     def merge(self, other: "Effects") -> "Effects":

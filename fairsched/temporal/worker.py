@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
-from fairsched.shutdown import StopDeadline
+from fairsched.runtime.shutdown import StopDeadline
 from fairsched.temporal.activities import demo_work, record_chart_outcome
 from fairsched.temporal.client import connect
 from fairsched.temporal.workflows import DemoChart
@@ -85,7 +85,7 @@ async def run_worker(*, address: str, namespace: str, task_queue: str, stop: asy
 
 def main(*, address: str, namespace: str, task_queue: str, stop_timeout_s: float = 10.0) -> None:
     """The command: SIGTERM/SIGINT stop it warmly, and within ``stop_timeout_s`` whatever happens
-    (``fairsched.shutdown``: a worker stuck in its shutdown exits all the same)."""
+    (``fairsched.runtime.shutdown``: a worker stuck in its shutdown exits all the same)."""
     phase = ["starting"]
     deadline = StopDeadline(name="worker", timeout_s=stop_timeout_s, phase=lambda: phase[0])
     deadline.install()

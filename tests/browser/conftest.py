@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fairsched import embedded
+from fairsched.runtime import embedded
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -27,7 +27,7 @@ ARTIFACTS = ROOT / "var" / "test-artifacts"
 
 
 class Daphne:
-    """daphne serving fairsched.asgi:application on ``port``, against the test database and Redis."""
+    """daphne serving config.asgi:application on ``port``, against the test database and Redis."""
 
     def __init__(self, db_url: str, redis_url: str, port: int | None = None, log_name: str = "daphne-browser.log"):
         self.db_url, self.redis_url = db_url, redis_url
@@ -41,12 +41,12 @@ class Daphne:
 
     def start(self) -> "Daphne":
         env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
-        env.update(DATABASE_URL=self.db_url, REDIS_URL=self.redis_url, DJANGO_SETTINGS_MODULE="fairsched.settings",
+        env.update(DATABASE_URL=self.db_url, REDIS_URL=self.redis_url, DJANGO_SETTINGS_MODULE="config.settings",
                    DJANGO_DEBUG="1", FAIRSCHED_SERVE_STATIC="1", PYTHONUNBUFFERED="1")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         with open(ARTIFACTS / self.log_name, "ab") as log:
             self.proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p",
-                                          str(self.port), "fairsched.asgi:application"], cwd=ROOT, env=env,
+                                          str(self.port), "config.asgi:application"], cwd=ROOT, env=env,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
         return self
@@ -72,7 +72,7 @@ def _require_chromium() -> None:
 
 @pytest.fixture(scope="session")
 def browser_server(test_db_url, redis_service) -> Iterator[str]:
-    """``http://127.0.0.1:<port>``: daphne serving fairsched.asgi:application."""
+    """``http://127.0.0.1:<port>``: daphne serving config.asgi:application."""
     _require_chromium()
     server = Daphne(test_db_url, redis_service.url)
     try:
@@ -121,7 +121,7 @@ def redis_layer_publish(redis_url):
     from channels_redis.core import RedisChannelLayer
 
     from dashboard.simulate import store_from_db
-    from fairsched import live_updates
+    from common import live_updates
 
     layer = RedisChannelLayer(hosts=[redis_url])
 

@@ -20,7 +20,7 @@ def scheduler_publish(redis_url):
     """Publish the scheduler's own snapshot (``build_snapshot``) and tell the pages."""
     from channels_redis.core import RedisChannelLayer
 
-    from fairsched import live_updates, snapshot
+    from common import live_updates, snapshot
 
     layer = RedisChannelLayer(hosts=[redis_url])
 

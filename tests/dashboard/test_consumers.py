@@ -20,7 +20,7 @@ from charts.models import Chart
 from dashboard import consumers
 from dashboard.routing import websocket_urlpatterns
 from dashboard.simulate import publish_from_db
-from fairsched import live_updates
+from common import live_updates
 from fairsched.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
 from tests.factories import make_user
@@ -60,7 +60,7 @@ def _chart_of(org: int) -> live_updates.ChartChanged:
 
 
 async def test_anonymous_socket_is_refused():
-    from fairsched.asgi import application
+    from config.asgi import application
 
     comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=[(b"origin", b"http://localhost"),
                                                                           (b"host", b"localhost")])
@@ -70,7 +70,7 @@ async def test_anonymous_socket_is_refused():
 
 
 async def test_foreign_origin_is_refused_even_when_logged_in(viewer):
-    from fairsched.asgi import application
+    from config.asgi import application
 
     cookie = await database_sync_to_async(_session_cookie)(viewer)
     good = WebsocketCommunicator(application, "/ws/dashboard/", headers=[

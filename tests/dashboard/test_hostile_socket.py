@@ -207,7 +207,7 @@ def _session_cookie(user) -> bytes:
          "wss-same", "wss-explicit-443", "http-page-wss-socket", "host-not-allowed", "null-origin", "no-origin"],
 )
 async def test_the_origin_check_compares_scheme_host_and_port(viewer, origin, host, scheme, allowed):
-    from fairsched.asgi import application
+    from config.asgi import application
 
     cookie = await database_sync_to_async(_session_cookie)(viewer)
     headers = [(b"host", host), (b"cookie", cookie)] + ([(b"origin", origin)] if origin is not None else [])
@@ -219,7 +219,7 @@ async def test_the_origin_check_compares_scheme_host_and_port(viewer, origin, ho
 
 
 async def test_a_listed_origin_may_open_the_socket(viewer, settings):
-    from fairsched.asgi import application
+    from config.asgi import application
 
     settings.FAIRSCHED_WS_ALLOWED_ORIGINS = ["https://ops.example.com", "https://*.corp.example"]
     cookie = await database_sync_to_async(_session_cookie)(viewer)

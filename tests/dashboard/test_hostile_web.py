@@ -11,7 +11,7 @@ from django.test import Client
 
 from charts.models import Chart
 from dashboard.simulate import publish_from_db
-from fairsched.middleware import content_security_policy
+from common.middleware import content_security_policy
 from fairsched.models import SchedulerSettings
 from orgs.models import Org
 from tests.factories import make_user

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def test_first_and_dispatch_etas_are_recorded_and_the_first_is_kept(live):
-    from fairsched import snapshot
+    from common import snapshot
 
     s = SchedulerSettings.get()
     s.budget, s.eta_interval_s, s.reconcile_interval_s = 1, 0.3, 1.0

@@ -18,7 +18,7 @@ import pytest
 from django.utils import timezone
 
 from charts.models import Chart, ChartState
-from fairsched import snapshot
+from common import snapshot
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import ROOT, database_url, wait_until
 from tests.integration.test_scheduler_live import configure

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from charts.models import Chart, ChartState
-from fairsched import snapshot
+from common import snapshot
 from fairsched.models import SchedulerSettings
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until

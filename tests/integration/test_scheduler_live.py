@@ -237,7 +237,7 @@ def test_lowering_budget_and_pausing_never_touch_running_work(live, temporal):
 
 
 def test_snapshot_published_and_resync_catches_a_bulk_update(live):
-    from fairsched import snapshot
+    from common import snapshot
 
     configure(budget=1, eta=0.3)
     org = make_org("Acme")
@@ -259,7 +259,7 @@ def test_snapshot_published_and_resync_catches_a_bulk_update(live):
 
 
 def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
-    from fairsched import embedded
+    from fairsched.runtime import embedded
 
     port = embedded.free_port()
     redis_log = live.artifacts / "redis-own.log"
@@ -289,7 +289,7 @@ def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
 
 
 def test_temporal_killed_and_restarted_under_a_running_system_loses_and_repeats_nothing(live):
-    from fairsched import embedded
+    from fairsched.runtime import embedded
     from tests.integration.conftest import TemporalFacade
 
     port = embedded.free_port()
@@ -415,7 +415,7 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
 
 
 def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
-    from fairsched import embedded
+    from fairsched.runtime import embedded
 
     port, ui = embedded.free_port(), embedded.free_port()
     db_file = live.artifacts / "temporal-own.db"
@@ -445,7 +445,7 @@ def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
 def test_a_change_is_published_soon_not_at_the_next_periodic_eta_pass(live):
     """With the periodic ETA pass a minute away, a new chart still reaches the published
     order (what every dashboard shows) within a few seconds: changes trigger a coalesced pass."""
-    from fairsched import snapshot
+    from common import snapshot
 
     configure(budget=0, eta=60)
     org = make_org("Acme")

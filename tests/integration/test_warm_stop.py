@@ -26,7 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from charts.models import Chart, ChartState
-from fairsched import embedded
+from fairsched.runtime import embedded
 from fairsched.engine.lease import LEASE_KEY
 from fairsched.models import SchedulerSettings
 from orgs.models import Org, Workflow

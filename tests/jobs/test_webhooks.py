@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from charts.models import ChartState
 from charts.services import chart_mark_running, chart_record_outcome
-from fairsched import snapshot as snapshots
+from common import snapshot as snapshots
 from jobs import tasks, webhooks
 from jobs.models import DeliveryStatus, OrgClearTime, WebhookDelivery, WebhookEvent
 from tests.factories import make_chart, make_org, make_user, make_workflow
@@ -128,7 +128,7 @@ def test_retries_back_off_on_rq_schedule(org, receiver, run_jobs, settings):
 
 
 def test_an_unreachable_url_is_an_error_on_the_delivery(org, run_jobs, settings):
-    from fairsched.embedded import free_port
+    from fairsched.runtime.embedded import free_port
 
     settings.FAIRSCHED_WEBHOOK_RETRY_S = []
     org.webhook_url = f"http://127.0.0.1:{free_port()}/nobody"

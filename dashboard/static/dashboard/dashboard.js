@@ -231,7 +231,7 @@
   }
 
   // ---------------------------------------------------------------- events and patches
-  // One live update (its kinds and fields: fairsched/live_updates.py); other kinds change nothing here.
+  // One live update (its kinds and fields: common/live_updates.py); other kinds change nothing here.
   function applyEvent(ev) {
     if (ev.kind === "audit" && ev.entry) {
       if (!A.some((e) => e.id === ev.entry.id)) A = [ev.entry].concat(A).slice(0, 50);

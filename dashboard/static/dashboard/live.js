@@ -1,6 +1,6 @@
 /* Fairsched live socket: numbered messages (``n``), a refetch of the snapshot on a gap,
  * auto-reconnect, a visible live indicator, and time formatting shared by the pages.
- * The protocol (event kinds, ``n``, refetch) is fairsched/live_updates.py; docs/live-updates.md.
+ * The protocol (event kinds, ``n``, refetch) is common/live_updates.py; docs/live-updates.md.
  *
  *   const live = FairLive.connect("/ws/dashboard/", {onMessage, onStatus});
  *   live.send({type: "view", offset: 100});

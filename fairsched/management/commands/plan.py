@@ -40,7 +40,7 @@ def read_json(path: str | None, stdin=None) -> object:
 def live_plan(s) -> tuple[Plan, str]:
     """The plan of a parsed live scenario with the ETAs of the model the scheduler is set
     to (``SchedulerSettings.eta_model``), and that model's name."""
-    from fairsched.live_eta import configured_model, forecast_plan, live_rounds
+    from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
 
     p = plan_scenario(s)
     model = configured_model()

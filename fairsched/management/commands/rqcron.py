@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django_rq.management.commands.rqcron import Command as RqCronCommand
 
-from fairsched.waiting import wait_for_redis
+from common.waiting import wait_for_redis
 
 
 class Command(RqCronCommand):

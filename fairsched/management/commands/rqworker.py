@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django_rq.management.commands.rqworker import Command as RqWorkerCommand
 
-from fairsched.waiting import wait_for_redis
+from common.waiting import wait_for_redis
 
 
 class Command(RqWorkerCommand):

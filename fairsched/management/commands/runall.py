@@ -15,7 +15,7 @@
 5. Starts ``runworker``, ``runscheduler``, ``rqworker``, ``rqcron``, daphne on
    ``PORT`` and ``demo_load`` (off with ``FAIRSCHED_DEMO_LOAD=0``), prints the URLs,
    and supervises until Ctrl-C / SIGTERM, which stops everything
-   (:mod:`fairsched.supervisor` says how and why not honcho).
+   (:mod:`fairsched.runtime.supervisor` says how and why not honcho).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 
-from fairsched import embedded
-from fairsched.supervisor import ProcessSpec, Supervisor, SupervisorError
+from fairsched.runtime import embedded
+from fairsched.runtime.supervisor import ProcessSpec, Supervisor, SupervisorError
 
 
 class RunLock:
@@ -220,7 +220,7 @@ class Command(BaseCommand):
                                              "--verbosity", "0"], needs=redis_needs),
             ProcessSpec("rqcron", [python, manage, "rqcron", "jobs.cron"], needs=redis_needs),
             ProcessSpec("web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                "fairsched.asgi:application"], needs=redis_needs, listens=port, essential=True,
+                                "config.asgi:application"], needs=redis_needs, listens=port, essential=True,
                         ready_timeout_s=60),
         ]
         if settings.FAIRSCHED_DEMO_LOAD and not opts["no_demo_load"]:

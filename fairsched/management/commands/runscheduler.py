@@ -3,7 +3,7 @@
 SIGTERM or Ctrl-C stops it warmly within ``FAIRSCHED_STOP_TIMEOUT_S`` (default 10 s),
 whatever it is doing: running workflows keep running, the lease is released so a
 standby takes over at once, and "scheduler stopped" is logged. A stop that overruns
-the bound, or a second signal, forces the exit (``fairsched.shutdown``).
+the bound, or a second signal, forces the exit (``fairsched.runtime.shutdown``).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from fairsched.engine.scheduler import Scheduler
-from fairsched.shutdown import StopDeadline
+from fairsched.runtime.shutdown import StopDeadline
 
 log = logging.getLogger("fairsched.engine")
 

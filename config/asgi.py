@@ -1,7 +1,7 @@
-"""ASGI entry point: ``daphne fairsched.asgi:application``.
+"""ASGI entry point: ``daphne config.asgi:application``.
 
 HTTP goes to Django; WebSockets (``/ws/...``) go through Channels with an origin
-check on scheme, host and port (:mod:`fairsched.wsorigin`) and session authentication.
+check on scheme, host and port (:mod:`config.wsorigin`) and session authentication.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fairsched.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
@@ -17,7 +17,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
-from fairsched.wsorigin import SameOriginValidator  # noqa: E402
+from config.wsorigin import SameOriginValidator  # noqa: E402
 
 http_app = django_asgi_app
 if settings.SERVE_STATIC:

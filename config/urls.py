@@ -1,20 +1,16 @@
+"""The URLs of the whole site: the org pages and dashboard, the producer form, the admin."""
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
-from fairsched import views
+from config import views
+from jobs.permissions import rq_admin_required
 
 # django-rq's views only check is_staff: every one of them is wrapped in rq_admin_required.
-rq_urlpatterns = get_api_urlpatterns() + get_admin_urlpatterns(view_wrapper=views.rq_admin_required)
+rq_urlpatterns = get_api_urlpatterns() + get_admin_urlpatterns(view_wrapper=rq_admin_required)
 for _pattern in rq_urlpatterns[: len(get_api_urlpatterns())]:
-    _pattern.callback = views.rq_admin_required(_pattern.callback)
-
-urlpatterns = [
-    path(p.pattern._route if hasattr(p.pattern, "_route") else p.pattern, views.rq_admin_required(p.callback),
-         name=p.name)
-    for p in get_api_urlpatterns() + get_admin_urlpatterns()
-]
+    _pattern.callback = rq_admin_required(_pattern.callback)
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -33,7 +33,7 @@ def forecast_plan(s: Scenario, p: Plan, *, head: int | None = None,
 
 def live_rounds() -> tuple[int | None, dict[str, tuple[int, int]] | None]:
     """The scheduler's published ``head`` and per-org (last, used), if it published."""
-    from fairsched import snapshot
+    from common import snapshot
 
     try:
         snap = snapshot.read_snapshot() or {}

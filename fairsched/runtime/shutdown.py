@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 
-log = logging.getLogger("fairsched.shutdown")
+log = logging.getLogger("fairsched.runtime.shutdown")
 
 FORCED_EXIT_STATUS = 0  # the stop was asked for, and what it leaves behind is consistent
 SAY_TIMEOUT_S = 1.0  # a log handler blocked by a stuck thread must not block the forced exit

@@ -1,7 +1,7 @@
 """The scheduler's published state: what the web app reads, written only by the scheduler.
 
 After every ETA pass the scheduler stores the snapshot in Redis and then tells
-every open dashboard (``fairsched.live_updates.SnapshotStored``):
+every open dashboard (``common.live_updates.SnapshotStored``):
 
 ``fairsched:snapshot`` -- a JSON object, small whatever the backlog::
 
@@ -59,7 +59,7 @@ from typing import Any
 
 import redis
 
-from fairsched.notify import redis_client
+from common.notify import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ The rest:
 ============== ===================================== ==========================================
 audit          entry                                 an audit-trail entry (the Activity feed;
                                                      no top-level ``org``: org pages never get it)
-snapshot       seq                                   a snapshot was stored (``fairsched.snapshot``);
+snapshot       seq                                   a snapshot was stored (``common.snapshot``);
                                                      never forwarded as an event: each socket
                                                      sends its page a ``snapshot`` message
 ============== ===================================== ==========================================
@@ -64,9 +64,9 @@ One counter: ``n``. Each socket numbers every message it sends its page 1, 2, 3.
 (coalescing never does): a page that sees ``n`` skip (any message but a
 ``snapshot`` whose ``n`` is not the last plus one, :func:`refetch_needed`) sends
 ``{"type": "refetch"}`` and gets the stored snapshot again. ("Refetch" is the page's;
-"resync" is the scheduler re-reading the database, ``fairsched/notify.py``.)
+"resync" is the scheduler re-reading the database, ``common/notify.py``.)
 
-``seq`` is not a message counter: it is a stored snapshot's version (``fairsched.snapshot``;
+``seq`` is not a message counter: it is a stored snapshot's version (``common.snapshot``;
 the page shows it as "snapshot #41"). A socket uses it only to skip a ``snapshot`` notice
 for the snapshot it already sent.
 """

@@ -93,19 +93,19 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "fairsched.middleware.ContentSecurityPolicyMiddleware",
+    "common.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # Before the CSRF check: a too-large body is answered here, not by a SuspiciousOperation page.
-    "fairsched.middleware.RequestBodyLimitMiddleware",
+    "common.middleware.RequestBodyLimitMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "fairsched.urls"
-ASGI_APPLICATION = "fairsched.asgi.application"
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = None
 
 TEMPLATES = [
@@ -164,7 +164,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
-FORMAT_MODULE_PATH = ["fairsched.formats"]  # 24 h times in the admin, like the dashboard
+FORMAT_MODULE_PATH = ["config.formats"]  # 24 h times in the admin, like the dashboard
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -197,7 +197,7 @@ RQ_QUEUES = {
 }
 RQ_SHOW_ADMIN_LINK = True
 
-# Input limits (fairsched/validation.py has the bounds on budget, weight and cost): the
+# Input limits (common/validation.py has the bounds on budget, weight and cost): the
 # largest chart payload, in bytes of its compact JSON; and the largest request body
 # (file uploads excepted), kept above what a form needs to carry the largest payload.
 FAIRSCHED_MAX_PAYLOAD_BYTES = env_int("FAIRSCHED_MAX_PAYLOAD_BYTES", 1_048_576)
@@ -244,7 +244,7 @@ FAIRSCHED_CANCEL_GRACE_S = env_int("FAIRSCHED_CANCEL_GRACE_S", 60)
 if FAIRSCHED_CANCEL_GRACE_S < 1:
     raise ImproperlyConfigured(f"FAIRSCHED_CANCEL_GRACE_S: must be at least 1, got {FAIRSCHED_CANCEL_GRACE_S}")
 # After SIGTERM, runscheduler and runworker end within this many seconds, warmly or forced
-# (fairsched/shutdown.py); a supervisor should wait a little longer before its SIGKILL.
+# (fairsched/runtime/shutdown.py); a supervisor should wait a little longer before its SIGKILL.
 FAIRSCHED_STOP_TIMEOUT_S = env_seconds("FAIRSCHED_STOP_TIMEOUT_S", 10.0)
 
 # Activities one ``runworker`` runs at once (temporalio's default is 100). DemoChart's activity
@@ -283,10 +283,7 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "fairsched": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
-        "orgs": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
-        "charts": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
-        "dashboard": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
-        "jobs": {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")},
+        app: {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")}
+        for app in ("common", "fairsched", "orgs", "charts", "dashboard", "jobs")
     },
 }
