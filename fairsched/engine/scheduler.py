@@ -50,8 +50,6 @@ import gc
 import json
 import logging
 import math
-import os
-import signal
 import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
@@ -164,7 +162,6 @@ class Scheduler:
         lease_ttl_s: float | None = None,
         resync_interval_s: float | None = None,
         full_resync_s: float | None = None,
-        crash_after_starts: int | None = None,
         eta_gate: Callable[[], None] | None = None,
         cancel_grace_s: float | None = None,
         clock: Clock | None = None,
@@ -186,7 +183,6 @@ class Scheduler:
             self.RESYNC_INTERVAL_S = resync_interval_s
         if full_resync_s is not None:
             self.FULL_RESYNC_S = full_resync_s
-        self.crash_after_starts = crash_after_starts  # fault injection for the crash tests
         self.eta_gate = eta_gate  # tests: called in the ETA pass's thread before it publishes
         if cancel_grace_s is not None:
             self.CANCEL_GRACE_S = cancel_grace_s
@@ -860,9 +856,6 @@ class Scheduler:
                     return cid, None
             self._start_failures.forget(s.row.id)
             self.starts += 1
-            if self.crash_after_starts is not None and self.starts >= self.crash_after_starts:
-                log.warning("fault injection: SIGKILL after start #%d, before its compare-and-set", self.starts)
-                os.kill(os.getpid(), signal.SIGKILL)
             return cid, run_id
 
         results = await asyncio.gather(*(start(cid) for cid in planned))
