@@ -337,22 +337,28 @@ class Scheduler:
         self._lost_lease = False
         self._tasks = [asyncio.create_task(self._keep_lease(), name="lease"),
                        asyncio.create_task(self._listen(), name="notifications")]
-        self.phase = "connecting to Temporal"
-        await self.temporal.connect()
-        self.phase = "loading the backlog"
-        await self._load()
-        if self._stop.is_set():
+        if not await self._take_over():
             return
-        # Adopt what a crashed predecessor started but never recorded, before dispatching anything.
-        await self._guarded("reconcile", self._reconcile)
-        now = self.clock.monotonic()
-        self._reconcile_due = now + self.state.config.reconcile_interval_s
-        self._resync_due = now + self.RESYNC_INTERVAL_S
         while not self._stop.is_set():
             if self._lost_lease:
                 raise LeaseLost()
             await self.tick()
             await self._wait_for_work()
+
+    async def _take_over(self) -> bool:
+        """Connect to Temporal, load the backlog and reconcile: ready to tick (False: stopped)."""
+        self.phase = "connecting to Temporal"
+        await self.temporal.connect()
+        self.phase = "loading the backlog"
+        await self._load()
+        if self._stop.is_set():
+            return False
+        # Adopt what a crashed predecessor started but never recorded, before dispatching anything.
+        await self._guarded("reconcile", self._reconcile)
+        now = self.clock.monotonic()
+        self._reconcile_due = now + self.state.config.reconcile_interval_s
+        self._resync_due = now + self.RESYNC_INTERVAL_S
+        return True
 
     async def _step_down(self) -> None:
         self.leading = False
