@@ -61,6 +61,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.core import Eta, RoundState
+from fairsched.engine.db import StartRow
+from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.lease import Lease, release_now
 from fairsched.engine.ports import (
     Clock,
@@ -74,7 +76,7 @@ from fairsched.engine.ports import (
 )
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.starts import UNKNOWN, StartFailures
-from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput
+from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput, Running
 from fairsched.notify import CHANNEL
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import (
@@ -90,6 +92,10 @@ log = logging.getLogger("fairsched.engine")
 
 
 CANCEL_NOT_HONOURED = "cancel not honoured"  # the reason a workflow is terminated with
+
+
+# One step of a tick: (backoff name, is it due at ``now``?, the step, what to do after it ran).
+Step = tuple[str, Callable[[float], bool], Callable[[], Any], Callable[[], None] | None]
 
 
 class LeaseLost(Exception):
@@ -417,33 +423,62 @@ class Scheduler:
     async def tick(self) -> None:
         """One pass of the loop (see the module docstring). Never raises on I/O errors."""
         self._wake.clear()
-        state = self.state
-        if state is None:
+        if self.state is None:
             return
         fx = Effects()
         now = self.clock.monotonic()
-        if self._finished and self._backoff["finish"].ready(now):
-            fx.merge(await self._guarded("finish", self._record_finished) or Effects())
-        if self._notes and self._backoff["notes"].ready(now):
-            fx.merge(await self._guarded("notes", self._apply_notes) or Effects())
-        if (self._resync_requested or now >= self._resync_due) and self._backoff["resync"].ready(now):
-            fx.merge(await self._guarded("resync", self._resync) or Effects())
-            self._resync_due = self.clock.monotonic() + self.RESYNC_INTERVAL_S
-        if self._full_resync is None and now >= self._full_resync_due:
-            self._full_resync = (0, set())
-            self._full_resync_started = now
-        if self._full_resync is not None and self._backoff["resync"].ready(now):
-            fx.merge(await self._guarded("resync", self._full_resync_step) or Effects())
-        if now >= self._reconcile_due and self._backoff["reconcile"].ready(now):
-            fx.merge(await self._guarded("reconcile", self._reconcile) or Effects())
-            self._reconcile_due = self.clock.monotonic() + self.state.config.reconcile_interval_s
+        await self._run_due(self._catch_up_steps(), now, fx)
         await self._carry_out(fx)
-        if self._cancel_sent_at and self._backoff["cancel"].ready(now):
-            fx.merge(await self._guarded("cancel", self._escalate_cancels) or Effects())
+        await self._run_due(self._cancel_steps(), now, fx)
         if self.may_dispatch() and self._backoff["dispatch"].ready(now):
             dfx = await self._guarded("dispatch", self._dispatch) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
+        self._schedule_eta(fx, now)
+        if self.leading and self.state is not None:
+            await self._guarded("rounds", self._save_rounds)
+        await self._confirm_snapshot()
+        if fx.events:
+            await self._broadcast(fx.events)
+
+    def _catch_up_steps(self) -> tuple[Step, ...]:
+        """What a tick catches up on before dispatching, in order: (backoff name, is it due
+        at ``now``?, the step, what to do after it ran)."""
+        return (
+            ("finish", lambda now: bool(self._finished), self._record_finished, None),
+            ("notes", lambda now: bool(self._notes), self._apply_notes, None),
+            ("resync", lambda now: self._resync_requested or now >= self._resync_due, self._resync,
+             self._resync_done),
+            ("resync", self._full_resync_wanted, self._full_resync_step, None),
+            ("reconcile", lambda now: now >= self._reconcile_due, self._reconcile, self._reconcile_done),
+        )
+
+    def _cancel_steps(self) -> tuple[Step, ...]:
+        return (("cancel", lambda now: bool(self._cancel_sent_at), self._escalate_cancels, None),)
+
+    async def _run_due(self, steps: tuple[Step, ...], now: float, fx: Effects) -> None:
+        """Run each step that is due and not backing off (:meth:`_guarded`), merging its effects."""
+        for name, due, step, then in steps:
+            if due(now) and self._backoff[name].ready(now):
+                fx.merge(await self._guarded(name, step) or Effects())
+                if then is not None:
+                    then()
+
+    def _resync_done(self) -> None:
+        self._resync_due = self.clock.monotonic() + self.RESYNC_INTERVAL_S
+
+    def _reconcile_done(self) -> None:
+        self._reconcile_due = self.clock.monotonic() + self.state.config.reconcile_interval_s
+
+    def _full_resync_wanted(self, now: float) -> bool:
+        """A full resync is under way (one chunk per tick), or due: then it begins."""
+        if self._full_resync is None and now >= self._full_resync_due:
+            self._full_resync = (0, set())
+            self._full_resync_started = now
+        return self._full_resync is not None
+
+    def _schedule_eta(self, fx: Effects, now: float) -> None:
+        """Bring the next ETA pass forward after a change, and start it when due."""
         if fx.events:
             # Something changed (arrival, dispatch, finish, control): publish soon, coalesced, so
             # a dashboard sees it well within a second; the gap grows with the pass's own cost
@@ -457,11 +492,6 @@ class Scheduler:
         if (self._eta_now or self.clock.monotonic() >= self._eta_due) and self._eta_task is None \
                 and self._backoff["eta"].ready(now):
             self._start_eta_pass()
-        if self.leading and self.state is not None:
-            await self._guarded("rounds", self._save_rounds)
-        await self._confirm_snapshot()
-        if fx.events:
-            await self._broadcast(fx.events)
 
     async def _guarded(self, name: str, step: Callable[[], Any]) -> Any:
         """Run one step; on failure log it and back off that step (the loop keeps going).
@@ -793,7 +823,8 @@ class Scheduler:
 
     # ================================================================ dispatch
     async def _dispatch(self) -> Effects:
-        """Start the head of the order that fits, then record what started.
+        """Start the head of the order that fits, then record what started: plan, start,
+        commit (:mod:`fairsched.engine.dispatch`).
 
         A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
         (payload too large, invalid argument, an input that cannot be serialised or is
@@ -802,108 +833,79 @@ class Scheduler:
         and backs dispatch off; any other error does too, but a chart is failed after
         ``MAX_UNKNOWN_ATTEMPTS`` of those (unless Temporal shows its workflow after all)."""
         fx = Effects()
+        plan = await self._plan(fx)
+        if plan is None:
+            return fx
+        starts = await self._start_all(plan)
+        fx.merge(await self._commit(plan, starts))
+        return fx
+
+    # ---------------------------------------------------------------- plan
+    async def _plan(self, fx: Effects) -> Plan | None:
+        """The head of the order that fits, its rows read and agreeing with memory (rows that
+        moved are applied into ``fx`` and the plan made again). None: nothing to start now."""
         state = self.state
         for _ in range(self.PLAN_ATTEMPTS):
             planned = state.to_start()
             if not planned:
-                return fx
+                return None
             rows = await self.store.read_for_start([int(c) for c in planned])
-            changed = False
-            for cid in planned:
-                s = rows.get(int(cid))
-                q = state.queue.get(cid)
-                if s is None or s.row.state != QUEUED or s.row.paused != q.paused or s.row.priority != q.priority \
-                        or s.row.org != int(q.org) or s.row.workflow != q.workflow:
-                    fx.merge(state.apply_chart(int(cid), s.row if s else None))
-                    changed = True
+            changed = moved(state, planned, rows)
+            for chart_id, row in changed:
+                fx.merge(state.apply_chart(chart_id, row))
             if not changed:
-                break
-        else:
-            return fx
-        before = {cid: (state.queue.position(cid), state.queue.round_of(cid)) for cid in planned}
-        free_before = state.free
+                return Plan.of(state, planned, rows)
+        return None
+
+    # ---------------------------------------------------------------- start
+    async def _start_all(self, plan: Plan) -> Starts:
         sem = asyncio.Semaphore(self.START_CONCURRENCY)
-        closed: dict[int, Outcome] = {}
-        refused: dict[str, str] = {}  # chart -> its error: fail it, it can never start
-        retry: list[str] = []        # failed, may start later: back dispatch off
+        starts = Starts()
+        results = await asyncio.gather(*(self._start_one(plan.rows[int(cid)], cid, sem, starts)
+                                         for cid in plan.charts))
+        starts.run_ids = {cid: run_id for cid, run_id in results if run_id is not None}
+        return starts
 
-        async def start(cid: str) -> tuple[str, str | None]:
-            s = rows[int(cid)]
-            ttype, queue = split_temporal_type(s.temporal_type, self.task_queue)
-            if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
-                refused[cid] = f"cannot start: payload: must be a JSON object, got {type(s.payload).__name__}"
+    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: Starts) -> tuple[str, str | None]:
+        """Start one chart's workflow: (chart, run id), run id None if it did not start."""
+        ttype, queue = split_temporal_type(s.temporal_type, self.task_queue)
+        if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
+            starts.refused[cid] = f"cannot start: payload: must be a JSON object, got {type(s.payload).__name__}"
+            return cid, None
+        chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
+                           external_id=s.row.external_id, payload=s.payload)
+        async with sem:
+            try:
+                run_id = await self.temporal.start(temporal_type=ttype, task_queue=queue, chart=chart,
+                                                   execution_timeout_s=s.execution_timeout_s)
+            except WorkflowAlreadyStartedError:
+                # It ran before (a crash after starting, before recording): never again. Its real outcome:
+                outcome = await self.temporal.outcome(s.row.id)
+                if outcome is None:  # raced with a start that is still running: adopt that run
+                    return cid, ""
+                starts.closed[s.row.id] = outcome
+                return cid, outcome.run_id
+            except Exception as exc:  # noqa: BLE001 - judged below, never fatal to the loop
+                await self._judge_start_failure(s.row.id, cid, f"{ttype} on {queue}", exc, starts)
                 return cid, None
-            chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
-                               external_id=s.row.external_id, payload=s.payload)
-            async with sem:
-                try:
-                    run_id = await self.temporal.start(temporal_type=ttype, task_queue=queue, chart=chart,
-                                                       execution_timeout_s=s.execution_timeout_s)
-                except WorkflowAlreadyStartedError:
-                    # It ran before (a crash after starting, before recording): never again. Its real outcome:
-                    outcome = await self.temporal.outcome(s.row.id)
-                    if outcome is None:  # raced with a start that is still running: adopt that run
-                        return cid, ""
-                    closed[s.row.id] = outcome
-                    return cid, outcome.run_id
-                except Exception as exc:  # noqa: BLE001 - judged below, never fatal to the loop
-                    verdict = self._start_failures.verdict(s.row.id, exc)
-                    if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(s.row.id):
-                        verdict = None  # it started after all: the next attempt finds that run
-                        self._start_failures.forget(s.row.id)
-                    if verdict is not None and verdict.fail:
-                        refused[cid] = verdict.reason
-                    else:
-                        retry.append(cid)
-                        log.warning("start of chart #%s (%s on %s) failed (%s%s): %s; it keeps its place",
-                                    cid, ttype, queue, verdict.kind if verdict else "started meanwhile",
-                                    f", attempt {verdict.attempts} of {self._start_failures.max_unknown}"
-                                    if verdict and verdict.kind == UNKNOWN else "", exc)
-                    return cid, None
-            self._start_failures.forget(s.row.id)
-            self.starts += 1
-            return cid, run_id
+        self._start_failures.forget(s.row.id)
+        self.starts += 1
+        return cid, run_id
 
-        results = await asyncio.gather(*(start(cid) for cid in planned))
-        at = self.clock.time()
-        started = {cid: (run_id, at) for cid, run_id in results if run_id is not None}
-        if retry:
-            self._backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
-        if refused:
-            fx.merge(await self._fail_unstartable(refused))
-            planned = [cid for cid in planned if cid not in refused]  # still the head of the order
-        if not started:
-            return fx
-        new = state.commit_dispatch(planned, started)
-        save = self._round_changes()
-        ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self._eta_in_force(r, at))
-                                          for r in new if r.id not in closed], save)
-        self._round_written(save)
-        free = free_before
-        for r in new:
-            pos, rnd = before.get(str(r.id), (None, None))
-            free -= r.cost
-            if r.id in closed:
-                log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
-                         r.id, workflow_id(r.id), closed[r.id].state)
-                fx.merge(await self._record(r.id, closed[r.id], "adopt"))
-                continue
-            if ran.get(r.id):
-                log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d",
-                         r.id, r.org, r.workflow, r.cost, rnd, pos, r.run_id, free)
-                fx.events.append({"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost})
-                self._watch(r.id)
-                continue
-            # The row moved meanwhile: it is the truth.
-            rows_now, _ = await self.store.read_charts({r.id})
-            row = rows_now.get(r.id)
-            log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
-            if row is None or row.state == "cancelled":
-                await self._cancel(r.id)
-            fx.merge(state.apply_chart(r.id, row))
-            if row is not None and row.state == RUNNING:
-                self._watch(r.id)
-        return fx
+    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: Starts) -> None:
+        """Refused for good: fail the chart; else it keeps its place (and dispatch backs off)."""
+        verdict = self._start_failures.verdict(chart_id, exc)
+        if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(chart_id):
+            verdict = None  # it started after all: the next attempt finds that run
+            self._start_failures.forget(chart_id)
+        if verdict is not None and verdict.fail:
+            starts.refused[cid] = verdict.reason
+            return
+        starts.retry.append(cid)
+        log.warning("start of chart #%s (%s) failed (%s%s): %s; it keeps its place",
+                    cid, what, verdict.kind if verdict else "started meanwhile",
+                    f", attempt {verdict.attempts} of {self._start_failures.max_unknown}"
+                    if verdict and verdict.kind == UNKNOWN else "", exc)
 
     async def _workflow_known(self, chart_id: int) -> bool:
         """Does Temporal know the chart's workflow? (True when it cannot say: never fail a
@@ -927,6 +929,56 @@ class Scheduler:
                 log.warning("chart #%d failed: %s", chart_id, reason)
             ids.add(chart_id)
         return await self._apply_rows(ids)
+
+    # ---------------------------------------------------------------- commit
+    async def _commit(self, plan: Plan, starts: Starts) -> Effects:
+        """What started leaves the order and holds its cost; rows move queued -> running
+        (compare-and-set, with the round state, in one transaction); the refused fail."""
+        fx = Effects()
+        at = self.clock.time()
+        started = starts.started(at)
+        planned = plan.charts
+        if starts.retry:
+            self._backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
+        if starts.refused:
+            fx.merge(await self._fail_unstartable(starts.refused))
+            planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
+        if not started:
+            return fx
+        new = self.state.commit_dispatch(planned, started)
+        save = self._round_changes()
+        ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self._eta_in_force(r, at))
+                                             for r in new if r.id not in starts.closed], save)
+        self._round_written(save)
+        free = plan.free_before
+        for r in new:
+            free -= r.cost
+            fx.merge(await self._committed(r, plan, starts, bool(ran.get(r.id)), free))
+        return fx
+
+    async def _committed(self, r: Running, plan: Plan, starts: Starts, ran: bool, free: int) -> Effects:
+        """One chart the dispatch started: recorded if its workflow had already closed,
+        watched if its row moved to running, else its row (moved meanwhile) is followed."""
+        if r.id in starts.closed:
+            log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
+                     r.id, workflow_id(r.id), starts.closed[r.id].state)
+            return await self._record(r.id, starts.closed[r.id], "adopt")
+        if ran:
+            pos, rnd = plan.before.get(str(r.id), (None, None))
+            log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d",
+                     r.id, r.org, r.workflow, r.cost, rnd, pos, r.run_id, free)
+            self._watch(r.id)
+            return Effects(events=[{"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost}])
+        # The row moved meanwhile: it is the truth.
+        rows_now, _ = await self.store.read_charts({r.id})
+        row = rows_now.get(r.id)
+        log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
+        if row is None or row.state == "cancelled":
+            await self._cancel(r.id)
+        fx = self.state.apply_chart(r.id, row)
+        if row is not None and row.state == RUNNING:
+            self._watch(r.id)
+        return fx
 
     # ================================================================ round state
     def _round_changes(self) -> tuple[RoundState, dict[str, int | None]] | None:
