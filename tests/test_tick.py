@@ -387,3 +387,25 @@ async def test_a_scheduler_that_stepped_down_dispatches_nothing(rig):
     r.s.leading = False
     await r.tick()
     assert r.temporal.start_calls == []
+
+
+async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(rig):
+    r = rig(budget=1, charts=0)
+    await r.lead()
+    r.store.add(7, 1)  # created after the load; its notification names it
+    r.s._notes.append({"kind": "chart", "id": 7})
+    await r.tick()
+    assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
+    assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
+
+
+def test_a_batch_of_notifications_names_what_to_read_again():
+    from fairsched.engine.notes import Reads
+
+    reads = Reads.of([{"kind": "chart", "id": 1}, {"kind": "charts", "ids": [2, "x", 3]}, {"kind": "org", "id": 4},
+                      {"kind": "cost"}])
+    assert (reads.charts, reads.orgs, reads.costs, reads.settings, reads.resync) == ({1, 2, 3}, {4}, True, False,
+                                                                                      False)
+    assert Reads.of([{"kind": "chart", "id": "5"}]).resync  # malformed: read everything changed instead
+    assert Reads.of([{"kind": "charts", "ids": [1], "count": 5}]).resync  # only some named: resync
+    assert Reads.of([{"kind": "settings"}]).settings and Reads.of([{"kind": "what"}]).resync

@@ -64,6 +64,7 @@ from fairsched.core import Eta, RoundState
 from fairsched.engine.db import StartRow
 from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.lease import Lease, release_now
+from fairsched.engine.notes import Reads
 from fairsched.engine.ports import (
     Clock,
     DbStore,
@@ -539,35 +540,18 @@ class Scheduler:
     async def _apply_note_batch(self, notes: list[dict]) -> Effects:
         state = self.state
         fx = Effects()
-        ids: set[int] = set()
-        orgs: set[int] = set()
-        costs = settings = False
-        for note in notes:
-            kind = note.get("kind")
-            if kind == "chart" and isinstance(note.get("id"), int):
-                ids.add(note["id"])
-            elif kind == "charts":
-                got = [i for i in note.get("ids", []) if isinstance(i, int)]
-                ids.update(got)
-                if note.get("count", len(got)) > len(got):
-                    self._resync_requested = True
-            elif kind == "org" and isinstance(note.get("id"), int):
-                orgs.add(note["id"])
-            elif kind == "cost":
-                costs = True
-            elif kind == "settings":
-                settings = True
-            else:  # "resync", or anything this version does not know
-                self._resync_requested = True
-        if settings:
+        reads = Reads.of(notes)
+        if reads.resync:
+            self._resync_requested = True
+        if reads.settings:
             config = await self.store.read_config()
             fx.merge(state.apply_config(config))
-        if orgs:
-            fx.merge(state.apply_orgs(await self.store.read_orgs(orgs)))
-        if costs:
+        if reads.orgs:
+            fx.merge(state.apply_orgs(await self.store.read_orgs(reads.orgs)))
+        if reads.costs:
             fx.merge(state.apply_costs(await self.store.read_costs()))
-        if ids:
-            fx.merge(await self._apply_rows(ids))
+        if reads.charts:
+            fx.merge(await self._apply_rows(reads.charts))
         return fx
 
     async def _resync(self) -> Effects:
