@@ -50,8 +50,6 @@ import gc
 import json
 import logging
 import math
-import os
-import signal
 import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
@@ -59,23 +57,33 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
-from asgiref.sync import sync_to_async
-from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from common import live_updates
 from fairsched.core import Eta, RoundState
-from fairsched.engine import db
+from fairsched.engine.db import StartRow
+from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.lease import Lease, release_now
+from fairsched.engine.notes import Reads
+from fairsched.engine.ports import (
+    Clock,
+    DbStore,
+    LivePublisher,
+    Publisher,
+    Store,
+    SystemClock,
+    TemporalClient,
+    TemporalPort,
+)
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.starts import UNKNOWN, StartFailures
-from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput
+from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput, Running
 from common.notify import CHANNEL
-from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
+from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import (
     CANCELLED,
     FAILED,
-    WORKFLOW_ID_PREFIX,
     ChartInput,
     chart_id_of,
     split_temporal_type,
@@ -86,6 +94,10 @@ log = logging.getLogger("fairsched.engine")
 
 
 CANCEL_NOT_HONOURED = "cancel not honoured"  # the reason a workflow is terminated with
+
+
+# One step of a tick: (backoff name, is it due at ``now``?, the step, what to do after it ran).
+Step = tuple[str, Callable[[float], bool], Callable[[], Any], Callable[[], None] | None]
 
 
 class LeaseLost(Exception):
@@ -120,11 +132,6 @@ def _freeze_backlog() -> None:
     and again, while the scheduler idles. They stay collectable by reference counting."""
     gc.collect()
     gc.freeze()
-
-
-def _db(fn: Callable) -> Callable:
-    """Run a synchronous ORM function in the one database thread."""
-    return sync_to_async(fn, thread_sensitive=True)
 
 
 class Scheduler:
@@ -163,11 +170,15 @@ class Scheduler:
         lease_ttl_s: float | None = None,
         resync_interval_s: float | None = None,
         full_resync_s: float | None = None,
-        crash_after_starts: int | None = None,
         eta_gate: Callable[[], None] | None = None,
         cancel_grace_s: float | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        publisher: Publisher | None = None,
+        temporal: TemporalPort | None = None,
     ) -> None:
+        """``clock``, ``store``, ``publisher``, ``temporal``: the ports (:mod:`fairsched.engine.ports`),
+        the real ones unless given (tests give fakes)."""
         self.temporal_address = temporal_address
         self.namespace = namespace
         self.task_queue = task_queue
@@ -180,14 +191,15 @@ class Scheduler:
             self.RESYNC_INTERVAL_S = resync_interval_s
         if full_resync_s is not None:
             self.FULL_RESYNC_S = full_resync_s
-        self.crash_after_starts = crash_after_starts  # fault injection for the crash tests
         self.eta_gate = eta_gate  # tests: called in the ETA pass's thread before it publishes
         if cancel_grace_s is not None:
             self.CANCEL_GRACE_S = cancel_grace_s
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
+        self.store: Store = store or DbStore()
+        self.publisher: Publisher = publisher or LivePublisher(lambda: self.redis)
+        self.temporal: TemporalPort = temporal or TemporalClient(temporal_address, namespace)
 
         self.state: LiveState | None = None
-        self.client: Client | None = None
         self.redis: aredis.Redis | None = None
         self.lease: Lease | None = None
         self.leading = False
@@ -216,7 +228,7 @@ class Scheduler:
         self._resync_requested = False
         self._watermark: datetime | None = None  # when the last incremental read began
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
-        self._full_resync_due = time.monotonic() + self.FULL_RESYNC_S
+        self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
         self._last_report = None                 # (EtaReport, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
@@ -232,7 +244,7 @@ class Scheduler:
         """Warm stop: leave running work alone, release the lease (see the module docstring).
         ``requested_at`` / ``during``: when the signal came and what the loop did then, if earlier."""
         if self._stop_requested is None:
-            self._stop_requested = (requested_at or time.monotonic(), during or self.phase)
+            self._stop_requested = (requested_at or self.clock.monotonic(), during or self.phase)
         self._stop.set()
         self._wake.set()
 
@@ -265,7 +277,7 @@ class Scheduler:
             self.phase = "stopped"
             if self._stop_requested is not None:
                 at, during = self._stop_requested
-                log.info("scheduler stopped %.2f s after the stop request (during: %s)", time.monotonic() - at, during)
+                log.info("scheduler stopped %.2f s after the stop request (during: %s)", self.clock.monotonic() - at, during)
             else:
                 log.info("scheduler stopped")
 
@@ -308,7 +320,7 @@ class Scheduler:
         while not self._stop.is_set():
             try:
                 if await self.lease.acquire():
-                    self._lease_ok_until = time.monotonic() + self.LEASE_TTL_S
+                    self._lease_ok_until = self.clock.monotonic() + self.LEASE_TTL_S
                     log.info("lease %s acquired: this scheduler is active", self.lease.token)
                     return True
                 backoff.ok()
@@ -317,7 +329,7 @@ class Scheduler:
                     announced = True
                 delay = self.STANDBY_POLL_S
             except (redis.RedisError, OSError) as exc:
-                delay = backoff.fail(time.monotonic())
+                delay = backoff.fail(self.clock.monotonic())
                 log.warning("Redis unreachable while taking the lease (%s); retrying in %.1f s", exc, delay)
             await self._sleep(delay)
         return False
@@ -333,22 +345,28 @@ class Scheduler:
         self._lost_lease = False
         self._tasks = [asyncio.create_task(self._keep_lease(), name="lease"),
                        asyncio.create_task(self._listen(), name="notifications")]
-        self.phase = "connecting to Temporal"
-        self.client = await connect(self.temporal_address, self.namespace)
-        self.phase = "loading the backlog"
-        await self._load()
-        if self._stop.is_set():
+        if not await self._take_over():
             return
-        # Adopt what a crashed predecessor started but never recorded, before dispatching anything.
-        await self._guarded("reconcile", self._reconcile)
-        now = time.monotonic()
-        self._reconcile_due = now + self.state.config.reconcile_interval_s
-        self._resync_due = now + self.RESYNC_INTERVAL_S
         while not self._stop.is_set():
             if self._lost_lease:
                 raise LeaseLost()
             await self.tick()
             await self._wait_for_work()
+
+    async def _take_over(self) -> bool:
+        """Connect to Temporal, load the backlog and reconcile: ready to tick (False: stopped)."""
+        self.phase = "connecting to Temporal"
+        await self.temporal.connect()
+        self.phase = "loading the backlog"
+        await self._load()
+        if self._stop.is_set():
+            return False
+        # Adopt what a crashed predecessor started but never recorded, before dispatching anything.
+        await self._guarded("reconcile", self._reconcile)
+        now = self.clock.monotonic()
+        self._reconcile_due = now + self.state.config.reconcile_interval_s
+        self._resync_due = now + self.RESYNC_INTERVAL_S
+        return True
 
     async def _step_down(self) -> None:
         self.leading = False
@@ -366,10 +384,10 @@ class Scheduler:
         backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         while not self._stop.is_set():
             try:
-                world = await _db(db.read_world)()
+                world = await self.store.read_world()
                 break
             except Exception as exc:  # noqa: BLE001 - database down: retry
-                delay = backoff.fail(time.monotonic())
+                delay = backoff.fail(self.clock.monotonic())
                 log.warning("cannot load the backlog (%s); retrying in %.1f s", exc, delay)
                 await self._sleep(delay)
         else:
@@ -378,9 +396,9 @@ class Scheduler:
         self._round_saved, self._round_pending = world.rounds, {}
         self._notes.clear()  # the load read everything they could name
         try:
-            self.state.learn_history(await _db(db.recent_arrivals)(), await _db(db.recent_durations)(),
-                                     await _db(db.recent_promises)())
-            self.state.unpromised -= {str(c) for c in await _db(db.recorded_first_etas)()}
+            self.state.learn_history(await self.store.recent_arrivals(), await self.store.recent_durations(),
+                                     await self.store.recent_promises())
+            self.state.unpromised -= {str(c) for c in await self.store.recorded_first_etas()}
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self._last_report = None
@@ -394,7 +412,7 @@ class Scheduler:
 
     async def _wait_for_work(self) -> None:
         self.phase = "waiting for work"
-        now = time.monotonic()
+        now = self.clock.monotonic()
         due = min(self._resync_due, self._reconcile_due, self._eta_due, now + self.MAX_SLEEP_S)
         if self._notes or self._finished:
             return
@@ -407,33 +425,62 @@ class Scheduler:
     async def tick(self) -> None:
         """One pass of the loop (see the module docstring). Never raises on I/O errors."""
         self._wake.clear()
-        state = self.state
-        if state is None:
+        if self.state is None:
             return
         fx = Effects()
-        now = time.monotonic()
-        if self._finished and self._backoff["finish"].ready(now):
-            fx.merge(await self._guarded("finish", self._record_finished) or Effects())
-        if self._notes and self._backoff["notes"].ready(now):
-            fx.merge(await self._guarded("notes", self._apply_notes) or Effects())
-        if (self._resync_requested or now >= self._resync_due) and self._backoff["resync"].ready(now):
-            fx.merge(await self._guarded("resync", self._resync) or Effects())
-            self._resync_due = time.monotonic() + self.RESYNC_INTERVAL_S
-        if self._full_resync is None and now >= self._full_resync_due:
-            self._full_resync = (0, set())
-            self._full_resync_started = now
-        if self._full_resync is not None and self._backoff["resync"].ready(now):
-            fx.merge(await self._guarded("resync", self._full_resync_step) or Effects())
-        if now >= self._reconcile_due and self._backoff["reconcile"].ready(now):
-            fx.merge(await self._guarded("reconcile", self._reconcile) or Effects())
-            self._reconcile_due = time.monotonic() + self.state.config.reconcile_interval_s
+        now = self.clock.monotonic()
+        await self._run_due(self._catch_up_steps(), now, fx)
         await self._carry_out(fx)
-        if self._cancel_sent_at and self._backoff["cancel"].ready(now):
-            fx.merge(await self._guarded("cancel", self._escalate_cancels) or Effects())
+        await self._run_due(self._cancel_steps(), now, fx)
         if self.may_dispatch() and self._backoff["dispatch"].ready(now):
             dfx = await self._guarded("dispatch", self._dispatch) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
+        self._schedule_eta(fx, now)
+        if self.leading and self.state is not None:
+            await self._guarded("rounds", self._save_rounds)
+        await self._confirm_snapshot()
+        if fx.events:
+            await self._broadcast(fx.events)
+
+    def _catch_up_steps(self) -> tuple[Step, ...]:
+        """What a tick catches up on before dispatching, in order: (backoff name, is it due
+        at ``now``?, the step, what to do after it ran)."""
+        return (
+            ("finish", lambda now: bool(self._finished), self._record_finished, None),
+            ("notes", lambda now: bool(self._notes), self._apply_notes, None),
+            ("resync", lambda now: self._resync_requested or now >= self._resync_due, self._resync,
+             self._resync_done),
+            ("resync", self._full_resync_wanted, self._full_resync_step, None),
+            ("reconcile", lambda now: now >= self._reconcile_due, self._reconcile, self._reconcile_done),
+        )
+
+    def _cancel_steps(self) -> tuple[Step, ...]:
+        return (("cancel", lambda now: bool(self._cancel_sent_at), self._escalate_cancels, None),)
+
+    async def _run_due(self, steps: tuple[Step, ...], now: float, fx: Effects) -> None:
+        """Run each step that is due and not backing off (:meth:`_guarded`), merging its effects."""
+        for name, due, step, then in steps:
+            if due(now) and self._backoff[name].ready(now):
+                fx.merge(await self._guarded(name, step) or Effects())
+                if then is not None:
+                    then()
+
+    def _resync_done(self) -> None:
+        self._resync_due = self.clock.monotonic() + self.RESYNC_INTERVAL_S
+
+    def _reconcile_done(self) -> None:
+        self._reconcile_due = self.clock.monotonic() + self.state.config.reconcile_interval_s
+
+    def _full_resync_wanted(self, now: float) -> bool:
+        """A full resync is under way (one chunk per tick), or due: then it begins."""
+        if self._full_resync is None and now >= self._full_resync_due:
+            self._full_resync = (0, set())
+            self._full_resync_started = now
+        return self._full_resync is not None
+
+    def _schedule_eta(self, fx: Effects, now: float) -> None:
+        """Bring the next ETA pass forward after a change, and start it when due."""
         if fx.events:
             # Something changed (arrival, dispatch, finish, control): publish soon, coalesced, so
             # a dashboard sees it well within a second; the gap grows with the pass's own cost
@@ -444,14 +491,9 @@ class Scheduler:
                 self._eta_due = min(self._eta_due, self._eta_last_end + self._eta_soon_gap())
         if fx.eta_now:
             self._eta_now = True
-        if (self._eta_now or time.monotonic() >= self._eta_due) and self._eta_task is None \
+        if (self._eta_now or self.clock.monotonic() >= self._eta_due) and self._eta_task is None \
                 and self._backoff["eta"].ready(now):
             self._start_eta_pass()
-        if self.leading and self.state is not None:
-            await self._guarded("rounds", self._save_rounds)
-        await self._confirm_snapshot()
-        if fx.events:
-            await self._broadcast(fx.events)
 
     async def _guarded(self, name: str, step: Callable[[], Any]) -> Any:
         """Run one step; on failure log it and back off that step (the loop keeps going).
@@ -468,7 +510,7 @@ class Scheduler:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - per-step error handling, the loop must survive
-            delay = self._backoff[name].fail(time.monotonic())
+            delay = self._backoff[name].fail(self.clock.monotonic())
             if name == "notes":
                 self._resync_requested = True
             log.warning("%s failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay)
@@ -478,11 +520,11 @@ class Scheduler:
         return result if result is not None else True
 
     def may_dispatch(self) -> bool:
-        return self.leading and time.monotonic() < self._lease_ok_until and not self._stop.is_set()
+        return self.leading and self.clock.monotonic() < self._lease_ok_until and not self._stop.is_set()
 
     # ================================================================ applying changes
     async def _apply_rows(self, ids: set[int]) -> Effects:
-        rows, orgs = await _db(db.read_charts)(ids)
+        rows, orgs = await self.store.read_charts(ids)
         fx = self.state.apply_orgs(orgs) if any(o.id not in self.state.orgs for o in orgs) else Effects()
         for chart_id in sorted(ids):
             fx.merge(self.state.apply_chart(chart_id, rows.get(chart_id)))
@@ -499,35 +541,18 @@ class Scheduler:
     async def _apply_note_batch(self, notes: list[dict]) -> Effects:
         state = self.state
         fx = Effects()
-        ids: set[int] = set()
-        orgs: set[int] = set()
-        costs = settings = False
-        for note in notes:
-            kind = note.get("kind")
-            if kind == "chart" and isinstance(note.get("id"), int):
-                ids.add(note["id"])
-            elif kind == "charts":
-                got = [i for i in note.get("ids", []) if isinstance(i, int)]
-                ids.update(got)
-                if note.get("count", len(got)) > len(got):
-                    self._resync_requested = True
-            elif kind == "org" and isinstance(note.get("id"), int):
-                orgs.add(note["id"])
-            elif kind == "cost":
-                costs = True
-            elif kind == "settings":
-                settings = True
-            else:  # "resync", or anything this version does not know
-                self._resync_requested = True
-        if settings:
-            config = await _db(db.read_config)()
+        reads = Reads.of(notes)
+        if reads.resync:
+            self._resync_requested = True
+        if reads.settings:
+            config = await self.store.read_config()
             fx.merge(state.apply_config(config))
-        if orgs:
-            fx.merge(state.apply_orgs(await _db(db.read_orgs)(orgs)))
-        if costs:
-            fx.merge(state.apply_costs(await _db(db.read_costs)()))
-        if ids:
-            fx.merge(await self._apply_rows(ids))
+        if reads.orgs:
+            fx.merge(state.apply_orgs(await self.store.read_orgs(reads.orgs)))
+        if reads.costs:
+            fx.merge(state.apply_costs(await self.store.read_costs()))
+        if reads.charts:
+            fx.merge(await self._apply_rows(reads.charts))
         return fx
 
     async def _resync(self) -> Effects:
@@ -539,7 +564,7 @@ class Scheduler:
         since = max(marks) if marks else None
         if since is not None:
             since -= timedelta(seconds=self.RESYNC_OVERLAP_S)
-        changes = await _db(db.read_changes)(since)
+        changes = await self.store.read_changes(since)
         state = self.state
         fx = state.apply_settings(changes.config, changes.orgs, changes.costs, changes.averages)
         for row in changes.charts:
@@ -561,7 +586,7 @@ class Scheduler:
         ``FULL_RESYNC_CHUNK`` per tick (dispatch runs between chunks); at the end, the charts
         in memory that no chunk returned are re-read by id (gone, final, or changed state)."""
         after, seen = self._full_resync
-        rows = await _db(db.read_active_chunk)(after, self.FULL_RESYNC_CHUNK)
+        rows = await self.store.read_active_chunk(after, self.FULL_RESYNC_CHUNK)
         state = self.state
         fx = Effects()
         for row in rows:
@@ -576,8 +601,8 @@ class Scheduler:
                 fx.merge(await self._apply_rows(unseen))
             self._full_resync = None
             # Rare whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it.
-            took = time.monotonic() - self._full_resync_started
-            self._full_resync_due = time.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
+            took = self.clock.monotonic() - self._full_resync_started
+            self._full_resync_due = self.clock.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
         self._log_resync("full resync", fx)
         return fx
 
@@ -595,14 +620,14 @@ class Scheduler:
     async def _cancel(self, chart_id: int) -> None:
         r = self.state.running.get(chart_id)
         try:
-            await self.client.get_workflow_handle(workflow_id(chart_id)).cancel(rpc_timeout=RPC_TIMEOUT)
+            await self.temporal.cancel(chart_id)
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel of chart #%d failed (%s); will retry", chart_id, exc)
                 return
         if r is not None:
             r.cancel_sent = True
-            self._cancel_sent_at.setdefault(chart_id, time.monotonic())
+            self._cancel_sent_at.setdefault(chart_id, self.clock.monotonic())
         log.info("cancel chart #%d: cancellation requested for workflow %s", chart_id, workflow_id(chart_id))
 
     async def _escalate_cancels(self) -> Effects:
@@ -611,16 +636,15 @@ class Scheduler:
         The chart ends cancelled, its error saying so (see :meth:`_as_escalated`), and its
         budget is free at once. A workflow that closed meanwhile is left to the result watch."""
         fx = Effects()
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for chart_id, sent in list(self._cancel_sent_at.items()):
             if chart_id not in self.state.running:
                 del self._cancel_sent_at[chart_id]
                 continue
             if now - sent < self.CANCEL_GRACE_S:
                 continue
-            handle = self.client.get_workflow_handle(workflow_id(chart_id))
             try:
-                await handle.terminate(reason=self._escalation_reason(), rpc_timeout=RPC_TIMEOUT)
+                await self.temporal.terminate(chart_id, self._escalation_reason())
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise  # Temporal trouble: the step backs off and tries again
@@ -629,7 +653,7 @@ class Scheduler:
             del self._cancel_sent_at[chart_id]
             log.info("cancel chart #%d: workflow %s did not close within %g s of the cancel; terminated",
                      chart_id, workflow_id(chart_id), self.CANCEL_GRACE_S)
-            outcome = await outcome_of(handle)
+            outcome = await self.temporal.outcome(chart_id)
             if outcome is not None:
                 fx.merge(await self._record(chart_id, outcome, "escalation"))
         return fx
@@ -656,15 +680,11 @@ class Scheduler:
 
     async def _watch_result(self, chart_id: int) -> None:
         """Wait for a workflow to close (any type, ours or a user's) and report its outcome."""
-        handle = self.client.get_workflow_handle(workflow_id(chart_id))
         backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         while True:
             try:
-                try:
-                    await handle.result()
-                except WorkflowFailureError:
-                    pass
-                outcome = await outcome_of(handle)
+                await self.temporal.wait_closed(chart_id)
+                outcome = await self.temporal.outcome(chart_id)
                 if outcome is None:
                     continue
                 self._finished.append((chart_id, outcome))
@@ -675,10 +695,10 @@ class Scheduler:
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return  # reconciliation decides
-                await asyncio.sleep(backoff.fail(time.monotonic()))
+                await asyncio.sleep(backoff.fail(self.clock.monotonic()))
             except Exception as exc:  # noqa: BLE001
                 log.debug("watch of chart #%d: %s", chart_id, exc)
-                await asyncio.sleep(backoff.fail(time.monotonic()))
+                await asyncio.sleep(backoff.fail(self.clock.monotonic()))
 
     async def _record_finished(self) -> Effects:
         fx = Effects()
@@ -691,7 +711,7 @@ class Scheduler:
     async def _record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
         """Write a closed workflow's outcome (idempotent) and free its budget."""
         outcome = self._as_escalated(outcome)
-        wrote = await _db(db.record_outcome)(chart_id, outcome.state, outcome.error, outcome.started_at,
+        wrote = await self.store.record_outcome(chart_id, outcome.state, outcome.error, outcome.started_at,
                                              outcome.finished_at, outcome.run_id)
         r = self.state.running.get(chart_id)
         seconds = ((outcome.finished_at - outcome.started_at).total_seconds()
@@ -719,7 +739,7 @@ class Scheduler:
         async def describe(chart_id: int) -> tuple[int, Outcome | None | str]:
             async with sem:
                 try:
-                    return chart_id, await outcome_of(self.client.get_workflow_handle(workflow_id(chart_id)))
+                    return chart_id, await self.temporal.outcome(chart_id)
                 except RPCError as exc:
                     if exc.status == RPCStatusCode.NOT_FOUND:
                         return chart_id, "unknown"
@@ -736,7 +756,7 @@ class Scheduler:
                     fx.merge(await self._record(chart_id, outcome, "reconcile"))
                     continue
                 reason = f"Temporal does not know workflow {workflow_id(chart_id)}"
-                if await _db(db.requeue)(chart_id, reason):
+                if await self.store.requeue(chart_id, reason):
                     log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
                 fx.merge(self.state.finished(chart_id, "requeued"))  # Temporal holds nothing for it
                 fx.merge(await self._apply_rows({chart_id}))
@@ -751,20 +771,18 @@ class Scheduler:
         they close; those of cancelled rows are cancelled."""
         fx = Effects()
         found: dict[int, str] = {}
-        # Only this app's running workflows, however busy a shared namespace is.
-        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{WORKFLOW_ID_PREFIX}"'
-        async for wf in self.client.list_workflows(query, page_size=1000, rpc_timeout=RPC_TIMEOUT):
-            chart_id = chart_id_of(wf.id)
+        async for wf_id, run_id in self.temporal.running():
+            chart_id = chart_id_of(wf_id)
             if chart_id is not None and chart_id not in self.state.running:
-                found[chart_id] = wf.run_id
+                found[chart_id] = run_id
         if not found:
             return fx
-        rows, _ = await _db(db.read_charts)(found)
+        rows, _ = await self.store.read_charts(found)
         adopt = []
         for chart_id, row in rows.items():
             if row.state == QUEUED:
                 adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
-                              self.clock()))
+                              self.clock.time()))
                 continue
             if row.state in FINAL and row.dispatched_cost and not await self._closed_now(chart_id):
                 # Recorded by its last activity, but Temporal still runs it (a worker died between
@@ -775,7 +793,7 @@ class Scheduler:
             if row.state == "cancelled":
                 await self._cancel(chart_id)
         if adopt:
-            await _db(db.mark_running)(adopt)
+            await self.store.mark_running(adopt)
             for chart_id, cost, run_id, _ in adopt:
                 log.info("reconcile: chart #%d adopted: workflow %s (run %s) runs but its row was queued",
                          chart_id, workflow_id(chart_id), run_id)
@@ -784,13 +802,14 @@ class Scheduler:
 
     async def _closed_now(self, chart_id: int) -> bool:
         try:
-            return await outcome_of(self.client.get_workflow_handle(workflow_id(chart_id))) is not None
+            return await self.temporal.outcome(chart_id) is not None
         except RPCError:
             return False
 
     # ================================================================ dispatch
     async def _dispatch(self) -> Effects:
-        """Start the head of the order that fits, then record what started.
+        """Start the head of the order that fits, then record what started: plan, start,
+        commit (:mod:`fairsched.engine.dispatch`).
 
         A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
         (payload too large, invalid argument, an input that cannot be serialised or is
@@ -799,118 +818,85 @@ class Scheduler:
         and backs dispatch off; any other error does too, but a chart is failed after
         ``MAX_UNKNOWN_ATTEMPTS`` of those (unless Temporal shows its workflow after all)."""
         fx = Effects()
+        plan = await self._plan(fx)
+        if plan is None:
+            return fx
+        starts = await self._start_all(plan)
+        fx.merge(await self._commit(plan, starts))
+        return fx
+
+    # ---------------------------------------------------------------- plan
+    async def _plan(self, fx: Effects) -> Plan | None:
+        """The head of the order that fits, its rows read and agreeing with memory (rows that
+        moved are applied into ``fx`` and the plan made again). None: nothing to start now."""
         state = self.state
         for _ in range(self.PLAN_ATTEMPTS):
             planned = state.to_start()
             if not planned:
-                return fx
-            rows = await _db(db.read_for_start)([int(c) for c in planned])
-            changed = False
-            for cid in planned:
-                s = rows.get(int(cid))
-                q = state.queue.get(cid)
-                if s is None or s.row.state != QUEUED or s.row.paused != q.paused or s.row.priority != q.priority \
-                        or s.row.org != int(q.org) or s.row.workflow != q.workflow:
-                    fx.merge(state.apply_chart(int(cid), s.row if s else None))
-                    changed = True
+                return None
+            rows = await self.store.read_for_start([int(c) for c in planned])
+            changed = moved(state, planned, rows)
+            for chart_id, row in changed:
+                fx.merge(state.apply_chart(chart_id, row))
             if not changed:
-                break
-        else:
-            return fx
-        before = {cid: (state.queue.position(cid), state.queue.round_of(cid)) for cid in planned}
-        free_before = state.free
+                return Plan.of(state, planned, rows)
+        return None
+
+    # ---------------------------------------------------------------- start
+    async def _start_all(self, plan: Plan) -> Starts:
         sem = asyncio.Semaphore(self.START_CONCURRENCY)
-        closed: dict[int, Outcome] = {}
-        refused: dict[str, str] = {}  # chart -> its error: fail it, it can never start
-        retry: list[str] = []        # failed, may start later: back dispatch off
+        starts = Starts()
+        results = await asyncio.gather(*(self._start_one(plan.rows[int(cid)], cid, sem, starts)
+                                         for cid in plan.charts))
+        starts.run_ids = {cid: run_id for cid, run_id in results if run_id is not None}
+        return starts
 
-        async def start(cid: str) -> tuple[str, str | None]:
-            s = rows[int(cid)]
-            ttype, queue = split_temporal_type(s.temporal_type, self.task_queue)
-            if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
-                refused[cid] = f"cannot start: payload: must be a JSON object, got {type(s.payload).__name__}"
+    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: Starts) -> tuple[str, str | None]:
+        """Start one chart's workflow: (chart, run id), run id None if it did not start."""
+        ttype, queue = split_temporal_type(s.temporal_type, self.task_queue)
+        if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
+            starts.refused[cid] = f"cannot start: payload: must be a JSON object, got {type(s.payload).__name__}"
+            return cid, None
+        chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
+                           external_id=s.row.external_id, payload=s.payload)
+        async with sem:
+            try:
+                run_id = await self.temporal.start(temporal_type=ttype, task_queue=queue, chart=chart,
+                                                   execution_timeout_s=s.execution_timeout_s)
+            except WorkflowAlreadyStartedError:
+                # It ran before (a crash after starting, before recording): never again. Its real outcome:
+                outcome = await self.temporal.outcome(s.row.id)
+                if outcome is None:  # raced with a start that is still running: adopt that run
+                    return cid, ""
+                starts.closed[s.row.id] = outcome
+                return cid, outcome.run_id
+            except Exception as exc:  # noqa: BLE001 - judged below, never fatal to the loop
+                await self._judge_start_failure(s.row.id, cid, f"{ttype} on {queue}", exc, starts)
                 return cid, None
-            chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
-                               external_id=s.row.external_id, payload=s.payload)
-            async with sem:
-                try:
-                    handle = await start_chart(self.client, temporal_type=ttype, task_queue=queue, chart=chart,
-                                               execution_timeout_s=s.execution_timeout_s)
-                    run_id = handle.result_run_id or ""
-                except WorkflowAlreadyStartedError:
-                    # It ran before (a crash after starting, before recording): never again. Its real outcome:
-                    outcome = await outcome_of(self.client.get_workflow_handle(workflow_id(s.row.id)))
-                    if outcome is None:  # raced with a start that is still running: adopt that run
-                        return cid, ""
-                    closed[s.row.id] = outcome
-                    return cid, outcome.run_id
-                except Exception as exc:  # noqa: BLE001 - judged below, never fatal to the loop
-                    verdict = self._start_failures.verdict(s.row.id, exc)
-                    if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(s.row.id):
-                        verdict = None  # it started after all: the next attempt finds that run
-                        self._start_failures.forget(s.row.id)
-                    if verdict is not None and verdict.fail:
-                        refused[cid] = verdict.reason
-                    else:
-                        retry.append(cid)
-                        log.warning("start of chart #%s (%s on %s) failed (%s%s): %s; it keeps its place",
-                                    cid, ttype, queue, verdict.kind if verdict else "started meanwhile",
-                                    f", attempt {verdict.attempts} of {self._start_failures.max_unknown}"
-                                    if verdict and verdict.kind == UNKNOWN else "", exc)
-                    return cid, None
-            self._start_failures.forget(s.row.id)
-            self.starts += 1
-            if self.crash_after_starts is not None and self.starts >= self.crash_after_starts:
-                log.warning("fault injection: SIGKILL after start #%d, before its compare-and-set", self.starts)
-                os.kill(os.getpid(), signal.SIGKILL)
-            return cid, run_id
+        self._start_failures.forget(s.row.id)
+        self.starts += 1
+        return cid, run_id
 
-        results = await asyncio.gather(*(start(cid) for cid in planned))
-        at = self.clock()
-        started = {cid: (run_id, at) for cid, run_id in results if run_id is not None}
-        if retry:
-            self._backoff["dispatch"].fail(time.monotonic())  # Temporal trouble: do not spin
-        if refused:
-            fx.merge(await self._fail_unstartable(refused))
-            planned = [cid for cid in planned if cid not in refused]  # still the head of the order
-        if not started:
-            return fx
-        new = state.commit_dispatch(planned, started)
-        save = self._round_changes()
-        ran = await _db(db.mark_running)([(r.id, r.cost, r.run_id, at, *self._eta_in_force(r, at))
-                                          for r in new if r.id not in closed], save)
-        self._round_written(save)
-        free = free_before
-        for r in new:
-            pos, rnd = before.get(str(r.id), (None, None))
-            free -= r.cost
-            if r.id in closed:
-                log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
-                         r.id, workflow_id(r.id), closed[r.id].state)
-                fx.merge(await self._record(r.id, closed[r.id], "adopt"))
-                continue
-            if ran.get(r.id):
-                log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d",
-                         r.id, r.org, r.workflow, r.cost, rnd, pos, r.run_id, free)
-                fx.events.append({"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost})
-                self._watch(r.id)
-                continue
-            # The row moved meanwhile: it is the truth.
-            rows_now, _ = await _db(db.read_charts)({r.id})
-            row = rows_now.get(r.id)
-            log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
-            if row is None or row.state == "cancelled":
-                await self._cancel(r.id)
-            fx.merge(state.apply_chart(r.id, row))
-            if row is not None and row.state == RUNNING:
-                self._watch(r.id)
-        return fx
+    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: Starts) -> None:
+        """Refused for good: fail the chart; else it keeps its place (and dispatch backs off)."""
+        verdict = self._start_failures.verdict(chart_id, exc)
+        if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(chart_id):
+            verdict = None  # it started after all: the next attempt finds that run
+            self._start_failures.forget(chart_id)
+        if verdict is not None and verdict.fail:
+            starts.refused[cid] = verdict.reason
+            return
+        starts.retry.append(cid)
+        log.warning("start of chart #%s (%s) failed (%s%s): %s; it keeps its place",
+                    cid, what, verdict.kind if verdict else "started meanwhile",
+                    f", attempt {verdict.attempts} of {self._start_failures.max_unknown}"
+                    if verdict and verdict.kind == UNKNOWN else "", exc)
 
     async def _workflow_known(self, chart_id: int) -> bool:
         """Does Temporal know the chart's workflow? (True when it cannot say: never fail a
         chart whose start may have gone through.)"""
         try:
-            await self.client.get_workflow_handle(workflow_id(chart_id)).describe(rpc_timeout=RPC_TIMEOUT)
+            await self.temporal.describe(chart_id)
         except RPCError as exc:
             return exc.status != RPCStatusCode.NOT_FOUND
         except Exception:  # noqa: BLE001
@@ -924,10 +910,60 @@ class Scheduler:
         for cid, reason in refused.items():
             chart_id = int(cid)
             self._start_failures.forget(chart_id)
-            if await _db(db.fail_start)(chart_id, reason):
+            if await self.store.fail_start(chart_id, reason):
                 log.warning("chart #%d failed: %s", chart_id, reason)
             ids.add(chart_id)
         return await self._apply_rows(ids)
+
+    # ---------------------------------------------------------------- commit
+    async def _commit(self, plan: Plan, starts: Starts) -> Effects:
+        """What started leaves the order and holds its cost; rows move queued -> running
+        (compare-and-set, with the round state, in one transaction); the refused fail."""
+        fx = Effects()
+        at = self.clock.time()
+        started = starts.started(at)
+        planned = plan.charts
+        if starts.retry:
+            self._backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
+        if starts.refused:
+            fx.merge(await self._fail_unstartable(starts.refused))
+            planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
+        if not started:
+            return fx
+        new = self.state.commit_dispatch(planned, started)
+        save = self._round_changes()
+        ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self._eta_in_force(r, at))
+                                             for r in new if r.id not in starts.closed], save)
+        self._round_written(save)
+        free = plan.free_before
+        for r in new:
+            free -= r.cost
+            fx.merge(await self._committed(r, plan, starts, bool(ran.get(r.id)), free))
+        return fx
+
+    async def _committed(self, r: Running, plan: Plan, starts: Starts, ran: bool, free: int) -> Effects:
+        """One chart the dispatch started: recorded if its workflow had already closed,
+        watched if its row moved to running, else its row (moved meanwhile) is followed."""
+        if r.id in starts.closed:
+            log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
+                     r.id, workflow_id(r.id), starts.closed[r.id].state)
+            return await self._record(r.id, starts.closed[r.id], "adopt")
+        if ran:
+            pos, rnd = plan.before.get(str(r.id), (None, None))
+            log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d",
+                     r.id, r.org, r.workflow, r.cost, rnd, pos, r.run_id, free)
+            self._watch(r.id)
+            return Effects(events=[{"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost}])
+        # The row moved meanwhile: it is the truth.
+        rows_now, _ = await self.store.read_charts({r.id})
+        row = rows_now.get(r.id)
+        log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
+        if row is None or row.state == "cancelled":
+            await self._cancel(r.id)
+        fx = self.state.apply_chart(r.id, row)
+        if row is not None and row.state == RUNNING:
+            self._watch(r.id)
+        return fx
 
     # ================================================================ round state
     def _round_changes(self) -> tuple[RoundState, dict[str, int | None]] | None:
@@ -950,7 +986,7 @@ class Scheduler:
         new scheduler resumes exactly this order (one transaction, O(changes))."""
         save = self._round_changes()
         if save is not None:
-            await _db(db.save_rounds)(*save)
+            await self.store.save_rounds(*save)
             self._round_written(save)
 
     # ================================================================ publishing
@@ -962,7 +998,7 @@ class Scheduler:
         (:meth:`LiveState.capture`, milliseconds) and goes on dispatching while a thread
         computes the ETAs, builds the snapshot, encodes and stores it page by page."""
         self._eta_now = False
-        now = self.clock()
+        now = self.clock.time()
         captured = self.state.capture()
         self._eta_due = math.inf  # the pass sets the next one when it ends
         self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
@@ -970,11 +1006,11 @@ class Scheduler:
         self._tasks.append(self._eta_task)
 
     async def _run_eta_pass(self, captured: PassInput, now: float, changes: int) -> None:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             await self._guarded("eta", lambda: self._eta_pass(captured, now))
         finally:
-            end = time.monotonic()
+            end = self.clock.monotonic()
             self._eta_last_end, self._eta_last_cost = end, end - started
             if self._eta_last_cost > self.ETA_SLOW_LOG_S:
                 log.info("ETA pass over %d queued charts took %.1f s (in its thread; dispatch went on)",
@@ -996,28 +1032,24 @@ class Scheduler:
             self._wake.set()
 
     async def _eta_pass(self, captured: PassInput, now: float) -> bool:
-        from common.live_updates import SnapshotStored, asend
-
         report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
             return True
         self._last_report = (report, now)
         self._published_seq = seq
-        await asend(SnapshotStored(seq=seq))
+        await self.publisher.snapshot_stored(seq)
         # after publishing: the dashboards do not wait for this write
         await self._record_first_etas(report, now)
         return True
 
     def _compute_and_publish(self, captured: PassInput, now: float):
         """The ETA pass, the snapshot and its publication: in a worker thread, on a copy."""
-        from common import snapshot as snapshot_store
-
         report = captured.eta_report(now)
         snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
         snap["eta_model"] = captured.eta_model
         if self.eta_gate is not None:
             self.eta_gate()
-        return report, snapshot_store.store(snap, rows, per_org)
+        return report, self.publisher.store_snapshot(snap, rows, per_org)
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live
@@ -1025,16 +1057,10 @@ class Scheduler:
         and a pass is on its way when something did, however long a large backlog's pass
         takes); only a scheduler that stopped lets it turn stale."""
         seq = self._published_seq
-        if seq is None or not self.leading or time.monotonic() - self._confirmed_at < 1.0:
+        if seq is None or not self.leading or self.clock.monotonic() - self._confirmed_at < 1.0:
             return
-        from common import snapshot as snapshot_store
-
-        self._confirmed_at = time.monotonic()
-        try:
-            await self.redis.set(snapshot_store.CURRENT_KEY, snapshot_store.current_value(seq, self.clock()),
-                                 ex=snapshot_store.TTL_S)
-        except (redis.RedisError, OSError) as exc:
-            log.debug("cannot confirm the snapshot: %s", exc)
+        self._confirmed_at = self.clock.monotonic()
+        await self.publisher.confirm_snapshot(seq, self.clock.time())
 
     def _eta_in_force(self, r, at: float) -> tuple[float, float]:
         """The ETA published for a chart by the last pass and its 90% bound (absolute), else
@@ -1058,24 +1084,15 @@ class Scheduler:
         ids = [cid for cid in state.unpromised if cid in report.etas]  # O(new + set aside)
         for start in range(0, len(ids), self.FIRST_ETAS_PER_WRITE):
             chunk = ids[start:start + self.FIRST_ETAS_PER_WRITE]
-            await _db(db.record_first_etas)(state.first_etas(report, now, chunk))
+            await self.store.record_first_etas(state.first_etas(report, now, chunk))
             state.unpromised.difference_update(chunk)
 
     async def _broadcast(self, events: list[dict]) -> None:
-        """Send this tick's events (wire dicts of :mod:`common.live_updates`) to open pages,
-        each with the counters; more than ``MAX_EVENTS_PER_TICK`` become one ``batch``."""
-        from common import live_updates
-
         counters = self.state.counters()
         if len(events) > self.MAX_EVENTS_PER_TICK:
             events = [live_updates.Batch(count=len(events)).to_wire()]
-        for wire in events:
-            try:
-                event = live_updates.from_wire(wire)
-            except ValueError as exc:  # a page hiccup must never stop the scheduler: say it, go on
-                log.warning("live update not sent: %s", exc)
-                continue
-            await live_updates.asend(event, counters)
+        for event in events:
+            await self.publisher.event(event, counters)
 
     # ================================================================ background reporters
     async def _keep_lease(self) -> None:
@@ -1110,12 +1127,12 @@ class Scheduler:
                     self._lost_lease = True
                     loop.call_soon_threadsafe(self._wake.set)
                     return
-                if warned or time.monotonic() >= self._lease_ok_until:
+                if warned or self.clock.monotonic() >= self._lease_ok_until:
                     log.info("lease renewed again: dispatch resumes (after a resync)")
                     self._resync_requested = True
                     loop.call_soon_threadsafe(self._wake.set)
                 warned = False
-                self._lease_ok_until = time.monotonic() + self.LEASE_TTL_S
+                self._lease_ok_until = self.clock.monotonic() + self.LEASE_TTL_S
         except RuntimeError:  # the loop closed under us: the scheduler is gone
             return
         finally:
@@ -1150,7 +1167,7 @@ class Scheduler:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - Redis down: back off, reconnect
-                    delay = backoff.fail(time.monotonic())
+                    delay = backoff.fail(self.clock.monotonic())
                     if backoff.failures == 1:
                         log.warning("notifications: Redis unreachable (%s); the resync covers; retrying", exc)
                     await asyncio.sleep(delay)

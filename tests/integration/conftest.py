@@ -51,10 +51,11 @@ class Proc:
     env: dict[str, str]
     log_path: Path
     proc: subprocess.Popen | None = None
+    script: Path = ROOT / "manage.py"
 
     def start(self) -> "Proc":
         out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *self.args], env=self.env, cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, str(self.script), *self.args], env=self.env, cwd=ROOT,
                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -99,14 +100,23 @@ class Live:
     artifacts: Path
     procs: list[Proc] = field(default_factory=list)
 
-    def spawn(self, kind: str, *extra: str, env: dict[str, str] | None = None, name: str | None = None) -> Proc:
+    def spawn(self, kind: str, *extra: str, env: dict[str, str] | None = None, name: str | None = None,
+              script: Path | None = None) -> Proc:
         name = name or f"{kind}{sum(p.name.startswith(kind) for p in self.procs) + 1}"
-        proc = Proc(name, [kind, *extra], {**self.env, **(env or {})}, self.artifacts / f"{name}.log")
+        args = [kind, *extra] if script is None else list(extra)
+        proc = Proc(name, args, {**self.env, **(env or {})}, self.artifacts / f"{name}.log",
+                    script=script or ROOT / "manage.py")
         self.procs.append(proc.start())
         return proc
 
     def scheduler(self, *extra: str, env: dict[str, str] | None = None, name: str | None = None) -> Proc:
         return self.spawn("runscheduler", *extra, env=env, name=name)
+
+    def crashing_scheduler(self, after_starts: int, *extra: str, env: dict[str, str] | None = None) -> Proc:
+        """``runscheduler`` SIGKILLed right after its ``after_starts``-th workflow start,
+        before the compare-and-set (tests/integration/crashing_scheduler.py)."""
+        return self.spawn("crashing-scheduler", str(after_starts), *extra, env=env,
+                          script=ROOT / "tests" / "integration" / "crashing_scheduler.py")
 
     def worker(self, *extra: str, env: dict[str, str] | None = None) -> Proc:
         return self.spawn("runworker", *extra, env=env)
@@ -129,7 +139,6 @@ def live(request, redis_url, temporal_address, settings) -> Iterator[Live]:
     env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis_url,
            "TEMPORAL_ADDRESS": temporal_address, "FAIRSCHED_TASK_QUEUE": task_queue,
            "FAIRSCHED_CHANNEL_LAYER": "redis", "FAIRSCHED_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
-    env.pop("FAIRSCHED_TEST_CRASH_AFTER_STARTS", None)
     live = Live(env=env, task_queue=task_queue, artifacts=artifacts)
     try:
         yield live

@@ -141,7 +141,7 @@ def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temp
     wf = make_workflow("code", temporal_type="DemoChart")
     ids = [make_chart(org, wf, payload={"seconds": 4}).pk for _ in range(3)]
     live.worker()
-    crashing = live.scheduler("--lease-ttl", "1.5", env={"FAIRSCHED_TEST_CRASH_AFTER_STARTS": "1"})
+    crashing = live.crashing_scheduler(1, "--lease-ttl", "1.5")
     wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
     assert crashing.proc.returncode == -9
     # The workflow runs, but its row was never marked running.
@@ -399,7 +399,7 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
     wf = make_workflow("user", temporal_type=f"UserChart@{user_worker}")
     first = make_chart(org, wf, payload={"seconds": 0.3}, external_id="u-1")
     failing = make_chart(org, wf, payload={"seconds": 0.1, "fail": True}, external_id="u-2")
-    crashing = live.scheduler("--lease-ttl", "1", env={"FAIRSCHED_TEST_CRASH_AFTER_STARTS": "1"})
+    crashing = live.crashing_scheduler(1, "--lease-ttl", "1")
     wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
     # The workflow ran to its end while no scheduler was alive; its row still says queued.
     wait_until(lambda: temporal.describe(f"chart-{first.pk}").close_time, timeout=10, what="the run to close")

@@ -16,6 +16,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from fairsched.engine.ports import TemporalPort
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 
@@ -32,15 +33,19 @@ class Command(BaseCommand):
                             help="do not watch workflow results (completions come from the lifecycle "
                                  "activity and the reconciliation only)")
 
+    def temporal_port(self) -> TemporalPort | None:
+        """The scheduler's Temporal port; None: the real one. (The crash tests' entry point,
+        tests/integration/crashing_scheduler.py, overrides this.)"""
+        return None
+
     def handle(self, *args, **opts) -> None:
-        crash = os.environ.get("FAIRSCHED_TEST_CRASH_AFTER_STARTS")  # fault injection for the crash tests
         gate = os.environ.get("FAIRSCHED_TEST_ETA_GATE")  # tests: ETA passes wait while this file exists
         scheduler = Scheduler(
             temporal_address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
-            crash_after_starts=int(crash) if crash else None, cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
-            eta_gate=_file_gate(gate) if gate else None,
+            cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
+            eta_gate=_file_gate(gate) if gate else None, temporal=self.temporal_port(),
         )
         deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
                                 phase=lambda: scheduler.phase, on_force=scheduler.release_lease_now)

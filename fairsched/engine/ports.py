@@ -1,0 +1,221 @@
+"""What the live scheduler (:mod:`fairsched.engine.scheduler`) talks to, as four small ports.
+
+The scheduler takes each in its constructor; the defaults here are the real ones, so
+``runscheduler`` builds exactly what it always ran. Tests hand it fakes instead
+(``tests/test_tick.py``: no Temporal, no Redis, a clock they move by hand).
+
+* :class:`Clock`: ``monotonic()`` for every interval, deadline and backoff; ``time()``
+  (epoch seconds) for what is written down or published.
+* :class:`Store`: the database functions of :mod:`fairsched.engine.db` the scheduler
+  calls. :class:`DbStore` runs each in the one database thread
+  (``sync_to_async(thread_sensitive=True)``), as the scheduler always has.
+* :class:`Publisher`: the snapshot store (store a pass's snapshot, confirm the last one
+  is current) and the dashboards' live updates (a snapshot was stored, an event).
+* :class:`TemporalPort`: the Temporal calls, by chart id: start, outcome (describe),
+  describe, cancel, terminate, wait for the result, list the running chart workflows.
+  Errors are Temporal's own (``RPCError`` with ``NOT_FOUND`` for an unknown workflow,
+  ``WorkflowAlreadyStartedError`` for a chart whose workflow already closed).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import datetime
+from typing import Any, Protocol
+
+import redis
+from asgiref.sync import sync_to_async
+
+from common import live_updates
+from common import snapshot as snapshot_store
+from fairsched.core import RoundState
+from fairsched.engine import db
+from fairsched.engine.state import ChartRow, Config, OrgRow, World
+from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
+from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, workflow_id
+
+log = logging.getLogger("fairsched.engine")
+
+
+# ==================================================================== clock
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+    def time(self) -> float: ...
+
+
+class SystemClock:
+    """The real clock: :func:`time.monotonic` and :func:`time.time`."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+
+# ==================================================================== store
+class Store(Protocol):
+    async def read_world(self) -> World: ...
+    async def recent_arrivals(self) -> list[tuple[str, str, float]]: ...
+    async def recent_durations(self) -> list[tuple[str, str, float]]: ...
+    async def recent_promises(self) -> list[tuple[float, float, float]]: ...
+    async def recorded_first_etas(self) -> set[int]: ...
+    async def record_first_etas(self, etas: dict[int, tuple[float, float]]) -> int: ...
+    async def read_config(self) -> Config: ...
+    async def read_orgs(self, ids: Iterable[int] | None = None) -> list[OrgRow]: ...
+    async def read_costs(self) -> dict[tuple[str, str], int]: ...
+    async def read_changes(self, since: datetime | None) -> db.Changes: ...
+    async def read_active_chunk(self, after_pk: int, limit: int) -> list[ChartRow]: ...
+    async def read_charts(self, ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]: ...
+    async def read_for_start(self, ids: Iterable[int]) -> dict[int, db.StartRow]: ...
+    async def mark_running(self, items: list[tuple], rounds: Any = None) -> dict[int, bool]: ...
+    async def fail_start(self, chart_id: int, error: str) -> bool: ...
+    async def record_outcome(self, chart_id: int, state: str, error: str, started_at: datetime | None,
+                             finished_at: datetime | None, run_id: str) -> bool: ...
+    async def requeue(self, chart_id: int, reason: str) -> bool: ...
+    async def save_rounds(self, state: RoundState, changes: dict[str, int | None]) -> None: ...
+
+
+def _in_db_thread(name: str) -> Callable:
+    """A method running ``db.<name>`` in the one database thread (looked up at call time)."""
+
+    async def method(self, *args, **kwargs):
+        return await sync_to_async(getattr(db, name), thread_sensitive=True)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``db.{name}`` in the database thread."
+    return method
+
+
+class DbStore:
+    """The real store: :mod:`fairsched.engine.db`, one call at a time in the database thread."""
+
+    read_world = _in_db_thread("read_world")
+    recent_arrivals = _in_db_thread("recent_arrivals")
+    recent_durations = _in_db_thread("recent_durations")
+    recent_promises = _in_db_thread("recent_promises")
+    recorded_first_etas = _in_db_thread("recorded_first_etas")
+    record_first_etas = _in_db_thread("record_first_etas")
+    read_config = _in_db_thread("read_config")
+    read_orgs = _in_db_thread("read_orgs")
+    read_costs = _in_db_thread("read_costs")
+    read_changes = _in_db_thread("read_changes")
+    read_active_chunk = _in_db_thread("read_active_chunk")
+    read_charts = _in_db_thread("read_charts")
+    read_for_start = _in_db_thread("read_for_start")
+    mark_running = _in_db_thread("mark_running")
+    fail_start = _in_db_thread("fail_start")
+    record_outcome = _in_db_thread("record_outcome")
+    requeue = _in_db_thread("requeue")
+    save_rounds = _in_db_thread("save_rounds")
+
+
+# ==================================================================== publisher
+class Publisher(Protocol):
+    def store_snapshot(self, snap: dict, rows: list[dict], per_org: dict) -> int:
+        """Store a pass's snapshot (called in the pass's thread); its sequence number."""
+    async def snapshot_stored(self, seq: int) -> None:
+        """Tell the dashboards a new snapshot is stored."""
+    async def confirm_snapshot(self, seq: int, at: float) -> None:
+        """Say snapshot ``seq`` is still this live scheduler's latest (``at``: epoch seconds)."""
+    async def event(self, event: dict, counters: dict) -> None:
+        """One live-update event, with the current counters."""
+
+
+class LivePublisher:
+    """The real publisher: :mod:`common.snapshot` in Redis, and the live updates to open
+    pages (:mod:`common.live_updates`, the one send path). ``redis_client``: the
+    scheduler's asyncio Redis client, when it has one."""
+
+    def __init__(self, redis_client: Callable[[], Any]) -> None:
+        self._redis = redis_client
+
+    def store_snapshot(self, snap: dict, rows: list[dict], per_org: dict) -> int:
+        return snapshot_store.store(snap, rows, per_org)
+
+    async def snapshot_stored(self, seq: int) -> None:
+        await live_updates.asend(live_updates.SnapshotStored(seq=seq))
+
+    async def confirm_snapshot(self, seq: int, at: float) -> None:
+        try:
+            await self._redis().set(snapshot_store.CURRENT_KEY, snapshot_store.current_value(seq, at),
+                                    ex=snapshot_store.TTL_S)
+        except (redis.RedisError, OSError) as exc:
+            log.debug("cannot confirm the snapshot: %s", exc)
+
+    async def event(self, event: dict, counters: dict) -> None:
+        """One of the scheduler's events (a wire dict of :mod:`common.live_updates`); one
+        that does not parse is logged and dropped: a page hiccup never stops the scheduler."""
+        try:
+            typed = live_updates.from_wire(event)
+        except ValueError as exc:
+            log.warning("live update not sent: %s", exc)
+            return
+        await live_updates.asend(typed, counters)
+
+
+# ==================================================================== Temporal
+class TemporalPort(Protocol):
+    async def connect(self) -> None:
+        """Connect (retrying until it can); called when the scheduler starts leading."""
+    async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
+                    execution_timeout_s: int) -> str:
+        """Start (or find: USE_EXISTING) workflow ``chart-<pk>``; its run id. Raises
+        ``WorkflowAlreadyStartedError`` if it already closed (REJECT_DUPLICATE)."""
+    async def outcome(self, chart_id: int) -> Outcome | None:
+        """How the chart's workflow ended, None while it runs (``RPCError`` NOT_FOUND: unknown)."""
+    async def describe(self, chart_id: int) -> None:
+        """Raises ``RPCError`` (NOT_FOUND when Temporal does not know the workflow)."""
+    async def cancel(self, chart_id: int) -> None: ...
+    async def terminate(self, chart_id: int, reason: str) -> None: ...
+    async def wait_closed(self, chart_id: int) -> None:
+        """Return when the chart's workflow closes, whichever way."""
+    def running(self) -> AsyncIterator[tuple[str, str]]:
+        """(workflow id, run id) of this app's running chart workflows."""
+
+
+class TemporalClient:
+    """The real Temporal port: :mod:`fairsched.temporal.client` over one ``temporalio`` client."""
+
+    def __init__(self, address: str, namespace: str) -> None:
+        self.address, self.namespace = address, namespace
+        self.client = None
+
+    async def connect(self) -> None:
+        self.client = await connect(self.address, self.namespace)
+
+    def _handle(self, chart_id: int):
+        return self.client.get_workflow_handle(workflow_id(chart_id))
+
+    async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
+                    execution_timeout_s: int) -> str:
+        handle = await start_chart(self.client, temporal_type=temporal_type, task_queue=task_queue, chart=chart,
+                                   execution_timeout_s=execution_timeout_s)
+        return handle.result_run_id or ""
+
+    async def outcome(self, chart_id: int) -> Outcome | None:
+        return await outcome_of(self._handle(chart_id))
+
+    async def describe(self, chart_id: int) -> None:
+        await self._handle(chart_id).describe(rpc_timeout=RPC_TIMEOUT)
+
+    async def cancel(self, chart_id: int) -> None:
+        await self._handle(chart_id).cancel(rpc_timeout=RPC_TIMEOUT)
+
+    async def terminate(self, chart_id: int, reason: str) -> None:
+        await self._handle(chart_id).terminate(reason=reason, rpc_timeout=RPC_TIMEOUT)
+
+    async def wait_closed(self, chart_id: int) -> None:
+        from temporalio.client import WorkflowFailureError
+
+        try:
+            await self._handle(chart_id).result()
+        except WorkflowFailureError:
+            pass
+
+    async def running(self) -> AsyncIterator[tuple[str, str]]:
+        # Only this app's running workflows, however busy a shared namespace is.
+        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{WORKFLOW_ID_PREFIX}"'
+        async for wf in self.client.list_workflows(query, page_size=1000, rpc_timeout=RPC_TIMEOUT):
+            yield wf.id, wf.run_id

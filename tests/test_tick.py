@@ -1,0 +1,411 @@
+"""``Scheduler.tick()`` driven with fakes: no Temporal, no Redis, no database, a clock
+moved by hand (the way Zulip tests its queue workers: the loop body, called directly).
+
+The fakes stand in for the four ports of :mod:`fairsched.engine.ports`: a store of rows
+in memory (compare-and-set like the services), a Temporal that runs workflows only
+when told, a publisher that records, and a clock. The subprocess integration tests
+(tests/integration/) still run the real thing end to end.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict
+from datetime import datetime, timezone
+
+import pytest
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from fairsched.engine import db
+from fairsched.engine.scheduler import Scheduler
+from fairsched.engine.state import FINAL, ChartRow, Config, OrgRow, World
+from fairsched.temporal.client import Outcome
+from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, workflow_id
+
+T0 = 1_800_000_000.0
+UTC = timezone.utc
+
+
+def rpc(status: RPCStatusCode, message: str) -> RPCError:
+    return RPCError(message, status, b"")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.mono = 1000.0
+        self.wall = T0
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+class FakeStore:
+    """Chart rows in memory; writes are compare-and-set like ``charts.services``."""
+
+    def __init__(self, budget: int, orgs: list[OrgRow], costs: dict | None = None) -> None:
+        self.config = Config(budget, 3.0, 5.0)
+        self.orgs = {o.id: o for o in orgs}
+        self.costs = costs or {}
+        self.rows: dict[int, ChartRow] = {}
+        self.payloads: dict[int, object] = {}
+        self.errors: dict[int, str] = {}
+        self.marked: list[tuple] = []  # every mark_running item
+
+    def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
+        self.rows[pk] = ChartRow(pk, org, workflow, "queued", T0 + pk, external_id=f"x-{pk}")
+        self.payloads[pk] = {} if payload is None else payload
+
+    def state(self, pk: int) -> str:
+        return self.rows[pk].state
+
+    def set(self, pk: int, **kw) -> None:
+        self.rows[pk] = dataclasses.replace(self.rows[pk], **kw)
+
+    def _active(self) -> list[ChartRow]:
+        return [r for r in self.rows.values() if r.state not in FINAL]
+
+    async def read_world(self) -> World:
+        return World(self.config, list(self.orgs.values()), dict(self.costs), {}, self._active(),
+                     read_at=datetime.now(UTC))
+
+    async def recent_arrivals(self):
+        return []
+
+    async def recent_durations(self):
+        return []
+
+    async def recent_promises(self):
+        return []
+
+    async def recorded_first_etas(self):
+        return set()
+
+    async def record_first_etas(self, etas):
+        return len(etas)
+
+    async def read_config(self):
+        return self.config
+
+    async def read_orgs(self, ids=None):
+        return [o for o in self.orgs.values() if ids is None or o.id in ids]
+
+    async def read_costs(self):
+        return dict(self.costs)
+
+    async def read_changes(self, since):
+        return db.Changes(self.config, list(self.orgs.values()), dict(self.costs), {}, list(self.rows.values()),
+                          datetime.now(UTC))
+
+    async def read_active_chunk(self, after_pk, limit):
+        return sorted((r for r in self._active() if r.id > after_pk), key=lambda r: r.id)[:limit]
+
+    async def read_charts(self, ids):
+        rows = {i: self.rows[i] for i in ids if i in self.rows}
+        return rows, [self.orgs[r.org] for r in rows.values()]
+
+    async def read_for_start(self, ids):
+        return {i: db.StartRow(self.rows[i], f"org-{self.rows[i].org}", "DemoChart", self.payloads[i], 3600)
+                for i in ids if i in self.rows}
+
+    async def mark_running(self, items, rounds=None):
+        out = {}
+        for cid, cost, run_id, at, *_ in items:
+            self.marked.append((cid, cost, run_id, at))
+            out[cid] = self.rows[cid].state == "queued"
+            if out[cid]:
+                self.set(cid, state="running", started_at=at, dispatched_cost=cost, run_id=run_id)
+        return out
+
+    async def fail_start(self, chart_id, error):
+        if self.rows[chart_id].state != "queued":
+            return False
+        self.set(chart_id, state="failed")
+        self.errors[chart_id] = error
+        return True
+
+    async def record_outcome(self, chart_id, state, error, started_at, finished_at, run_id):
+        if self.rows[chart_id].state in FINAL:
+            return False
+        self.set(chart_id, state=state)
+        self.errors[chart_id] = error
+        return True
+
+    async def requeue(self, chart_id, reason):
+        self.set(chart_id, state="queued")
+        return True
+
+    async def save_rounds(self, state, changes):
+        pass
+
+
+class FakeTemporal:
+    """Workflows run until the test closes them (:meth:`close`); starts can be made to fail."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, str] = {}
+        self.outcomes: dict[int, Outcome] = {}
+        self.closed: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
+        self.start_calls: list[int] = []
+        self.refuse: dict[int, BaseException] = {}  # chart -> what its start raises
+        self.unavailable = False
+        self.cancels: list[int] = []
+        self.terminated: dict[int, str] = {}
+
+    async def connect(self) -> None:
+        pass
+
+    async def start(self, *, temporal_type, task_queue, chart, execution_timeout_s) -> str:
+        pk = chart.chart_id
+        self.start_calls.append(pk)
+        if self.unavailable:
+            raise rpc(RPCStatusCode.UNAVAILABLE, "connection refused")
+        if pk in self.refuse:
+            raise self.refuse[pk]
+        if pk in self.outcomes:
+            raise WorkflowAlreadyStartedError(workflow_id(pk), temporal_type)
+        return self.runs.setdefault(pk, f"run-{pk}")
+
+    def close(self, pk: int, state: str = "succeeded", error: str = "") -> None:
+        at = datetime.fromtimestamp(T0, UTC)
+        self.outcomes[pk] = Outcome(state, error, at, at, self.runs[pk])
+        self.closed[pk].set()
+
+    async def outcome(self, chart_id):
+        if chart_id not in self.runs:
+            raise rpc(RPCStatusCode.NOT_FOUND, "workflow not found")
+        return self.outcomes.get(chart_id)
+
+    async def describe(self, chart_id):
+        await self.outcome(chart_id)
+
+    async def cancel(self, chart_id):  # a workflow that ignores its cancel
+        self.cancels.append(chart_id)
+
+    async def terminate(self, chart_id, reason):
+        self.terminated[chart_id] = reason
+        self.close(chart_id, "failed", f"terminated: {reason}")
+
+    async def wait_closed(self, chart_id):
+        await self.closed[chart_id].wait()
+
+    async def running(self):
+        for pk, run in list(self.runs.items()):
+            if pk not in self.outcomes:
+                yield f"{WORKFLOW_ID_PREFIX}{pk}", run
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.snapshots = 0
+
+    def store_snapshot(self, snap, rows, per_org) -> int:
+        self.snapshots += 1
+        return self.snapshots
+
+    async def snapshot_stored(self, seq):
+        pass
+
+    async def confirm_snapshot(self, seq, at):
+        pass
+
+    async def event(self, event, counters):
+        self.events.append(event)
+
+    def kinds(self, kind: str) -> list[int]:
+        return [e["chart"] for e in self.events if e["kind"] == kind]
+
+
+@dataclasses.dataclass
+class Rig:
+    s: Scheduler
+    clock: FakeClock
+    store: FakeStore
+    temporal: FakeTemporal
+    publisher: FakePublisher
+
+    async def lead(self) -> None:
+        """What ``_lead`` does before its loop, without the lease keeper and the listener:
+        the lease is held (renewed just now)."""
+        s = self.s
+        s.leading = True
+        self.renew_lease()
+        await s._take_over()
+
+    def renew_lease(self) -> None:
+        self.s._lease_ok_until = self.clock.monotonic() + self.s.LEASE_TTL_S
+
+    async def tick(self) -> None:
+        await self.s.tick()
+        await settle()
+
+    def running(self) -> set[int]:
+        return set(self.s.state.running)
+
+
+async def settle() -> None:
+    """Let the watchers (and the ETA pass's bookkeeping) run."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def rig():
+    rigs: list[Rig] = []
+
+    def make(budget: int, charts: int, *, weights=(1,), costs=None, **kw) -> Rig:
+        clock, temporal, publisher = FakeClock(), FakeTemporal(), FakePublisher()
+        store = FakeStore(budget, [OrgRow(i + 1, f"Org {i + 1}", f"org-{i + 1}", w) for i, w in enumerate(weights)],
+                          costs)
+        for pk in range(1, charts + 1):
+            store.add(pk, 1 + (pk - 1) % len(weights))
+        s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                      clock=clock, store=store, publisher=publisher, temporal=temporal, **kw)
+        r = Rig(s, clock, store, temporal, publisher)
+        rigs.append(r)
+        return r
+
+    yield make
+    for r in rigs:
+        await r.s._step_down()
+
+
+# ------------------------------------------------------------------------------------------
+
+
+async def test_a_chart_whose_turn_has_come_is_started_and_committed(rig):
+    r = rig(budget=2, charts=3, weights=(2, 1))  # org 1: charts 1, 3; org 2: chart 2
+    await r.lead()
+    assert r.s.state.queue.order() == ["1", "2", "3"]
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2]  # the head of the fair order that fits the budget
+    assert r.store.state(1) == r.store.state(2) == "running" and r.store.state(3) == "queued"
+    assert r.store.rows[1].run_id == "run-1" and r.store.rows[1].dispatched_cost == 1
+    assert [m[3] for m in r.store.marked] == [r.clock.time()] * 2  # the start time, from the clock
+    assert r.running() == {1, 2} and r.s.state.queue.order() == ["3"] and r.s.state.free == 0
+    assert r.publisher.kinds("dispatch") == [1, 2]
+    assert r.s.starts == 2
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2]  # nothing more fits
+
+
+async def test_a_start_refused_for_good_fails_the_chart_and_the_order_moves_on(rig):
+    r = rig(budget=1, charts=2)
+    r.temporal.refuse[1] = rpc(RPCStatusCode.INVALID_ARGUMENT, "Blob data size exceeds limit.")
+    await r.lead()
+    await r.tick()
+    assert r.store.state(1) == "failed"
+    assert r.store.errors[1].startswith("cannot start: Temporal refused to start the workflow (INVALID_ARGUMENT)")
+    assert "1" not in r.s.state.queue
+    assert r.s._backoff["dispatch"].ready(r.clock.monotonic())  # nobody to blame but the chart: no backoff
+    await r.tick()  # no clock change needed: the next chart has the head
+    assert r.temporal.start_calls == [1, 2] and r.store.state(2) == "running"
+
+
+async def test_temporal_unavailable_backs_dispatch_off_until_the_clock_moves_on(rig):
+    r = rig(budget=1, charts=1)
+    r.temporal.unavailable = True
+    await r.lead()
+    await r.tick()
+    assert r.temporal.start_calls == [1] and r.store.state(1) == "queued" and "1" in r.s.state.queue
+    r.temporal.unavailable = False
+    await r.tick()
+    assert r.temporal.start_calls == [1]  # backing off: no retry at once
+    r.clock.advance(r.s.BACKOFF_MIN_S)
+    r.renew_lease()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 1] and r.store.state(1) == "running"
+
+
+async def test_dispatch_never_exceeds_the_budget(rig):
+    r = rig(budget=3, charts=6, weights=(1, 1), costs={("2", "code"): 2})  # org 2's charts cost 2
+    await r.lead()
+    for _ in range(3):
+        await r.tick()
+        assert r.s.state.used <= 3
+    assert r.temporal.start_calls == [1, 2]  # cost 1 + 2: the budget is full, chart 3 (cost 1) waits
+    assert sum(m[1] for m in r.store.marked) == 3
+
+
+async def test_a_finished_result_frees_budget_and_the_next_chart_dispatches(rig):
+    r = rig(budget=1, charts=2)
+    await r.lead()
+    await r.tick()
+    assert r.running() == {1}
+    await r.tick()
+    assert r.temporal.start_calls == [1]  # no budget free
+    r.temporal.close(1)
+    await settle()  # the result watch reports it
+    await r.tick()
+    assert r.store.state(1) == "succeeded"
+    assert r.running() == {2} and r.temporal.start_calls == [1, 2]
+    assert r.publisher.kinds("finish") == [1]
+
+
+async def test_a_cancel_not_honoured_is_terminated_after_the_grace_period(rig):
+    r = rig(budget=1, charts=1, cancel_grace_s=60.0)
+    await r.lead()
+    await r.tick()
+    r.store.set(1, cancel_requested=True)  # the user cancels: the row says so, a notification names it
+    r.s._notes.append({"kind": "chart", "id": 1})
+    await r.tick()
+    assert r.temporal.cancels == [1] and r.running() == {1}
+    r.clock.advance(59.0)
+    r.renew_lease()
+    await r.tick()
+    assert r.temporal.terminated == {} and r.running() == {1}  # still within the grace period
+    r.clock.advance(2.0)
+    r.renew_lease()
+    await r.tick()
+    assert r.temporal.terminated == {1: "cancel not honoured within 60 s"}
+    assert r.store.state(1) == "cancelled" and r.store.errors[1] == "cancel not honoured within 60 s: terminated"
+    assert r.running() == set() and r.s.state.free == 1
+
+
+async def test_a_lease_not_renewed_stops_dispatch_until_it_is(rig):
+    r = rig(budget=1, charts=1)
+    await r.lead()
+    r.clock.advance(r.s.LEASE_TTL_S)  # no renewal for a whole lease term
+    await r.tick()
+    assert r.temporal.start_calls == [] and r.store.state(1) == "queued"
+    r.renew_lease()
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+
+
+async def test_a_scheduler_that_stepped_down_dispatches_nothing(rig):
+    r = rig(budget=1, charts=1)
+    await r.lead()
+    r.s.leading = False
+    await r.tick()
+    assert r.temporal.start_calls == []
+
+
+async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(rig):
+    r = rig(budget=1, charts=0)
+    await r.lead()
+    r.store.add(7, 1)  # created after the load; its notification names it
+    r.s._notes.append({"kind": "chart", "id": 7})
+    await r.tick()
+    assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
+    assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
+
+
+def test_a_batch_of_notifications_names_what_to_read_again():
+    from fairsched.engine.notes import Reads
+
+    reads = Reads.of([{"kind": "chart", "id": 1}, {"kind": "charts", "ids": [2, "x", 3]}, {"kind": "org", "id": 4},
+                      {"kind": "cost"}])
+    assert (reads.charts, reads.orgs, reads.costs, reads.settings, reads.resync) == ({1, 2, 3}, {4}, True, False,
+                                                                                      False)
+    assert Reads.of([{"kind": "chart", "id": "5"}]).resync  # malformed: read everything changed instead
+    assert Reads.of([{"kind": "charts", "ids": [1], "count": 5}]).resync  # only some named: resync
+    assert Reads.of([{"kind": "settings"}]).settings and Reads.of([{"kind": "what"}]).resync
