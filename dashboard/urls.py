@@ -12,6 +12,7 @@ urlpatterns = [
     path("dashboard/plots.json", views.plots_json, name="plots"),
     path("dashboard/accuracy.json", views.accuracy_json, name="accuracy"),
     path("dashboard/activity.json", views.activity_json, name="activity"),
+    path("dashboard/capacity.json", views.capacity_json, name="capacity"),
     path("dashboard/control/", views.control, name="control"),
     path("dashboard/history/", cockpit.history_view, name="history"),
     path("dashboard/search/", cockpit.search_view, name="search"),

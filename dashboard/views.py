@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import controls, history, selectors
 from dashboard.models import OrgToken
 from common import live_updates
+from fairsched.temporal import capacity
 from common.middleware import answers_json
 from common.validation import MAX_ID
 
@@ -95,14 +96,24 @@ def index(request: HttpRequest) -> HttpResponse:
         "activity_url": reverse("dashboard:activity"),
     }
     return render(request, "dashboard/index.html", {"initial": initial, "state": state, "live": live,
-                                                    "failed_last_hour": history.failed_since(hours=1)})
+                                                    "failed_last_hour": history.failed_since(hours=1),
+                                                    "capacity": capacity.read()})
 
 
 @never_cache
 @staff_required
 @require_GET
 def state_json(request: HttpRequest) -> JsonResponse:
-    return _json(selectors.dashboard_state())
+    """The dashboard's state, with ``capacity``: the latest worker-capacity check (``fairsched/temporal/capacity.py``)."""
+    return _json({**selectors.dashboard_state(), "capacity": capacity.read()})
+
+
+@never_cache
+@staff_required
+@require_GET
+def capacity_json(request: HttpRequest) -> JsonResponse:
+    """The latest worker-capacity check: live workers, their activity slots, the running charts, any warning."""
+    return _json(capacity.read())
 
 
 @never_cache

@@ -38,3 +38,13 @@ def sweep() -> dict:
     revived = services.imports_revive()
     return {"finished": result.finished, "clear_time": result.clear_time, "requeued": result.requeued,
             "imports_resumed": revived}
+
+
+def check_capacity() -> dict:
+    """Periodic (rq cron, jobs/cron.py): the live workers' activity slots vs the running charts,
+    stored in Redis for the dashboard (``fairsched.temporal.capacity``)."""
+    from fairsched.temporal import capacity
+
+    result = capacity.refresh()
+    return {"known": result["known"], "running": result["running"], "slots": result["slots"],
+            "short": result["short"]}

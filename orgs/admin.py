@@ -5,7 +5,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
 from django.utils.html import format_html
 
-from charts.models import ChartState
+from common.states import ChartState
+from fairsched.admin import audit_table
+from fairsched.models import AuditEntry
 from orgs import services
 from orgs.models import Org, Workflow, WorkflowCost
 
@@ -51,9 +53,6 @@ class OrgAdmin(admin.ModelAdmin):
 
     @admin.display(description="Operator actions (last 50)")
     def activity(self, obj: Org) -> str:
-        from fairsched.admin import audit_table
-        from fairsched.models import AuditEntry
-
         if obj.pk is None:
             return "—"
         return audit_table(AuditEntry.objects.filter(org=obj).order_by("-at", "-id")[:50])

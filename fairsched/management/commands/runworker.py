@@ -20,4 +20,4 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         main(address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
              task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE,
-             stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S)
+             stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S, redis_url=settings.REDIS_URL)

@@ -1,0 +1,82 @@
+"""The worker-capacity warning against a real ``runworker``, Temporal and Redis.
+
+A worker with 2 activity slots and 3 running charts: the check (the rq cron job's
+function) warns that 1 chart waits for a slot, and the dashboard shows it; a warm stop
+removes the worker's advertisement. With 5 slots there is no warning.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from django.test import Client
+
+from fairsched.temporal import capacity
+from fairsched.temporal.advertise import KEY_PREFIX
+from jobs import tasks
+from tests.factories import make_chart, make_org, make_user, make_workflow
+from tests.integration.conftest import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+def _adverts(redis_url: str, task_queue: str) -> list[dict]:
+    r = redis.Redis.from_url(redis_url)
+    return [json.loads(r.get(k)) for k in r.scan_iter(f"{KEY_PREFIX}{task_queue}:*")]
+
+
+def _running(n: int) -> None:
+    org, wf = make_org("Acme"), make_workflow("code", temporal_type="DemoChart")
+    for i in range(n):
+        make_chart(org, wf, state="running", dispatched_cost=1, external_id=f"r-{i}")
+
+
+def _worker_seen(live) -> dict:
+    """Check until Temporal lists the worker as a live activity poller with its advertisement."""
+    def seen():
+        tasks.check_capacity()
+        result = capacity.read()
+        return result if result["known"] and result["workers"] == 1 else None
+    return wait_until(seen, timeout=30, interval=0.5, what="the worker among the live pollers")
+
+
+def test_a_worker_with_too_few_slots_is_warned_about(live, redis_url):
+    worker = live.worker(env={"FAIRSCHED_WORKER_CONCURRENCY": "2"})
+    ad = wait_until(lambda: _adverts(redis_url, live.task_queue), timeout=30, what="the worker's advertisement")[0]
+    assert ad["slots"] == 2 and ad["identity"].endswith(f":{worker.proc.pid}:fairsched")
+    assert 0 < redis.Redis.from_url(redis_url).ttl(f"{KEY_PREFIX}{live.task_queue}:{ad['identity']}") <= 30
+
+    _running(3)
+    result = _worker_seen(live)
+    assert (result["running"], result["slots"], result["short"]) == (3, 2, 1)
+    assert result["queues"][0]["workers"][0]["identity"] == ad["identity"]
+    warning = ("Running 3 charts but the 1 live worker has 2 activity slots: 1 chart waits for a slot while "
+               "holding budget. Start more workers or raise FAIRSCHED_WORKER_CONCURRENCY (see README, Sizing workers).")
+    assert result["warning"] == warning
+
+    viewer = make_user("viewer", staff=True, perms=("charts.view_chart",))
+    c = Client()
+    c.force_login(viewer)
+    assert warning in c.get("/dashboard/").content.decode()
+    assert c.get("/dashboard/state.json").json()["capacity"]["warning"] == warning
+
+    # A warm stop removes the advertisement: the stopped worker's slots no longer count.
+    assert worker.terminate() == 0
+    assert _adverts(redis_url, live.task_queue) == []
+    tasks.check_capacity()
+    after = capacity.read()
+    assert after["slots"] == 0 and after["short"] == 3
+    assert after["warning"].startswith(f"Running 3 charts but no live worker polls task queue '{live.task_queue}'")
+
+
+def test_enough_slots_no_warning(live, redis_url):
+    live.worker(env={"FAIRSCHED_WORKER_CONCURRENCY": "5"})
+    _running(3)
+    result = _worker_seen(live)
+    assert (result["running"], result["slots"], result["short"], result["warning"]) == (3, 5, 0, None)
+    viewer = make_user("viewer", staff=True, perms=("charts.view_chart",))
+    c = Client()
+    c.force_login(viewer)
+    html = c.get("/dashboard/").content.decode()
+    assert "for a slot while holding budget" not in html
