@@ -24,13 +24,13 @@ from common import live_updates
 from fairsched.temporal import capacity
 from common.middleware import answers_json
 from common.validation import MAX_ID
+from dashboard.accuracy import DEFAULT_LAST, MAX_LAST, accuracy
 
 staff_required = user_passes_test(controls.can_view_dashboard)
 
 
 class BadQuery(ValueError):
     """A query parameter that is not what the endpoint takes: answered with 400 naming it."""
-
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
@@ -147,8 +147,6 @@ def plots_json(request: HttpRequest) -> JsonResponse:
 @require_GET
 def accuracy_json(request: HttpRequest) -> JsonResponse:
     """ETA accuracy over the last ``?last=500`` finished charts (``dashboard/accuracy.py``)."""
-    from dashboard.accuracy import DEFAULT_LAST, MAX_LAST, accuracy
-
     try:
         last = _int_arg(request, "last", DEFAULT_LAST, minimum=1, maximum=MAX_LAST)
     except BadQuery as exc:
@@ -197,7 +195,6 @@ def org_page(request: HttpRequest, slug: str) -> HttpResponse:
         raise Http404("No such organisation.")
     status = selectors.org_status(org)
     initial = {"status": status, "ws_path": f"/ws/orgs/{org.slug}/"}
-    from dashboard.accuracy import accuracy
 
     return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
                                                 "live": status["source"] == "scheduler",

@@ -8,6 +8,7 @@ import logging
 
 from rq import get_current_job
 
+from fairsched.temporal import capacity
 from jobs import importing, services, webhooks
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ def sweep() -> dict:
 def check_capacity() -> dict:
     """Periodic (rq cron, jobs/cron.py): the live workers' activity slots vs the running charts,
     stored in Redis for the dashboard (``fairsched.temporal.capacity``)."""
-    from fairsched.temporal import capacity
 
     result = capacity.refresh()
     return {"known": result["known"], "running": result["running"], "slots": result["slots"],

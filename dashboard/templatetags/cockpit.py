@@ -7,6 +7,7 @@ from django import template
 from django.utils import timezone
 
 from dashboard import history
+from dashboard.selectors import temporal_url as selectors_temporal_url
 
 register = template.Library()
 
@@ -61,6 +62,4 @@ def run_time(finished: datetime | None, started: datetime | None) -> str:
 
 @register.filter
 def temporal_url(chart) -> str:
-    from dashboard.selectors import temporal_url as url
-
-    return url(f"chart-{chart.pk}")  # Chart.workflow_id is the FK column, not the Temporal id
+    return selectors_temporal_url(f"chart-{chart.pk}")  # Chart.workflow_id is the FK column, not the Temporal id

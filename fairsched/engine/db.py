@@ -17,6 +17,7 @@ from django.db import close_old_connections as _close_old_connections
 from django.db import connection, transaction
 
 from charts.models import Chart, ChartState, DurationStat
+from charts.services import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
 from fairsched.core import OrgRounds
 from fairsched.core import RoundState as CoreRoundState
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
@@ -193,7 +194,6 @@ def read_world() -> World:
 @dataclass(frozen=True, slots=True)
 class Changes:
     """An incremental resync's read: the small tables whole, the charts changed since a watermark."""
-
     config: Config
     orgs: list[OrgRow]
     costs: dict[tuple[str, str], int]
@@ -240,7 +240,6 @@ def read_charts(ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]:
 @dataclass(frozen=True, slots=True)
 class StartRow:
     """What starting a chart's workflow needs."""
-
     row: ChartRow
     org_slug: str
     temporal_type: str
@@ -266,7 +265,6 @@ def mark_running(items: list[tuple],
     ETA in force, its 90% bound], epoch seconds), and with ``rounds`` the round state the
     dispatch left (``save_rounds``), all in one transaction: a restarted scheduler never
     sees a dispatch without its ``head``."""
-    from charts.services import chart_mark_running
 
     close_old_connections()
     ts = lambda v: datetime.fromtimestamp(v, tz=timezone.utc) if v is not None else None  # noqa: E731
@@ -282,8 +280,6 @@ def mark_running(items: list[tuple],
 
 
 def fail_start(chart_id: int, error: str) -> bool:
-    from charts.services import chart_fail_start
-
     close_old_connections()
     return chart_fail_start(chart_id=chart_id, error=error)
 
@@ -340,7 +336,6 @@ def recent_durations(limit: int = 2000) -> list[tuple[str, str, float]]:
 
 def record_outcome(chart_id: int, state: str, error: str, started_at: datetime | None,
                    finished_at: datetime | None, run_id: str | None) -> bool:
-    from charts.services import chart_record_outcome
 
     close_old_connections()
     return chart_record_outcome(chart_id=chart_id, state=state, error=error, started_at=started_at,
@@ -348,8 +343,6 @@ def record_outcome(chart_id: int, state: str, error: str, started_at: datetime |
 
 
 def requeue(chart_id: int, reason: str) -> bool:
-    from charts.services import chart_requeue
-
     close_old_connections()
     return chart_requeue(chart_id=chart_id, reason=reason)
 

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from common import snapshot
 from fairsched.core import Plan
 from fairsched.core.forecast import Forecaster, PlanOrder
+from fairsched.engine import db
+from fairsched.models import SchedulerSettings
 from fairsched.scenario import Scenario
 
 
 def configured_model() -> str:
-    from fairsched.models import SchedulerSettings
-
     return SchedulerSettings.get().eta_model
 
 
 def forecast_plan(s: Scenario, p: Plan, *, head: int | None = None,
                   round_state: dict[str, tuple[int, int]] | None = None) -> Plan:
     """``p`` with the forecast model's ETAs and clear-times instead of the lane simulation's."""
-    from fairsched.engine import db
-
     fc = Forecaster(s.durations)
     for org, wf, at in db.recent_arrivals():
         fc.observe_arrival(org, wf, at)
@@ -33,8 +32,6 @@ def forecast_plan(s: Scenario, p: Plan, *, head: int | None = None,
 
 def live_rounds() -> tuple[int | None, dict[str, tuple[int, int]] | None]:
     """The scheduler's published ``head`` and per-org (last, used), if it published."""
-    from common import snapshot
-
     try:
         snap = snapshot.read_snapshot() or {}
     except Exception:  # noqa: BLE001 - Redis down: the plan's own rounds then

@@ -19,6 +19,7 @@ from asgiref.sync import sync_to_async
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from charts.services import chart_record_outcome
 from fairsched.temporal.shared import (
     DEMO_WORK_ACTIVITY,
     RECORD_OUTCOME_ACTIVITY,
@@ -59,8 +60,6 @@ def _parse(ts: str | None) -> datetime | None:
 
 def _record(inp: OutcomeInput) -> bool:
     from django.db import close_old_connections
-
-    from charts.services import chart_record_outcome
 
     close_old_connections()
     try:

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.core import Plan
+from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
+from fairsched.engine.reader import scenario_from_db
 from fairsched.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
 
 
@@ -40,7 +42,6 @@ def read_json(path: str | None, stdin=None) -> object:
 def live_plan(s) -> tuple[Plan, str]:
     """The plan of a parsed live scenario with the ETAs of the model the scheduler is set
     to (``SchedulerSettings.eta_model``), and that model's name."""
-    from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
 
     p = plan_scenario(s)
     model = configured_model()
@@ -52,8 +53,6 @@ def live_plan(s) -> tuple[Plan, str]:
 
 def live_scenario() -> dict:
     """The live state as a scenario dict (:func:`fairsched.engine.reader.scenario_from_db`)."""
-    from fairsched.engine.reader import scenario_from_db
-
     return scenario_from_db()
 
 
