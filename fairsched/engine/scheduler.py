@@ -170,7 +170,6 @@ class Scheduler:
         lease_ttl_s: float | None = None,
         resync_interval_s: float | None = None,
         full_resync_s: float | None = None,
-        eta_gate: Callable[[], None] | None = None,
         cancel_grace_s: float | None = None,
         clock: Clock | None = None,
         store: Store | None = None,
@@ -191,7 +190,6 @@ class Scheduler:
             self.RESYNC_INTERVAL_S = resync_interval_s
         if full_resync_s is not None:
             self.FULL_RESYNC_S = full_resync_s
-        self.eta_gate = eta_gate  # tests: called in the ETA pass's thread before it publishes
         if cancel_grace_s is not None:
             self.CANCEL_GRACE_S = cancel_grace_s
         self.clock: Clock = clock or SystemClock()
@@ -1047,8 +1045,6 @@ class Scheduler:
         report = captured.eta_report(now)
         snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
         snap["eta_model"] = captured.eta_model
-        if self.eta_gate is not None:
-            self.eta_gate()
         return report, self.publisher.store_snapshot(snap, rows, per_org)
 
     async def _confirm_snapshot(self) -> None:

@@ -112,11 +112,16 @@ class Live:
     def scheduler(self, *extra: str, env: dict[str, str] | None = None, name: str | None = None) -> Proc:
         return self.spawn("runscheduler", *extra, env=env, name=name)
 
+    def faulty_scheduler(self, *args: str, env: dict[str, str] | None = None) -> Proc:
+        """``runscheduler`` with faults injected through its ports (``--crash-after-starts N``,
+        ``--eta-gate PATH``; tests/integration/faulty_scheduler.py)."""
+        return self.spawn("faulty-scheduler", *args, env=env,
+                          script=ROOT / "tests" / "integration" / "faulty_scheduler.py")
+
     def crashing_scheduler(self, after_starts: int, *extra: str, env: dict[str, str] | None = None) -> Proc:
         """``runscheduler`` SIGKILLed right after its ``after_starts``-th workflow start,
-        before the compare-and-set (tests/integration/crashing_scheduler.py)."""
-        return self.spawn("crashing-scheduler", str(after_starts), *extra, env=env,
-                          script=ROOT / "tests" / "integration" / "crashing_scheduler.py")
+        before the compare-and-set."""
+        return self.faulty_scheduler("--crash-after-starts", str(after_starts), *extra, env=env)
 
     def worker(self, *extra: str, env: dict[str, str] | None = None) -> Proc:
         return self.spawn("runworker", *extra, env=env)

@@ -1,6 +1,6 @@
 """The live scheduler keeps dispatching while an ETA pass runs (real Temporal, Redis, DB).
 
-The pass is held open by a test gate (``FAIRSCHED_TEST_ETA_GATE``: the pass's thread
+The pass is held open by a test gate (``faulty_scheduler.py --eta-gate``: the pass's thread
 waits while the file exists), standing for a pass that takes long on a large backlog.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def test_a_chart_whose_turn_has_come_is_dispatched_while_an_eta_pass_runs(live, 
     gate = tmp_path / "eta-gate"
     gate.touch()
     live.worker()
-    sched = live.scheduler(env={"FAIRSCHED_TEST_ETA_GATE": str(gate)})
+    sched = live.faulty_scheduler("--eta-gate", str(gate))
     wait_until(lambda: Chart.objects.get(pk=first.pk).state == ChartState.SUCCEEDED, timeout=60,
                what="the first chart to run while the first ETA pass waits at the gate")
     # Still no snapshot: the first pass has not finished. A chart that arrives now is

@@ -16,7 +16,6 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from fairsched.engine.ports import TemporalPort
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 
@@ -33,20 +32,18 @@ class Command(BaseCommand):
                             help="do not watch workflow results (completions come from the lifecycle "
                                  "activity and the reconciliation only)")
 
-    def temporal_port(self) -> TemporalPort | None:
-        """The scheduler's Temporal port; None: the real one. (The crash tests' entry point,
-        tests/integration/crashing_scheduler.py, overrides this.)"""
-        return None
-
-    def handle(self, *args, **opts) -> None:
-        gate = os.environ.get("FAIRSCHED_TEST_ETA_GATE")  # tests: ETA passes wait while this file exists
-        scheduler = Scheduler(
+    def make_scheduler(self, opts: dict) -> Scheduler:
+        """The scheduler with its real ports. (The tests' fault-injecting entry point,
+        tests/integration/faulty_scheduler.py, wraps its ports here.)"""
+        return Scheduler(
             temporal_address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
             cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
-            eta_gate=_file_gate(gate) if gate else None, temporal=self.temporal_port(),
         )
+
+    def handle(self, *args, **opts) -> None:
+        scheduler = self.make_scheduler(opts)
         deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
                                 phase=lambda: scheduler.phase, on_force=scheduler.release_lease_now)
         deadline.install()
@@ -65,14 +62,3 @@ class Command(BaseCommand):
 
         asyncio.run(main())
 
-
-def _file_gate(path: str):
-    """A gate for the tests: the ETA pass (in its thread) waits while ``path`` exists."""
-    import time
-    from pathlib import Path
-
-    def wait() -> None:
-        while Path(path).exists():
-            time.sleep(0.05)
-
-    return wait
