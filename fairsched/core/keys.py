@@ -46,14 +46,15 @@ def fifo_key(created_at: float, seq: int) -> tuple:
     return (created_at, seq)
 
 
-def queue_key(tier: int, k1, created_at: float, seq: int, chart_id: str, entry, pair) -> tuple:
-    """Key of a chart in the live order (:class:`FairQueue`).
+def queue_key(tier: int, key: tuple, chart_id: str, entry, pair) -> tuple:
+    """Key of a chart in the live order (:class:`FairQueue`): flat, ``(tier, *key,
+    chart_id, entry, pair)``.
 
     # 1: tier (priority before normal)
-    # 2: priority tier: prioritized_at (missing: created_at), see priority_key;
-    #    normal tier: round, see normal_key; fifo baseline: 0, see fifo_key
-    # 3: created_at  # 4: arrival  # 5: chart id (only if a caller repeats a seq)
+    # 2-4: ``key``: priority tier: priority_key; normal tier: normal_key;
+    #      fifo baseline: (0, *fifo_key) (one round)
+    # 5: chart id (only if a caller repeats a seq)
     The trailing ``entry`` and ``pair`` (org, workflow) are payload; the id is
     unique so they are never compared.
     """
-    return (tier, k1, created_at, seq, chart_id, entry, pair)
+    return (tier, *key, chart_id, entry, pair)

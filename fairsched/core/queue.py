@@ -19,14 +19,13 @@ Complexity (n queued charts, k of one org, B the budget):
 """
 from __future__ import annotations
 
-from heapq import heappop, heappush, heapreplace
+from itertools import chain, islice
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key, priority_key, queue_key
-from itertools import chain
-from operator import attrgetter, itemgetter
-
-from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass, running_clear, unplanned_clear
+from .keys import TIER_NORMAL, TIER_PRIORITY, fifo_key, normal_key, org_rank_key, priority_key, queue_key
+from .plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
+from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, lane_pass
 from .sortedkeys import SortedKeys
 from .types import Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
@@ -37,7 +36,6 @@ _pair = attrgetter("pair")
 _org = attrgetter("org")
 _seq_id = attrgetter("seq", "id")
 
-ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
 POLICIES = ("wrr", "fifo")
 
 
@@ -530,15 +528,13 @@ class FairQueue:
     # --------------------------------------------------------------- dispatch
     def peek(self, free: int) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
-        out = []
+        n = head_of_line(self._costs_in_order(), free)
+        return [k[4] for k in islice(self._order, n)]
+
+    def _costs_in_order(self) -> Iterator[int]:
+        """The cost of each chart of the order, lazily from the head."""
         costs = self._costs
-        for k in self._order:
-            c = costs.get(k[5].pair, 1)
-            if c > free:
-                break
-            free -= c
-            out.append(k[4])
-        return out
+        return (costs.get(k[5].pair, 1) for k in self._order)
 
     def dispatch(self, free: int) -> list[QueuedChart]:
         """Head-of-line walk within ``free`` (may be negative): start each chart
@@ -548,15 +544,9 @@ class FairQueue:
         later ``set_cost`` does not touch in-flight work)."""
         started = []
         order = self._order
-        costs = self._costs
-        while order:
-            k = order.first()
+        for _ in range(head_of_line(self._costs_in_order(), free)):
+            k = order.pop_first()
             e = k[5]
-            c = costs.get(e.pair, 1)
-            if c > free:
-                break
-            free -= c
-            order.pop_first()
             self._ordered_n[e.org] -= 1
             del self._entries[e.id]
             del self._by_org[e.org][e.id]
@@ -626,39 +616,37 @@ class FairQueue:
             # the full pass, vectorised: C-level gathers around one tight heap loop
             with gc_paused():
                 return self._full_pass(lanes, etas, org_clear, estimate)
+        # a partial pass (the simulator's ETA at arrival): the same lane walk, a
+        # stretch of the order at a time, until every pending chart has its ETA
+        return self._partial_pass(lanes, etas, org_clear, estimate, pending)
+
+    def _partial_pass(self, lanes, etas, org_clear, estimate, pending) -> EtaReport:
+        """:func:`.rules.lane_pass` over the order one stretch (a sublist of the sorted
+        keys) at a time, stopping after the chart that gives the last of ``pending``
+        its ETA: ETAs and clear-times cover the order up to there."""
         costs = self._costs
         info: dict = {}  # (org, workflow) -> (cost, estimate), once per pass
-        # a partial pass (the simulator's ETA at arrival): stop once all are reached
-        nl = len(lanes)
-        for k in chain.from_iterable(self._order.sublists()):
-            e = k[5]
-            ce = info.get(e.pair)
-            if ce is None:
-                ce = info[e.pair] = (costs.get(e.pair, 1), float(estimate(e.org, e.workflow)))
-            c, est = ce
-            if c == 1 and nl:
-                start = lanes[0]
-                fin = start + est
-                heapreplace(lanes, fin)
-            elif 1 < c <= nl:
-                for _ in range(c - 1):
-                    heappop(lanes)
-                start = lanes[0]
-                fin = start + est
-                heapreplace(lanes, fin)
-                for _ in range(c - 1):
-                    heappush(lanes, fin)
-            else:
-                continue
-            etas[k[4]] = Eta(start, fin)
-            if fin > org_clear[e.org]:
-                org_clear[e.org] = fin
-            if k[4] in pending:
-                pending.discard(k[4])
-                if not pending:
-                    break
-        clear = max(org_clear.values(), default=0.0)
-        return EtaReport(etas, org_clear, clear)
+        for keys in self._order.sublists():
+            cost_est = []
+            for k in keys:
+                pair = k[6]
+                ce = info.get(pair)
+                if ce is None:
+                    ce = info[pair] = (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
+                cost_est.append(ce)
+            starts, fins = lane_pass(cost_est, lanes)
+            n = len(keys)
+            for i, k in enumerate(keys):
+                if fins[i] is not None and k[4] in pending:
+                    pending.discard(k[4])
+                    if not pending:
+                        n = i + 1
+                        break
+            collect_etas([k[4] for k in keys[:n]], [k[6][0] for k in keys[:n]], starts[:n], fins[:n],
+                         etas, org_clear)
+            if not pending:
+                break
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
 
     def _ordered_cost(self) -> int:
         """The total cost of the charts in the order (O(n); see :func:`lane_count`)."""
@@ -699,13 +687,7 @@ class FairQueue:
 
     # -------------------------------------------------------------- internals
     def _classify(self, e: _Entry) -> str:
-        if self._weights[e.org] == 0:
-            return HELD
-        if e.paused:
-            return PAUSED
-        if self._costs.get(e.pair, 1) > self._budget:
-            return BLOCKED
-        return ORDERED
+        return classify(self._weights[e.org], e.paused, self._costs.get(e.pair, 1), self._budget)
 
     def _take_out(self, e: _Entry) -> None:
         if e.key is not None:
@@ -718,12 +700,11 @@ class FairQueue:
 
     def _key(self, e: _Entry) -> tuple:
         """The chart's key in the order; all keys are defined in :mod:`.keys`."""
-        if self.policy == "fifo":
-            return queue_key(TIER_NORMAL, 0, e.created_at, e.seq, e.id, e, e.pair)
+        if self.policy == "fifo":  # one round, 0: arrival order
+            return queue_key(TIER_NORMAL, (0, *fifo_key(e.created_at, e.seq)), e.id, e, e.pair)
         if e.priority:
-            k1 = priority_key(e.created_at, e.seq, e.prioritized_at)[0]
-            return queue_key(TIER_PRIORITY, k1, e.created_at, e.seq, e.id, e, e.pair)
-        return queue_key(TIER_NORMAL, e.round, e.created_at, e.seq, e.id, e, e.pair)
+            return queue_key(TIER_PRIORITY, priority_key(e.created_at, e.seq, e.prioritized_at), e.id, e, e.pair)
+        return queue_key(TIER_NORMAL, normal_key(e.round, e.created_at, e.seq), e.id, e, e.pair)
 
     def _place(self, e: _Entry, arrive: bool = True, insert: bool = True) -> tuple | None:
         """Classify ``e`` and put it in the order or aside. ``arrive``: give an
@@ -743,21 +724,11 @@ class FairQueue:
         return key
 
     def _arrive(self, e: _Entry) -> None:
+        """The arrival rule (:func:`.rules.arrival_round`): ``e`` takes its org's next round."""
         org = e.org
-        w = self._weights[org]
-        last = self._last.get(org)
-        if last is None:
-            r = self._head
-        else:
-            r = last if last > self._head else self._head
-            if r == last and self._used[org] >= w:
-                r += 1
-        if r == last:
-            self._used[org] += 1
-        else:
-            self._last[org] = r
-            self._used[org] = 1
-        e.round = r
+        r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
+                                           self._weights[org])
+        self._last[org] = e.round = r
 
     def _rank(self, org: str, insert: bool = True) -> list[tuple]:
         """Reset ``org`` to what its dispatched charts imply, then its queued
