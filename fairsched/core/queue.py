@@ -154,13 +154,7 @@ class FairQueue:
         q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds)
         keys = []
         for c in queued:
-            if c.id in q._entries:
-                raise ValueError(f"duplicate chart id {c.id!r}")
-            if c.org not in q._weights:
-                raise KeyError(f"unknown org {c.org!r}")
-            e = _Entry(c)
-            q._entries[c.id] = e
-            q._by_org[c.org][c.id] = e
+            q._enter(c)
         for org in q._weights:
             keys.extend(q._rank(org, insert=False))
         q._order.bulk_load(keys)
@@ -198,41 +192,49 @@ class FairQueue:
                 if s.in_head:
                     q._disp_round[org], q._disp_count[org] = q._head, s.in_head
             for c in queued:
-                if c.id in q._entries:
-                    raise ValueError(f"duplicate chart id {c.id!r}")
-                if c.org not in q._weights:
-                    raise KeyError(f"unknown org {c.org!r}")
-                e = _Entry(c)
-                e.round = c.round
-                q._entries[c.id] = e
-                q._by_org[c.org][c.id] = e
+                q._enter(c).round = c.round
             keys = []
             rerank_all = state.budget != q._budget
             for org, w in q._weights.items():
                 s = state.orgs.get(org)
-                charts = q._by_org[org].values()
-                kept = sorted((e for e in charts if e.round is not None), key=_seq_id)
-                # A normal-tier chart in the order below head cannot be what was saved: it
-                # was resumed or un-prioritised while no scheduler ran, which re-ranks.
-                stale = any(e.round < q._head and not e.priority and q._classify(e) == ORDERED
-                            for e in kept)
-                if rerank_all or stale or (s is not None and s.weight != w):
+                if rerank_all or (s is not None and s.weight != w) or q._stale(org):
                     keys.extend(q._rank(org, insert=False))
-                    continue
-                new = sorted((e for e in charts if e.round is None),
-                             key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
-                for e in kept:
-                    k = q._place(e, arrive=False, insert=False)
-                    if k is not None:
-                        keys.append(k)
-                for e in new:
-                    k = q._place(e, arrive=True, insert=False)
-                    if k is not None:
-                        keys.append(k)
-                    if e.round is not None:
-                        q._changed.add(e.id)
+                else:
+                    keys.extend(q._resume_org(org))
             q._order.bulk_load(keys)
             return q
+
+    def _enter(self, c: QueuedChart) -> _Entry:
+        """A new entry for ``c``, registered but not placed."""
+        if c.id in self._entries:
+            raise ValueError(f"duplicate chart id {c.id!r}")
+        if c.org not in self._weights:
+            raise KeyError(f"unknown org {c.org!r}")
+        e = _Entry(c)
+        self._entries[c.id] = e
+        self._by_org[c.org][c.id] = e
+        return e
+
+    def _stale(self, org: str) -> bool:
+        """A restored normal-tier chart of ``org`` in the order below ``head`` cannot be
+        what was saved: it was resumed or un-prioritised while no scheduler ran, which
+        re-ranks."""
+        return any(e.round is not None and e.round < self._head and not e.priority
+                   and self._classify(e) == ORDERED for e in self._by_org[org].values())
+
+    def _resume_org(self, org: str) -> list[tuple]:
+        """:meth:`restore` of one org: its charts with a round keep it (in arrival
+        order), then the others arrive in rank order. Returns their keys."""
+        charts = self._by_org[org].values()
+        kept = sorted((e for e in charts if e.round is not None), key=_seq_id)
+        new = sorted((e for e in charts if e.round is None),
+                     key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
+        keys = [self._place(e, arrive=False, insert=False) for e in kept]
+        for e in new:
+            keys.append(self._place(e, arrive=True, insert=False))
+            if e.round is not None:
+                self._changed.add(e.id)
+        return [k for k in keys if k is not None]
 
     def export_rounds(self) -> RoundState:
         """``head`` and each org's ``(last, used, in_head, weight)``: with each queued
@@ -406,13 +408,7 @@ class FairQueue:
     def add(self, chart: QueuedChart) -> None:
         """A chart arrives, O(log n). Eligible normal-tier charts take their
         org's next round: ``r = max(head, last)``, +1 if that round is full."""
-        if chart.id in self._entries:
-            raise ValueError(f"duplicate chart id {chart.id!r}")
-        if chart.org not in self._weights:
-            raise KeyError(f"unknown org {chart.org!r}")
-        e = _Entry(chart)
-        self._entries[chart.id] = e
-        self._by_org[chart.org][chart.id] = e
+        e = self._enter(chart)
         self._place(e)
         if e.round is not None:
             self._changed.add(e.id)
