@@ -94,7 +94,7 @@ def _chart_event(action: str, chart: Chart) -> dict[str, Any]:
 
 def _org_event(action: str, org: Org) -> dict[str, Any]:
     return {"kind": "org", "action": action, "org": org.pk,
-            "org_row": {"id": org.pk, "weight": org.weight, "held": org.weight == 0}}
+            "org_row": {"id": org.pk, "weight": org.weight, "held": org.is_held}}
 
 
 def apply_control(user, data: Mapping[str, Any]) -> Outcome:

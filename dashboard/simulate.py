@@ -104,14 +104,14 @@ def build_from_db(now: float | None = None) -> tuple[dict[str, Any], list[dict[s
         aside = {k: unplanned[k].get(o.pk, 0) for k in ("held", "paused", "blocked")}
         used_o = sum(r["cost"] for r in running_by_org[o.pk])
         org_rows.append({
-            "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
+            "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.is_held,
             "queued": queued_by_org[o.pk], "running": len(running_by_org[o.pk]), "used_cost": used_o,
             "share_budget": round(used_o / used, 4) if used else 0.0,  # share of the budget in use
             "share_weight": round(o.weight / active_weight, 4)
-            if active_weight and o.weight and (queued_by_org[o.pk] or running_by_org[o.pk]) else 0.0,
+            if active_weight and not o.is_held and (queued_by_org[o.pk] or running_by_org[o.pk]) else 0.0,
             "clear_s": clear_s, "clear_at": None if clear_s is None else _iso(now + clear_s),
             "unplanned": aside if any(aside.values()) else {},
-            "no_eta": no_eta_note(aside, org_held=o.weight == 0)})
+            "no_eta": no_eta_note(aside, org_held=o.is_held)})
     snapshot = {
         "version": 1, "generated_at": _iso(now), "now": now, "budget": budget, "used": used,
         "counters": {"queued": len(queued), "ordered": len(plan["order"]), "running": len(running_rows),

@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, URLVali
 from django.db import models
 from django.utils.text import slugify
 
+from fairsched.core.rules import is_held
 from fairsched.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
 
 
@@ -42,7 +43,8 @@ class Org(models.Model):
 
     @property
     def is_held(self) -> bool:
-        return self.weight == 0
+        """Auto-hold (:func:`fairsched.core.rules.is_held`): weight 0 holds the org."""
+        return is_held(self.weight)
 
     def clean(self) -> None:
         """A webhook needs a secret: a body signed with the empty key is one anyone can forge."""
