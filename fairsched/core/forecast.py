@@ -12,9 +12,10 @@ about the future, and nothing else:
    order through the budget lanes like the lane simulation, and while it walks
    it lets the expected future charts of every org arrive at their expected
    times; each takes the round the persistent round-robin would give it
-   (``max(head, last)``, next round when its org's ``weight`` charts already
-   hold ``last``, with ``head`` the round being walked at that time) and is
-   walked in that round, after the real charts of the round (it is younger).
+   (:func:`.rules.arrival_round`, with ``head`` the round being walked at that
+   time) and is walked in that round, after the real charts of the round (it
+   is younger). The walk is the lane simulation's own, :func:`.rules.lane_pass`,
+   fed the order with the phantoms let in as it goes.
    So a chart far back in a busy org's queue sees the small orgs' future charts
    pass it, as they will. The projected rate fades with the distance into the
    future (``exp(-t / fade_s)``): traffic changes, and an ETA that assumes the

@@ -1,5 +1,14 @@
 """Every ordering key of the scheduler, in one place.
 
+The live order (:class:`FairQueue`) builds its keys from these
+(:func:`queue_key` around :func:`priority_key`, :func:`normal_key` or
+:func:`fifo_key`); the static plan sorts its priority tier by
+:func:`priority_key`, ranks charts inside an org by :func:`org_rank_key`, and
+orders its normal tier by :func:`normal_key`'s (round, created_at, arrival) with a
+bucket pass instead of a comparison sort. The rules that are not keys
+(classify, the head-of-line stop, the lane walk, auto-hold) are in
+:mod:`fairsched.core.rules`.
+
 Smaller sorts first everywhere. Tie-breaks are numbered in the order they apply.
 ``seq`` is the arrival number; the chart id is a last resort that only a
 caller giving two charts the same ``seq`` ever reaches.
