@@ -35,7 +35,7 @@ def classify(weight: int, paused: bool, cost: int, budget: int) -> str:
     """What a queued chart is, checked in this order (docs/scheduling.md, "1. Classify"):
     ``HELD`` (its org's ``weight`` holds it, :func:`is_held`), ``PAUSED``,
     ``BLOCKED`` (its ``cost`` exceeds the whole ``budget``), else ``ORDERED``."""
-    if weight == HELD_WEIGHT:  # is_held, inlined: this runs once per chart of a re-rank
+    if is_held(weight):
         return HELD
     if paused:
         return PAUSED
