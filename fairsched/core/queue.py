@@ -19,7 +19,7 @@ Complexity (n queued charts, k of one org, B the budget):
 """
 from __future__ import annotations
 
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -33,10 +33,20 @@ _payload = itemgetter(5)
 _kid = itemgetter(4)
 _kpair = itemgetter(6)
 _pair = attrgetter("pair")
+_ecost = attrgetter("cost")
 _org = attrgetter("org")
 _seq_id = attrgetter("seq", "id")
 
 POLICIES = ("wrr", "fifo")
+
+
+def _costs_in_order(sublists: list[list[tuple]], free: int) -> Iterator[int]:
+    """The cost of each chart of the order (its keys' ``sublists``), lazily from the
+    head, for the head-of-line stop within ``free``. Every cost is at least 1, so at
+    most ``free`` charts start: when the first sublist is longer, it holds the stop."""
+    if sublists and free < len(sublists[0]):
+        return map(_ecost, map(_payload, sublists[0]))
+    return map(_ecost, map(_payload, chain.from_iterable(sublists)))
 
 
 class _Untracked:
@@ -60,7 +70,7 @@ class _Entry:
     """Mutable internal record of a queued chart (never handed out)."""
 
     __slots__ = ("id", "org", "workflow", "pair", "created_at", "seq", "priority",
-                 "prioritized_at", "paused", "front_at", "round", "key", "state")
+                 "prioritized_at", "paused", "front_at", "round", "key", "state", "cost")
 
     def __init__(self, c: QueuedChart) -> None:
         self.id = c.id
@@ -77,6 +87,7 @@ class _Entry:
         self.round: int | None = None
         self.key: tuple | None = None
         self.state = ""
+        self.cost = 1  # its pair's cost when last placed (every cost change re-places)
 
     def chart(self) -> QueuedChart:
         return QueuedChart(self.id, self.org, self.workflow, self.created_at, self.seq,
@@ -153,8 +164,7 @@ class FairQueue:
     def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False) -> "FairQueue":
         q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds)
         keys = []
-        for c in queued:
-            q._enter(c)
+        q._enter(queued)
         for org in q._weights:
             keys.extend(q._rank(org, insert=False))
         q._order.bulk_load(keys)
@@ -191,8 +201,9 @@ class FairQueue:
                     q._last[org], q._used[org] = s.last, s.used
                 if s.in_head:
                     q._disp_round[org], q._disp_count[org] = q._head, s.in_head
-            for c in queued:
-                q._enter(c).round = c.round
+            queued = list(queued)
+            for c, e in zip(queued, q._enter(queued)):
+                e.round = c.round
             keys = []
             rerank_all = state.budget != q._budget
             for org, w in q._weights.items():
@@ -204,23 +215,27 @@ class FairQueue:
             q._order.bulk_load(keys)
             return q
 
-    def _enter(self, c: QueuedChart) -> _Entry:
-        """A new entry for ``c``, registered but not placed."""
-        if c.id in self._entries:
-            raise ValueError(f"duplicate chart id {c.id!r}")
-        if c.org not in self._weights:
-            raise KeyError(f"unknown org {c.org!r}")
-        e = _Entry(c)
-        self._entries[c.id] = e
-        self._by_org[c.org][c.id] = e
-        return e
+    def _enter(self, charts: Iterable[QueuedChart]) -> list[_Entry]:
+        """A new entry for each chart, registered but not placed."""
+        out = []
+        entries, by_org, weights = self._entries, self._by_org, self._weights
+        for c in charts:
+            if c.id in entries:
+                raise ValueError(f"duplicate chart id {c.id!r}")
+            if c.org not in weights:
+                raise KeyError(f"unknown org {c.org!r}")
+            e = _Entry(c)
+            entries[c.id] = e
+            by_org[c.org][c.id] = e
+            out.append(e)
+        return out
 
     def _stale(self, org: str) -> bool:
         """A restored normal-tier chart of ``org`` in the order below ``head`` cannot be
         what was saved: it was resumed or un-prioritised while no scheduler ran, which
         re-ranks."""
         return any(e.round is not None and e.round < self._head and not e.priority
-                   and self._classify(e) == ORDERED for e in self._by_org[org].values())
+                   and self._state(e) == ORDERED for e in self._by_org[org].values())
 
     def _resume_org(self, org: str) -> list[tuple]:
         """:meth:`restore` of one org: its charts with a round keep it (in arrival
@@ -408,7 +423,7 @@ class FairQueue:
     def add(self, chart: QueuedChart) -> None:
         """A chart arrives, O(log n). Eligible normal-tier charts take their
         org's next round: ``r = max(head, last)``, +1 if that round is full."""
-        e = self._enter(chart)
+        e, = self._enter((chart,))
         self._place(e)
         if e.round is not None:
             self._changed.add(e.id)
@@ -524,13 +539,8 @@ class FairQueue:
     # --------------------------------------------------------------- dispatch
     def peek(self, free: int) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
-        n = head_of_line(self._costs_in_order(), free)
+        n = head_of_line(_costs_in_order(self._order.sublists(), free), free)
         return [k[4] for k in islice(self._order, n)]
-
-    def _costs_in_order(self) -> Iterator[int]:
-        """The cost of each chart of the order, lazily from the head."""
-        costs = self._costs
-        return (costs.get(k[5].pair, 1) for k in self._order)
 
     def dispatch(self, free: int) -> list[QueuedChart]:
         """Head-of-line walk within ``free`` (may be negative): start each chart
@@ -540,8 +550,7 @@ class FairQueue:
         later ``set_cost`` does not touch in-flight work)."""
         started = []
         order = self._order
-        for _ in range(head_of_line(self._costs_in_order(), free)):
-            k = order.pop_first()
+        for k in order.pop_head(head_of_line(_costs_in_order(order.sublists(), free), free)):
             e = k[5]
             self._ordered_n[e.org] -= 1
             del self._entries[e.id]
@@ -682,7 +691,8 @@ class FairQueue:
                     org_unplanned=rep.org_unplanned)
 
     # -------------------------------------------------------------- internals
-    def _classify(self, e: _Entry) -> str:
+    def _state(self, e: _Entry) -> str:
+        """:func:`.rules.classify` of ``e`` now."""
         return classify(self._weights[e.org], e.paused, self._costs.get(e.pair, 1), self._budget)
 
     def _take_out(self, e: _Entry) -> None:
@@ -697,7 +707,7 @@ class FairQueue:
     def _key(self, e: _Entry) -> tuple:
         """The chart's key in the order; all keys are defined in :mod:`.keys`."""
         if self.policy == "fifo":  # one round, 0: arrival order
-            return queue_key(TIER_NORMAL, (0, *fifo_key(e.created_at, e.seq)), e.id, e, e.pair)
+            return queue_key(TIER_NORMAL, (0,) + fifo_key(e.created_at, e.seq), e.id, e, e.pair)
         if e.priority:
             return queue_key(TIER_PRIORITY, priority_key(e.created_at, e.seq, e.prioritized_at), e.id, e, e.pair)
         return queue_key(TIER_NORMAL, normal_key(e.round, e.created_at, e.seq), e.id, e, e.pair)
@@ -705,26 +715,23 @@ class FairQueue:
     def _place(self, e: _Entry, arrive: bool = True, insert: bool = True) -> tuple | None:
         """Classify ``e`` and put it in the order or aside. ``arrive``: give an
         eligible normal-tier chart its next round (else it keeps its own)."""
-        st = self._classify(e)
-        e.state = st
+        org = e.org
+        cost = e.cost = self._costs.get(e.pair, 1)  # set_cost and set_budget re-place: always current
+        st = e.state = classify(self._weights[org], e.paused, cost, self._budget)
         if st != ORDERED:
             self._aside[st][e.id] = e
             return None
         if self.policy == "wrr" and not e.priority and (arrive or e.round is None):
-            self._arrive(e)
+            # the arrival rule: e takes its org's next round
+            r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
+                                               self._weights[org])
+            self._last[org] = e.round = r
         key = self._key(e)
         e.key = key
-        self._ordered_n[e.org] += 1
+        self._ordered_n[org] += 1
         if insert:
             self._order.add(key)
         return key
-
-    def _arrive(self, e: _Entry) -> None:
-        """The arrival rule (:func:`.rules.arrival_round`): ``e`` takes its org's next round."""
-        org = e.org
-        r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
-                                           self._weights[org])
-        self._last[org] = e.round = r
 
     def _rank(self, org: str, insert: bool = True) -> list[tuple]:
         """Reset ``org`` to what its dispatched charts imply, then its queued
