@@ -89,7 +89,7 @@ def _chart_event(action: str, chart: Chart, rerun_of: int | None = None) -> live
 
 def _org_event(action: str, org: Org) -> live_updates.OrgChanged:
     return live_updates.OrgChanged(action=action, org=org.pk,
-                                   org_row={"id": org.pk, "weight": org.weight, "held": org.weight == 0})
+                                   org_row={"id": org.pk, "weight": org.weight, "held": org.is_held})
 
 
 def apply_control(user, data: Mapping[str, Any]) -> Outcome:

@@ -180,7 +180,7 @@ def db_state() -> dict[str, Any]:
     blocked_q = Q(pk__in=[])
     for org_id, wf_id in blocked_pairs:
         blocked_q |= Q(org_id=org_id, workflow_id=wf_id)
-    held_ids = {o.pk for o in orgs if o.weight == 0}
+    held_ids = {o.pk for o in orgs if o.is_held}
     queued = Chart.objects.filter(state=ChartState.QUEUED)
     n_queued = sum(o.n_queued for o in orgs)
     n_held = sum(o.n_queued for o in orgs if o.pk in held_ids)
@@ -188,7 +188,7 @@ def db_state() -> dict[str, Any]:
     n_blocked = (queued.exclude(org_id__in=held_ids).filter(paused=False).filter(blocked_q).count()
                  if blocked_pairs else 0)
     used_total = sum(o.used or 0 for o in orgs)
-    weight_total = sum(o.weight for o in orgs if o.weight > 0 and (o.n_queued or o.n_running))
+    weight_total = sum(o.weight for o in orgs if not o.is_held and (o.n_queued or o.n_running))
     est = durations()
     running = []
     for c in Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow").order_by("started_at")[:500]:
@@ -208,7 +208,7 @@ def db_state() -> dict[str, Any]:
                      "held": n_held, "paused": n_paused, "blocked": n_blocked},
         "clear_s": None, "clear_at": None,
         "orgs": [{
-            "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
+            "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.is_held,
             "queued": o.n_queued, "running": o.n_running, "used_cost": o.used or 0,
             "share_budget": (o.used or 0) / used_total if used_total else 0.0,  # share of the budget in use
             "share_weight": o.weight / weight_total if weight_total and (o.n_queued or o.n_running) else 0.0,
@@ -235,7 +235,7 @@ def org_row_from_db(org: Org) -> dict[str, Any]:
         queued=Count("pk", filter=Q(state=ChartState.QUEUED)),
         running=Count("pk", filter=Q(state=ChartState.RUNNING)),
     )
-    return {"id": org.pk, "name": org.name, "slug": org.slug, "weight": org.weight, "held": org.weight == 0,
+    return {"id": org.pk, "name": org.name, "slug": org.slug, "weight": org.weight, "held": org.is_held,
             "queued": counts["queued"], "running": counts["running"], "clear_s": None, "clear_at": None}
 
 
@@ -268,7 +268,7 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
         return {
             "source": "scheduler", "seq": s.get("seq"), "generated_at": s.get("generated_at"), "now": base,
             "org": {"id": org.pk, "name": org.name, "slug": org.slug, "weight": row.get("weight", org.weight),
-                    "held": row.get("held", org.weight == 0), "queued": row.get("queued"),
+                    "held": row.get("held", org.is_held), "queued": row.get("queued"),
                     "running": row.get("running"), "clear_s": row.get("clear_s"),
                     "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
                     # why there is no clear-time, or what it leaves out (held, paused, blocked)
@@ -284,7 +284,7 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     now = timezone.now()
     charts = [{
         "id": c.pk, "external_id": c.external_id, "workflow": c.workflow.name,
-        "state": "running" if c.state == ChartState.RUNNING else ("held" if org.weight == 0 else
+        "state": "running" if c.state == ChartState.RUNNING else ("held" if org.is_held else
                                                                    "paused" if c.paused else "queued"),
         "position": None, "start_at": None, "eta": None, "eta_s": None,
         "created_at": c.created_at.isoformat(), "started_at": c.started_at.isoformat() if c.started_at else None,

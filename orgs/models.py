@@ -7,6 +7,7 @@ from django.db import models
 from django.utils.text import slugify
 
 from common.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
+from fairsched.core.rules import is_held
 
 
 class Org(models.Model):
@@ -42,7 +43,8 @@ class Org(models.Model):
 
     @property
     def is_held(self) -> bool:
-        return self.weight == 0
+        """Auto-hold (:func:`fairsched.core.rules.is_held`): weight 0 holds the org."""
+        return is_held(self.weight)
 
     def clean(self) -> None:
         """A webhook needs a secret: a body signed with the empty key is one anyone can forge."""

@@ -10,6 +10,7 @@ from django.db import transaction
 from fairsched import audit
 from common.notify import notify
 from common.validation import MAX_COST, MAX_WEIGHT, require_int
+from fairsched.core.rules import HELD_WEIGHT, is_held
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 
@@ -45,14 +46,14 @@ def org_announce(*, org: Org, actor: Any = None) -> None:
 def _apply_weight(locked: Org, weight: int, *, actor: Any, action: str) -> Org:
     """Write a new weight to a locked row and record it (``weight``, ``hold`` or ``release``)."""
     before = locked.weight
-    if weight == 0 and locked.weight > 0:
+    if is_held(weight) and not is_held(locked.weight):
         locked.weight_before_hold = locked.weight
     locked.weight = weight
     locked.save(update_fields=["weight", "weight_before_hold", "updated_at"])
     summary = {"hold": f"Held {locked.name}",
                "release": f"Released {locked.name} (weight {weight})"}.get(
         action, f"Set the weight of {locked.name} to {weight} (was {before})"
-                + (": held" if weight == 0 else ""))
+                + (": held" if is_held(weight) else ""))
     audit.record(actor=actor, action=action, org=locked, summary=summary,
                  before={"weight": before}, after={"weight": weight})
     notify("org", id=locked.pk)
@@ -73,16 +74,16 @@ def org_hold(*, org: Org | int, actor: Any = None) -> Org:
     """Hold an org: weight 0, remembering the weight to restore on release."""
     with transaction.atomic():
         locked = _locked_org(org)
-        if locked.weight == 0:
+        if locked.is_held:
             return locked
-        return _apply_weight(locked, 0, actor=actor, action="hold")
+        return _apply_weight(locked, HELD_WEIGHT, actor=actor, action="hold")
 
 
 def org_release(*, org: Org | int, actor: Any = None) -> Org:
     """Release a held org back to the weight it had before the hold (1 if unknown)."""
     with transaction.atomic():
         locked = _locked_org(org)
-        if locked.weight > 0:
+        if not locked.is_held:
             return locked
         return _apply_weight(locked, locked.weight_before_hold or 1, actor=actor, action="release")
 

@@ -36,6 +36,11 @@ Forecast ETA model (:mod:`fairsched.core.forecast`)
     org's expected future arrivals in the rounds they would take), ``mean``/``median``/``p90``
     of a pair's durations, ``p90_finish``; ``PlanOrder`` reads a static plan like a queue.
 Ordering keys (:mod:`fairsched.core.keys`): every key, tie-breaks numbered.
+The rules (:mod:`fairsched.core.rules`), each one function that every path above calls:
+    ``is_held(weight)`` (auto-hold), ``classify(weight, paused, cost, budget)``,
+    ``arrival_round(head, last, used, weight)``, ``head_of_line(costs, free)`` (the
+    head-of-line stop), ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule
+    to function is docs/scheduling.md, "Where each rule lives in the code".
 
 Move to front (``front_at``, issue 5)
 -------------------------------------
@@ -60,7 +65,8 @@ not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 """
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
-from .queue import BLOCKED, HELD, ORDERED, PAUSED, FairQueue
+from .queue import FairQueue
+from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, is_held, lane_pass
 from .types import DEFAULT_AVG_S, ById, Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
 __all__ = [
@@ -69,4 +75,5 @@ __all__ = [
     "RunningChart",
     "fifo_key", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "simulate_lanes",
+    "arrival_round", "classify", "head_of_line", "is_held", "lane_pass",
 ]

@@ -12,9 +12,10 @@ about the future, and nothing else:
    order through the budget lanes like the lane simulation, and while it walks
    it lets the expected future charts of every org arrive at their expected
    times; each takes the round the persistent round-robin would give it
-   (``max(head, last)``, next round when its org's ``weight`` charts already
-   hold ``last``, with ``head`` the round being walked at that time) and is
-   walked in that round, after the real charts of the round (it is younger).
+   (:func:`.rules.arrival_round`, with ``head`` the round being walked at that
+   time) and is walked in that round, after the real charts of the round (it
+   is younger). The walk is the lane simulation's own, :func:`.rules.lane_pass`,
+   fed the order with the phantoms let in as it goes.
    So a chart far back in a busy org's queue sees the small orgs' future charts
    pass it, as they will. The projected rate fades with the distance into the
    future (``exp(-t / fade_s)``): traffic changes, and an ETA that assumes the
@@ -47,6 +48,7 @@ from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable, Mapping
 
 from .plan import gc_paused, initial_lanes, running_clear
+from .rules import arrival_round, is_held, lane_pass
 from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart
 
 Estimate = Callable[[str, "str | None"], float]
@@ -279,68 +281,104 @@ class Forecaster:
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-        nl = len(lanes)
-        cost_of = queue.cost_of
-        weights = queue.weights
-        head = queue.head
+        ph = _PhantomRounds(queue, _Phantoms(self, now, queue.weights, queue.cost_of, mean)
+                            if p.phantoms and lanes else None)
+        real = _RealCharts(own)
+        # the lane walk (rules.lane_pass) over the order with the phantoms let in as it goes
+        starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes)
+        real.collect(starts, etas, org_clear)
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+
+class _PhantomRounds:
+    """The persistent round-robin state a forecast pass walks with (``head`` and each
+    org's ``last``/``used``, copied from the queue), and the phantoms placed so far:
+    a heap of (round, arrival, seq, cost, mean duration)."""
+
+    __slots__ = ("gen", "head", "last", "used", "placed")
+
+    def __init__(self, queue, gen: "_Phantoms | None") -> None:
+        self.gen = gen
+        self.head = queue.head
         rstate = queue.round_state()
-        last = {o: lu[0] for o, lu in rstate.items()}
-        used = {o: lu[1] for o, lu in rstate.items()}
-        gen = _Phantoms(self, now, weights, cost_of, mean) if p.phantoms and nl else None
-        ph: list = []  # phantoms placed: (round, arrival, seq, cost, mean duration)
-        info: dict = {}
+        self.last = {o: lu[0] for o, lu in rstate.items()}
+        self.used = {o: lu[1] for o, lu in rstate.items()}
+        self.placed: list = []
 
-        def step(c: int, est: float) -> float | None:
-            if c == 1:
-                start = lanes[0]
-                heapreplace(lanes, start + est)
-                return start
-            if c > nl:
-                return None
-            for _ in range(c - 1):
-                heappop(lanes)
-            start = lanes[0]
-            fin = start + est
-            heapreplace(lanes, fin)
-            for _ in range(c - 1):
-                heappush(lanes, fin)
-            return start
+    def before(self, rnd: int, lanes: list, nl: int):
+        """The phantoms to walk before a real chart of round ``rnd``, as (cost,
+        duration): those that arrived by the time it could start (``lanes[0]``)
+        and took an earlier round. ``lanes`` must have taken each one yielded
+        before the next is asked for (:func:`.rules.lane_pass` does)."""
+        gen, placed = self.gen, self.placed
+        while True:
+            gen.arrive_until(lanes[0], self.head, self.last, self.used, placed)
+            if not placed or placed[0][0] >= rnd:
+                return
+            pr, _, _, pc, pest = heappop(placed)
+            yield pc, pest
+            if pc <= nl:  # it got lanes (rules.lane_pass: None when c > lanes)
+                self.head = pr
 
-        for cid, pair, rnd in queue.walk():
-            ce = info.get(pair)
-            if ce is None:
-                c = cost_of(pair[0], pair[1])
-                ce = info[pair] = (c, mean(*pair), own(*pair))
-            c, est, mine = ce
-            if c > nl:
-                continue
-            if gen is not None and rnd is not None:
-                # phantoms that arrived by the time this chart could start, placed in
-                # their rounds; those in earlier rounds than this chart's go first
-                while True:
-                    gen.arrive_until(lanes[0], head, last, used, ph)
-                    if not ph or ph[0][0] >= rnd:
-                        break
-                    pr, _, _, pc, pest = heappop(ph)
-                    if step(pc, pest) is not None:
-                        head = pr
-            if c == 1:  # the common case, inline
-                start = lanes[0]
-                heapreplace(lanes, start + est)
-            else:
-                start = step(c, est)
-            fin = start + mine
-            etas[cid] = make_eta((start, fin))
-            org = pair[0]
+
+class _RealCharts:
+    """The queue's charts a forecast pass walked: where each sits among the items
+    given to the lane walk, and its own duration (``own``), to turn the walk's
+    starts into their ETAs."""
+
+    __slots__ = ("own", "info", "idx", "ids", "orgs", "durs")
+
+    def __init__(self, own: Callable) -> None:
+        self.own = own
+        self.info: dict = {}  # (org, workflow) -> ((cost, mean duration), own duration)
+        self.idx: list[int] = []
+        self.ids: list[str] = []
+        self.orgs: list[str] = []
+        self.durs: list[float] = []
+
+    def collect(self, starts: list, etas: dict, org_clear: dict) -> None:
+        """Each chart's ETA (its start plus its own duration) into ``etas``; its org's
+        clear-time raised to its finish in ``org_clear``."""
+        st = [starts[i] for i in self.idx]
+        fins = [a + b for a, b in zip(st, self.durs)]
+        etas.update(zip(self.ids, map(make_eta, zip(st, fins))))
+        for org, fin in zip(self.orgs, fins):
             if fin > org_clear[org]:
                 org_clear[org] = fin
-            if rnd is not None:
-                head = rnd
-            if pending is not None and cid in pending:
-                pending.discard(cid)
-                if not pending:
-                    break
-        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+
+def _forecast_items(queue, lanes: list, ph: _PhantomRounds, real: _RealCharts, mean: Callable,
+                    pending: "set[str] | None"):
+    """The (cost, duration) items of a forecast pass, for :func:`.rules.lane_pass`: the
+    queue's order, each chart preceded by the phantoms that go before it; the charts
+    recorded in ``real``. Ends after the last of ``pending`` (None: the whole order)."""
+    nl = len(lanes)
+    cost_of = queue.cost_of
+    info, own = real.info, real.own
+    idx, ids, orgs, durs = real.idx.append, real.ids.append, real.orgs.append, real.durs.append
+    n = 0
+    for cid, pair, rnd in queue.walk():
+        ce = info.get(pair)
+        if ce is None:
+            ce = info[pair] = ((cost_of(pair[0], pair[1]), mean(*pair)), own(*pair))
+        if ce[0][0] > nl:
+            continue
+        if ph.gen is not None and rnd is not None:
+            for item in ph.before(rnd, lanes, nl):
+                yield item
+                n += 1
+        idx(n)
+        ids(cid)
+        orgs(pair[0])
+        durs(ce[1])
+        yield ce[0]
+        n += 1
+        if rnd is not None:
+            ph.head = rnd
+        if pending is not None and cid in pending:
+            pending.discard(cid)
+            if not pending:
+                return
 
 
 def _decay(dt: float, tau: float) -> float:
@@ -389,7 +427,7 @@ class _Phantoms:
         self.state: dict = {}
         self.seq = 0
         for org, (recent, long) in fc.rates(now).items():
-            if not weights.get(org):
+            if is_held(weights.get(org, 0)):
                 continue
             s = fc._orgs[org]
             mix = {wf: [n, 0.0] for wf, n in s.pairs.items()}
@@ -434,19 +472,8 @@ class _Phantoms:
             if at > self.end:
                 heap.clear()
                 return
-            w = self.weights[org]
-            lo = last.get(org)
-            if lo is None:
-                r = head
-            else:
-                r = lo if lo > head else head
-                if r == lo and used[org] >= w:
-                    r += 1
-            if r == lo:
-                used[org] += 1
-            else:
-                last[org] = r
-                used[org] = 1
+            r, used[org] = arrival_round(head, last.get(org), used.get(org, 0), self.weights[org])
+            last[org] = r
             wf = self._workflow(org)
             self.seq += 1
             self.left -= 1

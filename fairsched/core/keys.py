@@ -1,5 +1,14 @@
 """Every ordering key of the scheduler, in one place.
 
+The live order (:class:`FairQueue`) builds its keys from these
+(:func:`queue_key` around :func:`priority_key`, :func:`normal_key` or
+:func:`fifo_key`); the static plan sorts its priority tier by
+:func:`priority_key`, ranks charts inside an org by :func:`org_rank_key`, and
+orders its normal tier by :func:`normal_key`'s (round, created_at, arrival) with a
+bucket pass instead of a comparison sort. The rules that are not keys
+(classify, the head-of-line stop, the lane walk, auto-hold) are in
+:mod:`fairsched.core.rules`.
+
 Smaller sorts first everywhere. Tie-breaks are numbered in the order they apply.
 ``seq`` is the arrival number; the chart id is a last resort that only a
 caller giving two charts the same ``seq`` ever reaches.
@@ -46,14 +55,16 @@ def fifo_key(created_at: float, seq: int) -> tuple:
     return (created_at, seq)
 
 
-def queue_key(tier: int, k1, created_at: float, seq: int, chart_id: str, entry, pair) -> tuple:
-    """Key of a chart in the live order (:class:`FairQueue`).
+def queue_key(tier: int, key: tuple, chart_id: str, entry, pair) -> tuple:
+    """Key of a chart in the live order (:class:`FairQueue`): flat, ``(tier, *key,
+    chart_id, entry, pair)``.
 
     # 1: tier (priority before normal)
-    # 2: priority tier: prioritized_at (missing: created_at), see priority_key;
-    #    normal tier: round, see normal_key; fifo baseline: 0, see fifo_key
-    # 3: created_at  # 4: arrival  # 5: chart id (only if a caller repeats a seq)
+    # 2-4: ``key``: priority tier: priority_key; normal tier: normal_key;
+    #      fifo baseline: (0, *fifo_key) (one round)
+    # 5: chart id (only if a caller repeats a seq)
     The trailing ``entry`` and ``pair`` (org, workflow) are payload; the id is
     unique so they are never compared.
     """
-    return (tier, k1, created_at, seq, chart_id, entry, pair)
+    k1, k2, k3 = key  # unpacked: cheaper than (tier, *key, ...) for a million keys
+    return (tier, k1, k2, k3, chart_id, entry, pair)

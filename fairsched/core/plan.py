@@ -1,12 +1,13 @@
 """The static plan of one moment (docs/scheduling.md, "One moment: the plan"):
-classify, order, the head-of-line dispatch walk and the lane simulation, over a
-whole backlog at once. The live order (fairsched/core/queue.py) keeps its own
-incremental structures for the same rules."""
+classify, order, the head-of-line dispatch and the lane simulation, over a whole
+backlog at once. The rules themselves (classify, the head-of-line stop, the lane
+walk, auto-hold) are the functions of :mod:`fairsched.core.rules`, which the live
+order (:mod:`fairsched.core.queue`) calls too; this module adds the bulk
+bookkeeping around them (the lanes at ``now``, clear-times, the ETA columns)."""
 from __future__ import annotations
 
 from collections import Counter
 from itertools import chain
-from heapq import heappop, heappush, heapreplace
 import gc
 from contextlib import contextmanager
 from functools import partial
@@ -14,6 +15,7 @@ from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .keys import org_rank_key, priority_key
+from .rules import BLOCKED, HELD, ORDERED, PAUSED, classify, head_of_line, lane_pass
 from .types import ById, Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
 
 T = TypeVar("T")
@@ -36,19 +38,13 @@ _created = attrgetter("created_at")
 _seq = attrgetter("seq")
 _org = attrgetter("org")
 _id = attrgetter("id")
+_round = attrgetter("round")
 
 
 def plan_dispatch(order: Iterable[T], free: int, cost_of: Callable[[T], int]) -> list[T]:
-    """Head-of-line walk: start each chart of ``order`` whose cost fits in
-    ``free`` (which may be negative); stop at the first that does not fit."""
-    started = []
-    for item in order:
-        c = cost_of(item)
-        if c > free:
-            break
-        free -= c
-        started.append(item)
-    return started
+    """The head of ``order`` that starts within ``free`` (:func:`.rules.head_of_line`)."""
+    order = list(order)
+    return order[:head_of_line(map(cost_of, order), free)]
 
 
 def lane_count(budget: int, running_cost: int, n_ordered: int, ordered_cost: Callable[[], int]) -> int:
@@ -101,48 +97,6 @@ def initial_lanes(
         return lanes[len(lanes) - budget:]
     n = budget if cap is None else min(budget, cap)
     return [0.0] * max(0, n - len(lanes)) + lanes
-
-
-def lane_pass(cost_est: Sequence[tuple[int, float]], lanes: list[float]
-              ) -> tuple[list[float | None], list[float | None]]:
-    """The lane simulation's walk, in O(n log budget): for each (cost c,
-    estimate) in order, the chart starts when the c-th earliest lane frees
-    (``lanes[c-1]`` of the sorted lanes), finishes ``estimate`` later and
-    holds those c lanes until then. ``lanes`` is a heap (a sorted list is
-    one) and is consumed. Returns parallel lists of starts and finishes; a
-    chart whose cost exceeds the lanes gets None (it is blocked, never in an
-    order). With a heap: pop c-1 lanes, the c-th is ``lanes[0]``; replace it
-    by the finish and push c-1 more copies."""
-    starts: list = []
-    fins: list = []
-    sa = starts.append
-    fa = fins.append
-    nl = len(lanes)
-    hreplace, hpop, hpush = heapreplace, heappop, heappush
-    for c, est in cost_est:
-        if c == 1 and nl:
-            start = lanes[0]
-            fin = start + est
-            hreplace(lanes, fin)
-        elif c == 2 and nl >= 2:
-            hpop(lanes)
-            start = lanes[0]
-            fin = start + est
-            hreplace(lanes, fin)
-            hpush(lanes, fin)
-        elif 2 < c <= nl:
-            for _ in range(c - 1):
-                hpop(lanes)
-            start = lanes[0]
-            fin = start + est
-            hreplace(lanes, fin)
-            for _ in range(c - 1):
-                hpush(lanes, fin)
-        else:
-            start = fin = None
-        sa(start)
-        fa(fin)
-    return starts, fins
 
 
 _make_eta = partial(tuple.__new__, Eta)
@@ -251,87 +205,12 @@ def _plan(
     now: float = 0.0,
 ) -> Plan:
     """:func:`plan` with the garbage collector running (see there)."""
-    costs = costs or {}
-    held: list[QueuedChart] = []
-    paused: list[QueuedChart] = []
-    blocked: list[QueuedChart] = []
-    prio: list[QueuedChart] = []
-    normal: list[QueuedChart] = []
-    cost_cache: dict = {}
-    for c in queued:
-        org = c.org
-        if weights[org] == 0:
-            held.append(c)
-        elif c.paused:
-            paused.append(c)
-        else:
-            pair = (org, c.workflow)
-            cost = cost_cache.get(pair)
-            if cost is None:
-                cost = cost_cache[pair] = costs.get(pair, 1)
-            if cost > budget:
-                blocked.append(c)
-            elif c.priority:
-                prio.append(c)
-            else:
-                normal.append(c)
-
-    # Priority tier, FIFO.
+    # 1. classify; 2. order
+    held, paused, blocked, prio, normal, cost_cache = _classified(queued, weights, costs or {}, budget)
     prio.sort(key=lambda c: priority_key(c.created_at, c.seq, c.prioritized_at))
-
-    # Normal tier: (round, created_at, arrival). Sort once by (created_at,
-    # arrival) (a stable sort on created_at of a seq-ordered list), then the
-    # round is a counting pass and the tier a bucket pass: O(n) after one sort.
-    seqs = [c.seq for c in normal]
-    if seqs != sorted(seqs):
-        normal.sort(key=_seq)
-    normal.sort(key=_created)
-    rounds: dict[str, int] = {}
-    if normal and all(c.round is not None for c in normal):
-        for c in normal:
-            rounds[c.id] = c.round
-        normal.sort(key=lambda c: c.round)  # stable: keeps (created_at, arrival)
-        tier = normal
-    else:
-        rank: dict[str, int] = {}
-        fronts = [c for c in normal if c.front_at is not None]
-        if fronts:
-            fronts.sort(key=lambda c: org_rank_key(c.created_at, c.seq, c.front_at))
-            for c in fronts:
-                r = rank.get(c.org, 0)
-                rank[c.org] = r + 1
-                rounds[c.id] = r // weights[c.org]
-        counts = Counter(map(_org, normal))
-        max_round = max(((n - 1) // weights[o] for o, n in counts.items()), default=-1)
-        buckets: list[list[QueuedChart]] = [[] for _ in range(max_round + 1)]
-        rnds: list[int] = []
-        keep = rnds.append
-        for c in normal:
-            if c.front_at is None:
-                org = c.org
-                r = rank.get(org, 0)
-                rank[org] = r + 1
-                rnd = r // weights[org]
-            else:
-                rnd = rounds[c.id]
-            keep(rnd)
-            buckets[rnd].append(c)
-        rounds = ById({}, list(map(_id, normal)), rnds.__getitem__, lambda: iter(rnds))
-        tier = [c for b in buckets for c in b]
+    tier, rounds = _normal_tier(normal, weights)
     order = prio + tier
     order_ids = [c.id for c in order]
-
-    # Dispatch: head-of-line within the free budget.
-    free = budget - sum(r.cost for r in running)
-    dispatch = plan_dispatch(order, free, lambda c: cost_cache[(c.org, c.workflow)])
-
-    # ETAs: the lane simulation.
-    etas: dict[str, Eta] = {}
-    cap = lane_count(budget, sum(r.cost for r in running), len(order),
-                     lambda: sum(cost_cache[(c.org, c.workflow)] for c in order))
-    lanes = initial_lanes(running, now, budget, estimate, etas, cap)
-    org_clear: dict[str, float] = {}
-    running_clear(running, etas, org_clear, floor=-1.0)
     # One (cost, estimate) tuple per pair, reached org -> workflow (no tuple built per
     # chart); the tuple's identity stands for its pair in the clear-time bookkeeping.
     info: dict = {}
@@ -340,14 +219,16 @@ def _plan(
         ce = info.setdefault(org, {})[wf] = (cost, float(estimate(org, wf)))
         pair_org[id(ce)] = org
     cost_est = [info[c.org][c.workflow] for c in order]
-    starts, fins = lane_pass(cost_est, lanes)
-    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, list(map(id, cost_est)), pair_org)
+    # 3. dispatch: the head-of-line stop within the free budget
+    free = budget - sum(r.cost for r in running)
+    dispatch = order_ids[:head_of_line(map(itemgetter(0), cost_est), free)]
+    # 4. ETAs: the lane walk
+    etas, org_clear, walked_ids, starts, fins = _lane_etas(order_ids, cost_est, pair_org, running,
+                                                           budget=budget, estimate=estimate, now=now)
     clear = max(org_clear.values(), default=0.0)
     if clear < 0.0:
         clear = 0.0
-    unplanned: dict[str, int] = {}
-    for c in chain(held, paused, blocked):
-        unplanned[c.org] = unplanned.get(c.org, 0) + 1
+    unplanned = _unplanned(held, paused, blocked)
     for org in weights:
         if org not in org_clear:
             org_clear[org] = None if org in unplanned else 0.0
@@ -355,7 +236,7 @@ def _plan(
     by_seq = lambda cs: [c.id for c in sorted(cs, key=_seq)]
     return Plan(
         order=order_ids,
-        dispatch=[c.id for c in dispatch],
+        dispatch=dispatch,
         held=by_seq(held),
         paused=by_seq(paused),
         blocked=by_seq(blocked),
@@ -365,3 +246,100 @@ def _plan(
         rounds=rounds,
         org_unplanned=unplanned,
     )
+
+
+def _classified(queued: Iterable[QueuedChart], weights: Mapping[str, int], costs: Mapping, budget: int):
+    """Step 1: :func:`.rules.classify` each chart, once per distinct (org, workflow,
+    paused, priority). Returns the held, paused, blocked, priority-tier and
+    normal-tier charts (each in ``queued``'s order) and the cost of each pair seen."""
+    cost_cache: dict = {}
+    held: list[QueuedChart] = []
+    paused: list[QueuedChart] = []
+    blocked: list[QueuedChart] = []
+    prio: list[QueuedChart] = []
+    normal: list[QueuedChart] = []
+    into = {HELD: held.append, PAUSED: paused.append, BLOCKED: blocked.append}
+    where: dict = {}  # (org, workflow, paused, priority) -> the list's append
+    for c in queued:
+        k = (c.org, c.workflow, c.paused, c.priority)
+        put = where.get(k)
+        if put is None:
+            pair = (c.org, c.workflow)
+            cost = cost_cache[pair] = costs.get(pair, 1)
+            st = classify(weights[c.org], c.paused, cost, budget)
+            put = where[k] = into[st] if st != ORDERED else (prio.append if c.priority else normal.append)
+        put(c)
+    return held, paused, blocked, prio, normal, cost_cache
+
+
+def _normal_tier(normal: list[QueuedChart], weights: Mapping[str, int]) -> tuple[list[QueuedChart], Mapping]:
+    """Step 2, the normal tier: sorted by :func:`.keys.normal_key` (round, created_at,
+    arrival), and each chart's round. Sorted once by (created_at, arrival) (a stable
+    sort on created_at of a seq-ordered list); then the rounds are a counting pass
+    and the tier a bucket pass: O(n) after one sort. The rounds are those the charts
+    carry when every one does (a live dump), else computed (:func:`_computed_rounds`)."""
+    seqs = [c.seq for c in normal]
+    if seqs != sorted(seqs):
+        normal.sort(key=_seq)
+    normal.sort(key=_created)
+    if normal and all(c.round is not None for c in normal):
+        rounds = {c.id: c.round for c in normal}
+        normal.sort(key=_round)  # stable: keeps (created_at, arrival)
+        return normal, rounds
+    return _computed_rounds(normal, weights)
+
+
+def _computed_rounds(normal: list[QueuedChart], weights: Mapping[str, int]) -> tuple[list[QueuedChart], ById]:
+    """The rounds of a static backlog (``normal`` sorted by (created_at, arrival)):
+    the chart at rank r in its org (:func:`.keys.org_rank_key`, moved-to-front
+    charts first) is in round ``r // weight``. Returns the tier and the rounds."""
+    rank: dict[str, int] = {}
+    front_rounds: dict[str, int] = {}
+    fronts = [c for c in normal if c.front_at is not None]
+    if fronts:
+        fronts.sort(key=lambda c: org_rank_key(c.created_at, c.seq, c.front_at))
+        for c in fronts:
+            r = rank.get(c.org, 0)
+            rank[c.org] = r + 1
+            front_rounds[c.id] = r // weights[c.org]
+    counts = Counter(map(_org, normal))
+    max_round = max(((n - 1) // weights[o] for o, n in counts.items()), default=-1)
+    buckets: list[list[QueuedChart]] = [[] for _ in range(max_round + 1)]
+    rnds: list[int] = []
+    keep = rnds.append
+    for c in normal:
+        if c.front_at is None:
+            org = c.org
+            r = rank.get(org, 0)
+            rank[org] = r + 1
+            rnd = r // weights[org]
+        else:
+            rnd = front_rounds[c.id]
+        keep(rnd)
+        buckets[rnd].append(c)
+    rounds = ById({}, list(map(_id, normal)), rnds.__getitem__, lambda: iter(rnds))
+    return [c for b in buckets for c in b], rounds
+
+
+def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], pair_org: dict,
+               running: Sequence[RunningChart], *, budget: int, estimate: Callable, now: float):
+    """Step 4: the lanes at ``now``, then :func:`.rules.lane_pass` over the order.
+    Returns the running charts' ETAs, each org's clear-time so far, and the walked
+    charts' ``(ids, starts, fins)``."""
+    etas: dict[str, Eta] = {}
+    running_cost = sum(r.cost for r in running)
+    cap = lane_count(budget, running_cost, len(cost_est), lambda: sum(map(itemgetter(0), cost_est)))
+    lanes = initial_lanes(running, now, budget, estimate, etas, cap)
+    org_clear: dict[str, float] = {}
+    running_clear(running, etas, org_clear, floor=-1.0)
+    starts, fins = lane_pass(cost_est, lanes)
+    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, list(map(id, cost_est)), pair_org)
+    return etas, org_clear, walked_ids, starts, fins
+
+
+def _unplanned(*groups: list[QueuedChart]) -> dict[str, int]:
+    """Per org, how many of its charts are in ``groups`` (held, paused, blocked)."""
+    unplanned: dict[str, int] = {}
+    for c in chain(*groups):
+        unplanned[c.org] = unplanned.get(c.org, 0) + 1
+    return unplanned

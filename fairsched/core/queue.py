@@ -19,14 +19,13 @@ Complexity (n queued charts, k of one org, B the budget):
 """
 from __future__ import annotations
 
-from heapq import heappop, heappush, heapreplace
+from itertools import chain, islice
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key, priority_key, queue_key
-from itertools import chain
-from operator import attrgetter, itemgetter
-
-from .plan import collect_etas, gc_paused, initial_lanes, lane_count, lane_pass, running_clear, unplanned_clear
+from .keys import TIER_NORMAL, TIER_PRIORITY, fifo_key, normal_key, org_rank_key, priority_key, queue_key
+from .plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
+from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, lane_pass
 from .sortedkeys import SortedKeys
 from .types import Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
@@ -34,11 +33,20 @@ _payload = itemgetter(5)
 _kid = itemgetter(4)
 _kpair = itemgetter(6)
 _pair = attrgetter("pair")
+_ecost = attrgetter("cost")
 _org = attrgetter("org")
 _seq_id = attrgetter("seq", "id")
 
-ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
 POLICIES = ("wrr", "fifo")
+
+
+def _costs_in_order(sublists: list[list[tuple]], free: int) -> Iterator[int]:
+    """The cost of each chart of the order (its keys' ``sublists``), lazily from the
+    head, for the head-of-line stop within ``free``. Every cost is at least 1, so at
+    most ``free`` charts start: when the first sublist is longer, it holds the stop."""
+    if sublists and free < len(sublists[0]):
+        return map(_ecost, map(_payload, sublists[0]))
+    return map(_ecost, map(_payload, chain.from_iterable(sublists)))
 
 
 class _Untracked:
@@ -62,7 +70,7 @@ class _Entry:
     """Mutable internal record of a queued chart (never handed out)."""
 
     __slots__ = ("id", "org", "workflow", "pair", "created_at", "seq", "priority",
-                 "prioritized_at", "paused", "front_at", "round", "key", "state")
+                 "prioritized_at", "paused", "front_at", "round", "key", "state", "cost")
 
     def __init__(self, c: QueuedChart) -> None:
         self.id = c.id
@@ -79,6 +87,7 @@ class _Entry:
         self.round: int | None = None
         self.key: tuple | None = None
         self.state = ""
+        self.cost = 1  # its pair's cost when last placed (every cost change re-places)
 
     def chart(self) -> QueuedChart:
         return QueuedChart(self.id, self.org, self.workflow, self.created_at, self.seq,
@@ -155,14 +164,7 @@ class FairQueue:
     def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False) -> "FairQueue":
         q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds)
         keys = []
-        for c in queued:
-            if c.id in q._entries:
-                raise ValueError(f"duplicate chart id {c.id!r}")
-            if c.org not in q._weights:
-                raise KeyError(f"unknown org {c.org!r}")
-            e = _Entry(c)
-            q._entries[c.id] = e
-            q._by_org[c.org][c.id] = e
+        q._enter(queued)
         for org in q._weights:
             keys.extend(q._rank(org, insert=False))
         q._order.bulk_load(keys)
@@ -199,42 +201,55 @@ class FairQueue:
                     q._last[org], q._used[org] = s.last, s.used
                 if s.in_head:
                     q._disp_round[org], q._disp_count[org] = q._head, s.in_head
-            for c in queued:
-                if c.id in q._entries:
-                    raise ValueError(f"duplicate chart id {c.id!r}")
-                if c.org not in q._weights:
-                    raise KeyError(f"unknown org {c.org!r}")
-                e = _Entry(c)
+            queued = list(queued)
+            for c, e in zip(queued, q._enter(queued)):
                 e.round = c.round
-                q._entries[c.id] = e
-                q._by_org[c.org][c.id] = e
             keys = []
             rerank_all = state.budget != q._budget
             for org, w in q._weights.items():
                 s = state.orgs.get(org)
-                charts = q._by_org[org].values()
-                kept = sorted((e for e in charts if e.round is not None), key=_seq_id)
-                # A normal-tier chart in the order below head cannot be what was saved: it
-                # was resumed or un-prioritised while no scheduler ran, which re-ranks.
-                stale = any(e.round < q._head and not e.priority and q._classify(e) == ORDERED
-                            for e in kept)
-                if rerank_all or stale or (s is not None and s.weight != w):
+                if rerank_all or (s is not None and s.weight != w) or q._stale(org):
                     keys.extend(q._rank(org, insert=False))
-                    continue
-                new = sorted((e for e in charts if e.round is None),
-                             key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
-                for e in kept:
-                    k = q._place(e, arrive=False, insert=False)
-                    if k is not None:
-                        keys.append(k)
-                for e in new:
-                    k = q._place(e, arrive=True, insert=False)
-                    if k is not None:
-                        keys.append(k)
-                    if e.round is not None:
-                        q._changed.add(e.id)
+                else:
+                    keys.extend(q._resume_org(org))
             q._order.bulk_load(keys)
             return q
+
+    def _enter(self, charts: Iterable[QueuedChart]) -> list[_Entry]:
+        """A new entry for each chart, registered but not placed."""
+        out = []
+        entries, by_org, weights = self._entries, self._by_org, self._weights
+        for c in charts:
+            if c.id in entries:
+                raise ValueError(f"duplicate chart id {c.id!r}")
+            if c.org not in weights:
+                raise KeyError(f"unknown org {c.org!r}")
+            e = _Entry(c)
+            entries[c.id] = e
+            by_org[c.org][c.id] = e
+            out.append(e)
+        return out
+
+    def _stale(self, org: str) -> bool:
+        """A restored normal-tier chart of ``org`` in the order below ``head`` cannot be
+        what was saved: it was resumed or un-prioritised while no scheduler ran, which
+        re-ranks."""
+        return any(e.round is not None and e.round < self._head and not e.priority
+                   and self._state(e) == ORDERED for e in self._by_org[org].values())
+
+    def _resume_org(self, org: str) -> list[tuple]:
+        """:meth:`restore` of one org: its charts with a round keep it (in arrival
+        order), then the others arrive in rank order. Returns their keys."""
+        charts = self._by_org[org].values()
+        kept = sorted((e for e in charts if e.round is not None), key=_seq_id)
+        new = sorted((e for e in charts if e.round is None),
+                     key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
+        keys = [self._place(e, arrive=False, insert=False) for e in kept]
+        for e in new:
+            keys.append(self._place(e, arrive=True, insert=False))
+            if e.round is not None:
+                self._changed.add(e.id)
+        return [k for k in keys if k is not None]
 
     def export_rounds(self) -> RoundState:
         """``head`` and each org's ``(last, used, in_head, weight)``: with each queued
@@ -408,13 +423,7 @@ class FairQueue:
     def add(self, chart: QueuedChart) -> None:
         """A chart arrives, O(log n). Eligible normal-tier charts take their
         org's next round: ``r = max(head, last)``, +1 if that round is full."""
-        if chart.id in self._entries:
-            raise ValueError(f"duplicate chart id {chart.id!r}")
-        if chart.org not in self._weights:
-            raise KeyError(f"unknown org {chart.org!r}")
-        e = _Entry(chart)
-        self._entries[chart.id] = e
-        self._by_org[chart.org][chart.id] = e
+        e, = self._enter((chart,))
         self._place(e)
         if e.round is not None:
             self._changed.add(e.id)
@@ -530,15 +539,8 @@ class FairQueue:
     # --------------------------------------------------------------- dispatch
     def peek(self, free: int) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
-        out = []
-        costs = self._costs
-        for k in self._order:
-            c = costs.get(k[5].pair, 1)
-            if c > free:
-                break
-            free -= c
-            out.append(k[4])
-        return out
+        n = head_of_line(_costs_in_order(self._order.sublists(), free), free)
+        return [k[4] for k in islice(self._order, n)]
 
     def dispatch(self, free: int) -> list[QueuedChart]:
         """Head-of-line walk within ``free`` (may be negative): start each chart
@@ -548,15 +550,8 @@ class FairQueue:
         later ``set_cost`` does not touch in-flight work)."""
         started = []
         order = self._order
-        costs = self._costs
-        while order:
-            k = order.first()
+        for k in order.pop_head(head_of_line(_costs_in_order(order.sublists(), free), free)):
             e = k[5]
-            c = costs.get(e.pair, 1)
-            if c > free:
-                break
-            free -= c
-            order.pop_first()
             self._ordered_n[e.org] -= 1
             del self._entries[e.id]
             del self._by_org[e.org][e.id]
@@ -626,39 +621,37 @@ class FairQueue:
             # the full pass, vectorised: C-level gathers around one tight heap loop
             with gc_paused():
                 return self._full_pass(lanes, etas, org_clear, estimate)
+        # a partial pass (the simulator's ETA at arrival): the same lane walk, a
+        # stretch of the order at a time, until every pending chart has its ETA
+        return self._partial_pass(lanes, etas, org_clear, estimate, pending)
+
+    def _partial_pass(self, lanes, etas, org_clear, estimate, pending) -> EtaReport:
+        """:func:`.rules.lane_pass` over the order one stretch (a sublist of the sorted
+        keys) at a time, stopping after the chart that gives the last of ``pending``
+        its ETA: ETAs and clear-times cover the order up to there."""
         costs = self._costs
         info: dict = {}  # (org, workflow) -> (cost, estimate), once per pass
-        # a partial pass (the simulator's ETA at arrival): stop once all are reached
-        nl = len(lanes)
-        for k in chain.from_iterable(self._order.sublists()):
-            e = k[5]
-            ce = info.get(e.pair)
-            if ce is None:
-                ce = info[e.pair] = (costs.get(e.pair, 1), float(estimate(e.org, e.workflow)))
-            c, est = ce
-            if c == 1 and nl:
-                start = lanes[0]
-                fin = start + est
-                heapreplace(lanes, fin)
-            elif 1 < c <= nl:
-                for _ in range(c - 1):
-                    heappop(lanes)
-                start = lanes[0]
-                fin = start + est
-                heapreplace(lanes, fin)
-                for _ in range(c - 1):
-                    heappush(lanes, fin)
-            else:
-                continue
-            etas[k[4]] = Eta(start, fin)
-            if fin > org_clear[e.org]:
-                org_clear[e.org] = fin
-            if k[4] in pending:
-                pending.discard(k[4])
-                if not pending:
-                    break
-        clear = max(org_clear.values(), default=0.0)
-        return EtaReport(etas, org_clear, clear)
+        for keys in self._order.sublists():
+            cost_est = []
+            for k in keys:
+                pair = k[6]
+                ce = info.get(pair)
+                if ce is None:
+                    ce = info[pair] = (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
+                cost_est.append(ce)
+            starts, fins = lane_pass(cost_est, lanes)
+            n = len(keys)
+            for i, k in enumerate(keys):
+                if fins[i] is not None and k[4] in pending:
+                    pending.discard(k[4])
+                    if not pending:
+                        n = i + 1
+                        break
+            collect_etas([k[4] for k in keys[:n]], [k[6][0] for k in keys[:n]], starts[:n], fins[:n],
+                         etas, org_clear)
+            if not pending:
+                break
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
 
     def _ordered_cost(self) -> int:
         """The total cost of the charts in the order (O(n); see :func:`lane_count`)."""
@@ -698,14 +691,9 @@ class FairQueue:
                     org_unplanned=rep.org_unplanned)
 
     # -------------------------------------------------------------- internals
-    def _classify(self, e: _Entry) -> str:
-        if self._weights[e.org] == 0:
-            return HELD
-        if e.paused:
-            return PAUSED
-        if self._costs.get(e.pair, 1) > self._budget:
-            return BLOCKED
-        return ORDERED
+    def _state(self, e: _Entry) -> str:
+        """:func:`.rules.classify` of ``e`` now."""
+        return classify(self._weights[e.org], e.paused, self._costs.get(e.pair, 1), self._budget)
 
     def _take_out(self, e: _Entry) -> None:
         if e.key is not None:
@@ -718,46 +706,32 @@ class FairQueue:
 
     def _key(self, e: _Entry) -> tuple:
         """The chart's key in the order; all keys are defined in :mod:`.keys`."""
-        if self.policy == "fifo":
-            return queue_key(TIER_NORMAL, 0, e.created_at, e.seq, e.id, e, e.pair)
+        if self.policy == "fifo":  # one round, 0: arrival order
+            return queue_key(TIER_NORMAL, (0,) + fifo_key(e.created_at, e.seq), e.id, e, e.pair)
         if e.priority:
-            k1 = priority_key(e.created_at, e.seq, e.prioritized_at)[0]
-            return queue_key(TIER_PRIORITY, k1, e.created_at, e.seq, e.id, e, e.pair)
-        return queue_key(TIER_NORMAL, e.round, e.created_at, e.seq, e.id, e, e.pair)
+            return queue_key(TIER_PRIORITY, priority_key(e.created_at, e.seq, e.prioritized_at), e.id, e, e.pair)
+        return queue_key(TIER_NORMAL, normal_key(e.round, e.created_at, e.seq), e.id, e, e.pair)
 
     def _place(self, e: _Entry, arrive: bool = True, insert: bool = True) -> tuple | None:
         """Classify ``e`` and put it in the order or aside. ``arrive``: give an
         eligible normal-tier chart its next round (else it keeps its own)."""
-        st = self._classify(e)
-        e.state = st
+        org = e.org
+        cost = e.cost = self._costs.get(e.pair, 1)  # set_cost and set_budget re-place: always current
+        st = e.state = classify(self._weights[org], e.paused, cost, self._budget)
         if st != ORDERED:
             self._aside[st][e.id] = e
             return None
         if self.policy == "wrr" and not e.priority and (arrive or e.round is None):
-            self._arrive(e)
+            # the arrival rule: e takes its org's next round
+            r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
+                                               self._weights[org])
+            self._last[org] = e.round = r
         key = self._key(e)
         e.key = key
-        self._ordered_n[e.org] += 1
+        self._ordered_n[org] += 1
         if insert:
             self._order.add(key)
         return key
-
-    def _arrive(self, e: _Entry) -> None:
-        org = e.org
-        w = self._weights[org]
-        last = self._last.get(org)
-        if last is None:
-            r = self._head
-        else:
-            r = last if last > self._head else self._head
-            if r == last and self._used[org] >= w:
-                r += 1
-        if r == last:
-            self._used[org] += 1
-        else:
-            self._last[org] = r
-            self._used[org] = 1
-        e.round = r
 
     def _rank(self, org: str, insert: bool = True) -> list[tuple]:
         """Reset ``org`` to what its dispatched charts imply, then its queued

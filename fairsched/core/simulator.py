@@ -13,14 +13,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from operator import itemgetter
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .forecast import Forecaster, ForecastParams
 from .keys import fifo_key
-from .queue import ORDERED, FairQueue
+from .queue import FairQueue
+from .rules import ORDERED, head_of_line, is_held
 from .types import Durations, QueuedChart, RunningChart
 
 POLICIES = ("wrr", "fifo", "proportional")
+_cost = itemgetter(1)
 EVENT_KINDS = ("set_weight", "set_budget", "pause", "resume")
 ETA_MODELS = ("lanes", "forecast")
 
@@ -93,53 +96,81 @@ def simulate(
     if eta_model not in ETA_MODELS:
         raise ValueError(f"unknown eta_model {eta_model!r}")
     fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model == "forecast" else None
-    by_id = {a.id: a for a in arrivals}
-    q = FairQueue(budget=budget, weights=weights, costs=costs,
-                  policy="wrr" if policy == "wrr" else "fifo")
-    weights0 = dict(weights)
-    weights = dict(weights)
-    arr_order = sorted(range(len(arrivals)), key=lambda i: arrivals[i].at_s)  # stable
-    ev_order = sorted(range(len(events)), key=lambda i: events[i].at_s)
-    start: dict[str, float] = {}
-    finish: dict[str, float] = {}
-    eta: dict[str, float] = {}
-    p90: dict[str, float] = {}
-    actual = {a.id: a.actual_s for a in arrivals}
-    running: dict[str, RunningChart] = {}
-    finishing: list[tuple[float, int, str]] = []  # (finish time, tie, id)
-    used = 0  # sum of running costs
-    ai = ei = 0
-    tie = 0
-    # fairness bookkeeping (see summarize): per org, entitled share while backlogged
-    entitled: dict[str, float] = dict.fromkeys(weights, 0.0)
-    contended_starts: dict[str, int] = dict.fromkeys(weights, 0)
-    inf = math.inf
+    sim = _Sim(arrivals, events, budget=budget, weights=weights, costs=costs, estimate=estimate,
+               policy=policy, forecaster=fc)
     while True:
-        t = inf
-        if finishing:
-            t = finishing[0][0]
-        if ai < len(arr_order):
-            t = min(t, arrivals[arr_order[ai]].at_s)
-        if ei < len(ev_order):
-            t = min(t, events[ev_order[ei]].at_s)
-        if t == inf:
+        t = sim.next_instant()
+        if t is None:
             break
-        # 1. finishes free their cost
+        sim.finish(t)                 # 1. finishes free their cost
+        sim.apply_events(t)           # 2. events, in listing order
+        arrived = sim.arrive(t)       # 3. arrivals, in listing order
+        sim.dispatch(t)               # 4. dispatch
+        sim.eta_at_arrival(t, arrived)  # 5. ETA at arrival
+    charts = [SimChart(a.id, a.org, float(a.at_s), sim.start.get(a.id), sim.finish_at.get(a.id),
+                       sim.eta.get(a.id), sim.p90.get(a.id)) for a in arrivals]
+    summary = summarize(charts, dict(weights), sim.entitled, sim.contended_starts)
+    return SimResult(policy, charts, summary, eta_model)
+
+
+class _Sim:
+    """The state of one :func:`simulate` run and its steps at each instant."""
+
+    def __init__(self, arrivals: Sequence[Arrival], events: Sequence[Event], *, budget: int,
+                 weights: Mapping[str, int], costs, estimate: Callable, policy: str,
+                 forecaster: Forecaster | None) -> None:
+        self.arrivals, self.events = arrivals, events
+        self.estimate, self.policy, self.fc = estimate, policy, forecaster
+        self.by_id = {a.id: a for a in arrivals}
+        self.q = FairQueue(budget=budget, weights=weights, costs=costs,
+                           policy="wrr" if policy == "wrr" else "fifo")
+        self.weights = dict(weights)
+        self.arr_order = sorted(range(len(arrivals)), key=lambda i: arrivals[i].at_s)  # stable
+        self.ev_order = sorted(range(len(events)), key=lambda i: events[i].at_s)
+        self.ai = self.ei = 0
+        self.start: dict[str, float] = {}
+        self.finish_at: dict[str, float] = {}
+        self.eta: dict[str, float] = {}
+        self.p90: dict[str, float] = {}
+        self.running: dict[str, RunningChart] = {}
+        self.finishing: list[tuple[float, int, str]] = []  # (finish time, tie, id)
+        self.used = 0  # sum of running costs
+        self.tie = 0
+        # fairness bookkeeping (see summarize): per org, entitled share while backlogged
+        self.entitled: dict[str, float] = dict.fromkeys(weights, 0.0)
+        self.contended_starts: dict[str, int] = dict.fromkeys(weights, 0)
+
+    def next_instant(self) -> float | None:
+        """The next time anything happens (a finish, an event, an arrival); None: the end."""
+        t = math.inf
+        if self.finishing:
+            t = self.finishing[0][0]
+        if self.ai < len(self.arr_order):
+            t = min(t, self.arrivals[self.arr_order[self.ai]].at_s)
+        if self.ei < len(self.ev_order):
+            t = min(t, self.events[self.ev_order[self.ei]].at_s)
+        return None if t == math.inf else t
+
+    def finish(self, t: float) -> None:
+        finishing = self.finishing
         while finishing and finishing[0][0] <= t:
             _, _, cid = heappop(finishing)
-            used -= running.pop(cid).cost
-            if fc is not None:
-                a = by_id[cid]
-                fc.observe_finish(a.org, a.workflow, a.actual_s, chart_id=cid, finished_at=finish[cid])
-        # 2. events, in listing order
-        while ei < len(ev_order) and events[ev_order[ei]].at_s <= t:
-            ev = events[ev_order[ei]]
-            ei += 1
+            self.used -= self.running.pop(cid).cost
+            if self.fc is not None:
+                a = self.by_id[cid]
+                self.fc.observe_finish(a.org, a.workflow, a.actual_s, chart_id=cid,
+                                       finished_at=self.finish_at[cid])
+
+    def apply_events(self, t: float) -> None:
+        q, events, ev_order = self.q, self.events, self.ev_order
+        while self.ei < len(ev_order) and events[ev_order[self.ei]].at_s <= t:
+            ev = events[ev_order[self.ei]]
+            self.ei += 1
             if ev.kind == "set_weight":
-                weights[ev.org] = ev.value
+                self.weights[ev.org] = ev.value
                 q.set_weight(ev.org, ev.value)
-                entitled.setdefault(ev.org, 0.0)
-                contended_starts.setdefault(ev.org, 0)
+                self.entitled.setdefault(ev.org, 0.0)
+                self.contended_starts.setdefault(ev.org, 0)
             elif ev.kind == "set_budget":
                 q.set_budget(ev.value)
             elif ev.kind == "pause":
@@ -148,61 +179,70 @@ def simulate(
                 q.resume(ev.chart)
             else:
                 raise ValueError(f"unknown event kind {ev.kind!r}")
-        # 3. arrivals, in listing order
+
+    def arrive(self, t: float) -> list[str]:
+        arrivals, arr_order = self.arrivals, self.arr_order
         arrived = []
-        while ai < len(arr_order) and arrivals[arr_order[ai]].at_s <= t:
-            i = arr_order[ai]
-            ai += 1
+        while self.ai < len(arr_order) and arrivals[arr_order[self.ai]].at_s <= t:
+            i = arr_order[self.ai]
+            self.ai += 1
             a = arrivals[i]
-            q.add(QueuedChart(a.id, a.org, a.workflow, a.at_s, i, priority=a.priority))
+            self.q.add(QueuedChart(a.id, a.org, a.workflow, a.at_s, i, priority=a.priority))
             arrived.append(a.id)
-            if fc is not None:
-                fc.observe_arrival(a.org, a.workflow, a.at_s)
-        # 4. dispatch
-        free = q.budget - used
-        demand = {o: q.ordered_count(o) for o in weights if q.ordered_count(o)}
-        backlogged = list(demand)
-        if policy == "proportional":
-            started = _proportional(q, free, weights)
+            if self.fc is not None:
+                self.fc.observe_arrival(a.org, a.workflow, a.at_s)
+        return arrived
+
+    def dispatch(self, t: float) -> None:
+        q = self.q
+        free = q.budget - self.used
+        demand = {o: q.ordered_count(o) for o in self.weights if q.ordered_count(o)}
+        if self.policy == "proportional":
+            started = _proportional(q, free, self.weights)
         else:
             started = q.dispatch(free)
-        if started and backlogged:
-            share = _waterfill(len(started), demand,
-                               weights)
-            for o, x in share.items():
-                entitled[o] += x
-            if len(backlogged) > 1:
-                for c in started:
-                    contended_starts[c.org] += 1
+        if started and demand:
+            self._entitle(started, demand)
         for c in started:
             cost = q.cost_of(c.org, c.workflow)
-            running[c.id] = RunningChart(c.id, c.org, c.workflow, t, cost)
-            used += cost
-            start[c.id] = float(t)
-            fin = float(t) + actual[c.id]
-            finish[c.id] = fin
-            tie += 1
-            heappush(finishing, (fin, tie, c.id))
-        # 5. ETA at arrival
-        if arrived and policy != "proportional":
-            want = {cid for cid in arrived if cid in running or q.state_of(cid) == ORDERED}
-            if want:
-                if fc is not None and policy == "wrr":
-                    rep = fc.etas(q, running.values(), t, stop_after=want)
-                else:
-                    rep = q.etas(running.values(), t, estimate=estimate, stop_after=want)
-                for cid in want:
-                    e = rep.etas.get(cid)
-                    if e is not None:
-                        eta[cid] = e.finish_s + t
-                        if fc is not None and policy == "wrr":
-                            a = by_id[cid]
-                            p90[cid] = fc.p90_finish(a.org, a.workflow, e) + t
-                            fc.record_eta(cid, t, eta[cid])
-    charts = [SimChart(a.id, a.org, float(a.at_s), start.get(a.id), finish.get(a.id),
-                       eta.get(a.id), p90.get(a.id)) for a in arrivals]
-    summary = summarize(charts, weights0, entitled, contended_starts)
-    return SimResult(policy, charts, summary, eta_model)
+            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, cost)
+            self.used += cost
+            self.start[c.id] = float(t)
+            fin = float(t) + self.by_id[c.id].actual_s
+            self.finish_at[c.id] = fin
+            self.tie += 1
+            heappush(self.finishing, (fin, self.tie, c.id))
+
+    def _entitle(self, started: list[QueuedChart], demand: dict[str, int]) -> None:
+        """Fairness bookkeeping of one dispatch: each backlogged org's fair share of the
+        starts, and the starts made while at least two orgs were backlogged."""
+        for o, x in _waterfill(len(started), demand, self.weights).items():
+            self.entitled[o] += x
+        if len(demand) > 1:
+            for c in started:
+                self.contended_starts[c.org] += 1
+
+    def eta_at_arrival(self, t: float, arrived: list[str]) -> None:
+        if not arrived or self.policy == "proportional":
+            return
+        q, running = self.q, self.running
+        want = {cid for cid in arrived if cid in running or q.state_of(cid) == ORDERED}
+        if not want:
+            return
+        forecast = self.fc is not None and self.policy == "wrr"
+        if forecast:
+            rep = self.fc.etas(q, running.values(), t, stop_after=want)
+        else:
+            rep = q.etas(running.values(), t, estimate=self.estimate, stop_after=want)
+        for cid in want:
+            e = rep.etas.get(cid)
+            if e is None:
+                continue
+            self.eta[cid] = e.finish_s + t
+            if forecast:
+                a = self.by_id[cid]
+                self.p90[cid] = self.fc.p90_finish(a.org, a.workflow, e) + t
+                self.fc.record_eta(cid, t, self.eta[cid])
 
 
 def _proportional(q: FairQueue, free: int, weights: Mapping[str, int]) -> list[QueuedChart]:
@@ -223,21 +263,11 @@ def _proportional(q: FairQueue, free: int, weights: Mapping[str, int]) -> list[Q
         if not g:
             continue
         slots = (2 * free * len(g) + total) // (2 * total)  # floor(F q / Q + 0.5), exact
-        for c in g:
-            cost = q.cost_of(c.org, c.workflow)
-            if cost > slots:
-                break
-            slots -= cost
-            picks.append((c, cost))
+        g_costs = [(c, q.cost_of(c.org, c.workflow)) for c in g]
+        picks.extend(g_costs[:head_of_line(map(_cost, g_costs), slots)])  # the org's oldest, within its slots
     picks.sort(key=lambda p: fifo_key(p[0].created_at, p[0].seq))
     if sum(cost for _, cost in picks) > free:
-        kept, left = [], free
-        for c, cost in picks:
-            if cost > left:
-                break
-            left -= cost
-            kept.append((c, cost))
-        picks = kept
+        picks = picks[:head_of_line(map(_cost, picks), free)]  # the overshoot cut, oldest first
     for c, _ in picks:
         q.remove(c.id)
     return [c for c, _ in picks]
@@ -247,7 +277,7 @@ def _waterfill(n: int, demand: Mapping[str, int], weights: Mapping[str, int]) ->
     """Weighted max-min fair split of ``n`` starts among orgs wanting ``demand``:
     each gets ``n * w / W`` of what is left, capped at its demand."""
     out = dict.fromkeys(demand, 0.0)
-    active = {o for o, d in demand.items() if d > 0 and weights.get(o, 0) > 0}
+    active = {o for o, d in demand.items() if d > 0 and not is_held(weights.get(o, 0))}
     left = float(n)
     while active and left > 1e-12:
         w_sum = sum(weights[o] for o in active)

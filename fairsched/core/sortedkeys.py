@@ -98,6 +98,24 @@ class SortedKeys:
             del self._maxes[0]
         return key
 
+    def pop_head(self, n: int) -> list:
+        """Remove and return the ``n`` smallest keys (all if fewer), in order."""
+        out: list = []
+        lists = self._lists
+        while n > 0 and lists:
+            lst = lists[0]
+            if n < len(lst):
+                out += lst[:n]
+                del lst[:n]
+                self._len -= n
+                break
+            out += lst
+            n -= len(lst)
+            self._len -= len(lst)
+            del lists[0]
+            del self._maxes[0]
+        return out
+
     def index(self, key) -> int:
         """Position of ``key`` from the head, O(n / load + log n); ValueError if absent."""
         pos = bisect_left(self._maxes, key)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
+from fairsched.core.rules import is_held
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
@@ -105,13 +106,13 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
         aside = unplanned.get(o.id)
         active = state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0)
         org_rows.append({
-            "id": o.id, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.weight == 0,
+            "id": o.id, "name": o.name, "slug": o.slug, "weight": o.weight, "held": is_held(o.weight),
             "queued": state.queued_by_org.get(o.id, 0), "running": running_by_org.get(o.id, 0),
             "used_cost": used_by_org.get(o.id, 0),
             "share_budget": round(used_by_org.get(o.id, 0) / used, 4) if used else 0.0,
             "share_weight": round(o.weight / active_weight, 4) if active and active_weight else 0.0,
             "clear_s": clear, "clear_at": None if clear is None else iso(now + clear),
-            "unplanned": aside or {}, "no_eta": no_eta_note(aside, org_held=o.weight == 0),
+            "unplanned": aside or {}, "no_eta": no_eta_note(aside, org_held=is_held(o.weight)),
         })
     snapshot = {
         "version": 1, "generated_at": iso(now), "now": now,

@@ -19,6 +19,7 @@ from django.db import DatabaseError, close_old_connections
 
 from charts.models import Chart, ChartState
 from charts.services import chart_submit
+from fairsched.core.rules import HELD_WEIGHT
 from fairsched.management.commands.seed_demo import ORGS, WORKFLOWS, demo_chart
 from orgs.models import Org, Workflow
 
@@ -41,7 +42,7 @@ class LoadGenerator:
         """Submit one chart; None if the backlog is full or there is nowhere to submit."""
         if Chart.objects.filter(state=ChartState.QUEUED).count() >= self.max_queued:
             return None
-        orgs = list(Org.objects.filter(weight__gt=0).order_by("pk"))
+        orgs = list(Org.objects.exclude(weight=HELD_WEIGHT).order_by("pk"))
         names = set(Workflow.objects.values_list("name", flat=True))
         if not orgs or not names:
             return None
