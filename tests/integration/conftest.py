@@ -126,10 +126,19 @@ class Live:
     def worker(self, *extra: str, env: dict[str, str] | None = None) -> Proc:
         return self.spawn("runworker", *extra, env=env)
 
-    def stop_all(self) -> None:
-        for p in self.procs:
-            if p.alive():
-                p.terminate(timeout=5)
+    def stop_all(self, grace_s: float = 2.0) -> None:
+        """SIGTERM every process still running at once, give them ``grace_s`` together, then
+        SIGKILL what is left (a kill at any moment is safe by design; a test that checks a warm
+        stop does so itself)."""
+        alive = [p for p in self.procs if p.alive()]
+        for p in alive:
+            p.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in alive:
+            try:
+                p.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 @pytest.fixture
