@@ -123,6 +123,21 @@ def test_db_url(django_db_setup, django_db_blocker) -> str:
         return _database_url(connection.settings_dict)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_stray_sessions_at_teardown(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """Before the test database is dropped: end the PostgreSQL sessions that processes the
+    tests started still hold (one SIGKILLed a moment ago may not have been reaped yet), or
+    ``DROP DATABASE`` fails and the database is left behind."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     """SQLite's WAL sidecars of the destroyed test database outlive it when a subprocess still had
     it open (a killed worker's orphan): remove them with it."""
@@ -132,3 +147,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if name.endswith(".sqlite3") and not Path(name).exists():
         for suffix in ("-wal", "-shm", "-journal"):
             Path(name + suffix).unlink(missing_ok=True)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The slow tests (``@pytest.mark.slow``, tens of seconds each) first: with several workers
+    (``make test`` runs ``-n 3``) they start at once, instead of one of them ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -288,6 +288,7 @@ def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
         own.stop()
 
 
+@pytest.mark.slow
 def test_temporal_killed_and_restarted_under_a_running_system_loses_and_repeats_nothing(live):
     from fairsched.runtime import embedded
     from tests.integration.conftest import TemporalFacade
