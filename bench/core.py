@@ -50,7 +50,7 @@ def workload(n: int, seed: int = 1):
                                     costs[(o, wf)]))
     averages = {(o, w): 300.0 * (k + 1) * (1 + rnd.random()) for o in orgs
                 for k, w in enumerate(WORKFLOWS)}
-    return queued, running, weights, costs, Durations(averages, 600.0), t0 + n
+    return queued, running, weights, costs, Durations(averages), t0 + n
 
 
 def sort_tuples(n: int, seed: int = 2) -> list:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fairsched.core import DEFAULT_AVG_S  # noqa: E402
 from fairsched.core.forecast import ForecastParams  # noqa: E402
 from fairsched.scenario import parse_trace  # noqa: E402
 from fairsched.core.simulator import simulate as core_simulate  # noqa: E402
@@ -91,7 +92,7 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
                 left -= size
     arrivals.sort(key=lambda a: a["at_s"])
     trace = {
-        "budget": budget, "default_avg_s": 600,
+        "budget": budget, "default_avg_s": DEFAULT_AVG_S,
         "orgs": [{"id": o, "weight": weights[o]} for o in orgs],
         "costs": [{"org": o, "workflow": wf, "cost": c} for o in orgs for wf, (c, _) in workflows.items()],
         "arrivals": arrivals,
@@ -105,7 +106,7 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
 def naive_etas(trace: dict, charts: list[dict]) -> dict[str, float]:
     costs = {(c["org"], c["workflow"]): c["cost"] for c in trace.get("costs", [])}
     avgs = {(a["org"], a["workflow"]): a["avg_s"] for a in trace.get("averages", [])}
-    default = trace.get("default_avg_s", 600)
+    default = trace.get("default_avg_s", DEFAULT_AVG_S)
     arr = trace["arrivals"]
     mean_avg = sum(avgs.get((a["org"], a["workflow"]), default) for a in arr) / len(arr)
     mean_cost = sum(costs.get((a["org"], a["workflow"]), 1) for a in arr) / len(arr)
@@ -168,7 +169,7 @@ TRACES = {
 def perfect_start(trace: dict, charts: list[dict]) -> dict[str, float]:
     """The bound no ETA at arrival can beat by much: the true start plus the average duration."""
     avgs = {(a["org"], a["workflow"]): a["avg_s"] for a in trace.get("averages", [])}
-    default = trace.get("default_avg_s", 600)
+    default = trace.get("default_avg_s", DEFAULT_AVG_S)
     wf = {a["id"]: a["workflow"] for a in trace["arrivals"]}
     return {c["id"]: c["start_s"] + avgs.get((c["org"], wf[c["id"]]), default)
             for c in charts if c["start_s"] is not None}

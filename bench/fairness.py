@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fairsched.core import DEFAULT_AVG_S  # noqa: E402
 from fairsched.scenario import simulate  # noqa: E402
 
 POLICIES = ("wrr", "fifo", "proportional")
@@ -123,7 +124,7 @@ def eta_accuracy(name: str, trace: dict, result: dict) -> None:
     charts = [c for c in result["charts"] if c["finish_s"] is not None]
     costs = {(c["org"], c["workflow"]): c["cost"] for c in trace.get("costs", [])}
     avgs = {(a["org"], a["workflow"]): a["avg_s"] for a in trace.get("averages", [])}
-    default = trace.get("default_avg_s", 600)
+    default = trace.get("default_avg_s", DEFAULT_AVG_S)
     mean_avg = (sum(avgs.get((a["org"], a["workflow"]), default) for a in trace["arrivals"])
                 / len(trace["arrivals"]))
     mean_cost = sum(costs.get((a["org"], a["workflow"]), 1) for a in trace["arrivals"]) \
