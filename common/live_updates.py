@@ -27,7 +27,7 @@ resumed        chart                                 a paused chart was resumed
 prioritized    chart                                 a queued chart got priority
 unprioritized  chart                                 a chart lost its priority
 moved_to_front chart                                 a chart was moved to the front
-weight         org, weight                           an org's weight (0: held) took effect
+weight         org, weight, held                     an org's weight took effect (held: it is on hold)
 budget         budget [, action, at, by]             the budget changed (also an operator echo)
 cost           org, workflow, cost [, action, at,by] an (org, workflow) cost changed (ditto)
 batch          count                                 more than the scheduler sends in one tick
@@ -221,6 +221,7 @@ class Weight(Event):
     kind: ClassVar[Kind] = Kind.WEIGHT
     org: int
     weight: int
+    held: bool  # the auto-hold rule's verdict (fairsched.core.rules.is_held), so no page re-derives it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -20,7 +20,7 @@ ONE_OF_EACH = [
     lu.Prioritized(chart=1),
     lu.Unprioritized(chart=1),
     lu.MovedToFront(chart=1),
-    lu.Weight(org=2, weight=0),
+    lu.Weight(org=2, weight=0, held=True),
     lu.Budget(budget=4),
     lu.Budget(budget=4, action="set_budget", at=1.5, by="op"),
     lu.Cost(org=2, workflow="7", cost=2),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from common import live_updates as lu
-from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart
+from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart, is_held
 from fairsched.core.forecast import Forecaster
 
 log = logging.getLogger("fairsched.engine")
@@ -311,7 +311,7 @@ class LiveState:
             self.orgs[o.id] = o
             if self.queue.set_weight(str(o.id), o.weight):
                 fx.eta_now = True
-                fx.events.append(lu.Weight(org=o.id, weight=o.weight).to_wire())
+                fx.events.append(lu.Weight(org=o.id, weight=o.weight, held=is_held(o.weight)).to_wire())
         return fx
 
     def apply_costs(self, costs: dict[tuple[str, str], int], pairs: set[tuple[str, str]] | None = None) -> Effects:

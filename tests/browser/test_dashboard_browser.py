@@ -150,3 +150,30 @@ def test_page_reconnects_by_itself_when_the_server_comes_back(browser, own_serve
     expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=20_000)
     expect(page.locator(f'tr[data-chart-id="{fresh.pk}"]')).to_contain_text("beta-while-down", timeout=5_000)
     assert page.evaluate("window.__not_reloaded === true"), "the page reloaded instead of reconnecting"
+
+
+def test_the_schedulers_cost_and_weight_events_update_the_page(browser, browser_server, redis_layer_publish,
+                                                                 redis_url, world):
+    """The scheduler names a workflow by its name, an operator's echo by its id: both update
+    the same cost cell. A weight event carries the hold verdict; the page does not re-derive it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from channels_redis.core import RedisChannelLayer
+
+    from common import live_updates
+
+    redis_layer_publish()
+    page = open_dashboard(browser, browser_server)
+    acme, beta, wf = world["acme"], world["beta"], world["wf"]
+    cost_input = page.locator(f'#costs tr[data-org-id="{acme.pk}"] input[data-workflow="{wf.pk}"]')
+    expect(cost_input).to_have_value("1")
+
+    layer = RedisChannelLayer(hosts=[redis_url])
+    events = [live_updates.Cost(org=acme.pk, workflow="code", cost=4),
+              live_updates.Weight(org=beta.pk, weight=0, held=True)]
+    with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+        for event in events:
+            pool.submit(live_updates.send, event, None, layer=layer).result(timeout=10)
+    expect(cost_input).to_have_value("4", timeout=5_000)
+    expect(page.locator(f'#orgs tr[data-org-id="{beta.pk}"] button[data-action="release"]')).to_be_visible(
+        timeout=5_000)

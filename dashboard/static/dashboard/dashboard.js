@@ -263,12 +263,17 @@
         if (!ev.org_row.held && r.state === "held") r.state = "ordered";
       });
     } else if (ev.kind === "cost") {
-      C.costs = (C.costs || []).filter((c) => !(c.org === ev.org && c.workflow === ev.workflow));
-      C.costs.push({org: ev.org, workflow: ev.workflow, cost: ev.cost});
+      // the control's echo names the workflow by id, the scheduler's event by name: one key
+      const wf = typeof ev.workflow === "string"
+        ? ((C.workflows || []).find((w) => w.name === ev.workflow) || {}).id : ev.workflow;
+      if (wf != null) {
+        C.costs = (C.costs || []).filter((c) => !(c.org === ev.org && c.workflow === wf));
+        C.costs.push({org: ev.org, workflow: wf, cost: ev.cost});
+      }
     } else if (ev.kind === "budget" && ev.budget != null) {
       S.budget = ev.budget;                                   // ours (an echo) or the scheduler's
     } else if (ev.kind === "weight" && ev.org != null) {      // the scheduler applied a weight
-      (S.orgs || []).forEach((o) => { if (o.id === ev.org) { o.weight = ev.weight; o.held = ev.weight === 0; } });
+      (S.orgs || []).forEach((o) => { if (o.id === ev.org) { o.weight = ev.weight; o.held = ev.held; } });
     }
   }
 
