@@ -1,0 +1,95 @@
+"""The layout shows the layers (docs/architecture.md): every import goes down, none up or
+across, so there is no import cycle, and no import hides inside a function to dodge one."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Bottom up. A module may import its own package and the packages listed before it.
+LAYERS = [
+    "fairsched.core",        # the scheduling rules: pure Python
+    "common",                # shared helpers, no models
+    "fairsched.runtime",     # embedded services, supervisor, warm stop
+    "fairsched",             # the scheduler's models and services, the scenario contract
+    "orgs",
+    "charts",
+    "fairsched.temporal",    # workflows, activities, the worker
+    "fairsched.engine",      # the live scheduler
+    "fairsched.management",  # the commands
+    "jobs",
+    "dashboard",
+    "config",                # the Django project
+]
+TOP = {name.split(".")[0] for name in LAYERS}
+
+
+def _layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and ".".join(parts[:2]) in LAYERS:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for top in TOP:
+        for path in (ROOT / top).rglob("*.py"):
+            rel = path.relative_to(ROOT)
+            if "migrations" in rel.parts:
+                continue
+            name = ".".join(rel.with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]]:
+    """(line, imported project module, inside a function?) of every import in ``path``."""
+    tree = ast.parse(path.read_text())
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f)}
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
+        for name in names:
+            if name.split(".")[0] in TOP:
+                found.append((node.lineno, name, id(node) in in_function))
+    return found
+
+
+def test_every_import_goes_down_the_layers():
+    modules = _modules()
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    wrong = []
+    for module, path in sorted(modules.items()):
+        mine = _layer_of(module)
+        for line, target, _ in _imports(path, modules):
+            theirs = _layer_of(target)
+            if theirs != mine and rank[theirs] >= rank[mine]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {mine} imports {target} ({theirs} is not below it)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_hides_in_a_function():
+    """The one exception is Django's idiom: an AppConfig connects its signals in ready()."""
+    modules = _modules()
+    hidden = [f"{path.relative_to(ROOT)}:{line}: {target}"
+              for module, path in sorted(modules.items()) if not module.endswith(".apps")
+              for line, target, in_function in _imports(path, modules) if in_function]
+    assert not hidden, "\n".join(hidden)
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The check itself: an engine module importing the dashboard is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from dashboard import views\n")
+    modules = _modules()
+    (_, target, _), = _imports(bad, modules)
+    assert _layer_of(target) == "dashboard"
+    assert LAYERS.index(_layer_of(target)) > LAYERS.index(_layer_of("fairsched.engine.scheduler"))
