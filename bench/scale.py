@@ -10,11 +10,15 @@ For each backlog size (a small baseline first, then the sizes asked for), in one
 2. starts ``runworker`` and ``runscheduler`` (subprocesses, real Temporal dev server
    and Redis) and times start-up: the "loaded backlog" log line and the first start
    on Temporal, from the scheduler's spawn;
-3. idle cost: the scheduler's CPU (share of one core) and RSS over a quiet window;
+3. idle cost: the scheduler's CPU (share of one core) and RSS over a quiet window
+   (``--window`` seconds, after ``--settle`` seconds for the start-up passes);
 4. dispatch latency: priority probe charts of a cost-1 workflow, created through the
    ORM one by one; each goes to the head and fits the free unit at once. Created ->
    started on Temporal, p50 and p95;
-5. web: ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
+5. a restart (the usual case: the round state is saved): the scheduler is stopped and
+   started again with a priority probe created at once; from the new scheduler's spawn
+   to that probe's start on Temporal ("restart to first dispatch");
+6. web: ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
    several offsets and the admin chart list, through Django's test client in this
    process (p50 and p95 of a few requests each).
 
@@ -153,12 +157,13 @@ async def terminate_running(temporal_url: str) -> None:
         await client.get_workflow_handle(wf.id, run_id=wf.run_id).terminate("bench: next size")
 
 
-async def start_times(temporal_url: str, ids: list[int]) -> dict[int, float]:
+async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0) -> dict[int, float]:
     from temporalio.client import Client
 
     client = await Client.connect(temporal_url)
     out: dict[int, float] = {}
-    for _ in range(100):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
         query = " OR ".join(f'WorkflowId = "chart-{c}"' for c in ids)
         async for wf in client.list_workflows(query):
             out[int(wf.id.split("-")[1])] = wf.start_time.timestamp()
@@ -168,7 +173,25 @@ async def start_times(temporal_url: str, ids: list[int]) -> dict[int, float]:
     return out
 
 
-def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str) -> dict:
+def create_probe(env: dict, fig: dict, name: str) -> int:
+    """One priority probe chart (cost 1) created through the ORM; its pk."""
+    code = f"""
+import django
+django.setup()
+from django.utils import timezone
+from charts.models import Chart
+c = Chart.objects.create(org_id={fig['probe_org']}, workflow_id={fig['probe_wf']}, payload={{"seconds": 0.2}},
+                         priority=True, prioritized_at=timezone.now(), external_id="{name}")
+print("PROBE", c.pk)
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"probe failed:\n{out.stderr[-3000:]}")
+    return int(out.stdout.split("PROBE", 1)[1])
+
+
+def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str, settle_s: float = 10.0,
+            window_s: float = 20.0) -> dict:
     import psutil
 
     url = database_url(kind, tmp, size)
@@ -193,10 +216,10 @@ def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str) 
             if m:
                 break
             time.sleep(0.5)
-        time.sleep(10)  # let the first passes settle
+        time.sleep(settle_s)  # let the first passes settle
         sched = psutil.Process(stack.procs["runscheduler"].pid)
         sched.cpu_percent(None)
-        time.sleep(20)
+        time.sleep(window_s)
         fig["idle_cpu_pct"] = sched.cpu_percent(None)
         fig["rss_mb"] = sched.memory_info().rss / 2**20
 
@@ -225,6 +248,15 @@ print("PROBES", json.dumps(out))
         fig["probes_started"] = f"{len(lat)}/{len(created)}"
         fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
+
+        # a restart: the round state is saved; a probe waits at the head from the spawn on
+        sched_proc = stack.procs["runscheduler"]
+        sched_proc.terminate()
+        sched_proc.wait(30)
+        t_respawn = stack.spawn("runscheduler")
+        probe = create_probe(env, fig, "probe-restart")
+        started = asyncio.run(start_times(temporal_url, [probe], timeout=600))
+        fig["restart_first_dispatch_s"] = (started[probe] - t_respawn) if probe in started else None
         fig.update(web(env, fig["largest_slug"]))
     finally:
         stack.stop()
@@ -268,6 +300,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000", help="comma-separated backlog sizes (default 100000)")
     parser.add_argument("--baseline", type=int, default=1000, help="the small backlog the ratios are against")
     parser.add_argument("--postgres", default="", help="a PostgreSQL URL (a database is created per size)")
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds after the load before the idle window")
+    parser.add_argument("--window", type=float, default=20.0, help="seconds of the idle CPU window")
     args = parser.parse_args()
     sizes = [args.baseline] + [int(s) for s in args.sizes.split(",") if s]
     kind = args.postgres or "sqlite"
@@ -278,7 +312,7 @@ def main() -> None:
     redis = embedded.start_redis(log=tmp / "redis.log")
     temporal = embedded.start_temporal(log=tmp / "temporal.log")
     try:
-        results = [measure(kind, size, tmp, redis.url, temporal.url) for size in sizes]
+        results = [measure(kind, size, tmp, redis.url, temporal.url, args.settle, args.window) for size in sizes]
     finally:
         temporal.stop()
         redis.stop()

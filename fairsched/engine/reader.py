@@ -35,7 +35,7 @@ def read_state(*, history: bool = True) -> LiveState:
     """The live state of the database, as the scheduler loads it at start-up. ``history``:
     also the forecast's recent arrivals, durations and promises (the scheduler's
     :meth:`LiveState.learn_history`)."""
-    state = LiveState(db.read_world())
+    state = LiveState(db.read_world(), observe_arrivals=not history)
     if history:
         state.learn_history(db.recent_arrivals(), db.recent_durations(), db.recent_promises())
     return state

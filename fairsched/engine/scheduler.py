@@ -390,7 +390,7 @@ class Scheduler:
                 await self._sleep(delay)
         else:
             return
-        self.state = LiveState(world)
+        self.state = LiveState(world, observe_arrivals=False)  # learn_history below
         self._round_saved, self._round_pending = world.rounds, {}
         self._notes.clear()  # the load read everything they could name
         try:

@@ -170,7 +170,10 @@ class PassInput:
 class LiveState:
     """The fair order, the running charts and their names: one owner, no I/O."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, *, observe_arrivals: bool = True) -> None:
+        """``observe_arrivals``: teach the forecast the backlog's arrivals; a caller that
+        calls :meth:`learn_history` right after (the scheduler) skips it: that starts the
+        forecast afresh from the database's recent history (at 1M charts, seconds saved)."""
         self.config = world.config
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
@@ -190,9 +193,10 @@ class LiveState:
         # The forecast's statistics: each org's arrivals (O(1) per arrival) and finished
         # durations (O(1) per finish); its prior is the historical means above.
         self.forecast = Forecaster(self._prior)
-        for c in sorted(world.charts, key=lambda c: c.created_at):
-            if c.org in self.orgs:
-                self.forecast.observe_arrival(str(c.org), c.workflow, c.created_at)
+        if observe_arrivals:
+            for c in sorted(world.charts, key=lambda c: c.created_at):
+                if c.org in self.orgs:
+                    self.forecast.observe_arrival(str(c.org), c.workflow, c.created_at)
         self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
         # Charts whose first ETA is not recorded yet (the scheduler removes those the
         # database already has at start-up): each pass records only these, O(new).
