@@ -166,29 +166,39 @@ def durations() -> Durations:
     return Durations(db.read_averages())
 
 
-def db_state() -> dict[str, Any]:
-    """The snapshot's shape computed from the database (no order, no ETAs)."""
-    now = timezone.now()
-    budget = SchedulerSettings.get().budget
-    orgs = list(Org.objects.annotate(
+def _db_orgs() -> list[Org]:
+    """Every org with its queued, paused and running charts counted and its used cost."""
+    return list(Org.objects.annotate(
         n_queued=Count("charts", filter=Q(charts__state=ChartState.QUEUED)),
         n_paused=Count("charts", filter=Q(charts__state=ChartState.QUEUED, charts__paused=True)),
         n_running=Count("charts", filter=Q(charts__state=ChartState.RUNNING)),
         used=Sum("charts__dispatched_cost", filter=Q(charts__state=ChartState.RUNNING)),
     ))
+
+
+def _db_blocked(held_ids: set[int], budget: int) -> int:
+    """How many queued charts (not held, not paused) cost more than the whole budget."""
     blocked_pairs = list(WorkflowCost.objects.filter(cost__gt=budget).values_list("org_id", "workflow_id"))
+    if not blocked_pairs:
+        return 0
     blocked_q = Q(pk__in=[])
     for org_id, wf_id in blocked_pairs:
         blocked_q |= Q(org_id=org_id, workflow_id=wf_id)
-    held_ids = {o.pk for o in orgs if o.is_held}
     queued = Chart.objects.filter(state=ChartState.QUEUED)
-    n_queued = sum(o.n_queued for o in orgs)
-    n_held = sum(o.n_queued for o in orgs if o.pk in held_ids)
-    n_paused = sum(o.n_paused for o in orgs if o.pk not in held_ids)
-    n_blocked = (queued.exclude(org_id__in=held_ids).filter(paused=False).filter(blocked_q).count()
-                 if blocked_pairs else 0)
-    used_total = sum(o.used or 0 for o in orgs)
-    weight_total = sum(o.weight for o in orgs if not o.is_held and (o.n_queued or o.n_running))
+    return queued.exclude(org_id__in=held_ids).filter(paused=False).filter(blocked_q).count()
+
+
+def _db_counters(orgs: list[Org], budget: int) -> dict[str, Any]:
+    """The snapshot's counters from the database (the order is unknown)."""
+    held_ids = {o.pk for o in orgs if o.is_held}
+    return {"queued": sum(o.n_queued for o in orgs), "ordered": None, "running": sum(o.n_running for o in orgs),
+            "held": sum(o.n_queued for o in orgs if o.pk in held_ids),
+            "paused": sum(o.n_paused for o in orgs if o.pk not in held_ids),
+            "blocked": _db_blocked(held_ids, budget)}
+
+
+def _db_running_rows(now: datetime) -> list[dict[str, Any]]:
+    """The running charts (oldest first, at most 500), with their expected durations."""
     est = durations()
     running = []
     for c in Chart.objects.filter(state=ChartState.RUNNING).select_related("workflow").order_by("started_at")[:500]:
@@ -201,19 +211,34 @@ def db_state() -> dict[str, Any]:
             "workflow_id": f"chart-{c.pk}",
             "run_id": c.temporal_run_id,
         })
+    return running
+
+
+def _db_org_rows(orgs: list[Org], used_total: int) -> list[dict[str, Any]]:
+    """One row per org: its counts and its shares (no clear-time)."""
+    weight_total = sum(o.weight for o in orgs if not o.is_held and (o.n_queued or o.n_running))
+    return [{
+        "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.is_held,
+        "queued": o.n_queued, "running": o.n_running, "used_cost": o.used or 0,
+        "share_budget": (o.used or 0) / used_total if used_total else 0.0,  # share of the budget in use
+        "share_weight": o.weight / weight_total if weight_total and (o.n_queued or o.n_running) else 0.0,
+        "clear_s": None, "clear_at": None,
+    } for o in orgs]
+
+
+def db_state() -> dict[str, Any]:
+    """The snapshot's shape computed from the database (no order, no ETAs)."""
+    now = timezone.now()
+    budget = SchedulerSettings.get().budget
+    orgs = _db_orgs()
+    counters = _db_counters(orgs, budget)
+    running = _db_running_rows(now)
+    used_total = sum(o.used or 0 for o in orgs)
     return {
         "version": 1, "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
-        "budget": budget, "used": used_total,
-        "counters": {"queued": n_queued, "ordered": None, "running": sum(o.n_running for o in orgs),
-                     "held": n_held, "paused": n_paused, "blocked": n_blocked},
+        "budget": budget, "used": used_total, "counters": counters,
         "clear_s": None, "clear_at": None,
-        "orgs": [{
-            "id": o.pk, "name": o.name, "slug": o.slug, "weight": o.weight, "held": o.is_held,
-            "queued": o.n_queued, "running": o.n_running, "used_cost": o.used or 0,
-            "share_budget": (o.used or 0) / used_total if used_total else 0.0,  # share of the budget in use
-            "share_weight": o.weight / weight_total if weight_total and (o.n_queued or o.n_running) else 0.0,
-            "clear_s": None, "clear_at": None,
-        } for o in orgs],
+        "orgs": _db_org_rows(orgs, used_total),
         "running": running,
         "source": "db",
     }

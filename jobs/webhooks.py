@@ -398,6 +398,50 @@ def _clear_at(row: dict[str, Any] | None, snapshot: dict[str, Any]) -> tuple[boo
     return bool(note), None, note
 
 
+def _fresh_snapshot(now: datetime, snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``snapshot`` (else the stored one) unless there is none or it is too old to act on."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+    if not snapshot:
+        return None
+    generated = snapshot.get("generated_at")
+    if generated and now - datetime.fromisoformat(generated) > SNAPSHOT_MAX_AGE:
+        return None
+    return snapshot
+
+
+def _clear_time_payload(org: Org, row: dict[str, Any] | None, clear_at: datetime | None,
+                        previous: datetime | None, moved: float, note: str, now: datetime) -> dict[str, Any]:
+    """The ``clear_time.changed`` payload of an org."""
+    return {
+        "org": {"id": org.pk, "slug": org.slug, "name": org.name},
+        "clear_at": _iso(clear_at), "previous_clear_at": _iso(previous), "moved_s": round(moved, 1),
+        "clear_s": None if clear_at is None else round(max(0.0, (clear_at - now).total_seconds()), 1),
+        "no_eta": note or None, "unplanned": (row or {}).get("unplanned") or {},
+        "queued": (row or {}).get("queued", 0), "running": (row or {}).get("running", 0),
+    }
+
+
+def _notify_clear_time(org: Org, row: dict[str, Any] | None, snapshot: dict[str, Any], now: datetime) -> bool:
+    """Notify ``org`` if its clear-time moved by more than its margin (or its work started or
+    stopped having one) since the last notice; True when a notice was created."""
+    known, clear_at, note = _clear_at(row, snapshot)
+    if not known:
+        return False
+    no_eta = clear_at is None and bool(note)  # work pending, none of it can run
+    with transaction.atomic():
+        state = OrgClearTime.objects.select_for_update().filter(org=org).first()
+        previous = state.clear_at if state else None
+        was_no_eta = state is not None and state.clear_at is None and bool(state.no_eta)
+        moved = 0.0 if no_eta else abs(((clear_at or now) - (previous or now)).total_seconds())
+        if no_eta == was_no_eta and moved <= org.webhook_clear_margin_s:
+            return False
+        payload = _clear_time_payload(org, row, clear_at, previous, moved, note, now)
+        webhook_delivery_create(org=org, event=WebhookEvent.CLEAR_TIME_CHANGED, payload=payload)
+        OrgClearTime.objects.update_or_create(org=org, defaults={"clear_at": clear_at, "no_eta": note,
+                                                                 "notified_at": now})
+        return True
+
+
 def sweep_clear_times(now: datetime | None = None, snapshot: dict[str, Any] | None = None) -> int:
     """Notify orgs whose clear-time moved by more than their margin since the last notice.
 
@@ -408,37 +452,13 @@ def sweep_clear_times(now: datetime | None = None, snapshot: dict[str, Any] | No
     ``no_eta`` saying why) and once when its work has a clear-time again.
     """
     now = now or timezone.now()
-    snapshot = snapshot if snapshot is not None else read_snapshot()
+    snapshot = _fresh_snapshot(now, snapshot)
     if not snapshot:
-        return 0
-    generated = snapshot.get("generated_at")
-    if generated and now - datetime.fromisoformat(generated) > SNAPSHOT_MAX_AGE:
         return 0
     rows = {r.get("id"): r for r in snapshot.get("orgs", [])}
     sent = 0
     for org in Org.objects.exclude(webhook_url=""):
-        row = rows.get(org.pk)
-        known, clear_at, note = _clear_at(row, snapshot)
-        if not known:
-            continue
-        no_eta = clear_at is None and bool(note)  # work pending, none of it can run
-        with transaction.atomic():
-            state = OrgClearTime.objects.select_for_update().filter(org=org).first()
-            previous = state.clear_at if state else None
-            was_no_eta = state is not None and state.clear_at is None and bool(state.no_eta)
-            moved = 0.0 if no_eta else abs(((clear_at or now) - (previous or now)).total_seconds())
-            if no_eta == was_no_eta and moved <= org.webhook_clear_margin_s:
-                continue
-            payload = {
-                "org": {"id": org.pk, "slug": org.slug, "name": org.name},
-                "clear_at": _iso(clear_at), "previous_clear_at": _iso(previous), "moved_s": round(moved, 1),
-                "clear_s": None if clear_at is None else round(max(0.0, (clear_at - now).total_seconds()), 1),
-                "no_eta": note or None, "unplanned": (row or {}).get("unplanned") or {},
-                "queued": (row or {}).get("queued", 0), "running": (row or {}).get("running", 0),
-            }
-            webhook_delivery_create(org=org, event=WebhookEvent.CLEAR_TIME_CHANGED, payload=payload)
-            OrgClearTime.objects.update_or_create(org=org, defaults={"clear_at": clear_at, "no_eta": note,
-                                                                     "notified_at": now})
+        if _notify_clear_time(org, rows.get(org.pk), snapshot, now):
             sent += 1
     return sent
 

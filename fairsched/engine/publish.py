@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from common.clear_notes import no_eta_note
-from fairsched.core import BLOCKED, HELD, PAUSED, EtaReport
+from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport
 from fairsched.core.rules import is_held
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
@@ -49,46 +49,51 @@ def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
             "text": f"next: #{cid} ({name}, {workflow}, cost {cost}) waits for {cost} free; {free} free"}
 
 
-def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
-                   p90: Callable | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
-    """``(snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`. ``p90``
-    (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``.
-
-    Reads only a :class:`PassInput` (a :class:`LiveState` is captured first), so the
-    live loop runs it in a thread on a copy while it keeps dispatching."""
-    if isinstance(state, LiveState):
-        state = state.capture()
-    queue = state.queue
-    etas = report.etas
-    cost_of = queue.cost_of
+def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None) -> list[dict[str, Any]]:
+    """The rows of the fair order, in order."""
+    cost_of = state.queue.cost_of
     ext = state.external_ids
-    order_rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     # walk() reads the order's keys (immutable), never the shared mutable entries.
-    for pos, (cid, (org, wf), rnd) in enumerate(queue.walk()):
+    for pos, (cid, (org, wf), rnd) in enumerate(state.queue.walk()):
         eta = etas.get(cid)
-        order_rows.append({
+        rows.append({
             "id": int(cid), "pos": pos, "org": int(org), "workflow": wf,
             "cost": cost_of(org, wf), "round": rnd, "priority": rnd is None,
             "state": "ordered", "external_id": ext.get(int(cid)),
             "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
             "p90_s": p90(org, wf, eta) if eta and p90 else None,
         })
+    return rows
+
+
+def _aside_rows(state: PassInput) -> tuple[list[dict[str, Any]], dict[int, dict[str, int]]]:
+    """The rows of the held, paused and blocked charts, and how many of each per org."""
+    cost_of = state.queue.cost_of
+    ext = state.external_ids
+    rows: list[dict[str, Any]] = []
     unplanned: dict[int, dict[str, int]] = {}
     for aside in (HELD, PAUSED, BLOCKED):
         for q in state.aside[aside]:
             counts = unplanned.setdefault(int(q.org), dict.fromkeys((HELD, PAUSED, BLOCKED), 0))
             counts[aside] += 1
-            order_rows.append({
+            rows.append({
                 "id": int(q.id), "pos": None, "org": int(q.org), "workflow": q.workflow,
                 "cost": cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
                 "state": aside, "external_id": ext.get(int(q.id)), "start_s": None, "finish_s": None,
             })
-    running_rows = []
+    return rows, unplanned
+
+
+def _running_rows(state: PassInput, etas: dict[str, Eta], now: float,
+                  p90: Callable | None) -> tuple[list[dict[str, Any]], dict[int, int], dict[int, int]]:
+    """The rows of the running charts (oldest first), and the cost used and charts running per org."""
+    rows: list[dict[str, Any]] = []
     used_by_org: dict[int, int] = {}
     running_by_org: dict[int, int] = {}
     for r in sorted(state.running, key=lambda r: (r.started_at, r.id)):
         eta = etas.get(str(r.id))
-        running_rows.append({
+        rows.append({
             "id": r.id, "org": r.org, "workflow": r.workflow, "cost": r.cost, "external_id": r.external_id,
             "started_at": iso(r.started_at), "elapsed_s": max(0.0, now - r.started_at),
             "expected_s": state.durations(str(r.org), r.workflow),
@@ -97,15 +102,20 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
         })
         used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
         running_by_org[r.org] = running_by_org.get(r.org, 0) + 1
-    used = sum(used_by_org.values())
+    return rows, used_by_org, running_by_org
+
+
+def _org_rows(state: PassInput, report: EtaReport, now: float, unplanned: dict[int, dict[str, int]],
+              used: int, used_by_org: dict[int, int], running_by_org: dict[int, int]) -> list[dict[str, Any]]:
+    """One row per org, by name: its counts, its shares and its clear-time."""
     active_weight = sum(o.weight for o in state.orgs
                         if state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0))
-    org_rows = []
+    rows = []
     for o in sorted(state.orgs, key=lambda o: (o.name, o.id)):
         clear = report.org_clear_s.get(str(o.id), 0.0)
         aside = unplanned.get(o.id)
         active = state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0)
-        org_rows.append({
+        rows.append({
             "id": o.id, "name": o.name, "slug": o.slug, "weight": o.weight, "held": is_held(o.weight),
             "queued": state.queued_by_org.get(o.id, 0), "running": running_by_org.get(o.id, 0),
             "used_cost": used_by_org.get(o.id, 0),
@@ -114,7 +124,14 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
             "clear_s": clear, "clear_at": None if clear is None else iso(now + clear),
             "unplanned": aside or {}, "no_eta": no_eta_note(aside, org_held=is_held(o.weight)),
         })
-    snapshot = {
+    return rows
+
+
+def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
+              org_rows: list[dict[str, Any]], running_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The snapshot's summary: counters, clear-time, orgs, running charts, rounds."""
+    queue = state.queue
+    return {
         "version": 1, "generated_at": iso(now), "now": now,
         "budget": state.budget, "used": used,
         "counters": {"queued": state.queued, "ordered": queue.order_len, "running": len(state.running),
@@ -126,6 +143,11 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
         "no_eta": no_eta_note({k: len(state.aside[k]) for k in (HELD, PAUSED, BLOCKED)}),
         "waiting": waiting(state),
     }
+
+
+def _per_org(org_rows: list[dict[str, Any]], order_rows: list[dict[str, Any]],
+             running_rows: list[dict[str, Any]]) -> dict[int, dict]:
+    """Each org's row and its charts: its order rows, then its running rows."""
     per_org: dict[int, dict] = {row["id"]: {"org": row, "charts": []} for row in org_rows}
     for row in order_rows:
         if row["org"] in per_org:
@@ -133,4 +155,23 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
     for row in running_rows:
         if row["org"] in per_org:
             per_org[row["org"]]["charts"].append({**row, "state": "running"})
-    return snapshot, order_rows, per_org
+    return per_org
+
+
+def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
+                   p90: Callable | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
+    """``(snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`. ``p90``
+    (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``.
+
+    Reads only a :class:`PassInput` (a :class:`LiveState` is captured first), so the
+    live loop runs it in a thread on a copy while it keeps dispatching."""
+    if isinstance(state, LiveState):
+        state = state.capture()
+    order_rows = _ordered_rows(state, report.etas, p90)
+    aside_rows, unplanned = _aside_rows(state)
+    order_rows.extend(aside_rows)
+    running_rows, used_by_org, running_by_org = _running_rows(state, report.etas, now, p90)
+    used = sum(used_by_org.values())
+    org_rows = _org_rows(state, report, now, unplanned, used, used_by_org, running_by_org)
+    snapshot = _snapshot(state, report, now, used, org_rows, running_rows)
+    return snapshot, order_rows, _per_org(org_rows, order_rows, running_rows)

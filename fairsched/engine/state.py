@@ -338,56 +338,84 @@ class LiveState:
     # ------------------------------------------------------------- charts
     def apply_chart(self, chart_id: int, row: ChartRow | None) -> Effects:
         """Make memory agree with the re-read ``row`` (None: the row is gone)."""
+        if row is None or row.state in FINAL:
+            return self._chart_gone(chart_id, row)
+        if row.org not in self.orgs:
+            return Effects()  # an org we have not read yet: the caller reads orgs first
+        if row.state == RUNNING:
+            return self._chart_running(chart_id, row)
+        return self._chart_queued(chart_id, row)
+
+    def _chart_gone(self, chart_id: int, row: ChartRow | None) -> Effects:
+        """The row is final or deleted: it leaves the order; a running chart starts closing."""
+        fx = Effects()
+        if str(chart_id) in self.queue:
+            self._remove_queued(chart_id)
+            fx.events.append(lu.Removed(chart=chart_id, state=row.state if row else "deleted").to_wire())
+        r = self.running.get(chart_id)
+        if r is not None and not r.closing:
+            # Recorded (by the workflow's last activity) but only Temporal says when the
+            # workflow has closed: the cost stays held until then (a result watch or the
+            # reconciliation calls finished()), so Temporal never sees more than the budget.
+            r.closing = True
+            fx.watch.add(chart_id)
+        return fx
+
+    def _chart_running(self, chart_id: int, row: ChartRow) -> Effects:
+        """The row runs: new to us or already ours, with its run id and cancel request."""
         fx = Effects()
         cid = str(chart_id)
-        if row is None or row.state in FINAL:
-            if cid in self.queue:
-                self._remove_queued(chart_id)
-                fx.events.append(lu.Removed(chart=chart_id, state=row.state if row else "deleted").to_wire())
-            r = self.running.get(chart_id)
-            if r is not None and not r.closing:
-                # Recorded (by the workflow's last activity) but only Temporal says when the
-                # workflow has closed: the cost stays held until then (a result watch or the
-                # reconciliation calls finished()), so Temporal never sees more than the budget.
-                r.closing = True
-                fx.watch.add(chart_id)
-            return fx
-        if row.org not in self.orgs:
-            return fx  # an org we have not read yet: the caller reads orgs first
-        if row.state == RUNNING:
-            if cid in self.queue:
-                self._remove_queued(chart_id)  # dispatched elsewhere (another scheduler, an adoption)
-            r = self.running.get(chart_id)
-            if r is None:
-                r = self._add_running(row)
-                self.unpromised.add(cid)  # new to us: its first ETA (if none yet) comes next pass
-                fx.watch.add(chart_id)
-                fx.events.append(lu.Running(chart=chart_id, org=row.org).to_wire())
-            r.cancel_requested = row.cancel_requested
-            if row.run_id:
-                r.run_id = row.run_id
-            if r.cancel_requested and not r.cancel_sent:
-                fx.cancel.add(chart_id)
-            return fx
-        # queued
+        if cid in self.queue:
+            self._remove_queued(chart_id)  # dispatched elsewhere (another scheduler, an adoption)
+        r = self.running.get(chart_id)
+        if r is None:
+            r = self._add_running(row)
+            self.unpromised.add(cid)  # new to us: its first ETA (if none yet) comes next pass
+            fx.watch.add(chart_id)
+            fx.events.append(lu.Running(chart=chart_id, org=row.org).to_wire())
+        r.cancel_requested = row.cancel_requested
+        if row.run_id:
+            r.run_id = row.run_id
+        if r.cancel_requested and not r.cancel_sent:
+            fx.cancel.add(chart_id)
+        return fx
+
+    def _chart_queued(self, chart_id: int, row: ChartRow) -> Effects:
+        """The row is queued: new to the order, or a change of one already in it."""
+        fx = Effects()
         if chart_id in self.running:
             # Requeued behind our back: the row wins; Temporal's listing re-adopts it if it really runs.
             self.running.pop(chart_id)
             fx.unwatch.add(chart_id)
-        q = self.queue.get(cid)
+        q = self._queued_as(chart_id, row)
+        if q is None:
+            self._add_queued(chart_id, row, fx)
+            return fx
+        self.external_ids[chart_id] = row.external_id
+        self._update_queued(chart_id, row, q, fx)
+        return fx
+
+    def _queued_as(self, chart_id: int, row: ChartRow) -> QueuedChart | None:
+        """The chart in the order if it is the same chart as ``row``; a different one is removed."""
+        q = self.queue.get(str(chart_id))
         if q is not None and (q.org != str(row.org) or q.workflow != row.workflow or q.created_at != row.created_at):
             self._remove_queued(chart_id)
             q = None
-        if q is None:
-            if chart_id not in self.external_ids:
-                self.forecast.observe_arrival(str(row.org), row.workflow, row.created_at)
-                self.unpromised.add(cid)
-            self.queue.add(row.queued_chart())
-            self.external_ids[chart_id] = row.external_id
-            self.queued_by_org[row.org] += 1
-            fx.events.append(lu.Queued(chart=chart_id, org=row.org).to_wire())
-            return fx
+        return q
+
+    def _add_queued(self, chart_id: int, row: ChartRow, fx: Effects) -> None:
+        """A queued chart new to the order (an arrival, unless we knew it before)."""
+        if chart_id not in self.external_ids:
+            self.forecast.observe_arrival(str(row.org), row.workflow, row.created_at)
+            self.unpromised.add(str(chart_id))
+        self.queue.add(row.queued_chart())
         self.external_ids[chart_id] = row.external_id
+        self.queued_by_org[row.org] += 1
+        fx.events.append(lu.Queued(chart=chart_id, org=row.org).to_wire())
+
+    def _update_queued(self, chart_id: int, row: ChartRow, q: QueuedChart, fx: Effects) -> None:
+        """A chart in the order whose row changed: paused or resumed, priority, moved to the front."""
+        cid = str(chart_id)
         if row.paused != q.paused:
             (self.queue.pause if row.paused else self.queue.resume)(cid)
             fx.events.append((lu.Paused if row.paused else lu.Resumed)(chart=chart_id).to_wire())
@@ -400,7 +428,6 @@ class LiveState:
         if row.front_at is not None and row.front_at != q.front_at:
             self.queue.move_to_front(cid, row.front_at)
             fx.events.append(lu.MovedToFront(chart=chart_id).to_wire())
-        return fx
 
     def apply_settings(self, config: Config, orgs: list[OrgRow], costs: dict[tuple[str, str], int],
                        averages: dict[tuple[str, str | None], float]) -> Effects:
