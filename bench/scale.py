@@ -33,13 +33,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +73,6 @@ def seed(env: dict, size: int) -> dict:
     code = f"""
 import django, random, time
 django.setup()
-from datetime import timedelta
 from django.core.management import call_command
 from django.utils import timezone
 call_command("migrate", interactive=False, verbosity=0)
@@ -146,15 +143,6 @@ async def first_start(temporal_url: str, since: float, timeout: float) -> float 
             return min(starts)
         await asyncio.sleep(0.5)
     return None
-
-
-async def terminate_running(temporal_url: str) -> None:
-    """End this size's hour-long charts, so the next size's chart ids start afresh."""
-    from temporalio.client import Client
-
-    client = await Client.connect(temporal_url)
-    async for wf in client.list_workflows('ExecutionStatus = "Running"'):
-        await client.get_workflow_handle(wf.id, run_id=wf.run_id).terminate("bench: next size")
 
 
 async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0) -> dict[int, float]:
@@ -260,7 +248,6 @@ print("PROBES", json.dumps(out))
         fig.update(web(env, fig["largest_slug"]))
     finally:
         stack.stop()
-        asyncio.run(terminate_running(temporal_url))
     return fig
 
 
@@ -310,11 +297,18 @@ def main() -> None:
     from fairsched.runtime import embedded
 
     redis = embedded.start_redis(log=tmp / "redis.log")
-    temporal = embedded.start_temporal(log=tmp / "temporal.log")
+    results = []
     try:
-        results = [measure(kind, size, tmp, redis.url, temporal.url, args.settle, args.window) for size in sizes]
+        for size in sizes:
+            # A Temporal server per size: chart ids restart at 1 in each size's database, and a
+            # closed workflow's id is never started again (REJECT_DUPLICATE), so one shared
+            # server would refuse the next size's first charts as already run.
+            temporal = embedded.start_temporal(log=tmp / f"temporal-{size}.log")
+            try:
+                results.append(measure(kind, size, tmp, redis.url, temporal.url, args.settle, args.window))
+            finally:
+                temporal.stop()
     finally:
-        temporal.stop()
         redis.stop()
     base = results[0]
     print(f"database: {'PostgreSQL' if args.postgres else 'SQLite'}; budget {BUDGET}, {ORGS} orgs; logs in {tmp}")
