@@ -31,6 +31,31 @@ django_settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHash
 ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts"
 
 
+def _delete_instead_of_truncate() -> None:
+    """PostgreSQL, test runs only: empty the tables after a transactional test with one
+    ``DELETE`` each instead of one ``TRUNCATE`` of them all. A TRUNCATE makes new files for
+    every table, which on tables holding a few rows costs far more than deleting them (the
+    suite's ~300 transactional tests spent 2 minutes in it). Django's foreign keys are
+    DEFERRABLE INITIALLY DEFERRED and the flush runs in one transaction, so the order of the
+    deletes does not matter."""
+    if not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or not tables:
+            return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        return ["SET CONSTRAINTS ALL DEFERRED;"] + [
+            f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
+
+    DatabaseOperations.sql_flush = sql_flush
+
+
+_delete_instead_of_truncate()
+
+
 @pytest.fixture
 def capture_notifications(django_capture_on_commit_callbacks) -> Iterator[list[dict]]:
     """Scheduler notifications sent on commit, as a list of dicts (Zulip's capture_send_event_calls)."""

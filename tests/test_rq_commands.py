@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,14 +18,25 @@ def test_rqworker_started_before_redis_waits_then_works():
     env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}/0", "FAIRSCHED_LOG_LEVEL": "INFO"}
     worker = subprocess.Popen([sys.executable, "manage.py", "rqworker", "default", "--burst"], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(worker.stdout), daemon=True)
+    reader.start()
     redis_service = None
     try:
-        time.sleep(2.0)
-        assert worker.poll() is None, "rqworker exited instead of waiting for Redis:\n" + worker.stdout.read()
+        # Start Redis only once the worker says it waits (a loaded machine may take seconds to get there).
+        deadline = time.monotonic() + 60
+        while not any("waiting for Redis" in line for line in lines):
+            assert worker.poll() is None, "rqworker exited instead of waiting for Redis:\n" + "".join(lines)
+            assert time.monotonic() < deadline, "rqworker never said it waits for Redis:\n" + "".join(lines)
+            time.sleep(0.05)
+        time.sleep(0.5)  # and still waits a moment later
+        assert worker.poll() is None, "rqworker exited instead of waiting for Redis:\n" + "".join(lines)
         redis_service = embedded.start_redis(port=port)
-        out, _ = worker.communicate(timeout=60)  # --burst: connects, finds no job, exits
+        worker.wait(timeout=60)  # --burst: connects, finds no job, exits
+        reader.join(timeout=10)
+        out = "".join(lines)
         assert worker.returncode == 0, out
-        assert "waiting for Redis" in out and "answers; starting" in out
+        assert "answers; starting" in out, out
     finally:
         if worker.poll() is None:
             worker.kill()
