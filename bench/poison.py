@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench._stack import live_stack  # noqa: E402
 
 
 def main() -> None:
@@ -40,40 +39,8 @@ def main() -> None:
     parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for a phase")
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="fairsched-bench-poison-"))
-    from fairsched.runtime import embedded
-
-    redis = embedded.start_redis(log=tmp / "redis.log")
-    temporal = embedded.start_temporal(log=tmp / "temporal.log")
-    procs: list[subprocess.Popen] = []
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "REDIS_URL": redis.url,
-           "TEMPORAL_ADDRESS": temporal.url, "FAIRSCHED_TASK_QUEUE": "bench", "FAIRSCHED_CHANNEL_LAYER": "memory",
-           "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONUNBUFFERED": "1"}
-    os.environ.update(env)
-    try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", interactive=False, verbosity=0)
-        for cmd in ("runworker", "runscheduler"):
-            out = open(tmp / f"{cmd}.log", "ab")
-            procs.append(subprocess.Popen([sys.executable, str(ROOT / "manage.py"), cmd], env=env, cwd=ROOT,
-                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-        run(args, temporal.url)
-        print(f"(logs and database in {tmp})")
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        temporal.stop()
-        redis.stop()
-
+    with live_stack("fairsched-bench-poison-", spawn=("runworker", "runscheduler")) as stack:
+        run(args, stack.temporal_url)
 
 def run(args, temporal_url: str) -> None:
     from django.utils import timezone
