@@ -73,6 +73,7 @@ def seed(env: dict, size: int) -> dict:
     code = f"""
 import django, random, time
 django.setup()
+from datetime import timedelta
 from django.core.management import call_command
 from django.utils import timezone
 call_command("migrate", interactive=False, verbosity=0)
