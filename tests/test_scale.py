@@ -273,3 +273,19 @@ def test_the_admin_chart_list_never_counts_or_scans_every_row(admin_client, quer
     counts = [sql for sql in charts if "COUNT(" in sql]
     assert counts and all("LIMIT 10000" in sql for sql in counts), counts
     assert not [sql for sql in charts if "DISTINCT" in sql or "MIN(" in sql], charts  # no date drill-down
+
+
+@pytest.mark.django_db
+def test_the_full_pass_chunks_walk_every_active_chart_once_in_pk_order():
+    """Chunks of the full resync: queued and running charts interleaved by pk, final ones
+    skipped; the chunks together give each active chart once, in pk order."""
+    org, wf = make_org("Acme"), make_workflow("code")
+    states = ["queued", "running", "succeeded", "queued", "queued", "running", "failed", "running", "queued"] * 3
+    charts = [make_chart(org, wf, state=s) for s in states]
+    active = [c.pk for c in charts if c.state in ("queued", "running")]
+    seen, after = [], 0
+    while chunk := db.read_active_chunk(after, 4):
+        assert len(chunk) <= 4
+        seen += [r.id for r in chunk]
+        after = chunk[-1].id
+    assert seen == active

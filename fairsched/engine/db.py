@@ -239,8 +239,16 @@ def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:
     """Queued and running charts with ``pk > after_pk``, by pk, at most ``limit``: one
     chunk of the full resync (keyset pagination: each chunk is one short indexed query)."""
     close_old_connections()
-    qs = Chart.objects.filter(state__in=ACTIVE, pk__gt=after_pk).order_by("pk")[:limit]
-    return [_row(v) for v in qs.values_list(*CHART_FIELDS)]
+    # One query per state: ``state = s AND id > x ORDER BY id`` walks the (state, id) index
+    # in order and stops at ``limit``. ``state IN (...)`` with the same ORDER BY cannot use
+    # the index order across the two states: SQLite sorted every active row after ``x``
+    # for each chunk (3 s a chunk at a million charts, so a full pass of 10 minutes).
+    found: list[tuple] = []
+    for state in ACTIVE:
+        found.extend(Chart.objects.filter(state=state, pk__gt=after_pk).order_by("pk")
+                     .values_list(*CHART_FIELDS)[:limit])
+    found.sort(key=lambda v: v[0])
+    return [_row(v) for v in found[:limit]]
 
 
 def read_charts(ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]:
