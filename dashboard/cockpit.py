@@ -19,7 +19,8 @@ from django.views.decorators.http import require_POST
 
 from charts import services as chart_services
 from charts.models import FINAL_STATES, Chart, ChartState
-from dashboard import controls, history, selectors
+from dashboard import history, selectors
+from dashboard.permissions import can_view_dashboard
 from dashboard.views import staff_required
 from orgs.models import Org, Workflow
 
@@ -47,7 +48,7 @@ class HistoryFilter(forms.Form):
 
 
 def _can_rerun(user) -> bool:
-    return user.has_perm("charts.add_chart") and controls.can_view_dashboard(user)
+    return user.has_perm("charts.add_chart") and can_view_dashboard(user)
 
 
 @never_cache
@@ -95,7 +96,7 @@ def _chart_for(user, pk: int) -> tuple[Chart, bool]:
     chart = Chart.objects.select_related("org", "workflow", "rerun_of").filter(pk=pk).first()
     if chart is None:
         raise Http404("No such chart.")
-    if controls.can_view_dashboard(user):
+    if can_view_dashboard(user):
         return chart, True
     if chart.org.members.filter(pk=user.pk).exists():
         return chart, False

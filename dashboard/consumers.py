@@ -42,6 +42,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from dashboard import controls, selectors
+from dashboard.permissions import can_view_dashboard
 from common import live_updates
 from common.live_updates import GROUP
 from common.validation import MAX_ID, require_int
@@ -326,7 +327,7 @@ class DashboardConsumer(_LiveConsumer):
     """``/ws/dashboard/``: staff with the view permission; controls need the change permissions."""
 
     async def allowed(self, user) -> bool:
-        return await database_sync_to_async(controls.can_view_dashboard)(user)
+        return await database_sync_to_async(can_view_dashboard)(user)
 
     def read_snapshot(self) -> tuple[int | None, str, str]:
         return selectors.snapshot_message(self.view)

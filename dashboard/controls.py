@@ -18,7 +18,6 @@ from django.db import DatabaseError
 from charts import services as chart_services
 from charts.models import Chart
 from dashboard import selectors
-from dashboard.permissions import VIEW_PERM, can_view_dashboard  # noqa: F401 (re-exported)
 from fairsched import audit
 from common import live_updates
 from fairsched import services as fairsched_services

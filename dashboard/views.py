@@ -19,6 +19,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import controls, history, selectors
+from dashboard.permissions import can_view_dashboard
 from dashboard.models import OrgToken
 from common import live_updates
 from fairsched.temporal import capacity
@@ -26,7 +27,7 @@ from common.middleware import answers_json
 from common.validation import MAX_ID
 from dashboard.accuracy import DEFAULT_LAST, MAX_LAST, accuracy
 
-staff_required = user_passes_test(controls.can_view_dashboard)
+staff_required = user_passes_test(can_view_dashboard)
 
 
 class BadQuery(ValueError):
