@@ -19,7 +19,7 @@ Complexity (n queued charts, k of one org, B the budget):
 """
 from __future__ import annotations
 
-from itertools import chain, islice
+from itertools import chain, islice, takewhile
 from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -47,6 +47,34 @@ def _costs_in_order(sublists: list[list[tuple]], free: int) -> Iterator[int]:
     if sublists and free < len(sublists[0]):
         return map(_ecost, map(_payload, sublists[0]))
     return map(_ecost, map(_payload, chain.from_iterable(sublists)))
+
+
+def head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], tuple | None]:
+    """The head of a saved order, what a restart loads first: every priority chart, every
+    chart without a round, and of each org the ``k`` first charts with a round by
+    ``(round, created_at, seq)`` (the normal key). With them, the horizon: the smallest
+    normal key of an org's ``k``-th chart (its later charts may sort after it), None if
+    no org had ``k`` (the head is the whole backlog). The database reads the same rows
+    with one indexed query per org (``fairsched.engine.db.read_head``)."""
+    head: list[QueuedChart] = []
+    ranked: dict[str, list[QueuedChart]] = {}
+    for c in queued:
+        if c.priority or c.round is None:
+            head.append(c)
+        else:
+            ranked.setdefault(c.org, []).append(c)
+    bounds = []
+    for charts in ranked.values():
+        charts.sort(key=lambda c: (c.round, c.created_at, c.seq))
+        head.extend(charts[:k])
+        if len(charts) >= k:
+            c = charts[k - 1]
+            bounds.append(normal_key(c.round, c.created_at, c.seq))
+    return head, min(bounds) if bounds else None
+
+
+class NeedsWholeBacklog(Exception):
+    """The head of the order cannot be restored alone (:meth:`FairQueue.restore`)."""
 
 
 class _Untracked:
@@ -139,6 +167,10 @@ class FairQueue:
         # queued charts whose round changed (take_round_changes); only the live scheduler,
         # which persists them, pays for the bookkeeping
         self._changed: set[str] | _Untracked = set() if track_rounds else _UNTRACKED
+        # A partial queue (the head of the order, loaded first at a restart): dispatch
+        # stops at ``_horizon`` and logs what it took out, for :meth:`replay`.
+        self._horizon: tuple | None = None
+        self.start_log: list[tuple] | None = None
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -179,6 +211,7 @@ class FairQueue:
         budget: int,
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
+        horizon: tuple | None = None,
     ) -> "FairQueue":
         """Resume after a restart or a failover from what :meth:`export_rounds` and
         :meth:`take_round_changes` persisted (contracts/simulate.md: the order after a
@@ -189,7 +222,16 @@ class FairQueue:
         Charts with a round keep it; the others then arrive, per org in its rank
         order, by the arrival rule. An org whose weight differs from ``state``'s is
         re-ranked, and every org (in listed order) if the budget differs: what a live
-        change made while no scheduler ran would have done. O(n log n)."""
+        change made while no scheduler ran would have done. O(n log n).
+
+        ``horizon``: ``queued`` is only the head of the order, every chart whose normal
+        key is at most ``horizon`` (a ``(round, created_at, seq)``), with the whole
+        priority tier and every chart without a round (a restart loads that first and the
+        rest meanwhile). The queue dispatches up to the horizon only, and logs what it
+        takes out for :meth:`replay` on the whole queue. Raises :class:`NeedsWholeBacklog`
+        if any org must be re-ranked (that needs all its charts)."""
+        if horizon is not None and horizon[0] < state.head:
+            raise NeedsWholeBacklog("the head alone may hide charts below the head round")
         with gc_paused():
             q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True)
             q._head = int(state.head)
@@ -209,10 +251,15 @@ class FairQueue:
             for org, w in q._weights.items():
                 s = state.orgs.get(org)
                 if rerank_all or (s is not None and s.weight != w) or q._stale(org):
+                    if horizon is not None:
+                        raise NeedsWholeBacklog(f"org {org} is re-ranked on restore")
                     keys.extend(q._rank(org, insert=False))
                 else:
                     keys.extend(q._resume_org(org))
             q._order.bulk_load(keys)
+            if horizon is not None:
+                q._horizon = (TIER_NORMAL, *horizon)
+                q.start_log = []
             return q
 
     def _enter(self, charts: Iterable[QueuedChart]) -> list[_Entry]:
@@ -435,6 +482,8 @@ class FairQueue:
         e = self._entries.pop(chart_id, None)
         if e is None:
             return None
+        if self.start_log is not None:
+            self.start_log.append(("remove", chart_id))
         del self._by_org[e.org][chart_id]
         self._changed.discard(chart_id)
         self._take_out(e)
@@ -537,10 +586,29 @@ class FairQueue:
         return True
 
     # --------------------------------------------------------------- dispatch
+    def _startable(self, free: int) -> int:
+        """How many charts at the head start within ``free``: the head-of-line walk, and
+        in a partial queue (:meth:`restore` with a horizon) none past the horizon."""
+        n = head_of_line(_costs_in_order(self._order.sublists(), free), free)
+        if self._horizon is not None and n:
+            h = self._horizon
+            n = sum(1 for _ in takewhile(lambda k: k[:4] <= h, islice(self._order, n)))
+        return n
+
+    @property
+    def partial(self) -> bool:
+        """True for the head of the order restored alone (:meth:`restore` with a horizon)."""
+        return self._horizon is not None
+
+    def close_horizon(self) -> None:
+        """Dispatch nothing more of the normal tier (the whole priority tier still goes):
+        something changed that the head alone cannot place."""
+        if self._horizon is not None:
+            self._horizon = (TIER_NORMAL - 0.5,)
+
     def peek(self, free: int) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
-        n = head_of_line(_costs_in_order(self._order.sublists(), free), free)
-        return [k[4] for k in islice(self._order, n)]
+        return [k[4] for k in islice(self._order, self._startable(free))]
 
     def dispatch(self, free: int) -> list[QueuedChart]:
         """Head-of-line walk within ``free`` (may be negative): start each chart
@@ -549,26 +617,58 @@ class FairQueue:
         Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a
         later ``set_cost`` does not touch in-flight work)."""
         started = []
-        order = self._order
-        for k in order.pop_head(head_of_line(_costs_in_order(order.sublists(), free), free)):
+        log = self.start_log
+        for k in self._order.pop_head(self._startable(free)):
             e = k[5]
             self._ordered_n[e.org] -= 1
-            del self._entries[e.id]
-            del self._by_org[e.org][e.id]
-            self._changed.discard(e.id)
+            self._forget(e)
             e.key = None
             e.state = ""
-            if k[0] == TIER_NORMAL and e.round is not None:
-                r = e.round
-                self._head = r
-                org = e.org
-                if self._disp_round.get(org) == r:
-                    self._disp_count[org] += 1
-                else:
-                    self._disp_round[org] = r
-                    self._disp_count[org] = 1
+            normal = k[0] == TIER_NORMAL
+            self._dispatched(e.org, normal, e.round)
+            if log is not None:
+                log.append(("dispatch", e.id, normal, e.round))
             started.append(e.chart())
         return started
+
+    def _forget(self, e: _Entry) -> None:
+        del self._entries[e.id]
+        del self._by_org[e.org][e.id]
+        self._changed.discard(e.id)
+
+    def _dispatched(self, org: str, normal: bool, r: int | None) -> None:
+        """A chart of ``org`` holding round ``r`` was dispatched: a normal-tier one sets
+        ``head`` to its round (and keeps counting for it)."""
+        if not normal or r is None:
+            return
+        self._head = r
+        if self._disp_round.get(org) == r:
+            self._disp_count[org] += 1
+        else:
+            self._disp_round[org] = r
+            self._disp_count[org] = 1
+
+    def replay(self, log: Iterable[tuple]) -> list[str]:
+        """Take out what a partial queue (the head of this order, restored from the same
+        saved state) dispatched and removed, as it did: ``head`` and the rounds move
+        exactly as they moved there. A chart this queue does not hold arrived after its
+        read: a priority chart (no round to count) or one already gone. Returns the
+        ids taken out."""
+        out = []
+        for kind, cid, *rest in log:
+            e = self._entries.get(cid)
+            if kind == "remove":
+                if self.remove(cid) is not None:
+                    out.append(cid)
+                continue
+            if e is None:
+                continue
+            normal, r = rest
+            self._take_out(e)
+            self._forget(e)
+            self._dispatched(e.org, normal, r)
+            out.append(cid)
+        return out
 
     # ------------------------------------------------------------------- ETAs
     def etas(

@@ -1,6 +1,7 @@
 """Hypothesis properties and a state machine over the live FairQueue."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -8,7 +9,8 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fairsched.core import (HELD, ORDERED, Durations, FairQueue, QueuedChart, RunningChart, plan)
+from fairsched.core import (HELD, ORDERED, Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
+                            head_of_backlog, plan)
 from fairsched.core.simulator import Arrival, simulate
 from fairsched.scenario import dump_scenario, plan as plan_json
 
@@ -399,6 +401,53 @@ class RestartMachine(RuleBasedStateMachine):
                                       weights=self.live.weights, costs=self.live.costs)
         self.restarts += 1
 
+    @rule(k=st.integers(1, 3), steps=st.lists(st.sampled_from(["dispatch", "finish", "arrive_priority"]),
+                                              max_size=6))
+    def restart_head_first(self, k, steps):
+        """A restart that loads the head of the order first (``k`` charts with a round per
+        org, every priority chart, every chart without a round) and dispatches from it
+        while the whole backlog loads, then restores the whole backlog from the same save
+        and replays what the head dispatched: every decision agrees with ``ref`` (which
+        never restarts), in between and after."""
+        self.save()
+        rows = [replace(self.live.get(cid), round=self.saved_rounds.get(cid))
+                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+        head, horizon = head_of_backlog(rows, k)
+        arrived = []
+        try:
+            part = FairQueue.restore(head, state=self.saved_state, budget=self.live.budget,
+                                     weights=self.live.weights, costs=self.live.costs,
+                                     horizon=horizon or (math.inf,))
+        except NeedsWholeBacklog:
+            return self.restart()
+        for step in steps:
+            if step == "dispatch":
+                free = self.ref.budget - sum(self.running.values())
+                started = part.dispatch(free)
+                # the same charts start on the never-restarted queue, given their cost
+                spent = sum(part.cost_of(c.org, c.workflow) for c in started)
+                if started:
+                    assert [c.id for c in self.ref.dispatch(spent)] == [c.id for c in started]
+                for c in started:
+                    self.running[c.id] = part.cost_of(c.org, c.workflow)
+            elif step == "finish" and self.running:
+                del self.running[sorted(self.running)[0]]
+            elif step == "arrive_priority":  # a priority chart arrives while the backlog loads
+                c = QueuedChart(f"c{self.seq}", "o1", "w", self.t, self.seq, priority=True)
+                self.seq += 1
+                self.ref.add(c)
+                part.add(c)
+                arrived.append(c)
+        whole = FairQueue.restore(rows, state=self.saved_state, budget=self.live.budget,
+                                  weights=self.live.weights, costs=self.live.costs)
+        whole.replay(part.start_log)
+        for c in arrived:  # newer than the whole backlog's read: the resync after the swap
+            if c.id in part._entries:
+                whole.add(c)
+        assert whole.export_rounds() == part.export_rounds()
+        self.live = whole
+        self.restarts += 1
+
     @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3), b=st.integers(0, 5))
     def restart_after_settings_changed_while_down(self, org, w, b):
         """An operator changed a weight and the budget while no scheduler ran: the new one
@@ -447,3 +496,42 @@ def test_restore_resumes_the_issue_example_where_a_rebuild_reshuffles():
     assert restored.order() == before
     rebuilt = FairQueue.from_backlog(q.backlog(), budget=2, weights=weights)
     assert rebuilt.order() == ["a2", "a3", "b0", "a4", "a5", "b1", "b2"]
+
+
+def test_the_head_alone_dispatches_up_to_its_horizon_and_the_whole_replays_it():
+    """A weight-2 org holds two charts a round. With one chart per org loaded first, the
+    head knows a0 and b0 only: a1 (round 0, not loaded) comes before b0 in the order, so
+    the head may start a0 and nothing after it; the whole backlog, restored from the same
+    save and replaying that start, goes on exactly as a queue that never restarted."""
+    weights = {"A": 2, "B": 1}
+    ref = FairQueue(budget=3, weights=weights, track_rounds=True)
+    for i in range(4):
+        ref.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
+    for i in range(3):
+        ref.add(QueuedChart(f"b{i}", "B", "w", float(10 + i), 10 + i))
+    rounds = ref.take_round_changes()
+    rows = [replace(c, round=rounds.get(c.id)) for c in ref.backlog()]
+    saved = ref.export_rounds()
+    head, horizon = head_of_backlog(rows, 1)
+    assert sorted(c.id for c in head) == ["a0", "b0"]
+    part = FairQueue.restore(head, state=saved, budget=3, weights=weights, horizon=horizon)
+    assert [c.id for c in part.dispatch(3)] == ["a0"]
+    assert part.dispatch(3) == []
+    whole = FairQueue.restore(rows, state=saved, budget=3, weights=weights)
+    assert whole.replay(part.start_log) == ["a0"]
+    assert [c.id for c in ref.dispatch(1)] == ["a0"]
+    assert whole.export_rounds() == ref.export_rounds() == part.export_rounds()
+    assert [c.id for c in whole.dispatch(2)] == [c.id for c in ref.dispatch(2)] == ["a1", "b0"]
+    assert whole.order() == ref.order()
+
+
+def test_a_head_that_would_re_rank_needs_the_whole_backlog():
+    weights = {"A": 1}
+    q = FairQueue(budget=1, weights=weights, track_rounds=True)
+    for i in range(3):
+        q.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
+    rounds = q.take_round_changes()
+    rows = [replace(c, round=rounds.get(c.id)) for c in q.backlog()]
+    head, horizon = head_of_backlog(rows, 1)
+    with pytest.raises(NeedsWholeBacklog):  # the weight changed while no scheduler ran
+        FairQueue.restore(head, state=q.export_rounds(), budget=1, weights={"A": 2}, horizon=horizon)
