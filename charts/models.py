@@ -72,6 +72,9 @@ class Chart(models.Model):
             models.Index(fields=["state", "-id"], name="chart_state_id"),
             models.Index(fields=["org", "state", "-id"], name="chart_org_state_id"),
             models.Index(fields=["workflow", "-id"], name="chart_workflow_id"),
+            # A restart's head of the order: per org, its queued charts by saved round
+            # (fairsched.engine.db.read_head), without reading the org's whole backlog.
+            models.Index(fields=["org", "state", "priority", "fair_round", "created_at", "id"], name="chart_org_head"),
         ]
 
     def __str__(self) -> str:

@@ -289,3 +289,39 @@ def test_the_full_pass_chunks_walk_every_active_chart_once_in_pk_order():
         seen += [r.id for r in chunk]
         after = chunk[-1].id
     assert seen == active
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("per_org", [1, 3, 100])
+def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
+    """``db.read_head`` (one indexed query per org) returns the very charts and horizon
+    that ``head_of_backlog`` picks from the whole backlog: priority charts, charts without
+    a round, each org's first ``per_org`` by (round, created_at, id), with ties of rounds
+    and of creation times, paused charts and running ones."""
+    import random
+    from datetime import timedelta
+
+    from fairsched.core import RoundState, head_of_backlog
+
+    rng = random.Random(per_org)
+    orgs, wf = [make_org(f"Org {i}") for i in range(3)], make_workflow("code")
+    t0 = timezone.now() - timedelta(hours=1)
+    for i in range(60):
+        make_chart(rng.choice(orgs), wf, created_at=t0 + timedelta(seconds=rng.randint(0, 20)),
+                   state=rng.choice(["queued"] * 6 + ["running", "succeeded"]),
+                   priority=rng.random() < 0.1, paused=rng.random() < 0.1,
+                   fair_round=rng.choice([None, 0, 1, 1, 2, 3, 5]))
+    assert db.read_head(per_org, 1000) is None  # no round state saved: a first start
+    db.save_rounds(RoundState(0, 1, {}), {})
+    head = db.read_head(per_org, 1000)
+    world = db.read_world()
+    queued = [r.queued_chart(with_round=True) for r in world.charts if r.state == "queued"]
+    want, horizon = head_of_backlog(queued, per_org)
+    assert sorted(r.id for r in head.world.charts if r.state == "queued") == sorted(int(c.id) for c in want)
+    assert [r.id for r in head.world.charts if r.state == "running"] == \
+        [r.id for r in world.charts if r.state == "running"]
+    assert head.horizon == horizon
+    assert (horizon is None) == (per_org == 100)
+    roundless = sum(1 for c in queued if not c.priority and c.round is None)
+    assert roundless and db.read_head(per_org, roundless) is not None
+    assert db.read_head(per_org, roundless - 1) is None  # too many to rank without the whole backlog

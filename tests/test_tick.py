@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.engine import db
 from fairsched.engine.scheduler import Scheduler
+from fairsched.core import head_of_backlog
 from fairsched.engine.state import FINAL, ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, workflow_id
@@ -58,6 +59,8 @@ class FakeStore:
         self.payloads: dict[int, object] = {}
         self.errors: dict[int, str] = {}
         self.marked: list[tuple] = []  # every mark_running item
+        self.saved = None  # the round state saved last
+        self.whole_gate = asyncio.Event()  # a streamed start reads the whole backlog once set
 
     def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
         self.rows[pk] = ChartRow(pk, org, workflow, "queued", T0 + pk, external_id=f"x-{pk}")
@@ -75,6 +78,22 @@ class FakeStore:
     async def read_world(self) -> World:
         return World(self.config, list(self.orgs.values()), dict(self.costs), {}, self._active(),
                      read_at=datetime.now(UTC))
+
+    async def read_streamed(self, per_org, roundless_max, on_head):
+        """The head of the saved order first (what ``db.read_head`` reads), then, once the
+        test opens ``whole_gate``, the whole backlog as it was when the head was read."""
+        world = await self.read_world()
+        if self.saved is None:
+            return world if on_head(None) else None
+        running = [r for r in world.charts if r.state == "running"]
+        queued = {str(r.id): r for r in world.charts if r.state == "queued"}
+        head, horizon = head_of_backlog([r.queued_chart(with_round=True) for r in queued.values()], per_org)
+        charts = running + [queued[c.id] for c in head]
+        world = dataclasses.replace(world, rounds=self.saved)
+        if not on_head(db.Head(dataclasses.replace(world, charts=charts), horizon)):
+            return None
+        await self.whole_gate.wait()
+        return world
 
     async def recent_arrivals(self):
         return []
@@ -116,6 +135,8 @@ class FakeStore:
                 for i in ids if i in self.rows}
 
     async def mark_running(self, items, rounds=None):
+        if rounds is not None:
+            await self.save_rounds(*rounds)
         out = {}
         for cid, cost, run_id, at, *_ in items:
             self.marked.append((cid, cost, run_id, at))
@@ -143,7 +164,9 @@ class FakeStore:
         return True
 
     async def save_rounds(self, state, changes):
-        pass
+        self.saved = state
+        for cid, r in changes.items():
+            self.set(int(cid), round=r)
 
 
 class FakeTemporal:
@@ -397,6 +420,53 @@ async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(
     await r.tick()
     assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
     assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
+
+
+async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_backlog_loads(rig, caplog):
+    """Three orgs of weight 1, budget 1: the order is 1 2 3 4 5 6 7 8 9. Chart 1 runs and
+    the scheduler restarts, loading one chart per org first: 4, 2 and 3. The head may
+    start chart 2 (nothing can sort before it) but not chart 3: org 1's unloaded chart
+    7 could come before it as far as the head knows. A priority chart goes at once.
+    Once the whole backlog takes over, the order goes on as if there had been no restart."""
+    r = rig(budget=1, charts=9, weights=(1, 1, 1))
+    await r.lead()
+    await r.tick()
+    assert r.temporal.start_calls == [1] and r.store.saved is not None
+    await r.s._step_down()
+
+    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    s.HEAD_PER_ORG = 1
+    r.s = s
+    await r.lead()
+    assert s.state.partial and sorted(s.state.queue.order(), key=int) == ["2", "3", "4"]
+    r.temporal.close(1)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2]
+    r.temporal.close(2)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2]  # 3 is past the horizon: wait for the whole backlog
+    r.store.rows[10] = ChartRow(10, 2, "code", "queued", T0 + 10, priority=True, prioritized_at=T0 + 10)
+    r.store.payloads[10] = {}
+    s._notes.append({"kind": "chart", "id": 10})
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2, 10]  # a priority chart needs no whole order
+    r.temporal.close(10)
+    await settle()
+    r.store.whole_gate.set()
+    for _ in range(50):
+        await settle()
+        if s._whole_ready is not None:
+            break
+    await r.tick()
+    assert not s.state.partial
+    assert "takes over from the head (1 dispatched" in caplog.text
+    assert "differs" not in caplog.text  # the replay moved the rounds as the head moved them
+    assert r.temporal.start_calls == [1, 2, 10, 3]
+    assert s.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
+    assert s.state.queue.head == r.store.saved.head == 0
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():

@@ -600,11 +600,11 @@ class FairQueue:
         """True for the head of the order restored alone (:meth:`restore` with a horizon)."""
         return self._horizon is not None
 
-    def close_horizon(self) -> None:
-        """Dispatch nothing more of the normal tier (the whole priority tier still goes):
+    def close_horizon(self, everything: bool = False) -> None:
+        """Dispatch nothing more of the normal tier (``everything``: nothing at all):
         something changed that the head alone cannot place."""
         if self._horizon is not None:
-            self._horizon = (TIER_NORMAL - 0.5,)
+            self._horizon = (TIER_PRIORITY - 0.5,) if everything else (TIER_NORMAL - 0.5,)
 
     def peek(self, free: int) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
@@ -648,18 +648,18 @@ class FairQueue:
             self._disp_round[org] = r
             self._disp_count[org] = 1
 
-    def replay(self, log: Iterable[tuple]) -> list[str]:
+    def replay(self, log: Iterable[tuple]) -> list[tuple[str, str]]:
         """Take out what a partial queue (the head of this order, restored from the same
         saved state) dispatched and removed, as it did: ``head`` and the rounds move
         exactly as they moved there. A chart this queue does not hold arrived after its
         read: a priority chart (no round to count) or one already gone. Returns the
-        ids taken out."""
+        ``(id, org)`` of each chart taken out."""
         out = []
         for kind, cid, *rest in log:
             e = self._entries.get(cid)
             if kind == "remove":
                 if self.remove(cid) is not None:
-                    out.append(cid)
+                    out.append((cid, e.org))
                 continue
             if e is None:
                 continue
@@ -667,7 +667,7 @@ class FairQueue:
             self._take_out(e)
             self._forget(e)
             self._dispatched(e.org, normal, r)
-            out.append(cid)
+            out.append((cid, e.org))
         return out
 
     # ------------------------------------------------------------------- ETAs

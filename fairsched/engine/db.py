@@ -8,17 +8,18 @@ Writes go through ``charts.services`` (compare-and-set, notifications).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.db import close_old_connections as _close_old_connections
 from django.db import connection, transaction
+from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState, DurationStat
 from charts.services import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
-from fairsched.core import OrgRounds
+from fairsched.core import OrgRounds, normal_key
 from fairsched.core.plan import gc_paused
 from fairsched.core import RoundState as CoreRoundState
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
@@ -206,6 +207,75 @@ def read_world() -> World:
     charts = _active_rows()
     return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
                  rounds=read_round_state(), read_at=read_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The head of the saved order, read first at a restart (:func:`read_head`): the
+    world of a partial queue. ``horizon``: see :func:`fairsched.core.head_of_backlog`
+    (None: the head is the whole backlog)."""
+
+    world: World
+    horizon: tuple | None
+
+
+def read_head(per_org: int, roundless_max: int) -> Head | None:
+    """What :func:`fairsched.core.head_of_backlog` picks, straight from the database: the
+    running charts, and of each org its queued priority charts, its queued charts without
+    a round and its ``per_org`` first with one by ``(round, created_at, id)`` (the index
+    ``chart_org_head``: one short query each). None when no round state was ever saved
+    (a first start ranks the whole backlog) or more than ``roundless_max`` charts have no
+    round (charts created while no scheduler ran: ranking them needs every org's charts)."""
+    rounds = read_round_state()
+    if rounds is None:
+        return None
+    read_at = timezone_now()
+    rows = Chart.objects.values_list(*CHART_FIELDS)
+    charts = [_row(v) for v in rows.filter(state=ChartState.RUNNING)]
+    orgs = read_orgs()
+    bounds = []
+    roundless = 0
+    for org in orgs:
+        queued = rows.filter(org_id=org.id, state=ChartState.QUEUED)
+        # ``priority__in``, not ``priority=``: Django writes ``NOT priority`` for False, which
+        # SQLite's planner cannot match to an index column (it sorted 222k rows an org).
+        charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
+        new = [_row(v) for v in queued.filter(priority__in=[False], fair_round__isnull=True)[:roundless_max + 1]]
+        roundless += len(new)
+        if roundless > roundless_max:
+            return None
+        charts.extend(new)
+        kept = [_row(v) for v in queued.filter(priority__in=[False], fair_round__isnull=False)
+                .order_by("fair_round", "created_at", "id")[:per_org]]
+        charts.extend(kept)
+        if len(kept) == per_org:
+            last = kept[-1]
+            bounds.append(normal_key(last.round, last.created_at, last.id))
+    charts.sort(key=lambda r: r.id)  # as read_world gives them
+    world = World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
+                  rounds=rounds, read_at=read_at)
+    return Head(world, min(bounds) if bounds else None)
+
+
+def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | None], bool]) -> World | None:
+    """Start-up: :func:`read_head`, handed to ``on_head`` at once, then (if ``on_head``
+    says the whole backlog is wanted; else None) :func:`read_world`, both in one snapshot
+    of the database (one transaction; REPEATABLE READ on PostgreSQL,
+    one read transaction on SQLite), so the whole backlog is exactly what the head was
+    read from: what the scheduler dispatched from the head meanwhile is replayed on it.
+    Run in a thread of its own (its own connection, closed at the end): the scheduler's
+    database thread stays free for the dispatches from the head."""
+    try:
+        SchedulerSettings.get()  # the one write a read could make, before the read transaction
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            if not on_head(read_head(per_org, roundless_max)):
+                return None
+            return read_world()
+    finally:
+        connection.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,9 @@ The scheduler takes each in its constructor; the defaults here are the real ones
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime
@@ -57,6 +59,8 @@ class SystemClock:
 # ==================================================================== store
 class Store(Protocol):
     async def read_world(self) -> World: ...
+    async def read_streamed(self, per_org: int, roundless_max: int,
+                            on_head: Callable[[db.Head | None], bool]) -> World | None: ...
     async def recent_arrivals(self) -> list[tuple[str, str, float]]: ...
     async def recent_durations(self) -> list[tuple[str, str, float]]: ...
     async def recent_promises(self) -> list[tuple[float, float, float]]: ...
@@ -88,10 +92,44 @@ def _in_db_thread(name: str) -> Callable:
     return method
 
 
+def in_daemon_thread(fn: Callable[..., Any], *args: Any, name: str = "fairsched-loader", **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a new daemon thread; an awaitable of its result. Daemon:
+    a stop never waits for it (the executor's threads are joined at exit, and a million-chart
+    read or build takes seconds). The result is dropped if nobody awaits it any more."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if not future.done():
+            (future.set_exception(exc) if exc is not None else future.set_result(result))
+
+    def run() -> None:
+        try:
+            result, exc = fn(*args, **kwargs), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting loop
+            result, exc = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, exc)
+        except RuntimeError:  # the loop is closed: the process is stopping
+            pass
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
 class DbStore:
-    """The real store: :mod:`fairsched.engine.db`, one call at a time in the database thread."""
+    """The real store: :mod:`fairsched.engine.db`, one call at a time in the database thread,
+    but for the start-up's streamed read (a thread and a connection of its own)."""
 
     read_world = _in_db_thread("read_world")
+
+    async def read_streamed(self, per_org: int, roundless_max: int,
+                            on_head: Callable[[db.Head | None], bool]) -> World | None:
+        """``db.read_streamed`` in a thread of its own: ``on_head`` is called there with the
+        head of the order (None: none to start from); it says whether the whole backlog
+        must be read too (else this returns None)."""
+        return await in_daemon_thread(db.read_streamed, per_org, roundless_max, on_head)
+
     recent_arrivals = _in_db_thread("recent_arrivals")
     recent_durations = _in_db_thread("recent_durations")
     recent_promises = _in_db_thread("recent_promises")

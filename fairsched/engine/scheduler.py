@@ -61,7 +61,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from common import live_updates
-from fairsched.core import Eta, RoundState
+from fairsched.core import Eta, NeedsWholeBacklog, RoundState
+from fairsched.engine import db
 from fairsched.engine.db import StartRow
 from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.lease import Lease, release_now
@@ -75,10 +76,11 @@ from fairsched.engine.ports import (
     SystemClock,
     TemporalClient,
     TemporalPort,
+    in_daemon_thread,
 )
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.starts import UNKNOWN, StartFailures
-from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput, Running
+from fairsched.engine.state import FINAL, QUEUED, RUNNING, Effects, LiveState, PassInput, Running, World
 from common.notify import CHANNEL
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import (
@@ -143,6 +145,8 @@ class Scheduler:
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
     FULL_RESYNC_CHUNK: int = 5000     # charts per chunk of the full re-read (one per tick)
     FULL_RESYNC_COST_FACTOR: float = 50.0  # ... and at most every this many times its own duration
+    HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
+    HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
@@ -233,6 +237,7 @@ class Scheduler:
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
         self._round_saved: RoundState | None = None     # the round state last written
+        self._whole_ready: tuple | None = None  # (state, world, replay?) built while dispatching from the head
         self._round_pending: dict[str, int | None] = {}  # chart rounds changed since that write
         self._start_failures = StartFailures()
         self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
@@ -375,24 +380,113 @@ class Scheduler:
             await asyncio.wait(tasks, timeout=self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self._tasks, self._watchers = [], {}
         self.state = None
+        self._whole_ready = None
         self._notes.clear()
         self._finished.clear()
 
     async def _load(self) -> None:
+        """Load the backlog. At a restart (a round state was saved) the head of the saved
+        order comes first (:func:`fairsched.engine.db.read_head`): dispatch starts from it
+        while the whole backlog is read, in the same database snapshot, and built in a
+        thread; the whole then takes over (:meth:`_take_over_whole`). A first start, or a
+        head that cannot resume alone, loads the whole backlog before dispatching."""
         backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+        loop = asyncio.get_running_loop()
         while not self._stop.is_set():
+            heads: asyncio.Queue = asyncio.Queue()
+
+            def on_head(head: db.Head | None) -> bool:  # in the reading thread
+                loop.call_soon_threadsafe(heads.put_nowait, head)
+                return head is None or head.horizon is not None  # the whole backlog is wanted
+
+            reading = asyncio.ensure_future(self.store.read_streamed(self.HEAD_PER_ORG, self.HEAD_ROUNDLESS_MAX,
+                                                                     on_head))
+            got_head = asyncio.ensure_future(heads.get())
             try:
-                world = await self.store.read_world()
+                await asyncio.wait({reading, got_head}, return_when=asyncio.FIRST_COMPLETED)
+                head = got_head.result() if got_head.done() else None
+                if head is not None and head.horizon is not None and self._start_from_head(head):
+                    self._tasks.append(asyncio.create_task(self._load_whole(reading), name="load-whole"))
+                    return
+                world = await reading
+                if world is None:  # the head was the whole backlog
+                    world = head.world
                 break
             except Exception as exc:  # noqa: BLE001 - database down: retry
                 delay = backoff.fail(self.clock.monotonic())
                 log.warning("cannot load the backlog (%s); retrying in %.1f s", exc, delay)
                 await self._sleep(delay)
+            finally:
+                got_head.cancel()
         else:
             return
         self.state = LiveState(world, observe_arrivals=False)  # learn_history below
         self._round_saved, self._round_pending = world.rounds, {}
         self._notes.clear()  # the load read everything they could name
+        await self._loaded(world)
+
+    def _start_from_head(self, head: db.Head) -> bool:
+        """Become a partial state over the head of the saved order (False: it cannot resume alone)."""
+        try:
+            state = LiveState(head.world, observe_arrivals=False, horizon=head.horizon)
+        except NeedsWholeBacklog as exc:
+            log.info("loading the whole backlog before dispatching: %s", exc)
+            return False
+        self.state = state
+        self._round_saved, self._round_pending = head.world.rounds, {}
+        self._notes.clear()  # the read covers them; the take-over's resync covers what came later
+        log.info("loaded the head of the order: %d queued (%d in the order), %d running; dispatching from it "
+                 "while the whole backlog loads", len(state.queue), state.queue.order_len, len(state.running))
+        for chart_id in state.running:
+            self._watch(chart_id)
+        return True
+
+    async def _load_whole(self, reading: asyncio.Future) -> None:
+        """The rest of a streamed start: the whole backlog (read in the head's snapshot) is
+        built in a thread; the next tick takes over with it. If the read fails, dispatch
+        stops and the whole backlog is read again plainly (it then holds everything the
+        head dispatched and saved)."""
+        try:
+            world = await reading
+            whole = await in_daemon_thread(LiveState, world, observe_arrivals=False, name="fairsched-build")
+            self._whole_ready = (whole, world, True)
+        except Exception as exc:  # noqa: BLE001 - database down: a plain load, without the head
+            log.warning("cannot read the whole backlog (%s): dispatch waits for a plain load", exc)
+            self.state.queue.close_horizon(everything=True)
+            backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+            while not self._stop.is_set():
+                try:
+                    world = await self.store.read_world()
+                    whole = await in_daemon_thread(LiveState, world, observe_arrivals=False, name="fairsched-build")
+                    self._whole_ready = (whole, world, False)
+                    break
+                except Exception as exc2:  # noqa: BLE001
+                    delay = backoff.fail(self.clock.monotonic())
+                    log.warning("cannot load the backlog (%s); retrying in %.1f s", exc2, delay)
+                    await self._sleep(delay)
+        self._wake.set()
+
+    async def _take_over_whole(self) -> None:
+        """In the tick (nothing in flight): the whole backlog's state replaces the partial one."""
+        whole, world, replay = self._whole_ready
+        self._whole_ready = None
+        head = self.state
+        if replay:
+            taken = whole.take_over_from(head)
+            if whole.queue.export_rounds() != head.queue.export_rounds():  # never expected
+                log.error("the whole backlog's round state differs from the head's after the replay")
+            log.info("the whole backlog takes over from the head (%d dispatched or removed meanwhile)", len(taken))
+        else:
+            whole.running = head.running
+            self._round_saved, self._round_pending = world.rounds, {}
+        self.state = whole
+        self._watermark = None  # the next resync reads everything changed since the whole read
+        self._resync_requested = True
+        self._eta_now = True
+        await self._loaded(world)
+
+    async def _loaded(self, world: World) -> None:
+        """The whole backlog is in memory: the forecast's history, then the log line."""
         try:
             self.state.learn_history(await self.store.recent_arrivals(), await self.store.recent_durations(),
                                      await self.store.recent_promises())
@@ -406,7 +500,8 @@ class Scheduler:
                  len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
                  self.state.budget, len(self.state.orgs))
         for chart_id in self.state.running:
-            self._watch(chart_id)
+            if chart_id not in self._watchers:
+                self._watch(chart_id)
 
     async def _wait_for_work(self) -> None:
         self.phase = "waiting for work"
@@ -425,6 +520,8 @@ class Scheduler:
         self._wake.clear()
         if self.state is None:
             return
+        if self._whole_ready is not None:
+            await self._take_over_whole()
         fx = Effects()
         now = self.clock.monotonic()
         await self._run_due(self._catch_up_steps(), now, fx)
@@ -434,11 +531,12 @@ class Scheduler:
             dfx = await self._guarded("dispatch", self._dispatch) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
-        self._schedule_eta(fx, now)
+        if not self.state.partial:  # ETAs, snapshots and live counters need the whole order
+            self._schedule_eta(fx, now)
         if self.leading and self.state is not None:
             await self._guarded("rounds", self._save_rounds)
         await self._confirm_snapshot()
-        if fx.events:
+        if fx.events and not self.state.partial:
             await self._broadcast(fx.events)
 
     def _catch_up_steps(self) -> tuple[Step, ...]:
@@ -447,9 +545,11 @@ class Scheduler:
         return (
             ("finish", lambda now: bool(self._finished), self._record_finished, None),
             ("notes", lambda now: bool(self._notes), self._apply_notes, None),
-            ("resync", lambda now: self._resync_requested or now >= self._resync_due, self._resync,
-             self._resync_done),
-            ("resync", self._full_resync_wanted, self._full_resync_step, None),
+            # (a partial state leaves the resyncs to the whole backlog's, which takes over)
+            ("resync", lambda now: not self.state.partial and (self._resync_requested or now >= self._resync_due),
+             self._resync, self._resync_done),
+            ("resync", lambda now: not self.state.partial and self._full_resync_wanted(now),
+             self._full_resync_step, None),
             ("reconcile", lambda now: now >= self._reconcile_due, self._reconcile, self._reconcile_done),
         )
 

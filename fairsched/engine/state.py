@@ -171,14 +171,27 @@ class PassInput:
 class LiveState:
     """The fair order, the running charts and their names: one owner, no I/O."""
 
-    def __init__(self, world: World, *, observe_arrivals: bool = True) -> None:
+    def __init__(self, world: World, *, observe_arrivals: bool = True, horizon: tuple | None = None) -> None:
         """``observe_arrivals``: teach the forecast the backlog's arrivals; a caller that
         calls :meth:`learn_history` right after (the scheduler) skips it: that starts the
-        forecast afresh from the database's recent history (at 1M charts, seconds saved)."""
-        with gc_paused():  # at start-up: several small acyclic objects per chart, a million charts
-            self._load(world, observe_arrivals)
+        forecast afresh from the database's recent history (at 1M charts, seconds saved).
 
-    def _load(self, world: World, observe_arrivals: bool) -> None:
+        ``horizon``: ``world`` holds only the head of the saved order (a restart's first
+        read, :func:`fairsched.engine.db.read_head`): the state is *partial*
+        (:attr:`partial`). It dispatches up to the horizon, follows its running charts and
+        new priority charts, and leaves every other change to the whole backlog's state,
+        which takes over from it (:meth:`take_over_from`). Raises
+        :class:`~fairsched.core.NeedsWholeBacklog` if the saved order cannot resume
+        from its head alone."""
+        with gc_paused():  # at start-up: several small acyclic objects per chart, a million charts
+            self._load(world, observe_arrivals, horizon)
+
+    @property
+    def partial(self) -> bool:
+        """Only the head of the order is loaded (see ``horizon`` in :meth:`__init__`)."""
+        return self.queue.partial
+
+    def _load(self, world: World, observe_arrivals: bool, horizon: tuple | None = None) -> None:
         self.config = world.config
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
@@ -187,7 +200,7 @@ class LiveState:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
                 [c.queued_chart(with_round=True) for c in queued], state=world.rounds,
-                budget=world.config.budget, weights=weights, costs=dict(world.costs),
+                budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon,
             )
         else:
             self.queue = FairQueue.from_backlog(
@@ -342,7 +355,10 @@ class LiveState:
 
     # ------------------------------------------------------------- charts
     def apply_chart(self, chart_id: int, row: ChartRow | None) -> Effects:
-        """Make memory agree with the re-read ``row`` (None: the row is gone)."""
+        """Make memory agree with the re-read ``row`` (None: the row is gone). A partial
+        state applies only what it can place (:meth:`_head_applies`)."""
+        if self.queue.partial and not self._head_applies(chart_id, row):
+            return Effects()  # the whole backlog's state applies it (the resync after the take-over)
         if row is None or row.state in FINAL:
             return self._chart_gone(chart_id, row)
         if row.org not in self.orgs:
@@ -350,6 +366,44 @@ class LiveState:
         if row.state == RUNNING:
             return self._chart_running(chart_id, row)
         return self._chart_queued(chart_id, row)
+
+    def _head_applies(self, chart_id: int, row: ChartRow | None) -> bool:
+        """What a partial state applies: a row that is gone, final or running (a chart
+        leaving the order is logged for the replay; running ones hold their cost), a new
+        priority chart (it holds no round), and a row that agrees with the chart in the
+        head. Anything else waits for the whole backlog: a normal-tier arrival, a queued
+        row of a chart not loaded, a requeue (the chart keeps holding its cost meanwhile).
+        A loaded chart that changed (paused, moved, prioritised...) stops the dispatch from
+        the head: its new place needs the whole order."""
+        if row is None or row.state != QUEUED:
+            return True
+        if chart_id in self.running:
+            return False
+        q = self.queue.get(str(chart_id))
+        if q is None:
+            return row.priority and row.round is None and row.org in self.orgs
+        if (q.org, q.workflow, q.created_at, q.paused, q.priority, q.front_at) == \
+                (str(row.org), row.workflow, row.created_at, row.paused, row.priority, row.front_at):
+            return True
+        self.queue.close_horizon(everything=True)
+        return False
+
+    def take_over_from(self, head: "LiveState") -> list[str]:
+        """This state, the whole backlog read in the same snapshot as the partial state
+        ``head``, takes over from it: what the head dispatched or removed leaves this
+        order exactly as it left the head's (``FairQueue.replay``: ``head`` and the rounds
+        move the same), and the head's running charts are the running charts. What else
+        changed since the read (arrivals, operators' changes) the caller's resync applies.
+        Returns the ids taken out of the order."""
+        taken = []
+        for cid, org in self.queue.replay(head.queue.start_log or ()):
+            chart_id = int(cid)
+            self.queued_by_org[int(org)] -= 1
+            self.external_ids.pop(chart_id, None)
+            taken.append(cid)
+        self.running = head.running
+        self.unpromised |= {str(c) for c in head.running}
+        return taken
 
     def _chart_gone(self, chart_id: int, row: ChartRow | None) -> Effects:
         """The row is final or deleted: it leaves the order; a running chart starts closing."""

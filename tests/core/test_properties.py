@@ -518,7 +518,7 @@ def test_the_head_alone_dispatches_up_to_its_horizon_and_the_whole_replays_it():
     assert [c.id for c in part.dispatch(3)] == ["a0"]
     assert part.dispatch(3) == []
     whole = FairQueue.restore(rows, state=saved, budget=3, weights=weights)
-    assert whole.replay(part.start_log) == ["a0"]
+    assert whole.replay(part.start_log) == [("a0", "A")]
     assert [c.id for c in ref.dispatch(1)] == ["a0"]
     assert whole.export_rounds() == ref.export_rounds() == part.export_rounds()
     assert [c.id for c in whole.dispatch(2)] == [c.id for c in ref.dispatch(2)] == ["a1", "b0"]
