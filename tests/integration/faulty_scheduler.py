@@ -40,6 +40,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--crash-after-starts", type=int, default=None)
     parser.add_argument("--eta-gate", default=None)
+    parser.add_argument("--head-per-org", type=int, default=None)  # a restart's head: this many charts an org
     faults, rest = parser.parse_known_args(argv)
 
     class CrashingTemporal(TemporalClient):
@@ -74,6 +75,8 @@ def main(argv: list[str]) -> None:
                 scheduler.temporal = CrashingTemporal(scheduler.temporal_address, scheduler.namespace)
             if faults.eta_gate:
                 scheduler.publisher = GatedPublisher(scheduler.publisher, Path(faults.eta_gate))
+            if faults.head_per_org is not None:
+                scheduler.HEAD_PER_ORG = faults.head_per_org
             return scheduler
 
     FaultyCommand().run_from_argv(["manage.py", "runscheduler", *rest])

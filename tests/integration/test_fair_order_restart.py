@@ -87,6 +87,26 @@ def test_order_before_a_kill_9_equals_the_order_after_the_restart(live):
                   .values_list("pk", flat=True)) == ["a0", "a1"]
 
 
+def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
+    """The same kill -9, but the new scheduler loads one chart per org first (a2 and b0):
+    it dispatches from that head while the whole backlog loads, then the whole backlog
+    takes over; the order after is the order before."""
+    names = backlog()
+    live.worker()
+    sched = live.scheduler()
+    first_two_started(names)
+    before = plan_live(live, names)
+    assert before == EXPECTED
+    sched.kill()
+    new = live.faulty_scheduler("--head-per-org", "1")
+    new.saw("loaded the head of the order: 2 queued", timeout=60)
+    new.saw("the whole backlog takes over from the head", timeout=60)
+    published = published_after(time.time(), names)
+    after = plan_live(live, names)
+    print(f"head-first restart: plan --live after: {' '.join(after)} (published: {' '.join(published)})")
+    assert after == published == before
+
+
 def test_order_before_a_standby_takeover_equals_the_order_after(live):
     names = backlog()
     live.worker()
