@@ -403,8 +403,13 @@ class Scheduler:
                                                                      on_head))
             got_head = asyncio.ensure_future(heads.get())
             try:
-                await asyncio.wait({reading, got_head}, return_when=asyncio.FIRST_COMPLETED)
-                head = got_head.result() if got_head.done() else None
+                done, _ = await asyncio.wait({reading, got_head}, return_when=asyncio.FIRST_COMPLETED)
+                if got_head in done:
+                    head = got_head.result()
+                elif reading.exception() is None and reading.result() is None:
+                    head = await got_head  # the head is the whole backlog: it is on its way
+                else:
+                    head = None
                 if head is not None and head.horizon is not None and self._start_from_head(head):
                     self._tasks.append(asyncio.create_task(self._load_whole(reading), name="load-whole"))
                     return

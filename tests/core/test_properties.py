@@ -6,10 +6,10 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fairsched.core import (HELD, ORDERED, Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
+from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
                             head_of_backlog, plan)
 from fairsched.core.simulator import Arrival, simulate
 from fairsched.scenario import dump_scenario, plan as plan_json
