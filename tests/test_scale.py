@@ -325,3 +325,49 @@ def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
     roundless = sum(1 for c in queued if not c.priority and c.round is None)
     assert roundless and db.read_head(per_org, roundless) is not None
     assert db.read_head(per_org, roundless - 1) is None  # too many to rank without the whole backlog
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
+    """While the start-up read is between the head and the whole backlog, another
+    connection creates a chart and dispatches one (a write each, at once: no write lock is
+    held by the read); the whole backlog read then is still the snapshot the head was read
+    from (neither write is in it)."""
+    import threading as th
+
+    from fairsched.core import RoundState
+
+    org, wf = make_org("Acme"), make_workflow("code")
+    a, b = make_chart(org, wf), make_chart(org, wf)
+    db.save_rounds(RoundState(0, 1, {}), {})
+    wrote: dict[str, float] = {}
+
+    def write_elsewhere():
+        from django.db import connection as conn
+        try:
+            t = time.monotonic()
+            make_chart(org, wf)
+            Chart.objects.filter(pk=a.pk).update(state="running")
+            wrote["s"] = time.monotonic() - t
+        finally:
+            conn.close()
+
+    def on_head(head):
+        assert sorted(r.id for r in head.world.charts) == [a.pk, b.pk]
+        t = th.Thread(target=write_elsewhere)
+        t.start()
+        t.join(20)
+        return True  # the whole backlog too
+
+    result: dict = {}
+
+    def read():
+        result["world"] = db.read_streamed(1, 100, on_head)
+
+    reader = th.Thread(target=read)  # a thread of its own, as the scheduler runs it
+    reader.start()
+    reader.join(30)
+    assert wrote["s"] < 2.0  # not the 30 s busy timeout: the read took no write lock
+    world = result["world"]
+    assert {(r.id, r.state) for r in world.charts} == {(a.pk, "queued"), (b.pk, "queued")}
+    assert Chart.objects.count() == 3 and Chart.objects.get(pk=a.pk).state == "running"

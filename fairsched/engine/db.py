@@ -8,6 +8,8 @@ Writes go through ``charts.services`` (compare-and-set, notifications).
 from __future__ import annotations
 
 import json
+import threading
+from contextlib import contextmanager
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -41,11 +43,42 @@ def _ts(d: datetime | None) -> float | None:
     return d.timestamp() if d.tzinfo is not None else d.replace(tzinfo=timezone.utc).timestamp()
 
 
+_snapshot = threading.local()  # .open: this thread reads inside one snapshot (read_streamed)
+
+
 def close_old_connections() -> None:
     """Drop a connection the server closed or that outlived ``CONN_MAX_AGE``, unless a
-    transaction is open on it (a caller's ``atomic()``, a test's): never close under one."""
-    if not connection.in_atomic_block:
+    transaction is open on it (a caller's ``atomic()``, a test's, a snapshot read's):
+    never close under one."""
+    if not connection.in_atomic_block and not getattr(_snapshot, "open", False):
         _close_old_connections()
+
+
+@contextmanager
+def _one_snapshot():
+    """One consistent read of the database, without taking any write lock: PostgreSQL
+    REPEATABLE READ, READ ONLY; on SQLite a deferred transaction (``atomic()`` there begins
+    IMMEDIATE, settings.py, which would hold the write lock for the whole read and stall
+    every writer, dispatch's included)."""
+    _snapshot.open = True
+    try:
+        if connection.vendor == "sqlite":
+            connection.ensure_connection()
+            with connection.cursor() as cursor:
+                cursor.execute("BEGIN DEFERRED")
+            try:
+                yield
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("COMMIT")  # read only: nothing to keep
+        else:
+            with transaction.atomic():
+                if connection.vendor == "postgresql":
+                    with connection.cursor() as cursor:
+                        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield
+    finally:
+        _snapshot.open = False
 
 
 _NAMES: dict[str, str] = {}  # workflow names and states: one string each, not one per row read
@@ -260,17 +293,13 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
 def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | None], bool]) -> World | None:
     """Start-up: :func:`read_head`, handed to ``on_head`` at once, then (if ``on_head``
     says the whole backlog is wanted; else None) :func:`read_world`, both in one snapshot
-    of the database (one transaction; REPEATABLE READ on PostgreSQL,
-    one read transaction on SQLite), so the whole backlog is exactly what the head was
+    of the database (:func:`_one_snapshot`, which takes no write lock), so the whole backlog is exactly what the head was
     read from: what the scheduler dispatched from the head meanwhile is replayed on it.
     Run in a thread of its own (its own connection, closed at the end): the scheduler's
     database thread stays free for the dispatches from the head."""
     try:
         SchedulerSettings.get()  # the one write a read could make, before the read transaction
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with _one_snapshot():
             if not on_head(read_head(per_org, roundless_max)):
                 return None
             return read_world()

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
@@ -92,6 +93,17 @@ def _in_db_thread(name: str) -> Callable:
     return method
 
 
+_BACKGROUND_DB: list[ThreadPoolExecutor] = []
+
+
+def _background_db() -> ThreadPoolExecutor:
+    """One thread (so one database connection) for the scheduler's bulk writes that dispatch
+    must not wait behind: the first ETAs."""
+    if not _BACKGROUND_DB:
+        _BACKGROUND_DB.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairsched-db-bulk"))
+    return _BACKGROUND_DB[0]
+
+
 def in_daemon_thread(fn: Callable[..., Any], *args: Any, name: str = "fairsched-loader", **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` in a new daemon thread; an awaitable of its result. Daemon:
     a stop never waits for it (the executor's threads are joined at exit, and a million-chart
@@ -134,7 +146,14 @@ class DbStore:
     recent_durations = _in_db_thread("recent_durations")
     recent_promises = _in_db_thread("recent_promises")
     recorded_first_etas = _in_db_thread("recorded_first_etas")
-    record_first_etas = _in_db_thread("record_first_etas")
+
+    async def record_first_etas(self, etas: dict[int, tuple[float, float]]) -> int:
+        """``db.record_first_etas`` in a thread and connection of its own: a first start
+        records a million first ETAs, and dispatch must not queue behind them on the
+        database thread (on PostgreSQL they never meet; on SQLite a dispatch's write waits
+        at most for the one short write in flight)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_background_db(), db.record_first_etas, etas)
     read_config = _in_db_thread("read_config")
     read_orgs = _in_db_thread("read_orgs")
     read_costs = _in_db_thread("read_costs")
