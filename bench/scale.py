@@ -265,18 +265,19 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 u = get_user_model().objects.create_superuser("scale", "s@example.com", "x")
 c = Client(); c.force_login(u)
-def t(url, n=7):
-    xs = []
+def t(url, n=20):
+    assert c.get(url, secure=True).status_code == 200, url  # warm-up: this client's first request pays
+    xs = []                                                 # for imports and caches, not the page
     for _ in range(n):
         s = time.perf_counter(); r = c.get(url, secure=True); xs.append(time.perf_counter() - s)
         assert r.status_code == 200, (url, r.status_code)
-    xs.sort(); return xs[len(xs) // 2] * 1000, xs[-1] * 1000
+    xs.sort(); return xs[len(xs) // 2] * 1000, xs[int(0.95 * (len(xs) - 1))] * 1000
 out = {{}}
 out["status_json"] = t("/orgs/{slug}/status.json")
 out["org_page"] = t("/orgs/{slug}/")
 out["order_offset_0"] = t("/dashboard/order.json?offset=0")
 out["order_offset_deep"] = t("/dashboard/order.json?offset=90000")
-out["admin_chart_list"] = t("/admin/charts/chart/", n=3)
+out["admin_chart_list"] = t("/admin/charts/chart/", n=5)
 print("WEB", json.dumps(out))
 """
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)

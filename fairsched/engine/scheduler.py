@@ -144,7 +144,7 @@ class Scheduler:
     RESYNC_OVERLAP_S: float = 10.0    # each incremental read goes this far before the last one began
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
     FULL_RESYNC_CHUNK: int = 5000     # charts per chunk of the full re-read (one per tick)
-    FULL_RESYNC_COST_FACTOR: float = 50.0  # ... and at most every this many times its own duration
+    FULL_RESYNC_COST_FACTOR: float = 100.0  # ... and at most every this many times its own duration
     HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
     HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
@@ -155,7 +155,7 @@ class Scheduler:
     MAX_EVENTS_PER_TICK: int = 50     # more are summarised in one "batch" event
     ETA_SOON_MIN_GAP_S: float = 0.2   # after a change, publish this soon after the last pass ...
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
-    ETA_IDLE_COST_FACTOR: float = 30.0  # with nothing changing, a pass at most every this many times its cost
+    ETA_IDLE_COST_FACTOR: float = 60.0  # with nothing changing, a pass at most every this many times its cost
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
