@@ -62,6 +62,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from common import live_updates
 from fairsched.core import Eta, NeedsWholeBacklog, RoundState
+from fairsched.core.plan import gc_paused
 from fairsched.engine import db
 from fairsched.engine.db import StartRow
 from fairsched.engine.dispatch import Plan, Starts, moved
@@ -143,7 +144,7 @@ class Scheduler:
     RESYNC_INTERVAL_S: float = 3.0    # incremental re-read: charts changed since the last one
     RESYNC_OVERLAP_S: float = 10.0    # each incremental read goes this far before the last one began
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
-    FULL_RESYNC_CHUNK: int = 5000     # charts per chunk of the full re-read (one per tick)
+    FULL_RESYNC_CHUNK: int = 1000     # charts per chunk of the full re-read (one per tick; a dispatch waits for one)
     FULL_RESYNC_COST_FACTOR: float = 100.0  # ... and at most every this many times its own duration
     HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
     HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
@@ -232,6 +233,7 @@ class Scheduler:
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
+        self._load_started = 0.0
         self._last_report = None                 # (EtaReport, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
@@ -392,6 +394,7 @@ class Scheduler:
         head that cannot resume alone, loads the whole backlog before dispatching."""
         backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         loop = asyncio.get_running_loop()
+        self._load_started = self.clock.monotonic()
         while not self._stop.is_set():
             heads: asyncio.Queue = asyncio.Queue()
 
@@ -491,7 +494,10 @@ class Scheduler:
         await self._loaded(world)
 
     async def _loaded(self, world: World) -> None:
-        """The whole backlog is in memory: the forecast's history, then the log line."""
+        """The whole backlog is in memory: the forecast's history, then the log line. The
+        load was a full read: the first full resync comes as long after it as after one."""
+        took = self.clock.monotonic() - self._load_started
+        self._full_resync_due = self.clock.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
         try:
             self.state.learn_history(await self.store.recent_arrivals(), await self.store.recent_durations(),
                                      await self.store.recent_promises())
@@ -1146,11 +1152,15 @@ class Scheduler:
         return True
 
     def _compute_and_publish(self, captured: PassInput, now: float):
-        """The ETA pass, the snapshot and its publication: in a worker thread, on a copy."""
-        report = captured.eta_report(now)
-        snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
-        snap["eta_model"] = captured.eta_model
-        return report, self.publisher.store_snapshot(snap, rows, per_org)
+        """The ETA pass, the snapshot and its publication: in a worker thread, on a copy.
+        Without the cyclic collector: the pass allocates several acyclic objects per chart,
+        and a full collection triggered by them would stop the loop (it holds the GIL) for
+        as long as it walks them."""
+        with gc_paused():
+            report = captured.eta_report(now)
+            snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
+            snap["eta_model"] = captured.eta_model
+            return report, self.publisher.store_snapshot(snap, rows, per_org)
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live
