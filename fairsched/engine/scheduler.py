@@ -52,6 +52,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Coroutine
+from itertools import islice
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -158,6 +159,7 @@ class Scheduler:
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     ETA_IDLE_COST_FACTOR: float = 60.0  # with nothing changing, a pass at most every this many times its cost
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
+    ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
@@ -234,7 +236,7 @@ class Scheduler:
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
         self._load_started = 0.0
-        self._last_report = None                 # (EtaReport, now) of the last ETA pass
+        self._last_report = None                 # (ETAs of the head of the order, now) of the last ETA pass
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
@@ -1144,11 +1146,16 @@ class Scheduler:
         report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
             return True
-        self._last_report = (report, now)
+        self._last_report = (report.etas, now)
         self._published_seq = seq
         await self.publisher.snapshot_stored(seq)
         # after publishing: the dashboards do not wait for this write
         await self._record_first_etas(report, now)
+        if self._last_report is not None and self._last_report[0] is report.etas:
+            # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`):
+            # the head of the order and the running, not a million ETAs (~200 MB at 1M).
+            head = islice(captured.queue, self.ETAS_KEPT)
+            self._last_report = ({cid: report.etas[cid] for cid in head if cid in report.etas}, now)
         return True
 
     def _compute_and_publish(self, captured: PassInput, now: float):
@@ -1179,16 +1186,16 @@ class Scheduler:
         fc = self.state.forecast
         org = str(r.org)
         if self._last_report is not None:
-            report, then = self._last_report
-            eta = report.etas.get(str(r.id))
+            etas, then = self._last_report
+            eta = etas.get(str(r.id))
             if eta is not None:
                 return then + eta.finish_s, then + fc.p90_finish(org, r.workflow, eta)
         eta = Eta(0.0, fc.mean(org, r.workflow))
         return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
 
     async def _record_first_etas(self, report, now: float) -> None:
-        """The first ETA of each chart that has none yet, in a few short writes (a
-        dispatch's reads and writes, on the same database thread, go between them)."""
+        """The first ETA of each chart that has none yet, in short writes from the bulk-write
+        thread (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them."""
         state = self.state
         if state is None:
             return
