@@ -458,8 +458,7 @@ class Scheduler:
         head dispatched and saved)."""
         try:
             world = await reading
-            whole = await in_daemon_thread(LiveState, world, observe_arrivals=False, name="fairsched-build")
-            self._whole_ready = (whole, world, True)
+            self._whole_ready = (await self._build(world), world, True)
         except Exception as exc:  # noqa: BLE001 - database down: a plain load, without the head
             log.warning("cannot read the whole backlog (%s): dispatch waits for a plain load", exc)
             self.state.queue.close_horizon(everything=True)
@@ -467,14 +466,18 @@ class Scheduler:
             while not self._stop.is_set():
                 try:
                     world = await self.store.read_world()
-                    whole = await in_daemon_thread(LiveState, world, observe_arrivals=False, name="fairsched-build")
-                    self._whole_ready = (whole, world, False)
+                    self._whole_ready = (await self._build(world), world, False)
                     break
                 except Exception as exc2:  # noqa: BLE001
                     delay = backoff.fail(self.clock.monotonic())
                     log.warning("cannot load the backlog (%s); retrying in %.1f s", exc2, delay)
                     await self._sleep(delay)
         self._wake.set()
+
+    @staticmethod
+    async def _build(world: World) -> LiveState:
+        """The whole backlog's state, built in a thread while the loop dispatches from the head."""
+        return await in_daemon_thread(LiveState, world, observe_arrivals=False, name="fairsched-build")
 
     async def _take_over_whole(self) -> None:
         """In the tick (nothing in flight): the whole backlog's state replaces the partial one."""
