@@ -478,20 +478,31 @@ RestartMachine.TestCase.settings = settings(max_examples=60, stateful_step_count
 TestRestartMachine = RestartMachine.TestCase
 
 
+def _a_and_b(weights: dict[str, int], *, budget: int, a: int, b: int) -> FairQueue:
+    """Charts a0.. of org A (created at 0, 1, ...), then b0.. of org B (at 10, 11, ...)."""
+    q = FairQueue(budget=budget, weights=weights, track_rounds=True)
+    for i in range(a):
+        q.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
+    for i in range(b):
+        q.add(QueuedChart(f"b{i}", "B", "w", float(10 + i), 10 + i))
+    return q
+
+
+def _saved_rows(q: FairQueue) -> list[QueuedChart]:
+    """The queued charts as a restarted scheduler reads them back: each with its saved round."""
+    rounds = q.take_round_changes()
+    return [replace(c, round=rounds.get(c.id)) for c in q.backlog()]
+
+
 def test_restore_resumes_the_issue_example_where_a_rebuild_reshuffles():
     """Org A weight 2, B weight 1, budget 2: A's first two charts start, so B's first is
     next. A restore keeps that; a rebuild from the backlog (head = 0) gives A a fresh round."""
     weights = {"A": 2, "B": 1}
-    q = FairQueue(budget=2, weights=weights, track_rounds=True)
-    for i in range(6):
-        q.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
-    for i in range(3):
-        q.add(QueuedChart(f"b{i}", "B", "w", float(10 + i), 10 + i))
+    q = _a_and_b(weights, budget=2, a=6, b=3)
     assert [c.id for c in q.dispatch(2)] == ["a0", "a1"]
     before = q.order()
     assert before == ["b0", "a2", "a3", "b1", "a4", "a5", "b2"]
-    rounds = q.take_round_changes()
-    rows = [replace(c, round=rounds.get(c.id)) for c in q.backlog()]
+    rows = _saved_rows(q)
     restored = FairQueue.restore(rows, state=q.export_rounds(), budget=2, weights=weights)
     assert restored.order() == before
     rebuilt = FairQueue.from_backlog(q.backlog(), budget=2, weights=weights)
@@ -504,13 +515,8 @@ def test_the_head_alone_dispatches_up_to_its_horizon_and_the_whole_replays_it():
     the head may start a0 and nothing after it; the whole backlog, restored from the same
     save and replaying that start, goes on exactly as a queue that never restarted."""
     weights = {"A": 2, "B": 1}
-    ref = FairQueue(budget=3, weights=weights, track_rounds=True)
-    for i in range(4):
-        ref.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
-    for i in range(3):
-        ref.add(QueuedChart(f"b{i}", "B", "w", float(10 + i), 10 + i))
-    rounds = ref.take_round_changes()
-    rows = [replace(c, round=rounds.get(c.id)) for c in ref.backlog()]
+    ref = _a_and_b(weights, budget=3, a=4, b=3)
+    rows = _saved_rows(ref)
     saved = ref.export_rounds()
     head, horizon = head_of_backlog(rows, 1)
     assert sorted(c.id for c in head) == ["a0", "b0"]
@@ -527,11 +533,8 @@ def test_the_head_alone_dispatches_up_to_its_horizon_and_the_whole_replays_it():
 
 def test_a_head_that_would_re_rank_needs_the_whole_backlog():
     weights = {"A": 1}
-    q = FairQueue(budget=1, weights=weights, track_rounds=True)
-    for i in range(3):
-        q.add(QueuedChart(f"a{i}", "A", "w", float(i), i))
-    rounds = q.take_round_changes()
-    rows = [replace(c, round=rounds.get(c.id)) for c in q.backlog()]
+    q = _a_and_b(weights, budget=1, a=3, b=0)
+    rows = _saved_rows(q)
     head, horizon = head_of_backlog(rows, 1)
     with pytest.raises(NeedsWholeBacklog):  # the weight changed while no scheduler ran
         FairQueue.restore(head, state=q.export_rounds(), budget=1, weights={"A": 2}, horizon=horizon)
