@@ -42,7 +42,11 @@ class Daphne:
     def start(self) -> "Daphne":
         env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
         env.update(DATABASE_URL=self.db_url, REDIS_URL=self.redis_url, DJANGO_SETTINGS_MODULE="config.settings",
-                   DJANGO_DEBUG="1", FAIRSCHED_SERVE_STATIC="1", PYTHONUNBUFFERED="1")
+                   DJANGO_DEBUG="1", FAIRSCHED_SERVE_STATIC="1", PYTHONUNBUFFERED="1",
+                   # the tests publish once, as the scheduler would, and then read it for many
+                   # seconds on a loaded CI machine: it must not turn stale under them (the
+                   # stale badge's own test publishes a snapshot an hour old)
+                   FAIRSCHED_STALE_MIN_S="300")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         with open(ARTIFACTS / self.log_name, "ab") as log:
             self.proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p",

@@ -139,8 +139,9 @@ def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temp
     configure(budget=2)
     org = make_org("Acme")
     wf = make_workflow("code", temporal_type="DemoChart")
-    ids = [make_chart(org, wf, payload={"seconds": 4}).pk for _ in range(3)]
-    live.worker()
+    ids = [make_chart(org, wf, payload={"seconds": 1}).pk for _ in range(3)]
+    # No worker yet: the orphaned workflow must still be running when the new scheduler
+    # comes to its chart (with a worker, a slow restart let it finish and record itself first).
     crashing = live.crashing_scheduler(1, "--lease-ttl", "1.5")
     wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
     assert crashing.proc.returncode == -9
@@ -148,10 +149,12 @@ def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temp
     orphans = [c for c in ids if temporal.exists(f"chart-{c}")]
     assert orphans and all(s == "queued" for s in states(orphans).values())
     sched = live.scheduler("--lease-ttl", "1.5")
+    for orphan in orphans:
+        assert sched.saw(f"chart #{orphan} adopted", timeout=30)
+    live.worker()
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final after the restart")
     assert set(states(ids).values()) == {"succeeded"}
     assert set(executions_per_chart(temporal, ids).values()) == {1}
-    assert sched.saw(f"chart #{orphans[0]} adopted")
 
 
 def test_failed_workflow_marks_chart_failed_and_cancel_cancels_workflow(live, temporal):
