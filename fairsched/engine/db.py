@@ -329,7 +329,10 @@ def read_changes(since: datetime | None) -> Changes:
     read_at = timezone.now()
     config = read_config()
     qs = Chart.objects.filter(updated_at__gte=since) if since is not None else Chart.objects.filter(state__in=ACTIVE)
-    charts = [_row(v) for v in qs.order_by("pk").values_list(*CHART_FIELDS)]
+    # Sorted here, not by the database: with ``ORDER BY id`` SQLite walks the primary key
+    # and tests every row (0.4 s at a million charts, every few seconds: most of an idle
+    # scheduler's CPU) instead of searching the ``updated_at`` index.
+    charts = sorted((_row(v) for v in qs.values_list(*CHART_FIELDS)), key=lambda r: r.id)
     return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
                    read_at=read_at)
 
