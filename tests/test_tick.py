@@ -440,6 +440,9 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     r.s = s
     await r.lead()
     assert s.state.partial and sorted(s.state.queue.order(), key=int) == ["2", "3", "4"]
+    r.clock.advance(s.RESYNC_INTERVAL_S + 1.0)  # a resync and an ETA pass would be due: not while partial
+    await r.tick()
+    assert s._idle_for() > 0.5  # the loop sleeps (it spun, starving the thread that loads the whole)
     r.temporal.close(1)
     await settle()
     await r.tick()

@@ -521,14 +521,22 @@ class Scheduler:
 
     async def _wait_for_work(self) -> None:
         self.phase = "waiting for work"
-        now = self.clock.monotonic()
-        due = min(self._resync_due, self._reconcile_due, self._eta_due, now + self.MAX_SLEEP_S)
         if self._notes or self._finished:
             return
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, due - now))
+            await asyncio.wait_for(self._wake.wait(), timeout=self._idle_for())
         except asyncio.TimeoutError:
             pass
+
+    def _idle_for(self) -> float:
+        """Seconds until the next timed step is due (at most ``MAX_SLEEP_S``). A partial
+        state runs no resync and no ETA pass: their due times, left in the past, must not
+        wake it (the loop spun, and starved the thread reading the whole backlog)."""
+        now = self.clock.monotonic()
+        due = min(self._reconcile_due, now + self.MAX_SLEEP_S)
+        if not (self.state is not None and self.state.partial):
+            due = min(due, self._resync_due, self._eta_due)
+        return max(0.0, due - now)
 
     # ================================================================ the step
     async def tick(self) -> None:
