@@ -77,7 +77,7 @@ class FakeStore:
 
     async def read_world(self) -> World:
         return World(self.config, list(self.orgs.values()), dict(self.costs), {}, self._active(),
-                     read_at=datetime.now(UTC))
+                     rounds=self.saved, read_at=datetime.now(UTC))
 
     async def read_streamed(self, per_org, roundless_max, on_head):
         """The head of the saved order first (what ``db.read_head`` reads), then, once the
@@ -470,6 +470,44 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     assert r.temporal.start_calls == [1, 2, 10, 3]
     assert s.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
     assert s.state.queue.head == r.store.saved.head == 0
+
+
+async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_keeps_the_order(rig, caplog):
+    """Nine charts in three orgs and no round saved: the first dispatch writes its own
+    chart's round, not all nine (at a million, that one transaction held the database for
+    minutes); the rest follow two per tick. A restart in the middle resumes the same
+    order, and its backfill writes what is left."""
+    r = rig(budget=1, charts=9, weights=(1, 1, 1))
+    r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
+    await r.lead()
+    assert "writing 9 charts' rounds 2 at a time" in caplog.text
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+    written = {pk for pk, row in r.store.rows.items() if row.round is not None}
+    assert written == {1, 2}  # one chunk, the head of the order, before the dispatch; not all nine
+    order = r.s.state.queue.order()
+    rounds = {c: r.s.state.queue.round_of(c) for c in order}
+    await r.s._step_down()
+
+    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    s.BACKFILL_MIN, s.BACKFILL_CHUNK = 3, 2
+    r.s = s
+    r.store.whole_gate.set()
+    await r.lead()
+    for _ in range(50):
+        await settle()
+        if s._whole_ready is not None:
+            break
+    await r.tick()
+    assert not s.state.partial and s.state.queue.order() == order
+    assert {c: s.state.queue.round_of(c) for c in order} == rounds
+    assert "writing 7 charts' rounds 2 at a time" in caplog.text  # 3 to 9: chart 2's was written
+    for _ in range(5):
+        await r.tick()
+    assert "every chart's round is written" in caplog.text
+    assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
+    assert r.store.saved == s.state.queue.export_rounds()
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():

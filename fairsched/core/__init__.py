@@ -27,6 +27,12 @@ Live order (:mod:`fairsched.core.queue`)
     ``plan(running, now, estimate)``, ``backlog()`` (for a dump), iteration,
     ``order()``, ``iter_charts()``, ``position(id)``, ``round_of(id)``,
     ``state_of(id)``, ``held``/``paused``/``blocked``, ``head``, ``cost_of``.
+Writing many new rounds a chunk at a time (:mod:`fairsched.core.backfill`)
+    ``RoundBackfill(rounds, saved)``: ``next_chunk(n)``, ``extend(gone_ids)``, ``drop(org)``,
+    ``patch(round_state)``; each write a prefix of every org, so a restart after any of them
+    restores the same order. ``FairQueue.gone_log`` and ``touched_log`` tell it what moved.
+    ``RoundSaver(saved)``: what the live scheduler writes and when (``next(queue)``,
+    ``written(save)``, ``start_backfill(queue, saved_rounds, minimum)``, ``chunk(n)``).
 Simulator (:mod:`fairsched.core.simulator`)
     ``simulate(arrivals, events, *, budget, weights, costs, estimate, policy, eta_model="lanes",
     forecast_params=None) -> SimResult``
@@ -63,6 +69,7 @@ it), gives it back when cancelled (``FairQueue.remove``: its org's ``used``
 drops if it held ``last``), and loses it when its org is re-ranked while it is
 not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 """
+from .backfill import RoundBackfill, RoundSaver
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
 from .queue import FairQueue, NeedsWholeBacklog, head_of_backlog
@@ -71,8 +78,8 @@ from .types import DEFAULT_AVG_S, ById, Durations, Eta, EtaReport, OrgRounds, Pl
 
 __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
-    "DEFAULT_AVG_S", "ById", "Durations", "Eta", "EtaReport", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundState",
-    "RunningChart",
+    "DEFAULT_AVG_S", "ById", "Durations", "Eta", "EtaReport", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
+    "RoundSaver", "RoundState", "RunningChart",
     "fifo_key", "head_of_backlog", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "simulate_lanes",
     "arrival_round", "classify", "head_of_line", "is_held", "lane_pass",

@@ -171,6 +171,12 @@ class FairQueue:
         # stops at ``_horizon`` and logs what it took out, for :meth:`replay`.
         self._horizon: tuple | None = None
         self.start_log: list[tuple] | None = None
+        # Set by a caller that writes rounds a chunk at a time (core.backfill): the charts
+        # that left the order, those paused, resumed, (un)prioritised or moved to front, and
+        # the orgs re-ranked.
+        self.gone_log: list[tuple[str, bool]] | None = None  # (id, dispatched: it keeps its place)
+        self.touched_log: set[str] | None = None
+        self.reranked_log: set[str] | None = None  # orgs re-ranked
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -372,6 +378,10 @@ class FairQueue:
         e = self._entries.get(chart_id)
         return e.state if e else None
 
+    def last_round(self, org: str) -> int | None:
+        """``org``'s highest assigned round (None: none)."""
+        return self._last.get(org)
+
     def round_of(self, chart_id: str) -> int | None:
         """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
         e = self._entries.get(chart_id)
@@ -486,6 +496,8 @@ class FairQueue:
             self.start_log.append(("remove", chart_id))
         del self._by_org[e.org][chart_id]
         self._changed.discard(chart_id)
+        if self.gone_log is not None:
+            self.gone_log.append((chart_id, False))
         self._take_out(e)
         if e.round is not None and self._last.get(e.org) == e.round:
             self._used[e.org] -= 1
@@ -498,6 +510,7 @@ class FairQueue:
         if e is None or e.paused:
             return False
         e.paused = True
+        self._touched(chart_id)
         self._take_out(e)
         self._place(e, arrive=False)
         return True
@@ -508,6 +521,7 @@ class FairQueue:
         if e is None or not e.paused:
             return False
         e.paused = False
+        self._touched(chart_id)
         self._rerank(e.org)
         return True
 
@@ -519,6 +533,7 @@ class FairQueue:
             return False
         e.priority = True
         e.prioritized_at = at
+        self._touched(chart_id)
         if e.key is not None and self.policy == "wrr":
             self._take_out(e)
             self._place(e, arrive=False)
@@ -531,6 +546,7 @@ class FairQueue:
             return False
         e.priority = False
         e.prioritized_at = None
+        self._touched(chart_id)
         self._rerank(e.org)
         return True
 
@@ -542,6 +558,7 @@ class FairQueue:
         if e is None:
             return False
         e.front_at = at
+        self._touched(chart_id)
         self._rerank(e.org)
         return True
 
@@ -635,6 +652,12 @@ class FairQueue:
         del self._entries[e.id]
         del self._by_org[e.org][e.id]
         self._changed.discard(e.id)
+        if self.gone_log is not None:
+            self.gone_log.append((e.id, True))
+
+    def _touched(self, chart_id: str) -> None:
+        if self.touched_log is not None:
+            self.touched_log.add(chart_id)
 
     def _dispatched(self, org: str, normal: bool, r: int | None) -> None:
         """A chart of ``org`` holding round ``r`` was dispatched: a normal-tier one sets
@@ -836,6 +859,8 @@ class FairQueue:
     def _rank(self, org: str, insert: bool = True) -> list[tuple]:
         """Reset ``org`` to what its dispatched charts imply, then its queued
         charts arrive again, oldest first (moved-to-front first). Returns keys."""
+        if self.reranked_log is not None:
+            self.reranked_log.add(org)
         if self._disp_round.get(org) == self._head and org in self._disp_round:
             self._last[org] = self._head
             self._used[org] = self._disp_count[org]

@@ -62,7 +62,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from common import live_updates
-from fairsched.core import Eta, NeedsWholeBacklog, RoundState
+from fairsched.core import Eta, NeedsWholeBacklog, RoundSaver
 from fairsched.core.plan import gc_paused
 from fairsched.engine import db
 from fairsched.engine.db import StartRow
@@ -149,6 +149,8 @@ class Scheduler:
     FULL_RESYNC_COST_FACTOR: float = 100.0  # ... and at most every this many times its own duration
     HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
     HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
+    BACKFILL_MIN: int = 20_000        # more new rounds than this at a load are written a chunk at a time ...
+    BACKFILL_CHUNK: int = 1000        # ... this many per write (one per tick: a dispatch waits for one at most)
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
@@ -240,9 +242,8 @@ class Scheduler:
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
-        self._round_saved: RoundState | None = None     # the round state last written
+        self._rounds = RoundSaver(None)          # what of the round state is written, and when
         self._whole_ready: tuple | None = None  # (state, world, replay?) built while dispatching from the head
-        self._round_pending: dict[str, int | None] = {}  # chart rounds changed since that write
         self._start_failures = StartFailures()
         self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
 
@@ -431,7 +432,7 @@ class Scheduler:
         else:
             return
         self.state = LiveState(world, observe_arrivals=False)  # learn_history below
-        self._round_saved, self._round_pending = world.rounds, {}
+        self._rounds = RoundSaver(world.rounds)
         self._notes.clear()  # the load read everything they could name
         await self._loaded(world)
 
@@ -443,7 +444,7 @@ class Scheduler:
             log.info("loading the whole backlog before dispatching: %s", exc)
             return False
         self.state = state
-        self._round_saved, self._round_pending = head.world.rounds, {}
+        self._rounds = RoundSaver(head.world.rounds)
         self._notes.clear()  # the read covers them; the take-over's resync covers what came later
         log.info("loaded the head of the order: %d queued (%d in the order), %d running; dispatching from it "
                  "while the whole backlog loads", len(state.queue), state.queue.order_len, len(state.running))
@@ -491,7 +492,7 @@ class Scheduler:
             log.info("the whole backlog takes over from the head (%d dispatched or removed meanwhile)", len(taken))
         else:
             whole.running = head.running
-            self._round_saved, self._round_pending = world.rounds, {}
+            self._rounds = RoundSaver(world.rounds)
         self.state = whole
         self._watermark = None  # the next resync reads everything changed since the whole read
         self._resync_requested = True
@@ -510,6 +511,11 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self._last_report = None
+        n = self._rounds.start_backfill(self.state.queue, {str(c.id): c.round for c in world.charts
+                                                           if c.state == QUEUED}, self.BACKFILL_MIN)
+        if n:
+            log.info("writing %d charts' rounds %d at a time between dispatches (the head of the order first)",
+                     n, self.BACKFILL_CHUNK)
         del world
         _freeze_backlog()
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
@@ -575,6 +581,7 @@ class Scheduler:
             ("resync", lambda now: not self.state.partial and self._full_resync_wanted(now),
              self._full_resync_step, None),
             ("reconcile", lambda now: now >= self._reconcile_due, self._reconcile, self._reconcile_done),
+            ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading, self._backfill_step, None),
         )
 
     def _cancel_steps(self) -> tuple[Step, ...]:
@@ -1053,10 +1060,10 @@ class Scheduler:
         if not started:
             return fx
         new = self.state.commit_dispatch(planned, started)
-        save = self._round_changes()
+        save = self._rounds.next(self.state.queue)
         ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self._eta_in_force(r, at))
                                              for r in new if r.id not in starts.closed], save)
-        self._round_written(save)
+        self._rounds.written(save)
         free = plan.free_before
         for r in new:
             free -= r.cost
@@ -1088,28 +1095,24 @@ class Scheduler:
         return fx
 
     # ================================================================ round state
-    def _round_changes(self) -> tuple[RoundState, dict[str, int | None]] | None:
-        """The round state and the chart rounds to write, None if nothing changed since
-        the last write (contracts/simulate.md: persisted as they change)."""
-        queue = self.state.queue
-        self._round_pending.update(queue.take_round_changes())
-        rounds = queue.export_rounds()
-        if rounds == self._round_saved and not self._round_pending:
-            return None
-        return rounds, dict(self._round_pending)
-
-    def _round_written(self, save: tuple[RoundState, dict[str, int | None]] | None) -> None:
-        if save is not None:
-            self._round_saved = save[0]
-            self._round_pending.clear()
+    async def _backfill_step(self) -> Effects:
+        """One chunk of the backfill (:mod:`fairsched.core.backfill`): the next charts in
+        round order, with each org's cursor after them, in one transaction."""
+        self._rounds.chunk(self.BACKFILL_CHUNK)
+        await self._save_rounds()
+        if self._rounds.backfilling:
+            self._wake.set()  # the next chunk at once, after this tick's dispatch
+        else:
+            log.info("every chart's round is written")
+        return Effects()
 
     async def _save_rounds(self) -> None:
         """Arrivals and re-ranks change rounds without a dispatch: write them too, so a
         new scheduler resumes exactly this order (one transaction, O(changes))."""
-        save = self._round_changes()
+        save = self._rounds.next(self.state.queue)
         if save is not None:
             await self.store.save_rounds(*save)
-            self._round_written(save)
+            self._rounds.written(save)
 
     # ================================================================ publishing
     def _eta_soon_gap(self) -> float:
