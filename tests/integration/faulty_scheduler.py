@@ -35,12 +35,15 @@ def main(argv: list[str]) -> None:
 
     django.setup()
     from fairsched.engine.ports import Publisher, TemporalClient
+    from fairsched.engine.state import Effects
     from fairsched.management.commands.runscheduler import Command
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--crash-after-starts", type=int, default=None)
     parser.add_argument("--eta-gate", default=None)
     parser.add_argument("--head-per-org", type=int, default=None)  # a restart's head: this many charts an org
+    parser.add_argument("--backfill-min", type=int, default=None)  # a backfill from this many new rounds
+    parser.add_argument("--backfill-gate", default=None)  # no backfill chunk while this file exists
     faults, rest = parser.parse_known_args(argv)
 
     class CrashingTemporal(TemporalClient):
@@ -77,6 +80,14 @@ def main(argv: list[str]) -> None:
                 scheduler.publisher = GatedPublisher(scheduler.publisher, Path(faults.eta_gate))
             if faults.head_per_org is not None:
                 scheduler.HEAD_PER_ORG = faults.head_per_org
+            if faults.backfill_min is not None:
+                scheduler.BACKFILL_MIN = faults.backfill_min
+            if faults.backfill_gate:
+                gate, chunk = Path(faults.backfill_gate), scheduler._backfill_step
+
+                async def gated_chunk():
+                    return Effects() if gate.exists() else await chunk()
+                scheduler._backfill_step = gated_chunk
             return scheduler
 
     FaultyCommand().run_from_argv(["manage.py", "runscheduler", *rest])

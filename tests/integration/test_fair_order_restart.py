@@ -107,6 +107,34 @@ def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
     assert after == published == before
 
 
+def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(live, tmp_path):
+    """A first start whose rounds are written a chunk at a time (a backfill; at a million
+    charts, one write of them all held the database for minutes). Here no chunk is written
+    (a gate) but the dispatches write what they must: the database then holds no queued
+    chart's round, only each org's cursor (A's after a0 and a1), yet ``plan --live`` and a
+    restart after a kill -9 give the same order, and the new scheduler writes the rest."""
+    names = backlog()
+    gate = tmp_path / "no-chunks"
+    gate.touch()
+    live.worker()
+    sched = live.faulty_scheduler("--backfill-min", "1", "--backfill-gate", str(gate))
+    sched.saw("writing 9 charts' rounds", timeout=60)
+    first_two_started(names)
+    # no queued chart's round is written, only each org's cursor (A's after a0 and a1)
+    assert not Chart.objects.filter(fair_round__isnull=False).exists()
+    before = plan_live(live, names)
+    assert before == published_after(time.time(), names) == EXPECTED
+    sched.kill()
+    new = live.faulty_scheduler("--backfill-min", "1")
+    new.saw("writing 7 charts' rounds", timeout=60)
+    new.saw("every chart's round is written", timeout=60)
+    published = published_after(time.time(), names)
+    after = plan_live(live, names)
+    print(f"\nbackfill restart: plan --live after: {' '.join(after)} (published: {' '.join(published)})")
+    assert after == published == before
+    assert not Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=True).exists()
+
+
 def test_order_before_a_standby_takeover_equals_the_order_after(live):
     names = backlog()
     live.worker()
