@@ -10,22 +10,24 @@ after any of them still restores exactly the same order.
 Why a prefix is enough (docs/architecture.md, "The first start's rounds, a chunk at a
 time"): :meth:`FairQueue.restore` places an org's charts without a saved round by the
 arrival rule, in rank order, after the org's saved ``(last, used)``. If what is written of
-an org is always the first charts of its rank order, with its saved ``(last, used)`` the
-cursor just after them, the arrival rule gives the rest the rounds they hold now: an
-org's arrivals take consecutive rounds, and a queued chart's round is never below the
-head. So each chunk writes, per org, the next charts of its order and the cursor after
-them, in one transaction.
+an org is always its charts up to some place in round order, with its saved ``(last,
+used)`` the cursor just after them, the arrival rule gives the rest the rounds they hold
+now: an org's arrivals take consecutive rounds, and a queued chart's round is never below
+the head. So each chunk writes, per org, the next charts of its order and the cursor
+after them, in one transaction.
 
 What may not stay unwritten: a chart that leaves the order (dispatched or removed) would
-leave a hole that the rest of its org would close on a restart, so the prefix is first
-extended to it (:meth:`RoundBackfill.extend`). An org whose unwritten charts change in
-any other way (paused, prioritised, re-ranked) leaves the backfill (:meth:`drop`): its
-remaining charts are written at once with their rounds of the moment, as before.
+leave a hole that the rest of its org would close on a restart, so the org's written part
+is first extended to it (:meth:`RoundBackfill.extend`). An org whose charts change in any
+other way (re-ranked; an unwritten one paused or prioritised; one removed from its last
+round, whose place ``remove`` gives back) leaves the backfill (:meth:`RoundBackfill.drop`):
+its remaining charts are written at once with their rounds of the moment, as before.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING
 
 from fairsched.core.types import OrgRounds, RoundState
@@ -33,56 +35,36 @@ from fairsched.core.types import OrgRounds, RoundState
 if TYPE_CHECKING:
     from fairsched.core.queue import FairQueue
 
-Save = tuple[RoundState, dict[str, int | None]]
-
 __all__ = ["RoundBackfill", "RoundSaver"]
 
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    chart: str
-    round: int
-    last: int     # the org's cursor just after this chart: its highest round ...
-    used: int     # ... and how many of its charts hold it
+Save = tuple[RoundState, dict[str, int | None]]
 
 
 class RoundBackfill:
-    """The charts still to write, per org in round order, and each org's written prefix.
+    """The charts still to write, per org in round order, and how far each org is written.
 
-    ``rounds``: chart id -> (org, round) for the charts to write (all of an org's charts
-    that took a round by the arrival rule after its saved cursor). ``saved``: each org's
-    saved ``(last, used)``, None for none. Nothing here does I/O: the scheduler writes
-    what :meth:`next_chunk`, :meth:`extend` and :meth:`drop` hand it, with the cursors of
-    :meth:`patch`, in one transaction each.
+    ``rounds``: chart id -> round; ``org_of``: chart id -> org, for the charts to write
+    (all of an org's charts that took a round by the arrival rule after its saved cursor).
+    ``saved``: each org's saved ``(last, used)``. Nothing here does I/O: the scheduler
+    writes what :meth:`next_chunk`, :meth:`extend` and :meth:`drop` hand it, with the
+    cursors of :meth:`patch`, in one transaction each.
     """
 
-    def __init__(self, rounds: Mapping[str, tuple[str, int]],
+    def __init__(self, rounds: Mapping[str, int], org_of: Mapping[str, str],
                  saved: Mapping[str, tuple[int | None, int]]) -> None:
-        by_org: dict[str, list[tuple[int, str]]] = {}
-        for cid, (org, r) in rounds.items():
-            by_org.setdefault(org, []).append((r, cid))
-        self._entries: dict[str, list[_Entry]] = {}
-        self._index: dict[str, tuple[str, int]] = {}
-        flat: list[tuple[int, tuple, str, int]] = []
-        for org, charts in by_org.items():
-            charts.sort(key=lambda rc: (rc[0], _id_key(rc[1])))
-            last, used = saved.get(org, (None, 0))
-            out = []
-            for i, (r, cid) in enumerate(charts):
-                if r == last:
-                    used += 1
-                else:
-                    last, used = r, 1
-                out.append(_Entry(cid, r, last, used))
-                self._index[cid] = (org, i)
-                flat.append((r, _id_key(cid), org, i))
-            self._entries[org] = out
-        flat.sort()
-        self._flat = [(org, i) for _, _, org, i in flat]  # every chart, by round then id
-        self._next = 0                                   # where the next chunk starts in _flat
-        self._done: dict[str, int] = dict.fromkeys(self._entries, 0)  # each org's written prefix
-        self._saved = {org: saved.get(org, (None, 0)) for org in self._entries}
-        self._left = len(self._flat)
+        ids: dict[str, list[str]] = {}
+        for cid in rounds:
+            ids.setdefault(org_of[cid], []).append(cid)
+        self._ids = ids
+        self._rounds: dict[str, list[int]] = {}
+        for org, charts in ids.items():
+            charts.sort(key=rounds.__getitem__)  # stable; inside a round any order will do
+            self._rounds[org] = [rounds[c] for c in charts]
+        self._done: dict[str, int] = dict.fromkeys(ids, 0)  # each org's written prefix
+        self._saved = {org: saved.get(org, (None, 0)) for org in ids}
+        self._left = len(rounds)
+        self._heap = [(r[0], org) for org, r in self._rounds.items()]  # (next round to write, org)
+        heapq.heapify(self._heap)
 
     # ---------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -90,30 +72,24 @@ class RoundBackfill:
         return self._left
 
     def holds(self, org: str) -> bool:
-        """``org`` still has charts to write: its saved cursor is :meth:`patch`'s."""
+        """``org`` has charts still to write: its saved cursor is :meth:`patch`'s."""
         return org in self._done
 
-    def unwritten(self, chart_id: str) -> bool:
-        """``chart_id`` is one of the charts still to write."""
-        at = self._index.get(chart_id)
-        return at is not None and at[0] in self._done and at[1] >= self._done[at[0]]
-
-    def org_of(self, chart_id: str) -> str | None:
-        at = self._index.get(chart_id)
-        return at[0] if at is not None else None
-
-    def round_of(self, chart_id: str) -> int | None:
-        """The round the backfill writes for ``chart_id`` (None: not one of its charts)."""
-        at = self._index.get(chart_id)
-        return self._entries[at[0]][at[1]].round if at is not None else None
+    def next_round(self, org: str) -> int | None:
+        """The round of ``org``'s next chart to write (None: it has none)."""
+        n = self._done.get(org)
+        return None if n is None else self._rounds[org][n]
 
     def cursor(self, org: str) -> tuple[int | None, int]:
-        """``org``'s ``(last, used)`` after its written prefix: what its saved state must say."""
+        """``org``'s ``(last, used)`` just after its written charts."""
         n = self._done[org]
         if n == 0:
             return self._saved[org]
-        e = self._entries[org][n - 1]
-        return e.last, e.used
+        rounds = self._rounds[org]
+        r = rounds[n - 1]
+        used = n - bisect_left(rounds, r)
+        last, saved_used = self._saved[org]
+        return r, used + (saved_used if last == r else 0)
 
     def patch(self, rounds: RoundState) -> RoundState:
         """``rounds`` (the queue's :meth:`~FairQueue.export_rounds`) with the cursor of each
@@ -130,26 +106,30 @@ class RoundBackfill:
 
     # ----------------------------------------------------------------- moves
     def next_chunk(self, n: int) -> dict[str, int]:
-        """The next ``n`` charts in round order (the head of the order first), as chart id
-        -> round; each org's prefix now ends after its last one."""
+        """About ``n`` charts in round order (the head of the order first), as chart id ->
+        round; each org's written part now ends after its last one."""
         out: dict[str, int] = {}
-        flat = self._flat
-        while len(out) < n and self._next < len(flat):
-            org, i = flat[self._next]
-            self._next += 1
-            if org in self._done and i >= self._done[org]:
-                out.update(self._advance(org, i + 1))
+        heap = self._heap
+        while len(out) < n and heap:
+            r, org = heapq.heappop(heap)
+            if self.next_round(org) != r:  # moved on by extend, or dropped: a stale entry
+                if org in self._done:
+                    heapq.heappush(heap, (self.next_round(org), org))
+                continue
+            start = self._done[org]
+            end = min(bisect_right(self._rounds[org], r, lo=start), start + n - len(out))
+            out.update(self._advance(org, end))
+            if org in self._done:
+                heapq.heappush(heap, (self.next_round(org), org))
         return out
 
-    def extend(self, chart_ids: Iterable[str]) -> dict[str, int]:
-        """Charts that left the order (dispatched or removed): each org's prefix is extended
-        to include them. Returns what to write now, chart id -> round."""
-        out: dict[str, int] = {}
-        for cid in chart_ids:
-            if self.unwritten(cid):
-                org, i = self._index[cid]
-                out.update(self._advance(org, i + 1))
-        return out
+    def extend(self, org: str, r: int) -> dict[str, int]:
+        """A chart of ``org`` holding round ``r`` left the order: every chart of ``org`` up to
+        the end of round ``r`` is written now (chart id -> round), with the cursor after it."""
+        nxt = self.next_round(org)
+        if nxt is None or r < nxt:
+            return {}
+        return self._advance(org, bisect_right(self._rounds[org], r, lo=self._done[org]))
 
     def drop(self, org: str) -> list[str]:
         """``org`` leaves the backfill; returns its charts still to write (the caller writes
@@ -157,19 +137,20 @@ class RoundBackfill:
         n = self._done.pop(org, None)
         if n is None:
             return []
-        rest = [e.chart for e in self._entries[org][n:]]
+        rest = self._ids[org][n:]
         self._left -= len(rest)
         return rest
 
     def _advance(self, org: str, end: int) -> dict[str, int]:
         start = self._done[org]
-        part = self._entries[org][start:end]
-        self._left -= len(part)
-        if end >= len(self._entries[org]):
+        ids, rounds = self._ids[org], self._rounds[org]
+        out = dict(zip(ids[start:end], rounds[start:end]))
+        self._left -= end - start
+        if end >= len(ids):
             del self._done[org]
         else:
             self._done[org] = end
-        return {e.chart: e.round for e in part}
+        return out
 
 
 class RoundSaver:
@@ -188,39 +169,36 @@ class RoundSaver:
         self.saved = saved
         self.pending: dict[str, int | None] = {}
         self.backfill: RoundBackfill | None = None
+        self._waiting: dict[str, set[str]] = {}  # org -> its arrivals held back
 
     @property
     def backfilling(self) -> int:
         """Charts the backfill has still to write (0: none running)."""
         return len(self.backfill) if self.backfill is not None else 0
 
-    def start_backfill(self, queue: "FairQueue", saved_rounds: Mapping[str, int | None], minimum: int) -> int:
-        """After a load: if at least ``minimum`` charts took a round by the arrival rule
-        (``saved_rounds``: each queued chart's saved round, None for none), write them a
-        chunk at a time. An org with a chart whose saved round changed (re-ranked while no
-        scheduler ran) is written whole at once. Returns how many the backfill writes."""
+    def start_backfill(self, queue: "FairQueue", had_round: Callable[[], Container[str]], minimum: int) -> int:
+        """After a load: if at least ``minimum`` charts took a round by the arrival rule,
+        write them a chunk at a time. ``had_round()``: the queued charts that had a saved
+        round (asked only then); an org with such a chart among the changes (re-ranked while
+        no scheduler ran) is written whole at once. Returns how many the backfill writes."""
         self.backfill = None
         queue.gone_log = queue.touched_log = queue.reranked_log = None
         new = queue.take_round_changes()
         self.pending.update(new)
         if len(new) < minimum:
             return 0
-        whole: set[str] = set()
-        rounds: dict[str, tuple[str, int]] = {}
-        for cid, r in new.items():
-            org = queue.get(cid).org
-            if r is None or saved_rounds.get(cid) is not None:
-                whole.add(org)
-            else:
-                rounds[cid] = (org, r)
-        rounds = {cid: v for cid, v in rounds.items() if v[0] not in whole}
+        org_of = {cid: queue.org_of(cid) for cid in new}
+        had = had_round()
+        whole = {org_of[cid] for cid, r in new.items() if r is None or cid in had}
+        rounds = {cid: r for cid, r in new.items() if org_of[cid] not in whole}
         if len(rounds) < minimum:
             return 0
         cursors = {org: (o.last, o.used) for org, o in self.saved.orgs.items()} if self.saved else {}
-        self.backfill = RoundBackfill(rounds, cursors)
+        self.backfill = RoundBackfill(rounds, org_of, cursors)
+        pending = self.pending
         for cid in rounds:
-            del self.pending[cid]
-        queue.gone_log, queue.touched_log, queue.reranked_log = [], set(), set()
+            del pending[cid]
+        queue.gone_log, queue.touched_log, queue.reranked_log = [], [], set()
         return len(rounds)
 
     def chunk(self, n: int) -> None:
@@ -232,21 +210,17 @@ class RoundSaver:
         """The round state and the chart rounds to write now, None if nothing changed
         since the last write."""
         new = queue.take_round_changes()
-        self.pending.update(new)
-        rounds = queue.export_rounds()
-        changes = self.pending
         bf = self.backfill
-        if bf is not None:
+        if bf is None:
+            self.pending.update(new)
+        else:
             self._follow(queue, bf, new)
-            if len(bf):
-                rounds = bf.patch(rounds)
-                changes = {cid: r for cid, r in changes.items() if _writable(queue, bf, cid)}
-            else:
-                self.backfill = None
-                queue.gone_log = queue.touched_log = queue.reranked_log = None
-        if rounds == self.saved and not changes:
+        rounds = queue.export_rounds()
+        if self.backfill is not None:
+            rounds = self.backfill.patch(rounds)
+        if rounds == self.saved and not self.pending:
             return None
-        return rounds, dict(changes)
+        return rounds, dict(self.pending)
 
     def written(self, save: Save | None) -> None:
         """``save`` (from :meth:`next`) is committed."""
@@ -262,35 +236,35 @@ class RoundSaver:
                 pending.pop(cid, None)
 
     def _follow(self, queue: "FairQueue", bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
-        """What happened to the backfill's charts since the last save. An org re-ranked (a
-        weight, cost or budget change, a resume, a move to the front), or one whose charts
-        still to write changed otherwise than by leaving the order (paused, prioritised),
-        leaves the backfill, written whole with its rounds of the moment. A chart that left
-        the order extends its org's written charts to it (else a restart would close the
-        hole it left), unless it was removed from its org's last round: ``remove`` gave
-        that place back, which a written cursor cannot say, so its org is written whole."""
+        """What happened to the backfill's orgs since the last save (module docstring)."""
         touched, gone, reranked = queue.touched_log, queue.gone_log, queue.reranked_log
-        queue.touched_log, queue.gone_log, queue.reranked_log = set(), [], set()
+        queue.touched_log, queue.gone_log, queue.reranked_log = [], [], set()
         drop = {org for org in reranked if bf.holds(org)}
-        drop |= {org for cid in new if (org := bf.org_of(cid)) is not None and bf.holds(org)}
-        drop |= {bf.org_of(cid) for cid in touched if bf.unwritten(cid)}
-        drop |= {bf.org_of(cid) for cid, dispatched in gone
-                 if not dispatched and bf.unwritten(cid) and bf.round_of(cid) == queue.last_round(bf.org_of(cid))}
-        for org in drop - {None}:
+        drop.update(org for org, r in touched if r is not None and _unwritten(bf, org, r))
+        drop.update(org for org, r, dispatched in gone
+                    if not dispatched and r is not None and r == queue.last_round(org) and _unwritten(bf, org, r))
+        for org in drop:
             for cid in bf.drop(org):
                 if cid in queue:
                     self.pending[cid] = queue.round_of(cid)
-        self.pending.update(bf.extend(cid for cid, _ in gone))
+        for org, r, _ in gone:
+            if r is not None and bf.holds(org):
+                self.pending.update(bf.extend(org, r))
+        waiting = self._waiting
+        for org in [o for o in waiting if not bf.holds(o)]:  # its backfill is over: its arrivals now
+            self.pending.update({cid: queue.round_of(cid) for cid in waiting.pop(org) if cid in queue})
+        for cid, r in new.items():
+            org = queue.org_of(cid)
+            if org is not None and bf.holds(org):
+                waiting.setdefault(org, set()).add(cid)  # an arrival waits for its org's backfill
+            else:
+                self.pending[cid] = r
+        if not len(bf):
+            self.backfill = None
+            queue.gone_log = queue.touched_log = queue.reranked_log = None
 
 
-def _writable(queue: "FairQueue", bf: RoundBackfill, cid: str) -> bool:
-    """A pending round may be written now: one the backfill handed over, or one of an org
-    the backfill does not hold (an arrival of an org it holds waits for it)."""
-    if bf.org_of(cid) is not None:
-        return True
-    q = queue.get(cid)
-    return q is None or not bf.holds(q.org)
-
-
-def _id_key(cid: str) -> tuple[int, str]:
-    return (int(cid), "") if cid.isdigit() else (0, cid)
+def _unwritten(bf: RoundBackfill, org: str, r: int) -> bool:
+    """A chart of ``org`` holding round ``r`` may not be written yet."""
+    nxt = bf.next_round(org)
+    return nxt is not None and r >= nxt

@@ -174,8 +174,9 @@ class FairQueue:
         # Set by a caller that writes rounds a chunk at a time (core.backfill): the charts
         # that left the order, those paused, resumed, (un)prioritised or moved to front, and
         # the orgs re-ranked.
-        self.gone_log: list[tuple[str, bool]] | None = None  # (id, dispatched: it keeps its place)
-        self.touched_log: set[str] | None = None
+        # (org, round, dispatched: it keeps counting for its round) of each chart gone
+        self.gone_log: list[tuple[str, int | None, bool]] | None = None
+        self.touched_log: list[tuple[str, int | None]] | None = None  # (org, round) of each
         self.reranked_log: set[str] | None = None  # orgs re-ranked
 
     # ----------------------------------------------------------- construction
@@ -378,6 +379,11 @@ class FairQueue:
         e = self._entries.get(chart_id)
         return e.state if e else None
 
+    def org_of(self, chart_id: str) -> str | None:
+        """The org of a queued chart (None: not queued). O(1), no copy."""
+        e = self._entries.get(chart_id)
+        return e.org if e is not None else None
+
     def last_round(self, org: str) -> int | None:
         """``org``'s highest assigned round (None: none)."""
         return self._last.get(org)
@@ -497,7 +503,7 @@ class FairQueue:
         del self._by_org[e.org][chart_id]
         self._changed.discard(chart_id)
         if self.gone_log is not None:
-            self.gone_log.append((chart_id, False))
+            self.gone_log.append((e.org, e.round, False))
         self._take_out(e)
         if e.round is not None and self._last.get(e.org) == e.round:
             self._used[e.org] -= 1
@@ -510,7 +516,7 @@ class FairQueue:
         if e is None or e.paused:
             return False
         e.paused = True
-        self._touched(chart_id)
+        self._touched(e)
         self._take_out(e)
         self._place(e, arrive=False)
         return True
@@ -521,7 +527,7 @@ class FairQueue:
         if e is None or not e.paused:
             return False
         e.paused = False
-        self._touched(chart_id)
+        self._touched(e)
         self._rerank(e.org)
         return True
 
@@ -533,7 +539,7 @@ class FairQueue:
             return False
         e.priority = True
         e.prioritized_at = at
-        self._touched(chart_id)
+        self._touched(e)
         if e.key is not None and self.policy == "wrr":
             self._take_out(e)
             self._place(e, arrive=False)
@@ -546,7 +552,7 @@ class FairQueue:
             return False
         e.priority = False
         e.prioritized_at = None
-        self._touched(chart_id)
+        self._touched(e)
         self._rerank(e.org)
         return True
 
@@ -558,7 +564,7 @@ class FairQueue:
         if e is None:
             return False
         e.front_at = at
-        self._touched(chart_id)
+        self._touched(e)
         self._rerank(e.org)
         return True
 
@@ -653,11 +659,11 @@ class FairQueue:
         del self._by_org[e.org][e.id]
         self._changed.discard(e.id)
         if self.gone_log is not None:
-            self.gone_log.append((e.id, True))
+            self.gone_log.append((e.org, e.round, True))
 
-    def _touched(self, chart_id: str) -> None:
+    def _touched(self, e: _Entry) -> None:
         if self.touched_log is not None:
-            self.touched_log.add(chart_id)
+            self.touched_log.append((e.org, e.round))
 
     def _dispatched(self, org: str, normal: bool, r: int | None) -> None:
         """A chart of ``org`` holding round ``r`` was dispatched: a normal-tier one sets

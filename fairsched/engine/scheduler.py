@@ -511,8 +511,10 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self._last_report = None
-        n = self._rounds.start_backfill(self.state.queue, {str(c.id): c.round for c in world.charts
-                                                           if c.state == QUEUED}, self.BACKFILL_MIN)
+        charts = world.charts
+        n = self._rounds.start_backfill(
+            self.state.queue, lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED},
+            self.BACKFILL_MIN)
         if n:
             log.info("writing %d charts' rounds %d at a time between dispatches (the head of the order first)",
                      n, self.BACKFILL_CHUNK)

@@ -71,7 +71,7 @@ class BackfillMachine(RuleBasedStateMachine):
 
     def _start(self):
         self.saver = RoundSaver(self.saved)
-        self.saver.start_backfill(self.live, {cid: self.rows.get(cid) for cid in self.live._entries}, minimum=1)
+        self.saver.start_backfill(self.live, lambda: {c for c, r in self.rows.items() if r is not None}, minimum=1)
 
     def _both(self, name, *args):
         a = getattr(self.ref, name)(*args)
@@ -163,17 +163,16 @@ def test_each_chunk_is_a_prefix_of_every_org_in_round_order_with_its_cursor():
     """Org A (weight 2) holds rounds 0 0 1 1 2, org B (weight 1) rounds 0 1 2; the backfill
     writes the head of the order first, and each org's saved cursor is the one just after
     what is written of it."""
-    rounds = {"a0": ("A", 0), "a1": ("A", 0), "a2": ("A", 1), "a3": ("A", 1), "a4": ("A", 2),
-              "b0": ("B", 0), "b1": ("B", 1), "b2": ("B", 2)}
-    bf = RoundBackfill(rounds, {})
+    rounds = {"a0": 0, "a1": 0, "a2": 1, "a3": 1, "a4": 2, "b0": 0, "b1": 1, "b2": 2}
+    bf = RoundBackfill(rounds, {c: c[0].upper() for c in rounds}, {})
     assert bf.next_chunk(3) == {"a0": 0, "a1": 0, "b0": 0}
     assert (bf.cursor("A"), bf.cursor("B")) == ((0, 2), (0, 1))
     assert bf.next_chunk(3) == {"a2": 1, "a3": 1, "b1": 1}
     assert (bf.cursor("A"), bf.cursor("B")) == ((1, 2), (1, 1))
     state = RoundState(0, 3, {"A": OrgRounds(2, 1, 0, 2), "B": OrgRounds(2, 1, 0, 1)})
     assert bf.patch(state).orgs == {"A": OrgRounds(1, 2, 0, 2), "B": OrgRounds(1, 1, 0, 1)}
-    # b2 is dispatched before its chunk: B's written charts reach it, and B is done
-    assert bf.extend(["b2"]) == {"b2": 2} and not bf.holds("B")
+    # b2 (round 2) is dispatched before its chunk: B's written part reaches it, and B is done
+    assert bf.extend("B", 2) == {"b2": 2} and not bf.holds("B")
     assert bf.patch(state).orgs["B"] == OrgRounds(2, 1, 0, 1)  # the real cursor again
     assert bf.next_chunk(10) == {"a4": 2} and len(bf) == 0
 
@@ -181,7 +180,7 @@ def test_each_chunk_is_a_prefix_of_every_org_in_round_order_with_its_cursor():
 def test_a_saved_cursor_is_where_the_backfill_goes_on_from():
     """An earlier scheduler saved A at round 4 with one of its two places taken: A's
     charts without a round continue there."""
-    bf = RoundBackfill({"x": ("A", 4), "y": ("A", 5), "z": ("A", 5)}, {"A": (4, 1)})
+    bf = RoundBackfill({"x": 4, "y": 5, "z": 5}, dict.fromkeys("xyz", "A"), {"A": (4, 1)})
     assert bf.cursor("A") == (4, 1)
     assert bf.next_chunk(1) == {"x": 4} and bf.cursor("A") == (4, 2)
     assert bf.next_chunk(1) == {"y": 5} and bf.cursor("A") == (5, 1)
