@@ -71,8 +71,8 @@ def test_a_published_page_equals_the_same_slice_of_the_full_order(redis_url):
     now = T0 + 500
     snap, rows, per_org = build_snapshot(live, live.eta_report(now), now)
     snapshot.store(snap, rows, per_org)
-    rows = json.loads(json.dumps(rows))  # as stored
-    per_org = json.loads(json.dumps(per_org))
+    rows = json.loads(json.dumps(rows, default=list))  # as stored (Rows: made dicts as read)
+    per_org = json.loads(json.dumps(per_org, default=list))
     for offset, limit in [(0, 100), (450, 100), (499, 2), (500, 500), (1100, 500), (1234, 10), (5000, 10)]:
         total, page = snapshot.read_order(offset, limit)
         assert total == len(rows)
@@ -398,3 +398,55 @@ def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
     world = result["world"]
     assert {(r.id, r.state) for r in world.charts} == {(a.pk, "queued"), (b.pk, "queued")}
     assert Chart.objects.count() == 3 and Chart.objects.get(pk=a.pk).state == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rounds_and_the_first_etas_written_at_once_never_deadlock():
+    """A first start writes its rounds (the scheduler's connection) while the first ETAs
+    are recorded (a thread and connection of their own), over the same rows. On
+    PostgreSQL each took its row locks in its own order and deadlocked; both now update in
+    id order. (SQLite serialises writers: nothing to see there.)"""
+    import random
+    import threading
+
+    from django.db import connections
+
+    from fairsched.core import RoundState
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL only")
+    org, wf = make_org("Acme"), make_workflow("code")
+    Chart.objects.bulk_create([Chart(org=org, workflow=wf, external_id=f"d{i}") for i in range(3000)])
+    ids = list(Chart.objects.order_by("pk").values_list("pk", flat=True))
+    rng = random.Random(3)
+    parts = [ids[i:i + 600] for i in range(0, 3000, 600)]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def rounds():
+        try:
+            for part in parts:
+                barrier.wait(timeout=30)
+                db.save_rounds(RoundState(0, 1, {}), {str(pk): 1 for pk in rng.sample(part, len(part))})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def first_etas():
+        try:
+            for part in parts:
+                barrier.wait(timeout=30)
+                db.record_first_etas({pk: (T0, T0 + 60) for pk in reversed(part)})
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=rounds), threading.Thread(target=first_etas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert Chart.objects.filter(fair_round=1, eta_first_at__isnull=False).count() == 3000

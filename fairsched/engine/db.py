@@ -180,7 +180,7 @@ def _write_chart_rounds(changes: dict[str, int | None], batch: int = 20_000) -> 
     row) takes more than a minute on SQLite and one UPDATE per row half a minute on
     PostgreSQL. Rare in size: only a first start or a budget change re-ranks everything."""
     table = connection.ops.quote_name(Chart._meta.db_table)
-    items = [(int(cid), r) for cid, r in changes.items()]
+    items = sorted((int(cid), r) for cid, r in changes.items())  # row locks in id order: see _update_column
     with connection.cursor() as cursor:
         for i in range(0, len(items), batch):
             part = items[i:i + batch]
@@ -204,7 +204,13 @@ def _update_column(field: str, values: list[tuple], where: str = "") -> int:
     prepared statement run for all (``executemany``). ``bulk_update`` builds a CASE
     expression per row in Python: 100k fair rounds (a fresh backlog's first dispatch)
     took minutes; this takes a second. Scheduler-owned columns only: ``updated_at`` is
-    left alone on purpose (no resync needs to see them)."""
+    left alone on purpose (no resync needs to see them).
+
+    Rows are updated in id order, as :func:`_write_chart_rounds` does: the first ETAs
+    (their own thread and connection) and a first start's rounds (the scheduler's) update
+    the same rows at the same time, and PostgreSQL found deadlocks when each took its row
+    locks in another order."""
+    values = sorted(values, key=lambda v: v[1])
     qn = connection.ops.quote_name
     meta = Chart._meta
     column = meta.get_field(field)
