@@ -11,6 +11,7 @@ nothing starts although budget is free: the head of the order does not fit).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -49,39 +50,81 @@ def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
             "text": f"next: #{cid} ({name}, {workflow}, cost {cost}) waits for {cost} free; {free} free"}
 
 
-def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None) -> list[dict[str, Any]]:
+ROW_KEYS = ("id", "pos", "org", "workflow", "cost", "round", "priority", "state", "external_id",
+            "start_s", "finish_s", "p90_s")  # a row of the order; a chart set aside has no p90_s
+
+
+class Rows(Sequence):
+    """Rows of the published order, each kept as a tuple of :data:`ROW_KEYS` values and
+    made the row's dict only when read (a page of them at a time when stored): a million
+    dicts at once were about 0.8 GB of an ETA pass's peak memory at a million charts.
+    Reads as a sequence of dicts; an item may also be a dict already (a running chart's)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list | None = None) -> None:
+        self._items = [] if items is None else items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [_as_row(t) for t in self._items[i]]
+        return _as_row(self._items[i])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(_as_row, self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Rows, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Rows({list(self)!r})"
+
+    def places(self) -> Iterator[tuple[int, int | None, str | None, float | None]]:
+        """``(id, pos, state, finish_s)`` of each row, without making its dict."""
+        for t in self._items:
+            if type(t) is dict:
+                yield t["id"], t.get("pos"), t.get("state"), t.get("finish_s")
+            else:
+                yield t[0], t[1], t[7], t[10]
+
+
+def _as_row(t) -> dict[str, Any]:
+    return t if type(t) is dict else dict(zip(ROW_KEYS, t))
+
+
+def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None) -> Rows:
     """The rows of the fair order, in order."""
     cost_of = state.queue.cost_of
     ext = state.external_ids
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple] = []
     # walk() reads the order's keys (immutable), never the shared mutable entries.
     for pos, (cid, (org, wf), rnd) in enumerate(state.queue.walk()):
         eta = etas.get(cid)
-        rows.append({
-            "id": int(cid), "pos": pos, "org": int(org), "workflow": wf,
-            "cost": cost_of(org, wf), "round": rnd, "priority": rnd is None,
-            "state": "ordered", "external_id": ext.get(int(cid)),
-            "start_s": eta.start_s if eta else None, "finish_s": eta.finish_s if eta else None,
-            "p90_s": p90(org, wf, eta) if eta and p90 else None,
-        })
-    return rows
+        i = int(cid)
+        rows.append((i, pos, int(org), wf, cost_of(org, wf), rnd, rnd is None, "ordered", ext.get(i),
+                     eta.start_s if eta else None, eta.finish_s if eta else None,
+                     p90(org, wf, eta) if eta and p90 else None))
+    return Rows(rows)
 
 
-def _aside_rows(state: PassInput) -> tuple[list[dict[str, Any]], dict[int, dict[str, int]]]:
+def _aside_rows(state: PassInput) -> tuple[list[tuple], dict[int, dict[str, int]]]:
     """The rows of the held, paused and blocked charts, and how many of each per org."""
     cost_of = state.queue.cost_of
     ext = state.external_ids
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple] = []
     unplanned: dict[int, dict[str, int]] = {}
     for aside in (HELD, PAUSED, BLOCKED):
         for q in state.aside[aside]:
             counts = unplanned.setdefault(int(q.org), dict.fromkeys((HELD, PAUSED, BLOCKED), 0))
             counts[aside] += 1
-            rows.append({
-                "id": int(q.id), "pos": None, "org": int(q.org), "workflow": q.workflow,
-                "cost": cost_of(q.org, q.workflow), "round": None, "priority": q.priority,
-                "state": aside, "external_id": ext.get(int(q.id)), "start_s": None, "finish_s": None,
-            })
+            i = int(q.id)
+            rows.append((i, None, int(q.org), q.workflow, cost_of(q.org, q.workflow), None, q.priority, aside,
+                         ext.get(i), None, None))
     return rows, unplanned
 
 
@@ -145,21 +188,22 @@ def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
     }
 
 
-def _per_org(org_rows: list[dict[str, Any]], order_rows: list[dict[str, Any]],
+def _per_org(org_rows: list[dict[str, Any]], order_rows: Rows,
              running_rows: list[dict[str, Any]]) -> dict[int, dict]:
-    """Each org's row and its charts: its order rows, then its running rows."""
-    per_org: dict[int, dict] = {row["id"]: {"org": row, "charts": []} for row in org_rows}
-    for row in order_rows:
-        if row["org"] in per_org:
-            per_org[row["org"]]["charts"].append(row)
+    """Each org's row and its charts (:class:`Rows`): its order rows, then its running rows."""
+    charts: dict[int, list] = {row["id"]: [] for row in org_rows}
+    for t in order_rows._items:
+        got = charts.get(t[2])
+        if got is not None:
+            got.append(t)
     for row in running_rows:
-        if row["org"] in per_org:
-            per_org[row["org"]]["charts"].append({**row, "state": "running"})
-    return per_org
+        if row["org"] in charts:
+            charts[row["org"]].append({**row, "state": "running"})
+    return {row["id"]: {"org": row, "charts": Rows(charts[row["id"]])} for row in org_rows}
 
 
 def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
-                   p90: Callable | None = None) -> tuple[dict, list[dict], dict[int, dict]]:
+                   p90: Callable | None = None) -> tuple[dict, Rows, dict[int, dict]]:
     """``(snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`. ``p90``
     (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``.
 
@@ -169,7 +213,7 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
         state = state.capture()
     order_rows = _ordered_rows(state, report.etas, p90)
     aside_rows, unplanned = _aside_rows(state)
-    order_rows.extend(aside_rows)
+    order_rows._items.extend(aside_rows)
     running_rows, used_by_org, running_by_org = _running_rows(state, report.etas, now, p90)
     used = sum(used_by_org.values())
     org_rows = _org_rows(state, report, now, unplanned, used, used_by_org, running_by_org)
