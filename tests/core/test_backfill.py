@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, rule
 
 from fairsched.core import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
+from tests.core.twins import ORGS, TwinQueues
 
-ORGS = ("o1", "o2", "o3")
 
-
-class BackfillMachine(RuleBasedStateMachine):
+class BackfillMachine(TwinQueues):
     """``live`` is saved by a :class:`RoundSaver` into ``rows`` and ``saved`` (the
     database), its backfill a chunk at a time; a restart restores it from them and starts
     the backfill again for what is left. ``ref`` never restarts. Every decision agrees.
@@ -73,13 +72,10 @@ class BackfillMachine(RuleBasedStateMachine):
         self.saver = RoundSaver(self.saved)
         self.saver.start_backfill(self.live, lambda: {c for c, r in self.rows.items() if r is not None}, minimum=1)
 
-    def _both(self, name, *args):
-        a = getattr(self.ref, name)(*args)
-        b = getattr(self.live, name)(*args)
-        assert a == b
-        return a
-
     # ------------------------------------------------------------- the scheduler
+    def changed(self):
+        self.save()
+
     @rule()
     def save(self):
         """One transaction: what the saver hands over (a tick's save, or a dispatch's)."""
@@ -112,48 +108,10 @@ class BackfillMachine(RuleBasedStateMachine):
         self._both("add", self._chart(org, priority=flag == 0, paused=flag == 1))
         self.save()
 
-    @rule()
-    def dispatch(self):
-        free = self.ref.budget - sum(self.running.values())
-        for c in self._both("dispatch", free):
-            self.running[c.id] = self.ref.cost_of(c.org, c.workflow)
-        self.save()
-
-    @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def finish(self, data):
-        del self.running[data.draw(st.sampled_from(sorted(self.running)))]
-
-    @precondition(lambda self: self.ref._entries)
-    @rule(data=st.data(), action=st.sampled_from(
-        ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
-    def chart_action(self, data, action):
-        cid = data.draw(st.sampled_from(sorted(self.ref._entries)))
-        if action in ("prioritize", "move_to_front"):
-            self._both(action, cid, self.t)
-        else:
-            self._both(action, cid)
-        self.save()
-
     @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3))
     def set_weight(self, org, w):
         self._both("set_weight", org, w)
         self.save()
-
-    @rule(b=st.integers(0, 5))
-    def set_budget(self, b):
-        self._both("set_budget", b)
-        self.save()
-
-    @invariant()
-    def every_decision_agrees(self):
-        ref, live = self.ref, self.live
-        assert live.order() == ref.order()
-        assert live.head == ref.head
-        assert (live.held, live.paused, live.blocked) == (ref.held, ref.paused, ref.blocked)
-        assert {c: live.round_of(c) for c in ref._entries} == {c: ref.round_of(c) for c in ref._entries}
-        assert live.export_rounds() == ref.export_rounds()
-
 
 BackfillMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestBackfillMachine = BackfillMachine.TestCase

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
                             head_of_backlog, plan)
 from fairsched.core.simulator import Arrival, simulate
+from tests.core.twins import TwinQueues
 from fairsched.scenario import dump_scenario, plan as plan_json
 
 ORGS = ["o1", "o2", "o3", "o4"]
@@ -309,7 +310,7 @@ FairQueueMachine.TestCase.settings = settings(max_examples=40, stateful_step_cou
 TestFairQueueMachine = FairQueueMachine.TestCase
 
 
-class RestartMachine(RuleBasedStateMachine):
+class RestartMachine(TwinQueues):
     """A restart or failover in the middle of any sequence of operations changes no
     later decision (contracts/simulate.md): ``live`` is saved the way the scheduler
     saves it (:meth:`FairQueue.export_rounds` and each chart's round as
@@ -333,15 +334,6 @@ class RestartMachine(RuleBasedStateMachine):
         self.t = 0.0
         self.restarts = 0
 
-    def _both(self, name, *args):
-        a = getattr(self.ref, name)(*args)
-        b = getattr(self.live, name)(*args)
-        assert a == b
-        return a
-
-    def _queued(self):
-        return sorted(self.ref._entries)  # white-box: every queued chart
-
     @rule(org=st.sampled_from(ORGS), wf=st.sampled_from(["w", "big"]), dt=st.integers(0, 2),
           prio=st.integers(0, 6), paused=st.integers(0, 6))
     def arrive(self, org, wf, dt, prio, paused):
@@ -350,36 +342,10 @@ class RestartMachine(RuleBasedStateMachine):
                                       priority=prio == 0, paused=paused == 0))
         self.seq += 1
 
-    @rule()
-    def dispatch(self):
-        free = self.ref.budget - sum(self.running.values())
-        started = self._both("dispatch", free)
-        for c in started:
-            self.running[c.id] = self.ref.cost_of(c.org, c.workflow)
-
-    @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def finish(self, data):
-        del self.running[data.draw(st.sampled_from(sorted(self.running)))]
-
-    @precondition(lambda self: self.ref._entries)
-    @rule(data=st.data(), action=st.sampled_from(
-        ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
-    def chart_action(self, data, action):
-        cid = data.draw(st.sampled_from(self._queued()))
-        if action in ("prioritize", "move_to_front"):
-            self._both(action, cid, self.t)
-        else:
-            self._both(action, cid)
-
     @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3))
     def set_weight(self, org, w):
         self.weights[org] = w
         self._both("set_weight", org, w)
-
-    @rule(b=st.integers(0, 5))
-    def set_budget(self, b):
-        self._both("set_budget", b)
 
     @rule(org=st.sampled_from(ORGS), c=st.integers(1, 4))
     def set_cost(self, org, c):
@@ -461,18 +427,6 @@ class RestartMachine(RuleBasedStateMachine):
         self.ref.set_budget(b)
         self.live = FairQueue.restore(rows, state=self.saved_state, budget=b, weights=self.weights,
                                       costs=self.live.costs)
-
-    @invariant()
-    def every_decision_agrees(self):
-        ref, live = self.ref, self.live
-        assert live.order() == ref.order()
-        assert live.head == ref.head
-        assert (live.held, live.paused, live.blocked) == (ref.held, ref.paused, ref.blocked)
-        assert {c: live.round_of(c) for c in ref._entries} == {c: ref.round_of(c) for c in ref._entries}
-        assert live.export_rounds() == ref.export_rounds()
-        free = ref.budget - sum(self.running.values())
-        assert live.peek(free) == ref.peek(free)
-
 
 RestartMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
 TestRestartMachine = RestartMachine.TestCase

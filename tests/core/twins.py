@@ -1,0 +1,69 @@
+"""A Hypothesis state machine over two queues that must agree: ``ref`` never restarts,
+``live`` is saved and restored (tests/core/test_properties.py: ``RestartMachine``;
+tests/core/test_backfill.py: ``BackfillMachine``). The operations both see and the
+invariant live here once; each machine adds how it saves and restarts, and
+:meth:`TwinQueues.changed` (what follows each operation)."""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+ORGS = ("o1", "o2", "o3")
+
+
+class TwinQueues(RuleBasedStateMachine):
+    ref: object
+    live: object
+    running: dict[str, int]
+    t: float
+
+    def changed(self) -> None:
+        """After each operation of both queues (the backfill machine saves here)."""
+
+    def _both(self, name, *args):
+        a = getattr(self.ref, name)(*args)
+        b = getattr(self.live, name)(*args)
+        assert a == b
+        return a
+
+    def _queued(self):
+        return sorted(self.ref._entries)  # white-box: every queued chart
+
+    @rule()
+    def dispatch(self):
+        free = self.ref.budget - sum(self.running.values())
+        for c in self._both("dispatch", free):
+            self.running[c.id] = self.ref.cost_of(c.org, c.workflow)
+        self.changed()
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def finish(self, data):
+        del self.running[data.draw(st.sampled_from(sorted(self.running)))]
+
+    @precondition(lambda self: self.ref._entries)
+    @rule(data=st.data(), action=st.sampled_from(
+        ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
+    def chart_action(self, data, action):
+        cid = data.draw(st.sampled_from(self._queued()))
+        if action in ("prioritize", "move_to_front"):
+            self._both(action, cid, self.t)
+        else:
+            self._both(action, cid)
+        self.changed()
+
+    @rule(b=st.integers(0, 5))
+    def set_budget(self, b):
+        self._both("set_budget", b)
+        self.changed()
+
+    @invariant()
+    def every_decision_agrees(self):
+        ref, live = self.ref, self.live
+        assert live.order() == ref.order()
+        assert live.head == ref.head
+        assert (live.held, live.paused, live.blocked) == (ref.held, ref.paused, ref.blocked)
+        assert {c: live.round_of(c) for c in ref._entries} == {c: ref.round_of(c) for c in ref._entries}
+        assert live.export_rounds() == ref.export_rounds()
+        free = ref.budget - sum(self.running.values())
+        assert live.peek(free) == ref.peek(free)
