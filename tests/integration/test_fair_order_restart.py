@@ -60,6 +60,15 @@ def published_after(t: float, names: dict[str, str]) -> list[str]:
     return [names[str(r["id"])] for r in rows if r["state"] == "ordered"]
 
 
+def order_after(live, names: dict[str, str], what: str) -> list[str]:
+    """The order a new scheduler publishes, once it equals ``plan --live`` of the database."""
+    published = published_after(time.time(), names)
+    after = plan_live(live, names)
+    print(f"\n{what}: plan --live after: {' '.join(after)} (published: {' '.join(published)})")
+    assert after == published
+    return after
+
+
 def first_two_started(names: dict[str, str]) -> None:
     running = lambda: sorted(names[str(pk)] for pk in  # noqa: E731
                              Chart.objects.filter(state=ChartState.RUNNING).values_list("pk", flat=True))
@@ -101,10 +110,7 @@ def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
     new = live.faulty_scheduler("--head-per-org", "1")
     new.saw("loaded the head of the order: 2 queued", timeout=60)
     new.saw("the whole backlog takes over from the head", timeout=60)
-    published = published_after(time.time(), names)
-    after = plan_live(live, names)
-    print(f"head-first restart: plan --live after: {' '.join(after)} (published: {' '.join(published)})")
-    assert after == published == before
+    assert order_after(live, names, "head-first restart") == before
 
 
 def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(live, tmp_path):
@@ -128,10 +134,7 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     new = live.faulty_scheduler("--backfill-min", "1")
     new.saw("writing 7 charts' rounds", timeout=60)
     new.saw("every chart's round is written", timeout=60)
-    published = published_after(time.time(), names)
-    after = plan_live(live, names)
-    print(f"\nbackfill restart: plan --live after: {' '.join(after)} (published: {' '.join(published)})")
-    assert after == published == before
+    assert order_after(live, names, "restart during the backfill") == before
     assert not Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=True).exists()
 
 
