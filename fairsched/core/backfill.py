@@ -18,10 +18,11 @@ after them, in one transaction.
 
 What may not stay unwritten: a chart that leaves the order (dispatched or removed) would
 leave a hole that the rest of its org would close on a restart, so the org's written part
-is first extended to it (:meth:`RoundBackfill.extend`). An org whose charts change in any
-other way (re-ranked; an unwritten one paused or prioritised; one removed from its last
-round, whose place ``remove`` gives back) leaves the backfill (:meth:`RoundBackfill.drop`):
-its remaining charts are written at once with their rounds of the moment, as before.
+is first extended through the end of its round (:meth:`RoundBackfill.extend`). From its
+org's last round, that is all of the org, saved with its real cursor, which knows the
+place ``remove`` gave back. An org whose charts change in any other way (re-ranked; an
+unwritten one paused or prioritised) leaves the backfill (:meth:`RoundBackfill.drop`): its
+remaining charts are written at once with their rounds of the moment, as before.
 """
 from __future__ import annotations
 
@@ -241,13 +242,11 @@ class RoundSaver:
         queue.touched_log, queue.gone_log, queue.reranked_log = [], [], set()
         drop = {org for org in reranked if bf.holds(org)}
         drop.update(org for org, r in touched if r is not None and _unwritten(bf, org, r))
-        drop.update(org for org, r, dispatched in gone
-                    if not dispatched and r is not None and r == queue.last_round(org) and _unwritten(bf, org, r))
         for org in drop:
             for cid in bf.drop(org):
                 if cid in queue:
                     self.pending[cid] = queue.round_of(cid)
-        for org, r, _ in gone:
+        for org, r in gone:
             if r is not None and bf.holds(org):
                 self.pending.update(bf.extend(org, r))
         waiting = self._waiting

@@ -174,8 +174,7 @@ class FairQueue:
         # Set by a caller that writes rounds a chunk at a time (core.backfill): the charts
         # that left the order, those paused, resumed, (un)prioritised or moved to front, and
         # the orgs re-ranked.
-        # (org, round, dispatched: it keeps counting for its round) of each chart gone
-        self.gone_log: list[tuple[str, int | None, bool]] | None = None
+        self.gone_log: list[tuple[str, int | None]] | None = None  # (org, round) of each chart gone
         self.touched_log: list[tuple[str, int | None]] | None = None  # (org, round) of each
         self.reranked_log: set[str] | None = None  # orgs re-ranked
 
@@ -503,7 +502,7 @@ class FairQueue:
         del self._by_org[e.org][chart_id]
         self._changed.discard(chart_id)
         if self.gone_log is not None:
-            self.gone_log.append((e.org, e.round, False))
+            self.gone_log.append((e.org, e.round))
         self._take_out(e)
         if e.round is not None and self._last.get(e.org) == e.round:
             self._used[e.org] -= 1
@@ -659,7 +658,7 @@ class FairQueue:
         del self._by_org[e.org][e.id]
         self._changed.discard(e.id)
         if self.gone_log is not None:
-            self.gone_log.append((e.org, e.round, True))
+            self.gone_log.append((e.org, e.round))
 
     def _touched(self, e: _Entry) -> None:
         if self.touched_log is not None:
