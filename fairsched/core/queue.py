@@ -172,8 +172,8 @@ class FairQueue:
         self._horizon: tuple | None = None
         self.start_log: list[tuple] | None = None
         # Set by a caller that writes rounds a chunk at a time (core.backfill): the charts
-        # that left the order, those paused, resumed, (un)prioritised or moved to front, and
-        # the orgs re-ranked.
+        # that left the order, those paused or prioritised (they keep their round without a
+        # re-rank), and the orgs re-ranked (a resume, an unprioritise, a move to front, ...).
         self.gone_log: list[tuple[str, int | None]] | None = None  # (org, round) of each chart gone
         self.touched_log: list[tuple[str, int | None]] | None = None  # (org, round) of each
         self.reranked_log: set[str] | None = None  # orgs re-ranked
@@ -383,10 +383,6 @@ class FairQueue:
         e = self._entries.get(chart_id)
         return e.org if e is not None else None
 
-    def last_round(self, org: str) -> int | None:
-        """``org``'s highest assigned round (None: none)."""
-        return self._last.get(org)
-
     def round_of(self, chart_id: str) -> int | None:
         """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
         e = self._entries.get(chart_id)
@@ -526,7 +522,6 @@ class FairQueue:
         if e is None or not e.paused:
             return False
         e.paused = False
-        self._touched(e)
         self._rerank(e.org)
         return True
 
@@ -551,7 +546,6 @@ class FairQueue:
             return False
         e.priority = False
         e.prioritized_at = None
-        self._touched(e)
         self._rerank(e.org)
         return True
 
@@ -563,7 +557,6 @@ class FairQueue:
         if e is None:
             return False
         e.front_at = at
-        self._touched(e)
         self._rerank(e.org)
         return True
 

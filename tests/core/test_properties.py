@@ -361,8 +361,7 @@ class RestartMachine(TwinQueues):
     def restart(self):
         """kill -9 right after a save, and a new scheduler reads the rows back."""
         self.save()
-        rows = [replace(self.live.get(cid), round=self.saved_rounds.get(cid))
-                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+        rows = self._read_back(self.saved_rounds)
         self.live = FairQueue.restore(rows, state=self.saved_state, budget=self.live.budget,
                                       weights=self.live.weights, costs=self.live.costs)
         self.restarts += 1
@@ -376,8 +375,7 @@ class RestartMachine(TwinQueues):
         and replays what the head dispatched: every decision agrees with ``ref`` (which
         never restarts), in between and after."""
         self.save()
-        rows = [replace(self.live.get(cid), round=self.saved_rounds.get(cid))
-                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+        rows = self._read_back(self.saved_rounds)
         head, horizon = head_of_backlog(rows, k)
         arrived = []
         try:
@@ -420,8 +418,7 @@ class RestartMachine(TwinQueues):
         re-ranks as the live changes would have (the saved state names the weights and
         budget it was computed under)."""
         self.save()
-        rows = [replace(self.live.get(cid), round=self.saved_rounds.get(cid))
-                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+        rows = self._read_back(self.saved_rounds)
         self.weights[org] = w
         self.ref.set_weight(org, w)
         self.ref.set_budget(b)

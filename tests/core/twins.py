@@ -5,6 +5,8 @@ invariant live here once; each machine adds how it saves and restarts, and
 :meth:`TwinQueues.changed` (what follows each operation)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -28,6 +30,11 @@ class TwinQueues(RuleBasedStateMachine):
 
     def _queued(self):
         return sorted(self.ref._entries)  # white-box: every queued chart
+
+    def _read_back(self, rounds: dict[str, int | None]) -> list:
+        """``live``'s queued charts as a restarted scheduler reads them: each with its saved round."""
+        return [replace(self.live.get(cid), round=rounds.get(cid))
+                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
 
     @rule()
     def dispatch(self):
