@@ -94,9 +94,7 @@ class BackfillMachine(TwinQueues):
     def restart(self):
         """kill -9 right after a save; a new scheduler reads the rows back."""
         self.save()
-        backlog = [replace(self.live.get(cid), round=self.rows.get(cid))
-                   for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
-        self.live = FairQueue.restore(backlog, state=self.saved, budget=self.live.budget,
+        self.live = FairQueue.restore(self._read_back(self.rows), state=self.saved, budget=self.live.budget,
                                       weights=self.live.weights, costs=self.live.costs)
         self._start()
         self.restarts += 1
@@ -142,3 +140,30 @@ def test_a_saved_cursor_is_where_the_backfill_goes_on_from():
     assert bf.cursor("A") == (4, 1)
     assert bf.next_chunk(1) == {"x": 4} and bf.cursor("A") == (4, 2)
     assert bf.next_chunk(1) == {"y": 5} and bf.cursor("A") == (5, 1)
+
+
+def test_a_paused_chart_not_yet_written_has_its_org_written_whole():
+    """Org A (weight 1): a0..a3 hold rounds 0..3, and only a0 is written when a2 is paused.
+    a2 keeps round 2 while paused; a restart would give it none and move a3 up to round 2.
+    So A leaves the backfill and is written whole: a3 keeps round 3 after the restart."""
+    charts = [QueuedChart(f"a{i}", "A", "w", float(i), i) for i in range(4)]
+    live = FairQueue.from_backlog(charts, budget=5, weights={"A": 1}, track_rounds=True)
+    saver = RoundSaver(None)
+    assert saver.start_backfill(live, set, minimum=1) == 4
+    saver.chunk(1)
+    rows: dict[str, int | None] = {}
+
+    def save():
+        got = saver.next(live)
+        rows.update(got[1])
+        saver.written(got)
+        return got[0]
+
+    save()
+    assert rows == {"a0": 0}
+    live.pause("a2")
+    state = save()
+    assert not saver.backfilling and rows == {"a0": 0, "a1": 1, "a2": 2, "a3": 3}
+    again = FairQueue.restore([replace(c, round=rows.get(c.id), paused=c.id == "a2") for c in charts],
+                              state=state, budget=5, weights={"A": 1})
+    assert [again.round_of(c) for c in ("a1", "a2", "a3")] == [1, 2, 3]
