@@ -10,11 +10,13 @@ For each backlog size (a small baseline first, then the sizes asked for), in one
 2. starts ``runworker`` and ``runscheduler`` (subprocesses, real Temporal dev server
    and Redis) and times start-up: the "loaded backlog" log line and the first start
    on Temporal, from the scheduler's spawn;
-3. idle cost: the scheduler's CPU (share of one core) and RSS over a quiet window
-   (``--window`` seconds, after ``--settle`` seconds for the start-up passes);
+3. idle cost: the scheduler's CPU (share of one core, with its ETA passes' forked
+   children) and RSS over a quiet window (``--window`` seconds, after ``--settle`` seconds
+   for the start-up passes);
 4. dispatch latency: priority probe charts of a cost-1 workflow, created through the
    ORM one by one; each goes to the head and fits the free unit at once. Created ->
-   started on Temporal, p50 and p95;
+   started on Temporal, p50 and p95. ``peak_mb``: the scheduler's RSS plus its
+   children's own memory (USS), at its highest from the idle window to the last probe;
 5. web, against the running scheduler's snapshot:
    ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
    several offsets and the admin chart list, through Django's test client in this
@@ -163,6 +165,44 @@ async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0) 
     return out
 
 
+def busy_s(proc) -> float:
+    """CPU seconds of the scheduler and of its ETA passes' children (once reaped)."""
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class PeakMemory:
+    """The peak, sampled twice a second, of the scheduler's RSS plus its children's own
+    memory (USS: the pages a forked ETA pass copied or allocated, not those it shares)."""
+
+    def __init__(self, proc) -> None:
+        import threading
+
+        self.proc, self.peak, self._done = proc, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._done.wait(0.5):
+            try:
+                total = self.proc.memory_info().rss
+                for child in self.proc.children():
+                    try:
+                        total += child.memory_full_info().uss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                return
+            self.peak = max(self.peak, total / 2**20)
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
 def create_probe(env: dict, fig: dict, name: str) -> int:
     """One priority probe chart (cost 1) created through the ORM; its pk."""
     code = f"""
@@ -208,9 +248,10 @@ def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str, 
             time.sleep(0.5)
         time.sleep(settle_s)  # let the first passes settle
         sched = psutil.Process(stack.procs["runscheduler"].pid)
-        sched.cpu_percent(None)
+        peak = PeakMemory(sched)
+        cpu0, t0 = busy_s(sched), time.monotonic()
         time.sleep(window_s)
-        fig["idle_cpu_pct"] = sched.cpu_percent(None)
+        fig["idle_cpu_pct"] = 100 * (busy_s(sched) - cpu0) / (time.monotonic() - t0)
         fig["rss_mb"] = sched.memory_info().rss / 2**20
 
         # dispatch latency: priority probes of a cost-1 workflow, one by one
@@ -238,6 +279,7 @@ print("PROBES", json.dumps(out))
         fig["probes_started"] = f"{len(lat)}/{len(created)}"
         fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
+        fig["peak_mb"] = peak.stop()
 
         # web, against this scheduler's published snapshot (after the restart below, the
         # pages would read the database fallback until the new scheduler publishes)

@@ -255,6 +255,14 @@ if FAIRSCHED_WORKER_CONCURRENCY < 1:
     raise ImproperlyConfigured(
         f"FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got {FAIRSCHED_WORKER_CONCURRENCY}")
 
+# Where runscheduler runs its ETA pass and snapshot: "process" (a forked child, off the
+# dispatching loop's GIL; fairsched/engine/forked.py) or "thread" (in the scheduler's own
+# process, where fork is unavailable or unwanted). docs/architecture.md: the ETA pass.
+FAIRSCHED_ETA_PASS = os.environ.get("FAIRSCHED_ETA_PASS", "process")
+if FAIRSCHED_ETA_PASS not in ("process", "thread"):
+    raise ImproperlyConfigured(
+        f"FAIRSCHED_ETA_PASS: 'process' or 'thread', got {FAIRSCHED_ETA_PASS!r}")
+
 # --- Security (production) -------------------------------------------------------
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

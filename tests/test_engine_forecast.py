@@ -82,7 +82,7 @@ def test_snapshot_rows_carry_the_90_percent_bound_and_first_etas_are_promises():
     report = s.eta_report(now)
     _, rows, _ = build_snapshot(s, report, now, p90=s.forecast.p90_finisher())
     assert all(r["p90_s"] > r["finish_s"] for r in rows if r["org"] == 1)  # a spread is known for Big
-    first = s.first_etas(report, now, list(report.etas))
+    first = s.first_etas(report.etas, now, list(report.etas))
     assert set(first) == {int(c) for c in report.etas}
     assert all(p90 >= eta for eta, p90 in first.values())
     # the promise of chart 1 calibrates the bound once it finishes

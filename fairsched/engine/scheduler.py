@@ -64,7 +64,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from common import live_updates
 from fairsched.core import Eta, NeedsWholeBacklog, RoundSaver
 from fairsched.core.plan import gc_paused
-from fairsched.engine import db
+from fairsched.engine import db, forked
 from fairsched.engine.db import StartRow
 from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.lease import Lease, release_now
@@ -138,6 +138,15 @@ def _freeze_backlog() -> None:
     gc.freeze()
 
 
+@dataclasses.dataclass(frozen=True)
+class PassOut:
+    """What an ETA pass gives back to the loop (from a forked child, pickled)."""
+
+    seq: int                 # the snapshot it published
+    head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
+    first: dict[str, Eta]    # the ETAs of the charts that had no first ETA (at least)
+
+
 class Scheduler:
     LEASE_TTL_S: float = 5.0          # a standby takes over at most this long after the leader dies
     LEASE_RENEW_S: float = 1.0
@@ -163,6 +172,8 @@ class Scheduler:
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
+    ETA_PASS_TIMEOUT_MIN_S: float = 600.0  # a pass in a child is killed after this long ...
+    ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
     STOP_GRACE_S: float = 1.0         # a stop lets a dispatch in flight finish this long, then cancels it
@@ -184,9 +195,18 @@ class Scheduler:
         store: Store | None = None,
         publisher: Publisher | None = None,
         temporal: TemporalPort | None = None,
+        eta_pass_in: str = "thread",
     ) -> None:
         """``clock``, ``store``, ``publisher``, ``temporal``: the ports (:mod:`fairsched.engine.ports`),
-        the real ones unless given (tests give fakes)."""
+        the real ones unless given (tests give fakes). ``eta_pass_in``: where the ETA pass
+        runs, ``"process"`` (a forked child, off the loop's GIL: :mod:`fairsched.engine.forked`;
+        ``runscheduler``'s default) or ``"thread"`` (in this process: a fake publisher
+        sees what the pass publishes)."""
+        if eta_pass_in not in ("process", "thread"):
+            raise ValueError(f"eta_pass_in: 'process' or 'thread', not {eta_pass_in!r}")
+        if eta_pass_in == "process" and not forked.available():
+            eta_pass_in = "thread"
+        self.eta_pass_in = eta_pass_in
         self.temporal_address = temporal_address
         self.namespace = namespace
         self.task_queue = task_queue
@@ -1121,27 +1141,30 @@ class Scheduler:
         return max(self.ETA_SOON_MIN_GAP_S, self.ETA_SOON_COST_FACTOR * self._eta_last_cost)
 
     def _start_eta_pass(self) -> None:
-        """Start an ETA pass in the background: the loop copies what it reads
-        (:meth:`LiveState.capture`, milliseconds) and goes on dispatching while a thread
-        computes the ETAs, builds the snapshot, encodes and stores it page by page."""
+        """Start an ETA pass in the background while the loop goes on dispatching: the pass
+        computes the ETAs, builds the snapshot, encodes and stores it page by page. In a
+        forked child (``eta_pass_in="process"``), which sees the state as it was at the
+        fork; or in a thread, on a copy the loop takes first (:meth:`LiveState.capture`,
+        milliseconds)."""
         self._eta_now = False
         now = self.clock.time()
-        captured = self.state.capture()
+        captured = self.state.capture() if self.eta_pass_in == "thread" else None
         self._eta_due = math.inf  # the pass sets the next one when it ends
         self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
                                              name="eta-pass")
         self._tasks.append(self._eta_task)
 
-    async def _run_eta_pass(self, captured: PassInput, now: float, changes: int) -> None:
+    async def _run_eta_pass(self, captured: PassInput | None, now: float, changes: int) -> None:
         started = self.clock.monotonic()
+        queued = len(self.state.queue)
         try:
             await self._guarded("eta", lambda: self._eta_pass(captured, now))
         finally:
             end = self.clock.monotonic()
             self._eta_last_end, self._eta_last_cost = end, end - started
             if self._eta_last_cost > self.ETA_SLOW_LOG_S:
-                log.info("ETA pass over %d queued charts took %.1f s (in its thread; dispatch went on)",
-                         captured.queued, self._eta_last_cost)
+                log.info("ETA pass over %d queued charts took %.1f s (in its %s; dispatch went on)",
+                         queued, self._eta_last_cost, self.eta_pass_in)
             # A static backlog needs no new pass every few seconds: the published ETAs are
             # absolute times and stay true until something changes (which brings the next
             # pass forward, see tick). Between changes the interval grows with the pass's
@@ -1158,32 +1181,47 @@ class Scheduler:
                 self._tasks.remove(task)
             self._wake.set()
 
-    async def _eta_pass(self, captured: PassInput, now: float) -> bool:
-        report, seq = await asyncio.to_thread(self._compute_and_publish, captured, now)
+    async def _eta_pass(self, captured: PassInput | None, now: float) -> bool:
+        if captured is None:
+            state = self.state
+            timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
+            out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
+                                          timeout_s=timeout)
+        else:
+            out = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
             return True
-        self._last_report = (report.etas, now)
-        self._published_seq = seq
-        await self.publisher.snapshot_stored(seq)
+        self._published_seq = out.seq
+        await self.publisher.snapshot_stored(out.seq)
         # after publishing: the dashboards do not wait for this write
-        await self._record_first_etas(report, now)
-        if self._last_report is not None and self._last_report[0] is report.etas:
-            # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`):
-            # the head of the order and the running, not a million ETAs (~200 MB at 1M).
-            head = islice(captured.queue, self.ETAS_KEPT)
-            self._last_report = ({cid: report.etas[cid] for cid in head if cid in report.etas}, now)
+        await self._record_first_etas(out.first, now)
+        # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`): the
+        # head of the order, not a million ETAs (~200 MB at 1M).
+        self._last_report = (out.head, now)
         return True
 
-    def _compute_and_publish(self, captured: PassInput, now: float):
-        """The ETA pass, the snapshot and its publication: in a worker thread, on a copy.
-        Without the cyclic collector: the pass allocates several acyclic objects per chart,
-        and a full collection triggered by them would stop the loop (it holds the GIL) for
-        as long as it walks them."""
+    def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
+        """The pass in the forked child: the state as it was at the fork is its own."""
+        return self._compute_and_publish(state.capture(), now, state.unpromised)
+
+    def _compute_and_publish(self, captured: PassInput, now: float, unpromised: set[str] | None = None) -> PassOut:
+        """The ETA pass, the snapshot and its publication, on a copy: in a forked child or a
+        worker thread. Without the cyclic collector: the pass allocates several acyclic
+        objects per chart, and a full collection triggered by them would stop the loop (in
+        a thread, it holds the GIL) for as long as it walks them. Returns the ETAs the
+        loop needs (a few, but every one at a first start: no chart has a first ETA)."""
         with gc_paused():
             report = captured.eta_report(now)
             snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
             snap["eta_model"] = captured.eta_model
-            return report, self.publisher.store_snapshot(snap, rows, per_org)
+            seq = self.publisher.store_snapshot(snap, rows, per_org)
+            etas = report.etas
+            if unpromised is None:  # in a thread: read by the loop, after the pass
+                first = etas
+            else:
+                first = {cid: etas[cid] for cid in unpromised if cid in etas}
+            head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
+            return PassOut(seq, head, first)
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live
@@ -1209,16 +1247,17 @@ class Scheduler:
         eta = Eta(0.0, fc.mean(org, r.workflow))
         return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
 
-    async def _record_first_etas(self, report, now: float) -> None:
-        """The first ETA of each chart that has none yet, in short writes from the bulk-write
-        thread (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them."""
+    async def _record_first_etas(self, etas: dict[str, Eta], now: float) -> None:
+        """The first ETA of each chart that has none yet (``etas``: the pass's ETAs of at least
+        those), in short writes from the bulk-write thread
+        (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them."""
         state = self.state
         if state is None:
             return
-        ids = [cid for cid in state.unpromised if cid in report.etas]  # O(new + set aside)
+        ids = [cid for cid in state.unpromised if cid in etas]  # O(new + set aside)
         for start in range(0, len(ids), self.FIRST_ETAS_PER_WRITE):
             chunk = ids[start:start + self.FIRST_ETAS_PER_WRITE]
-            await self.store.record_first_etas(state.first_etas(report, now, chunk))
+            await self.store.record_first_etas(state.first_etas(etas, now, chunk))
             state.unpromised.difference_update(chunk)
 
     async def _broadcast(self, events: list[dict]) -> None:

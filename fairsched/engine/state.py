@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from common import live_updates as lu
-from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart, is_held
+from fairsched.core import Durations, Eta, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart, is_held
 from fairsched.core.forecast import Forecaster
 from fairsched.core.plan import gc_paused
 
@@ -253,14 +254,14 @@ class LiveState:
         for at, eta_at, finished_at in promises:
             self.forecast.observe_promise(at, eta_at, finished_at)
 
-    def first_etas(self, report: EtaReport, now: float, ids) -> dict[int, tuple[float, float]]:
-        """For the charts ``ids`` (ids of ``report``): the absolute ETA and p90 finish to record
-        as their first; the forecast remembers each promise (created at -> ETA) to
-        calibrate its p90 on the chart's finish."""
+    def first_etas(self, etas: Mapping[str, Eta], now: float, ids) -> dict[int, tuple[float, float]]:
+        """For the charts ``ids`` (keys of ``etas``, an ETA pass's): the absolute ETA and p90
+        finish to record as their first; the forecast remembers each promise (created at ->
+        ETA) to calibrate its p90 on the chart's finish."""
         p90 = self.forecast.p90_finisher()
         out = {}
         for cid in ids:
-            eta = report.etas[cid]
+            eta = etas[cid]
             q = self.queue.get(cid)
             if q is not None:
                 org, wf, created = q.org, q.workflow, q.created_at

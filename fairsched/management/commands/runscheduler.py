@@ -40,10 +40,11 @@ class Command(BaseCommand):
             temporal_address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
-            cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S,
+            cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S, eta_pass_in=settings.FAIRSCHED_ETA_PASS,
         )
 
-    # The ETA pass and the snapshot run in a thread, and a thread that computes holds the
+    # With FAIRSCHED_ETA_PASS=thread the ETA pass and the snapshot run in a thread (by
+    # default they run in a forked child), and a thread that computes holds the
     # GIL for the whole switch interval (5 ms by default) each time the loop gives it up
     # for I/O: a dispatch makes dozens of such hand-offs (database thread, Temporal,
     # Redis), so at 100k queued it waited up to a second behind a pass. A shorter

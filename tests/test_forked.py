@@ -1,0 +1,144 @@
+"""The forked child the ETA pass runs in (fairsched/engine/forked.py): its result, its
+failures, and that it never outlives what started it nor signals its parent's loop."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fairsched.engine import forked
+
+pytestmark = pytest.mark.skipif(not forked.available(), reason="no fork here")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gone(pid: int) -> bool:
+    """No such process, or a zombie (dead, waiting to be reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_for(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_the_child_reads_the_parent_memory_as_at_the_fork_and_sends_its_result_back():
+    backlog = {str(i): i * i for i in range(100_000)}
+
+    async def main():
+        result = await forked.run_forked(lambda: (os.getpid(), sum(backlog.values())), name="pass", timeout_s=30)
+        return result
+
+    pid, total = asyncio.run(main())
+    assert pid != os.getpid()
+    assert total == sum(i * i for i in range(100_000))
+    assert gone(pid)  # reaped, not left a zombie
+
+
+def test_a_raise_in_the_child_is_a_clear_error_with_its_traceback():
+    def fn():
+        raise ValueError("the pass met a chart it cannot place")
+
+    with pytest.raises(forked.ChildFailed, match="ValueError: the pass met a chart it cannot place"):
+        asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=30))
+
+
+def test_a_child_that_dies_is_a_clear_error_with_its_exit_code():
+    with pytest.raises(forked.ChildFailed, match=r"ETA pass died \(exit code 3\)"):
+        asyncio.run(forked.run_forked(lambda: os._exit(3), name="ETA pass", timeout_s=30))
+
+
+def test_a_child_that_overruns_is_killed(tmp_path):
+    pidfile = tmp_path / "pid"
+
+    def fn():
+        pidfile.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    with pytest.raises(forked.ChildFailed, match="took more than 1 s: killed"):
+        asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=1))
+    assert gone(int(pidfile.read_text()))
+
+
+def test_a_cancel_kills_the_child(tmp_path):
+    pidfile = tmp_path / "pid"
+
+    def fn():
+        pidfile.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    async def main():
+        task = asyncio.create_task(forked.run_forked(fn, name="ETA pass", timeout_s=120))
+        while not pidfile.exists():
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    took = asyncio.run(main())
+    assert gone(int(pidfile.read_text()))
+    assert took < 5  # killed, not waited for (the sleep is 60 s)
+
+
+def test_a_sigterm_to_the_child_never_reaches_the_parent_loop():
+    """The loop's signal wake-up socket is shared with the child: without ``_detach``, a
+    SIGTERM sent to the child runs the parent's own SIGTERM handler (a warm stop)."""
+    got: list[int] = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, got.append, 1)
+        try:
+            with pytest.raises(forked.ChildFailed, match=f"exit code {-signal.SIGTERM}"):
+                await forked.run_forked(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(10)),
+                                        name="ETA pass", timeout_s=30)
+            await asyncio.sleep(0.3)  # a stray wake-up byte would be read by now
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    asyncio.run(main())
+    assert got == []
+
+
+def test_the_child_dies_with_its_parent(tmp_path):
+    """``kill -9`` of the scheduler must leave no pass running behind it (it would go on
+    publishing a dead scheduler's snapshot)."""
+    pidfile = tmp_path / "pid"
+    script = textwrap.dedent(f"""
+        import asyncio, os, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from fairsched.engine import forked
+        def fn():
+            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            time.sleep(60)
+        asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=120))
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        assert wait_for(pidfile.exists), "the child never started"
+        child = int(pidfile.read_text())
+        assert not gone(child)
+        parent.kill()
+        parent.wait(10)
+        assert wait_for(lambda: gone(child), timeout=5), "the child outlived its parent"
+    finally:
+        parent.kill()
+        if pidfile.exists() and not gone(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
