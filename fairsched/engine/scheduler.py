@@ -51,7 +51,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
+from array import array
 from itertools import islice
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,12 +140,35 @@ def _freeze_backlog() -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class EtaColumns:
+    """Many charts' ETAs as three columns. From a forked child they come back as three
+    buffers: a dict of a million ``Eta`` tuples would hold the loop's GIL for a second or
+    more while it is unpickled (in one C call), and the loop reads these a chunk at a time."""
+
+    ids: array    # 'q': chart ids
+    start: array  # 'd': Eta.start_s
+    finish: array  # 'd': Eta.finish_s
+
+    @classmethod
+    def of(cls, etas: dict[str, Eta], ids: Iterable[str]) -> EtaColumns:
+        picked = [(cid, etas[cid]) for cid in ids if cid in etas]
+        return cls(array("q", [int(cid) for cid, _ in picked]), array("d", [e[0] for _, e in picked]),
+                   array("d", [e[1] for _, e in picked]))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def part(self, lo: int, hi: int) -> dict[str, Eta]:
+        return {str(cid): Eta(s, f) for cid, s, f in zip(self.ids[lo:hi], self.start[lo:hi], self.finish[lo:hi])}
+
+
+@dataclasses.dataclass(frozen=True)
 class PassOut:
     """What an ETA pass gives back to the loop (from a forked child, pickled)."""
 
     seq: int                 # the snapshot it published
     head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
-    first: dict[str, Eta]    # the ETAs of the charts that had no first ETA (at least)
+    first: EtaColumns        # the ETAs of the charts that had no first ETA
 
 
 class Scheduler:
@@ -1202,9 +1226,9 @@ class Scheduler:
 
     def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
         """The pass in the forked child: the state as it was at the fork is its own."""
-        return self._compute_and_publish(state.capture(), now, state.unpromised)
+        return self._compute_and_publish(state.capture(), now)
 
-    def _compute_and_publish(self, captured: PassInput, now: float, unpromised: set[str] | None = None) -> PassOut:
+    def _compute_and_publish(self, captured: PassInput, now: float) -> PassOut:
         """The ETA pass, the snapshot and its publication, on a copy: in a forked child or a
         worker thread. Without the cyclic collector: the pass allocates several acyclic
         objects per chart, and a full collection triggered by them would stop the loop (in
@@ -1216,12 +1240,8 @@ class Scheduler:
             snap["eta_model"] = captured.eta_model
             seq = self.publisher.store_snapshot(snap, rows, per_org)
             etas = report.etas
-            if unpromised is None:  # in a thread: read by the loop, after the pass
-                first = etas
-            else:
-                first = {cid: etas[cid] for cid in unpromised if cid in etas}
             head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
-            return PassOut(seq, head, first)
+            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised))
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live
@@ -1247,18 +1267,19 @@ class Scheduler:
         eta = Eta(0.0, fc.mean(org, r.workflow))
         return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
 
-    async def _record_first_etas(self, etas: dict[str, Eta], now: float) -> None:
-        """The first ETA of each chart that has none yet (``etas``: the pass's ETAs of at least
-        those), in short writes from the bulk-write thread
+    async def _record_first_etas(self, first: EtaColumns, now: float) -> None:
+        """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the
+        charts that had none when it began), in short writes from the bulk-write thread
         (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them."""
-        state = self.state
-        if state is None:
-            return
-        ids = [cid for cid in state.unpromised if cid in etas]  # O(new + set aside)
-        for start in range(0, len(ids), self.FIRST_ETAS_PER_WRITE):
-            chunk = ids[start:start + self.FIRST_ETAS_PER_WRITE]
-            await self.store.record_first_etas(state.first_etas(etas, now, chunk))
-            state.unpromised.difference_update(chunk)
+        for lo in range(0, len(first), self.FIRST_ETAS_PER_WRITE):
+            state = self.state
+            if state is None:
+                return
+            etas = first.part(lo, lo + self.FIRST_ETAS_PER_WRITE)
+            chunk = [cid for cid in etas if cid in state.unpromised]  # since promised at dispatch
+            if chunk:
+                await self.store.record_first_etas(state.first_etas(etas, now, chunk))
+                state.unpromised.difference_update(chunk)
 
     async def _broadcast(self, events: list[dict]) -> None:
         counters = self.state.counters()

@@ -154,6 +154,7 @@ class PassInput:
     queued_by_org: dict[int, int]
     aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
     queued: int                          # all queued charts (ordered and set aside)
+    unpromised: set[str]                 # charts without a first ETA (LiveState.unpromised)
 
     @property
     def budget(self) -> int:
@@ -297,6 +298,7 @@ class LiveState:
             eta_model=self.config.eta_model, running=tuple(replace(r) for r in self.running.values()),
             orgs=tuple(self.orgs.values()), external_ids=dict(self.external_ids),
             queued_by_org=dict(self.queued_by_org), aside=aside, queued=len(queue),
+            unpromised=set(self.unpromised),
         )
 
     def counters(self) -> dict:
