@@ -279,6 +279,7 @@ print("PROBES", json.dumps(out))
         fig["probes_started"] = f"{len(lat)}/{len(created)}"
         fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
+        fig["dispatch_max_ms"] = max(lat) * 1000 if lat else None
         fig["peak_mb"] = peak.stop()
 
         # web, against this scheduler's published snapshot (after the restart below, the

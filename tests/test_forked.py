@@ -50,6 +50,11 @@ def test_the_child_reads_the_parent_memory_as_at_the_fork_and_sends_its_result_b
     assert gone(pid)  # reaped, not left a zombie
 
 
+def test_the_child_runs_at_the_niceness_asked_for_above_its_parent():
+    niceness = asyncio.run(forked.run_forked(lambda: os.nice(0), name="pass", timeout_s=30, nice=5))
+    assert niceness == min(19, os.nice(0) + 5)
+
+
 def test_a_raise_in_the_child_is_a_clear_error_with_its_traceback():
     def fn():
         raise ValueError("the pass met a chart it cannot place")

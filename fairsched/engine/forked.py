@@ -60,8 +60,10 @@ def _detach(parent: int) -> None:
         os._exit(1)
 
 
-def _child(send: Any, fn: Callable[[], Any], parent: int) -> None:
+def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int) -> None:
     _detach(parent)
+    if nice:
+        os.nice(nice)
     try:
         result: tuple[str, Any] = ("ok", fn())
     except BaseException:  # noqa: BLE001 - everything goes back to the parent, as text
@@ -73,14 +75,15 @@ def _child(send: Any, fn: Callable[[], Any], parent: int) -> None:
     send.close()
 
 
-async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float) -> T:
+async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: int = 0) -> T:
     """``fn()`` in a forked child; its result (pickled back through a pipe). Raises
     :class:`ChildFailed` if it raised, died or took more than ``timeout_s``. A cancel kills
     the child. The loop only forks (a page-table copy: milliseconds at a million charts)
-    and waits; the result is read in a thread."""
+    and waits; the result is read in a thread. ``nice``: the child's niceness above the
+    parent's (background work yields the CPU to the parent and its database)."""
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, fn, os.getpid()), name=name, daemon=True)
+    proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice), name=name, daemon=True)
     with warnings.catch_warnings():
         # Python 3.12+ warns about any fork while threads run; see the module docstring
         # for why this one is safe.

@@ -198,6 +198,7 @@ class Scheduler:
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     ETA_PASS_TIMEOUT_MIN_S: float = 600.0  # a pass in a child is killed after this long ...
     ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer
+    ETA_PASS_NICE: int = 10            # a pass in a child yields the CPU to dispatch (and the database, Temporal)
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
     STOP_GRACE_S: float = 1.0         # a stop lets a dispatch in flight finish this long, then cancels it
@@ -1210,7 +1211,7 @@ class Scheduler:
             state = self.state
             timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
             out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
-                                          timeout_s=timeout)
+                                          timeout_s=timeout, nice=self.ETA_PASS_NICE)
         else:
             out = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
