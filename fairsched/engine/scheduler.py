@@ -1281,6 +1281,9 @@ class Scheduler:
             if chunk:
                 await self.store.record_first_etas(state.first_etas(etas, now, chunk))
                 state.unpromised.difference_update(chunk)
+        if self.state is not None and len(first) > 10 * len(self.state.unpromised):
+            # a set never gives back its table as it empties: 32 MB after a first start at 1M
+            self.state.unpromised = set(self.state.unpromised)
 
     async def _broadcast(self, events: list[dict]) -> None:
         counters = self.state.counters()

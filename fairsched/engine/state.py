@@ -201,12 +201,12 @@ class LiveState:
         if world.rounds is not None:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
-                [c.queued_chart(with_round=True) for c in queued], state=world.rounds,
+                (c.queued_chart(with_round=True) for c in queued), state=world.rounds,
                 budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon,
             )
         else:
             self.queue = FairQueue.from_backlog(
-                [c.queued_chart() for c in queued], budget=world.config.budget, weights=weights,
+                (c.queued_chart() for c in queued), budget=world.config.budget, weights=weights,
                 costs=dict(world.costs), track_rounds=True,
             )
         self.durations = Durations(dict(world.averages))
