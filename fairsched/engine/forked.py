@@ -16,7 +16,8 @@ it leaves by ``os._exit`` (multiprocessing's fork start does), so it never runs 
 parent's exit handlers nor closes the parent's sockets. It gives up the parent's
 signal handlers at once: the loop's signal wake-up socket is shared, and a SIGTERM
 sent to the child (``make run``'s supervisor stops a process group) must not reach
-the parent's loop as its own. It dies with its parent (``PR_SET_PDEATHSIG`` on
+the parent's loop as its own; the child ignores it, and the parent's warm stop kills the
+child. It dies with its parent (``PR_SET_PDEATHSIG`` on
 Linux): a ``kill -9`` of the scheduler leaves no pass running behind it.
 """
 from __future__ import annotations
@@ -47,10 +48,13 @@ class ChildFailed(Exception):
 
 
 def _detach(parent: int) -> None:
-    """First thing in the child: its own signals, and death with its parent."""
+    """First thing in the child: its own signals, and death with its parent. A stop
+    (SIGTERM, Ctrl-C's SIGINT) is the parent's to handle: its warm stop kills the child,
+    so a supervisor that signals the whole process group never turns the child's end
+    into a failed pass."""
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
