@@ -3,7 +3,7 @@
 The ETA pass and the snapshot it publishes are O(backlog) pure Python. In a thread
 they share the scheduler's GIL with the loop that dispatches: every time the loop
 waits for I/O (the database, Temporal, Redis) the pass takes the GIL, and the loop
-waits for it back. At 100k queued that put a dispatch's p95 at 3-4x a small backlog's
+waits for it back. At 100k queued that put a dispatch's p95 at 3-7x a small backlog's
 (docs/architecture.md, "The ETA pass in a forked child"). A forked child has its own
 interpreter on the other core, and sees the parent's memory as it was at the fork
 (copy on write): no copy of the state is made on the loop, and the loop never waits.
