@@ -320,6 +320,30 @@ async def test_a_chart_whose_turn_has_come_is_started_and_committed(rig):
     assert r.temporal.start_calls == [1, 2]  # nothing more fits
 
 
+async def test_a_chart_whose_turn_has_come_starts_before_the_tick_does_its_chunk_of_the_full_resync(rig):
+    """The full resync reads and applies a chunk per tick: after the tick's dispatch, never
+    in front of it (at 100k on PostgreSQL, the first priority charts after the full resync
+    began waited behind it)."""
+    r = rig(budget=1, charts=3)
+    await r.lead()
+    steps: list[str] = []
+    chunk, start = r.store.read_active_chunk, r.temporal.start
+
+    async def read_active_chunk(after_pk, limit):
+        steps.append("chunk")
+        return await chunk(after_pk, limit)
+
+    async def started(**kw):
+        steps.append("start")
+        return await start(**kw)
+
+    r.store.read_active_chunk, r.temporal.start = read_active_chunk, started
+    r.s._full_resync_due = r.clock.monotonic()  # due now
+    await r.tick()
+    assert steps == ["start", "chunk"]
+    assert r.temporal.start_calls == [1] and r.s._full_resync is None  # 3 charts: one chunk was all
+
+
 async def test_a_start_refused_for_good_fails_the_chart_and_the_order_moves_on(rig):
     r = rig(budget=1, charts=2)
     r.temporal.refuse[1] = rpc(RPCStatusCode.INVALID_ARGUMENT, "Blob data size exceeds limit.")
@@ -484,7 +508,7 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     await r.tick()
     assert r.temporal.start_calls == [1]
     written = {pk for pk, row in r.store.rows.items() if row.round is not None}
-    assert written == {1, 2}  # one chunk, the head of the order, before the dispatch; not all nine
+    assert written == {1, 2, 3}  # the dispatch's own chart, then one chunk of the head of the order; not all nine
     order = r.s.state.queue.order()
     rounds = {c: r.s.state.queue.round_of(c) for c in order}
     await r.s._step_down()
@@ -502,7 +526,7 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     await r.tick()
     assert not s.state.partial and s.state.queue.order() == order
     assert {c: s.state.queue.round_of(c) for c in order} == rounds
-    assert "writing 7 charts' rounds 2 at a time" in caplog.text  # 3 to 9: chart 2's was written
+    assert "writing 6 charts' rounds 2 at a time" in caplog.text  # 4 to 9: 2's and 3's were written
     for _ in range(5):
         await r.tick()
     assert "every chart's round is written" in caplog.text

@@ -8,8 +8,7 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 1. records workflows that closed (result watchers: sub-second refill),
 2. re-reads the rows named by notifications (the row is the truth),
 3. resyncs incrementally every ``RESYNC_INTERVAL_S`` (rows whose ``updated_at`` moved:
-   bulk writes, lost messages), and everything every ``FULL_RESYNC_S``, one chunk per
-   tick (raw SQL and ``QuerySet.update()`` calls that leave ``updated_at`` alone),
+   bulk writes, lost messages),
 4. reconciles against Temporal every ``reconcile_interval_s`` (closed workflows,
    rows Temporal does not know, workflows whose row was never marked running),
 5. cancels the workflows of charts whose cancel was requested, and terminates those
@@ -18,11 +17,15 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 6. dispatches whenever budget is free (head-of-line down the fair order; a chart
    whose start no retry can cure is failed with the reason, see
    :mod:`fairsched.engine.starts`, so it never holds the head),
-7. starts the ETA pass soon after a change (at once after a budget, weight or cost
+7. then does one chunk of the long jobs, so that no dispatch waits behind one in its
+   tick: the full resync, everything every ``FULL_RESYNC_S`` (raw SQL and
+   ``QuerySet.update()`` calls that leave ``updated_at`` alone), and a first start's
+   rounds (:mod:`fairsched.core.backfill`),
+8. starts the ETA pass soon after a change (at once after a budget, weight or cost
    change; with nothing changing, every ``eta_interval_s`` or ``ETA_IDLE_COST_FACTOR``
-   times its cost): a copy of what it reads is taken on the loop in milliseconds, and
-   the pass, the snapshot and its publication run in a thread while the loop goes on
-   dispatching. The lease is renewed from a thread of its own.
+   times its cost): the pass, the snapshot and its publication run in a forked child
+   (:mod:`fairsched.engine.forked`; or a thread, on a copy taken on the loop) while the
+   loop goes on dispatching. The lease is renewed from a thread of its own.
 
 Crash safety rests on workflow ids and compare-and-set, not on the lease:
 a chart is started as workflow ``chart-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
@@ -178,12 +181,12 @@ class Scheduler:
     RESYNC_INTERVAL_S: float = 3.0    # incremental re-read: charts changed since the last one
     RESYNC_OVERLAP_S: float = 10.0    # each incremental read goes this far before the last one began
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
-    FULL_RESYNC_CHUNK: int = 1000     # charts per chunk of the full re-read (one per tick; a dispatch waits for one)
+    FULL_RESYNC_CHUNK: int = 1000     # charts per chunk of the full re-read (one per tick, after its dispatch)
     FULL_RESYNC_COST_FACTOR: float = 100.0  # ... and at most every this many times its own duration
     HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
     HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
     BACKFILL_MIN: int = 20_000        # more new rounds than this at a load are written a chunk at a time ...
-    BACKFILL_CHUNK: int = 1000        # ... this many per write (one per tick: a dispatch waits for one at most)
+    BACKFILL_CHUNK: int = 1000        # ... this many per write (one per tick, after its dispatch)
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
@@ -608,6 +611,12 @@ class Scheduler:
             dfx = await self._guarded("dispatch", self._dispatch) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
+        cfx = Effects()
+        await self._run_due(self._chunk_steps(), now, cfx)
+        if cfx:
+            await self._carry_out(cfx)
+            fx.merge(cfx)
+            self._wake.set()  # what the chunk changed may start something: the next tick dispatches
         if not self.state.partial:  # ETAs, snapshots and live counters need the whole order
             self._schedule_eta(fx, now)
         if self.leading and self.state is not None:
@@ -625,9 +634,16 @@ class Scheduler:
             # (a partial state leaves the resyncs to the whole backlog's, which takes over)
             ("resync", lambda now: not self.state.partial and (self._resync_requested or now >= self._resync_due),
              self._resync, self._resync_done),
+            ("reconcile", lambda now: now >= self._reconcile_due, self._reconcile, self._reconcile_done),
+        )
+
+    def _chunk_steps(self) -> tuple[Step, ...]:
+        """The long jobs done a chunk per tick, after the tick's dispatch: a chart whose turn
+        has come never waits for a chunk of them in its own tick (only for one already in
+        flight). Each chunk sets the wake-up while more remain."""
+        return (
             ("resync", lambda now: not self.state.partial and self._full_resync_wanted(now),
              self._full_resync_step, None),
-            ("reconcile", lambda now: now >= self._reconcile_due, self._reconcile, self._reconcile_done),
             ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading, self._backfill_step, None),
         )
 
