@@ -82,7 +82,7 @@ def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int) -> None:
 async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: int = 0) -> T:
     """``fn()`` in a forked child; its result (pickled back through a pipe). Raises
     :class:`ChildFailed` if it raised, died or took more than ``timeout_s``. A cancel kills
-    the child. The loop only forks (a page-table copy: milliseconds at a million charts)
+    the child. The loop only forks (a page-table copy: about 20 ms per GB of heap)
     and waits; the result is read in a thread. ``nice``: the child's niceness above the
     parent's (background work yields the CPU to the parent and its database)."""
     ctx = multiprocessing.get_context("fork")

@@ -54,8 +54,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine, Iterable
 from array import array
+from collections.abc import Callable, Coroutine, Iterable
 from itertools import islice
 from datetime import datetime, timedelta
 from typing import Any
@@ -1233,12 +1233,13 @@ class Scheduler:
         if self.state is None:
             return True
         self._published_seq = out.seq
+        # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`), from
+        # now on (the first ETAs below may take a while): the head of the order, not a
+        # million ETAs (~200 MB at 1M).
+        self._last_report = (out.head, now)
         await self.publisher.snapshot_stored(out.seq)
         # after publishing: the dashboards do not wait for this write
         await self._record_first_etas(out.first, now)
-        # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`): the
-        # head of the order, not a million ETAs (~200 MB at 1M).
-        self._last_report = (out.head, now)
         return True
 
     def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
