@@ -144,7 +144,10 @@ def test_order_before_a_standby_takeover_equals_the_order_after(live):
     one = live.scheduler("--lease-ttl", "2")
     two = live.scheduler("--lease-ttl", "2")
     first_two_started(names)
-    leader, standby = (one, two) if "dispatch chart #" in one.log() else (two, one)
+    # The lease line, not the dispatch line: the leader logs a dispatch just after its
+    # commit, so the charts may be seen running a moment before (CI once took the leader
+    # for the standby that way); the lease was logged before anything was loaded.
+    leader, standby = (one, two) if "acquired: this scheduler is active" in one.log() else (two, one)
     standby.saw("standby: the lease is held by")
     before = plan_live(live, names)
     published = published_after(time.time(), names)
