@@ -140,6 +140,44 @@ def test_the_lease_is_renewed_while_the_loop_is_blocked(redis_url):
     assert not s._lost_lease
 
 
+def test_a_renewal_in_flight_when_the_stop_releases_the_lease_cannot_take_it_back(redis_url, monkeypatch):
+    """CI saw the lease outlive a stopped scheduler: the keeper had passed its checks, the
+    stop released the lease, then the keeper's renewal found it gone and took it again
+    (``acquire_sync``'s SET NX). The keeper is held inside its renewal here while the
+    stop releases; the lease must be gone once both are done."""
+    import threading
+
+    import redis
+
+    from fairsched.engine.lease import Lease
+
+    s = scheduler(redis_url=redis_url, lease_ttl_s=1.0)
+    s.lease = Lease(None, s.LEASE_TTL_S)
+    assert s.lease.acquire_sync(redis.Redis.from_url(redis_url))
+    in_renewal, go_on = threading.Event(), threading.Event()
+    real = Lease.acquire_sync
+
+    def held_renewal(self, client):
+        in_renewal.set()
+        assert go_on.wait(10)
+        return real(self, client)
+
+    monkeypatch.setattr(Lease, "acquire_sync", held_renewal)
+
+    async def go() -> None:
+        keeper = asyncio.create_task(s._keep_lease())
+        assert await asyncio.to_thread(in_renewal.wait, 10)
+        threading.Timer(0.3, go_on.set).start()   # the renewal goes on while the stop releases
+        await asyncio.to_thread(s._close_lease, 5.0)
+        s._lease_gen += 1
+        keeper.cancel()
+        await asyncio.gather(keeper, return_exceptions=True)
+
+    asyncio.run(go())
+    time.sleep(2 * s.LEASE_RENEW_S)   # a keeper still running would renew by now
+    assert redis.Redis.from_url(redis_url).get(s.lease.key) is None
+
+
 # --- incremental resync and its safety net ---------------------------------------------------
 
 

@@ -53,6 +53,7 @@ import gc
 import json
 import logging
 import math
+import threading
 import time
 from array import array
 from collections.abc import Callable, Coroutine, Iterable
@@ -269,6 +270,11 @@ class Scheduler:
         self._tasks: list[asyncio.Task] = []
         self._lease_ok_until = 0.0
         self._lease_gen = 0  # the lease keeper thread of this generation renews; others end
+        # The keeper's renewal and the final release take turns under this lock, and the
+        # keeper renews only while the lease is not closed: a renewal that had passed its
+        # checks when the stop released the lease could otherwise take it back (its SET NX).
+        self._lease_lock = threading.Lock()
+        self._lease_closed = False
         self._lost_lease = False
         self._resync_due = 0.0
         self._reconcile_due = 0.0
@@ -325,7 +331,7 @@ class Scheduler:
                     await self._step_down()
         finally:
             self.phase = "releasing the lease"
-            for closing in (self.lease.release(), self.redis.aclose()):
+            for closing in (asyncio.to_thread(self._close_lease, self.STOP_WAIT_S), self.redis.aclose()):
                 try:
                     await asyncio.wait_for(closing, timeout=self.STOP_WAIT_S)
                 except (redis.RedisError, OSError, asyncio.TimeoutError):
@@ -339,8 +345,21 @@ class Scheduler:
 
     def release_lease_now(self) -> None:
         """Release the lease synchronously if still ours: for a forced exit, whatever the loop is doing."""
-        if self.lease is not None:
-            release_now(self.redis_url, self.lease.token, self.lease.key)
+        self._close_lease(1.0)
+
+    def _close_lease(self, timeout_s: float) -> None:
+        """Release the lease for good (blocking; the last thing a stop does with it): no renewal
+        starts after this, and one in flight finishes first (up to ``timeout_s``), so the
+        lease is gone when this returns, unless Redis itself does not answer."""
+        self._lease_closed = True
+        if self.lease is None:
+            return
+        locked = self._lease_lock.acquire(timeout=timeout_s)
+        try:
+            release_now(self.redis_url, self.lease.token, self.lease.key, timeout_s=timeout_s)
+        finally:
+            if locked:
+                self._lease_lock.release()
 
     async def _until_stopped(self, work: Coroutine[Any, Any, Any], *, grace_s: float) -> Any:
         """``await work``, unless a stop comes first: then cancel it (safe at any await: see the
@@ -1328,10 +1347,11 @@ class Scheduler:
         try:
             while not self._stop.is_set() and gen == self._lease_gen:
                 time.sleep(self.LEASE_RENEW_S)
-                if self._stop.is_set() or gen != self._lease_gen:
-                    return
                 try:
-                    ok = self.lease.acquire_sync(client)
+                    with self._lease_lock:
+                        if self._lease_closed or self._stop.is_set() or gen != self._lease_gen:
+                            return
+                        ok = self.lease.acquire_sync(client)
                 except (redis.RedisError, OSError) as exc:
                     if not warned:
                         log.warning("cannot renew the lease (%s); dispatch pauses %.1f s after the last renewal",
