@@ -1,25 +1,19 @@
-"""``manage.py plan`` as a subprocess: JSON on stdout; bad input exit 2 with one stderr line."""
+"""``manage.py plan``: JSON on stdout; bad input exit 2 with one stderr line. In this
+process through ``manage.py``'s own entry point (tests/cli.py), and as a real process where
+the process is the point (the worked example, a bad input's exit status)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-MANAGE = ROOT / "manage.py"
+from tests.cli import manage as run
 
 
 def seed() -> dict:
     from tests.core.helpers import seed_scenario
     return seed_scenario()
-
-
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, input=stdin,
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
@@ -30,7 +24,7 @@ def seed_file(tmp_path) -> Path:
 
 
 def test_plan_prints_the_worked_example(seed_file):
-    r = run("plan", str(seed_file))
+    r = run("plan", str(seed_file), subprocess=True)
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)
     assert p["order"] == ["A", "B", "C", "F", "D", "E", "G"]
@@ -53,10 +47,10 @@ def test_plan_table_shows_time_of_day_and_clear_times(seed_file):
     assert any(line.startswith("clear-time 12:30:00") for line in lines)
 
 
-def _bad(tmp_path, scenario) -> subprocess.CompletedProcess:
+def _bad(tmp_path, scenario, **kw):
     p = tmp_path / "bad.json"
     p.write_text(scenario if isinstance(scenario, str) else json.dumps(scenario))
-    return run("plan", str(p))
+    return run("plan", str(p), **kw)
 
 
 def _with(path, value):
@@ -75,7 +69,7 @@ def _with(path, value):
     ("{not json", "invalid JSON"),
 ], ids=["unknown-org", "negative-budget", "no-offset", "invalid-json"])
 def test_bad_input_exits_2_with_one_line(tmp_path, scenario, expected):
-    r = _bad(tmp_path, scenario)
+    r = _bad(tmp_path, scenario, subprocess=expected == "invalid JSON")
     assert r.returncode == 2
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()

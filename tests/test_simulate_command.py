@@ -1,15 +1,13 @@
-"""``manage.py simulate`` as a subprocess."""
+"""``manage.py simulate``, in this process through ``manage.py``'s own entry point
+(tests/cli.py), and as a real process for one run and one bad input."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-MANAGE = ROOT / "manage.py"
+from tests.cli import manage as run
 
 
 HEADLINE = {
@@ -18,11 +16,6 @@ HEADLINE = {
                  for i in range(1000)]
     + [{"id": f"b{i}", "org": "B", "workflow": "w", "at_s": 0, "actual_s": 60} for i in range(100)],
 }
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
 
 
 @pytest.fixture
@@ -36,7 +29,7 @@ def trace_file(tmp_path) -> Path:
                                             ("proportional", 167 * 60.0)],
                          ids=["wrr", "fifo", "proportional"])
 def test_simulate_headline(trace_file, policy, first_b):
-    r = run("simulate", str(trace_file), "--policy", policy)
+    r = run("simulate", str(trace_file), "--policy", policy, subprocess=policy == "wrr")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["policy"] == policy
@@ -63,7 +56,7 @@ def test_bad_trace_exits_2(tmp_path):
     p.write_text(json.dumps({"budget": 1, "orgs": [{"id": "A", "weight": 1}],
                              "arrivals": [{"id": "x", "org": "Z", "workflow": None,
                                            "at_s": 0, "actual_s": 1}]}))
-    r = run("simulate", str(p))
+    r = run("simulate", str(p), subprocess=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["CommandError: arrivals[0].org: unknown org 'Z'"]
 

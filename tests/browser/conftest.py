@@ -95,7 +95,9 @@ def own_server(test_db_url, redis_service) -> Iterator[Daphne]:
     try:
         yield server
     finally:
-        server.stop()
+        # Killed, not stopped: the browser (torn down after this) still holds a WebSocket,
+        # which a graceful stop waits out (10 s of the suite).
+        server.stop(kill=True)
         if not test_db_url.startswith("sqlite"):
             time.sleep(1.0)
 

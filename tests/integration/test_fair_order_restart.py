@@ -8,9 +8,6 @@ in the database (written with each dispatch), not rebuilt from ``head = 0``.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -19,8 +16,9 @@ from django.utils import timezone
 
 from charts.models import Chart, ChartState
 from common import snapshot
+from tests.cli import manage
 from tests.factories import make_chart, make_org, make_workflow
-from tests.integration.conftest import ROOT, database_url, wait_until
+from tests.integration.conftest import wait_until
 from tests.integration.test_scheduler_live import configure
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -43,9 +41,12 @@ def backlog() -> dict[str, str]:
 
 
 def plan_live(live, names: dict[str, str]) -> list[str]:
-    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": live.env["REDIS_URL"]}
-    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "plan", "--live"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    """``manage.py plan --live`` of the database the schedulers use (in this process: the same
+    database and Redis, tests/cli.py)."""
+    from django.conf import settings
+
+    assert settings.REDIS_URL == live.env["REDIS_URL"]
+    out = manage("plan", "--live")
     assert out.returncode == 0, out.stderr
     return [names[i] for i in json.loads(out.stdout)["order"]]
 

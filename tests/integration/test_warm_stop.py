@@ -87,15 +87,16 @@ def assert_stopped(proc: Proc, redis_url: str, temporal, charts: int) -> tuple[s
 
 @pytest.mark.slow
 def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal, redis_url):
-    """12 SIGTERMs into one 30k backlog: mid-load, just after it, and anywhere in the
+    """8 SIGTERMs into one 30k backlog: mid-load, just after it, and anywhere in the
     first seconds of leading (reconcile, dispatch, ETA pass, resync, finishing), the last
-    two with a bound so short that the stop may be forced."""
+    two with a bound so short that the stop may be forced. (12 took 85 s of the suite;
+    the moments are random, so each run of the suite tries 8 new ones.)"""
     seed = int(os.environ.get("FAIRSCHED_TEST_SEED") or time.time())
     rnd = random.Random(seed)
     configure(budget=6)
     charts = seed_backlog(BACKLOG)
     live.worker()
-    moments = ["mid-load", "after the load", "anywhere"] * 4
+    moments = ["mid-load", "after the load", "anywhere"] * 2 + ["mid-load", "anywhere"]
     seen: list[tuple[str, str, float]] = []
     for i, moment in enumerate(moments):
         forced = i >= len(moments) - 2
