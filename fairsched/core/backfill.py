@@ -171,20 +171,33 @@ class RoundSaver:
         self.pending: dict[str, int | None] = {}
         self.backfill: RoundBackfill | None = None
         self._waiting: dict[str, set[str]] = {}  # org -> its arrivals held back
+        # Every chart round written since a start_backfill(keep_written=True), until the
+        # next start_backfill (which goes on from them: module docstring, the head).
+        self.written_rounds: dict[str, int | None] | None = None
 
     @property
     def backfilling(self) -> int:
         """Charts the backfill has still to write (0: none running)."""
         return len(self.backfill) if self.backfill is not None else 0
 
-    def start_backfill(self, queue: "FairQueue", had_round: Callable[[], Container[str]], minimum: int) -> int:
+    def start_backfill(self, queue: "FairQueue", had_round: Callable[[], Container[str]], minimum: int,
+                       *, keep_written: bool = False) -> int:
         """After a load: if at least ``minimum`` charts took a round by the arrival rule,
         write them a chunk at a time. ``had_round()``: the queued charts that had a saved
         round (asked only then); an org with such a chart among the changes (re-ranked while
-        no scheduler ran) is written whole at once. Returns how many the backfill writes."""
+        no scheduler ran) is written whole at once. Returns how many the backfill writes.
+
+        Charts written with the round they now hold since an earlier call with
+        ``keep_written`` (a first start's head, see the module docstring) are not written
+        again: the saved cursors are already after them. ``keep_written``: remember what
+        is written from now on, for the next call."""
         self.backfill = None
         queue.gone_log = queue.touched_log = queue.reranked_log = None
         new = queue.take_round_changes()
+        done = self.written_rounds
+        self.written_rounds = {} if keep_written else None
+        if done:
+            new = {cid: r for cid, r in new.items() if cid not in done or done[cid] != r}
         self.pending.update(new)
         if len(new) < minimum:
             return 0
@@ -228,6 +241,8 @@ class RoundSaver:
         if save is None:
             return
         self.saved = save[0]
+        if self.written_rounds is not None:
+            self.written_rounds.update(save[1])
         pending = self.pending
         if len(save[1]) == len(pending):
             pending.clear()

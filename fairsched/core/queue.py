@@ -19,6 +19,7 @@ Complexity (n queued charts, k of one org, B the budget):
 """
 from __future__ import annotations
 
+import math
 from itertools import chain, islice, takewhile
 from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -265,6 +266,42 @@ class FairQueue:
                 q._horizon = (TIER_NORMAL, *horizon)
                 q.start_log = []
             return q
+
+    @classmethod
+    def first_head(
+        cls,
+        queued: Iterable[QueuedChart],
+        *,
+        truncated: Iterable[str],
+        budget: int,
+        weights: Mapping[str, int],
+        costs: Mapping[tuple[str, str | None], int] | None = None,
+    ) -> "FairQueue":
+        """A first start's head (no round was ever saved): ``queued`` holds the whole
+        priority tier and, of each org, a prefix of its rank order (``org_rank_key``);
+        ``truncated``: the orgs with more charts than that. Their ranks are exactly
+        :meth:`from_backlog`'s: an org's charts take rounds in its rank order, each by the
+        arrival rule from ``head = 0``, so an org's first charts get the same rounds
+        whatever follows them.
+
+        What the head cannot know is how a truncated org's unread charts interleave with
+        the others, beyond the round of its last read chart. So the queue is partial
+        (:attr:`partial`): it dispatches the normal tier only below the smallest such
+        round (a truncated org with no ordered chart read: none at all), and logs what
+        it takes out for :meth:`replay` on the whole backlog's queue."""
+        q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True)
+        bound = None
+        truncated = set(truncated)
+        for org in truncated:
+            if q._weights.get(org, 0) <= 0:
+                continue  # held: none of its charts is ever ordered
+            last = q._last.get(org)
+            top = -1 if last is None else last - 1  # the rounds below ``last`` are all read
+            bound = top if bound is None else min(bound, top)
+        if truncated:  # partial even if only held orgs were cut: the whole backlog must follow
+            q._horizon = (TIER_NORMAL, math.inf if bound is None else bound, math.inf)  # a round <= bound
+            q.start_log = []
+        return q
 
     def _enter(self, charts: Iterable[QueuedChart], with_round: bool = False) -> list[_Entry]:
         """A new entry for each chart, registered but not placed (``with_round``: holding
