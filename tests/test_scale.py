@@ -392,6 +392,39 @@ def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
     assert db.read_head(per_org, roundless - 1) is None  # too many to rank without the whole backlog
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("per_org", [1, 3, 100])
+def test_a_first_starts_head_read_from_the_database_is_what_the_core_picks(per_org):
+    """No round state saved: ``db.read_head`` returns the charts ``first_head_of_backlog``
+    picks from the whole backlog (priority charts, charts moved to the front, each org's
+    first ``per_org`` others by (created_at, id), with ties of creation times, paused and
+    running charts) and the orgs cut short. A queued chart that holds a round anyway (a
+    round state deleted by hand) makes it rank the whole backlog instead."""
+    import random
+    from datetime import timedelta
+
+    from fairsched.core import first_head_of_backlog
+
+    rng = random.Random(per_org)
+    orgs, wf = [make_org(f"Org {i}") for i in range(3)], make_workflow("code")
+    t0 = timezone.now() - timedelta(hours=1)
+    for i in range(60):
+        make_chart(rng.choice(orgs), wf, created_at=t0 + timedelta(seconds=rng.randint(0, 20)),
+                   state=rng.choice(["queued"] * 6 + ["running", "succeeded"]),
+                   priority=rng.random() < 0.1, paused=rng.random() < 0.1,
+                   moved_to_front_at=t0 + timedelta(seconds=i) if rng.random() < 0.05 else None)
+    head = db.read_head(per_org, 1000)
+    world = db.read_world()
+    want, truncated = first_head_of_backlog([r.queued_chart() for r in world.charts if r.state == "queued"], per_org)
+    assert head.world.rounds is None and head.horizon is None
+    assert sorted(r.id for r in head.world.charts if r.state == "queued") == sorted(int(c.id) for c in want)
+    assert [r.id for r in head.world.charts if r.state == "running"] == \
+        [r.id for r in world.charts if r.state == "running"]
+    assert head.truncated == truncated and head.whole_wanted == (per_org != 100)
+    Chart.objects.filter(state="queued", priority=False).update(fair_round=3)
+    assert db.read_head(per_org, 1000) is None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
     """While the start-up read is between the head and the whole backlog, another

@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.engine import db
 from fairsched.engine.scheduler import Scheduler
-from fairsched.core import head_of_backlog
+from fairsched.core import first_head_of_backlog, head_of_backlog
 from fairsched.engine.state import FINAL, ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, workflow_id
@@ -83,10 +83,15 @@ class FakeStore:
         """The head of the saved order first (what ``db.read_head`` reads), then, once the
         test opens ``whole_gate``, the whole backlog as it was when the head was read."""
         world = await self.read_world()
-        if self.saved is None:
-            return world if on_head(None) else None
         running = [r for r in world.charts if r.state == "running"]
         queued = {str(r.id): r for r in world.charts if r.state == "queued"}
+        if self.saved is None:  # a first start: each org's first charts by rank
+            head, truncated = first_head_of_backlog([r.queued_chart() for r in queued.values()], per_org)
+            charts = sorted(running + [queued[c.id] for c in head], key=lambda r: r.id)
+            if not on_head(db.Head(dataclasses.replace(world, charts=charts), None, frozenset(truncated))):
+                return None
+            await self.whole_gate.wait()
+            return world
         head, horizon = head_of_backlog([r.queued_chart(with_round=True) for r in queued.values()], per_org)
         charts = running + [queued[c.id] for c in head]
         world = dataclasses.replace(world, rounds=self.saved)
@@ -532,6 +537,60 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     assert "every chart's round is written" in caplog.text
     assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
     assert r.store.saved == s.state.queue.export_rounds()
+
+
+async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_whole_loads(rig, caplog):
+    """No round saved, three orgs of weight 1, budget 1: the order is 1 2 3 4 5 6 7 8 9.
+    The first start reads two charts per org first (1 4, 2 5, 3 6): their rounds are the
+    whole backlog's, and every org's next chart takes round 2, so the head may dispatch
+    1 to 6. It starts 1 and 2 and writes the head's rounds a chunk at a time; the whole
+    backlog then takes over, writes only the rest, and a restart keeps the order."""
+    r = rig(budget=1, charts=9, weights=(1, 1, 1))
+    r.s.HEAD_PER_ORG, r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 2, 3, 2
+    await r.lead()
+    s = r.s
+    assert s.state.partial and s.state.queue.order() == ["1", "2", "3", "4", "5", "6"]
+    assert "loaded the head of the backlog (a first start): 6 queued" in caplog.text
+    await r.tick()
+    r.temporal.close(1)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2]
+    written = {pk for pk, row in r.store.rows.items() if row.round is not None}
+    assert written and written <= {1, 2, 3, 4, 5, 6}  # the head's own charts only
+    r.store.whole_gate.set()
+    for _ in range(50):
+        await settle()
+        if s._whole_ready is not None:
+            break
+    r.temporal.close(2)
+    await settle()
+    await r.tick()
+    assert not s.state.partial
+    assert "takes over from the head (2 dispatched" in caplog.text
+    assert "differs" not in caplog.text
+    assert r.temporal.start_calls == [1, 2, 3]
+    assert s.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
+    left = 9 - len(written)
+    assert f"writing {left} charts' rounds 2 at a time" in caplog.text  # not again what the head wrote
+    for _ in range(6):
+        await r.tick()
+    assert "every chart's round is written" in caplog.text
+    assert {pk: row.round for pk, row in r.store.rows.items() if row.state == "queued"} == \
+        {4: 1, 5: 1, 6: 1, 7: 2, 8: 2, 9: 2}
+    assert r.store.saved == s.state.queue.export_rounds()
+    await s._step_down()
+
+    s2 = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                   clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    r.s = s2
+    await r.lead()
+    for _ in range(50):
+        await settle()
+        if s2._whole_ready is not None or not s2.state.partial:
+            break
+    await r.tick()
+    assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():

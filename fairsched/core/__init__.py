@@ -72,7 +72,7 @@ not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 from .backfill import RoundBackfill, RoundSaver
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
-from .queue import FairQueue, NeedsWholeBacklog, head_of_backlog
+from .queue import FairQueue, NeedsWholeBacklog, first_head_of_backlog, head_of_backlog
 from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, is_held, lane_pass
 from .types import DEFAULT_AVG_S, ById, Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
 
@@ -80,7 +80,7 @@ __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
     "DEFAULT_AVG_S", "ById", "Durations", "Eta", "EtaReport", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
     "RoundSaver", "RoundState", "RunningChart",
-    "fifo_key", "head_of_backlog", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
+    "fifo_key", "first_head_of_backlog", "head_of_backlog", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "simulate_lanes",
     "arrival_round", "classify", "head_of_line", "is_held", "lane_pass",
 ]

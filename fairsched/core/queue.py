@@ -74,6 +74,28 @@ def head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedC
     return head, min(bounds) if bounds else None
 
 
+def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], set[str]]:
+    """A first start's head (no round saved), what :meth:`FairQueue.first_head` takes:
+    every priority chart, every chart moved to the front, and of each org its ``k`` first
+    others by ``(created_at, seq)``; with them, the orgs that have more. Together the
+    first charts of each org's rank order (``org_rank_key``). The database reads the same
+    rows with a few indexed queries per org (``fairsched.engine.db.read_head``)."""
+    head: list[QueuedChart] = []
+    rest: dict[str, list[QueuedChart]] = {}
+    for c in queued:
+        if c.priority or c.front_at is not None:
+            head.append(c)
+        else:
+            rest.setdefault(c.org, []).append(c)
+    truncated = set()
+    for org, charts in rest.items():
+        charts.sort(key=lambda c: (c.created_at, c.seq))
+        head.extend(charts[:k])
+        if len(charts) > k:
+            truncated.add(org)
+    return head, truncated
+
+
 class NeedsWholeBacklog(Exception):
     """The head of the order cannot be restored alone (:meth:`FairQueue.restore`)."""
 
@@ -284,11 +306,12 @@ class FairQueue:
         arrival rule from ``head = 0``, so an org's first charts get the same rounds
         whatever follows them.
 
-        What the head cannot know is how a truncated org's unread charts interleave with
-        the others, beyond the round of its last read chart. So the queue is partial
-        (:attr:`partial`): it dispatches the normal tier only below the smallest such
-        round (a truncated org with no ordered chart read: none at all), and logs what
-        it takes out for :meth:`replay` on the whole backlog's queue."""
+        What the head cannot know is where a truncated org's unread charts go: from the
+        round of its last read chart on (the next round if that one is full). So the
+        queue is partial (:attr:`partial`): it dispatches the normal tier only below the
+        smallest such round (a truncated org with no ordered chart read: none at all), and
+        logs what it takes out for :meth:`replay` on the whole backlog's queue.
+        :func:`first_head_of_backlog` says which charts the head holds."""
         q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True)
         bound = None
         truncated = set(truncated)
@@ -296,7 +319,10 @@ class FairQueue:
             if q._weights.get(org, 0) <= 0:
                 continue  # held: none of its charts is ever ordered
             last = q._last.get(org)
-            top = -1 if last is None else last - 1  # the rounds below ``last`` are all read
+            if last is None:
+                top = -1  # its unread charts may take round 0
+            else:  # its next chart takes ``last`` again while fewer than its weight hold it
+                top = last if q._used.get(org, 0) >= q._weights[org] else last - 1
             bound = top if bound is None else min(bound, top)
         if truncated:  # partial even if only held orgs were cut: the whole backlog must follow
             q._horizon = (TIER_NORMAL, math.inf if bound is None else bound, math.inf)  # a round <= bound

@@ -256,6 +256,14 @@ class Head:
 
     world: World
     horizon: tuple | None
+    # A first start's head (no round state was ever saved): the orgs with more charts than
+    # were read (:func:`fairsched.core.FairQueue.first_head`); None at a restart.
+    truncated: frozenset[str] | None = None
+
+    @property
+    def whole_wanted(self) -> bool:
+        """The head is not the whole backlog: the whole is read next (in the same snapshot)."""
+        return self.horizon is not None or bool(self.truncated)
 
 
 def read_head(per_org: int, roundless_max: int) -> Head | None:
@@ -267,7 +275,7 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
     round (charts created while no scheduler ran: ranking them needs every org's charts)."""
     rounds = read_round_state()
     if rounds is None:
-        return None
+        return _read_first_head(per_org)
     read_at = timezone_now()
     rows = Chart.objects.values_list(*CHART_FIELDS)
     charts = [_row(v) for v in rows.filter(state=ChartState.RUNNING)]
@@ -294,6 +302,36 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
     world = World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
                   rounds=rounds, read_at=read_at)
     return Head(world, min(bounds) if bounds else None)
+
+
+def _read_first_head(per_org: int) -> Head | None:
+    """A first start's head (no round state saved: every chart ranks from ``head = 0``):
+    the running charts and, of each org, its queued priority charts, its charts moved to
+    the front and its ``per_org`` first others by ``(created_at, id)`` (its rank order,
+    ``org_rank_key``; one indexed query each). The orgs with more are ``truncated``. None
+    (rank the whole backlog) if a queued chart holds a round anyway: a round state deleted
+    by hand; only the whole backlog can tell those charts' places."""
+    read_at = timezone_now()
+    rows = Chart.objects.values_list(*CHART_FIELDS)
+    charts = [_row(v) for v in rows.filter(state=ChartState.RUNNING)]
+    orgs = read_orgs()
+    truncated = set()
+    for org in orgs:
+        queued = rows.filter(org_id=org.id, state=ChartState.QUEUED)
+        if queued.filter(priority__in=[False], fair_round__isnull=False).exists():
+            return None
+        charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
+        normal = queued.filter(priority__in=[False], fair_round__isnull=True)
+        charts.extend(_row(v) for v in normal.filter(moved_to_front_at__isnull=False))
+        first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("created_at", "id")[:per_org + 1]]
+        if len(first) > per_org:
+            truncated.add(str(org.id))
+            first.pop()
+        charts.extend(first)
+    charts.sort(key=lambda r: r.id)  # as read_world gives them
+    world = World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
+                  rounds=None, read_at=read_at)
+    return Head(world, None, frozenset(truncated))
 
 
 def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | None], bool]) -> World | None:

@@ -67,7 +67,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from common import live_updates
-from fairsched.core import Eta, NeedsWholeBacklog, RoundSaver
+from fairsched.core import Eta, NeedsWholeBacklog, RoundSaver, RoundState
 from fairsched.core.plan import gc_paused
 from fairsched.engine import db, forked
 from fairsched.engine.db import StartRow
@@ -133,6 +133,17 @@ class Backoff:
 
     def ok(self) -> None:
         self.delay, self.not_before, self.failures = 0.0, 0.0, 0
+
+
+def _same_rounds(whole: RoundState, head: RoundState, truncated: frozenset[str]) -> bool:
+    """The whole backlog's round state after the replay is the head's (never expected
+    otherwise), but for the cursors of the orgs a first start's head cut short."""
+    if whole == head:
+        return True
+    if not truncated or (whole.head, whole.budget, whole.orgs.keys()) != (head.head, head.budget, head.orgs.keys()):
+        return False
+    return all(w == h if org not in truncated else (w.in_head, w.weight) == (h.in_head, h.weight)
+               for org, w, h in ((o, whole.orgs[o], head.orgs[o]) for o in whole.orgs))
 
 
 def _freeze_backlog() -> None:
@@ -470,7 +481,7 @@ class Scheduler:
 
             def on_head(head: db.Head | None) -> bool:  # in the reading thread
                 loop.call_soon_threadsafe(heads.put_nowait, head)
-                return head is None or head.horizon is not None  # the whole backlog is wanted
+                return head is None or head.whole_wanted
 
             reading = asyncio.ensure_future(self.store.read_streamed(self.HEAD_PER_ORG, self.HEAD_ROUNDLESS_MAX,
                                                                      on_head))
@@ -483,7 +494,7 @@ class Scheduler:
                     head = await got_head  # the head is the whole backlog: it is on its way
                 else:
                     head = None
-                if head is not None and head.horizon is not None and self._start_from_head(head):
+                if head is not None and head.whole_wanted and self._start_from_head(head):
                     self._tasks.append(asyncio.create_task(self._load_whole(reading), name="load-whole"))
                     return
                 world = await reading
@@ -506,15 +517,20 @@ class Scheduler:
     def _start_from_head(self, head: db.Head) -> bool:
         """Become a partial state over the head of the saved order (False: it cannot resume alone)."""
         try:
-            state = LiveState(head.world, observe_arrivals=False, horizon=head.horizon)
+            state = LiveState(head.world, observe_arrivals=False, horizon=head.horizon, truncated=head.truncated)
         except NeedsWholeBacklog as exc:
             log.info("loading the whole backlog before dispatching: %s", exc)
             return False
         self.state = state
         self._rounds = RoundSaver(head.world.rounds)
+        if head.truncated:
+            # A first start: the head's rounds are written first (each org a prefix of its
+            # order, its cursor after it), and the whole backlog's then go on after them.
+            self._rounds.start_backfill(state.queue, tuple, 1, keep_written=True)
         self._notes.clear()  # the read covers them; the take-over's resync covers what came later
-        log.info("loaded the head of the order: %d queued (%d in the order), %d running; dispatching from it "
-                 "while the whole backlog loads", len(state.queue), state.queue.order_len, len(state.running))
+        log.info("loaded the head of the %s: %d queued (%d in the order), %d running; dispatching from it "
+                 "while the whole backlog loads", "backlog (a first start)" if head.truncated else "order",
+                 len(state.queue), state.queue.order_len, len(state.running))
         for chart_id in state.running:
             self._watch(chart_id)
         return True
@@ -554,7 +570,7 @@ class Scheduler:
         head = self.state
         if replay:
             taken = whole.take_over_from(head)
-            if whole.queue.export_rounds() != head.queue.export_rounds():  # never expected
+            if not _same_rounds(whole.queue.export_rounds(), head.queue.export_rounds(), head.truncated):
                 log.error("the whole backlog's round state differs from the head's after the replay")
             log.info("the whole backlog takes over from the head (%d dispatched or removed meanwhile)", len(taken))
         else:
@@ -1184,6 +1200,8 @@ class Scheduler:
         await self._save_rounds()
         if self._rounds.backfilling:
             self._wake.set()  # the next chunk at once, after this tick's dispatch
+        elif self.state.partial:
+            log.info("the rounds of the head of the backlog are written")
         else:
             log.info("every chart's round is written")
         return Effects()

@@ -173,7 +173,8 @@ class PassInput:
 class LiveState:
     """The fair order, the running charts and their names: one owner, no I/O."""
 
-    def __init__(self, world: World, *, observe_arrivals: bool = True, horizon: tuple | None = None) -> None:
+    def __init__(self, world: World, *, observe_arrivals: bool = True, horizon: tuple | None = None,
+                 truncated: frozenset[str] | None = None) -> None:
         """``observe_arrivals``: teach the forecast the backlog's arrivals; a caller that
         calls :meth:`learn_history` right after (the scheduler) skips it: that starts the
         forecast afresh from the database's recent history (at 1M charts, seconds saved).
@@ -184,17 +185,23 @@ class LiveState:
         new priority charts, and leaves every other change to the whole backlog's state,
         which takes over from it (:meth:`take_over_from`). Raises
         :class:`~fairsched.core.NeedsWholeBacklog` if the saved order cannot resume
-        from its head alone."""
+        from its head alone.
+
+        ``truncated``: ``world`` is a first start's head (no round state saved, each org's
+        first charts by rank, :func:`fairsched.engine.db.read_head`) and these orgs have
+        more: the state is partial in the same way (``FairQueue.first_head``)."""
         with gc_paused():  # at start-up: several small acyclic objects per chart, a million charts
-            self._load(world, observe_arrivals, horizon)
+            self._load(world, observe_arrivals, horizon, truncated)
 
     @property
     def partial(self) -> bool:
         """Only the head of the order is loaded (see ``horizon`` in :meth:`__init__`)."""
         return self.queue.partial
 
-    def _load(self, world: World, observe_arrivals: bool, horizon: tuple | None = None) -> None:
+    def _load(self, world: World, observe_arrivals: bool, horizon: tuple | None = None,
+              truncated: frozenset[str] | None = None) -> None:
         self.config = world.config
+        self.truncated: frozenset[str] = frozenset(truncated or ())  # a first start's head: see __init__
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
         queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
@@ -203,6 +210,11 @@ class LiveState:
             self.queue = FairQueue.restore(
                 (c.queued_chart(with_round=True) for c in queued), state=world.rounds,
                 budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon,
+            )
+        elif truncated:
+            self.queue = FairQueue.first_head(
+                (c.queued_chart() for c in queued), truncated=truncated, budget=world.config.budget,
+                weights=weights, costs=dict(world.costs),
             )
         else:
             self.queue = FairQueue.from_backlog(

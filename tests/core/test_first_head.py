@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fairsched.core import FairQueue, QueuedChart, RoundSaver
+from fairsched.core import FairQueue, QueuedChart, RoundSaver, first_head_of_backlog
 from fairsched.core.keys import org_rank_key
 
 ORGS = ("o1", "o2", "o3", "o4")
@@ -28,18 +28,9 @@ def backlog(flags: list[tuple[str, int, int]]) -> list[QueuedChart]:
 
 
 def head_of(charts: list[QueuedChart], k: int) -> tuple[list[QueuedChart], set[str]]:
-    """What ``fairsched.engine.db.read_head`` reads at a first start: every priority chart,
-    every chart moved to the front, and of each org its ``k`` first others by
-    (created_at, id); the orgs that had more."""
-    head, truncated = [], set()
-    for org in ORGS:
-        mine = [c for c in charts if c.org == org]
-        head += [c for c in mine if c.priority or c.front_at is not None]
-        rest = sorted((c for c in mine if not c.priority and c.front_at is None), key=lambda c: (c.created_at, c.seq))
-        head += rest[:k]
-        if len(rest) > k:
-            truncated.add(org)
-    return head, truncated
+    """What ``fairsched.engine.db.read_head`` reads at a first start (checked against it in
+    tests/test_scale.py), with the orgs that had more."""
+    return first_head_of_backlog(charts, k)
 
 
 def whole_of(charts) -> FairQueue:

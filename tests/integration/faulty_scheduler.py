@@ -10,12 +10,18 @@ production code carries no test hooks.
 - ``--eta-gate PATH``: the publisher holds each ETA pass (in the pass's thread, before it
   stores the snapshot) while PATH exists: a pass "in flight" for as long as a test
   wants (tests/integration/test_scale_live.py).
+- ``--head-per-org N``: the head read first at a start holds N charts an org.
+- ``--backfill-min N`` / ``--backfill-gate PATH``: a round backfill from N new rounds; no
+  backfill chunk while PATH exists.
+- ``--whole-gate PATH``: a start that dispatches from the head builds the whole backlog
+  only once PATH is gone (tests/integration/test_fair_order_restart.py).
 
 The integration tests run it as a subprocess (``Live.faulty_scheduler``).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
@@ -44,6 +50,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--head-per-org", type=int, default=None)  # a restart's head: this many charts an org
     parser.add_argument("--backfill-min", type=int, default=None)  # a backfill from this many new rounds
     parser.add_argument("--backfill-gate", default=None)  # no backfill chunk while this file exists
+    parser.add_argument("--whole-gate", default=None)  # the whole backlog is built once this file is gone
     faults, rest = parser.parse_known_args(argv)
 
     class CrashingTemporal(TemporalClient):
@@ -88,6 +95,14 @@ def main(argv: list[str]) -> None:
                 async def gated_chunk():
                     return Effects() if gate.exists() else await chunk()
                 scheduler._backfill_step = gated_chunk
+            if faults.whole_gate:
+                whole_gate, build = Path(faults.whole_gate), scheduler._build
+
+                async def gated_build(world):
+                    while whole_gate.exists():
+                        await asyncio.sleep(0.05)
+                    return await build(world)
+                scheduler._build = gated_build
             return scheduler
 
     FaultyCommand().run_from_argv(["manage.py", "runscheduler", *rest])

@@ -139,6 +139,32 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     assert not Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=True).exists()
 
 
+def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_keeps_the_order(live, tmp_path):
+    """A first start reads two charts an org first (a0 a1, b0 b1) and dispatches from them
+    (a0 and a1: every chart of round 0 is in that head) while the whole backlog waits (a
+    gate). A kill -9 then: the database holds the head's rounds and cursors only, yet
+    ``plan --live`` and a restart give the order a scheduler that never stopped holds,
+    and the new scheduler writes the other rounds."""
+    names = backlog()
+    gate = tmp_path / "no-whole"
+    gate.touch()
+    live.worker()
+    sched = live.faulty_scheduler("--head-per-org", "2", "--whole-gate", str(gate))
+    sched.saw("loaded the head of the backlog (a first start): 4 queued", timeout=60)
+    first_two_started(names)
+    sched.saw("the rounds of the head of the backlog are written", timeout=30)
+    assert "takes over" not in sched.log()
+    written = {names[str(pk)] for pk in Chart.objects.filter(fair_round__isnull=False).values_list("pk", flat=True)}
+    assert {"b0", "b1"} <= written <= {"a0", "a1", "b0", "b1"}  # the head's; a0 and a1 may be running already
+    sched.kill()
+    assert plan_live(live, names) == EXPECTED
+    new = live.scheduler()
+    new.saw("loaded backlog: 7 queued", timeout=60)
+    assert order_after(live, names, "restart while the first start dispatched from its head") == EXPECTED
+    wait_until(lambda: not Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=True).exists(),
+               timeout=30, what="the other rounds written")
+
+
 def test_order_before_a_standby_takeover_equals_the_order_after(live):
     names = backlog()
     live.worker()
