@@ -75,6 +75,9 @@ class Chart(models.Model):
             # A restart's head of the order: per org, its queued charts by saved round
             # (fairsched.engine.db.read_head), without reading the org's whole backlog.
             models.Index(fields=["org", "state", "priority", "fair_round", "created_at", "id"], name="chart_org_head"),
+            # A first start's head: the charts moved to the front (few; partial, so small).
+            models.Index(fields=["state", "org"], name="chart_moved_to_front",
+                         condition=models.Q(moved_to_front_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

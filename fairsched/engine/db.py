@@ -314,15 +314,17 @@ def _read_first_head(per_org: int) -> Head | None:
     read_at = timezone_now()
     rows = Chart.objects.values_list(*CHART_FIELDS)
     charts = [_row(v) for v in rows.filter(state=ChartState.RUNNING)]
+    # the index chart_moved_to_front (partial: only those rows)
+    charts.extend(_row(v) for v in rows.filter(state=ChartState.QUEUED, moved_to_front_at__isnull=False,
+                                               priority__in=[False]))
     orgs = read_orgs()
     truncated = set()
-    for org in orgs:
+    for org in orgs:  # the index chart_org_head
         queued = rows.filter(org_id=org.id, state=ChartState.QUEUED)
         if queued.filter(priority__in=[False], fair_round__isnull=False).exists():
             return None
         charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
         normal = queued.filter(priority__in=[False], fair_round__isnull=True)
-        charts.extend(_row(v) for v in normal.filter(moved_to_front_at__isnull=False))
         first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("created_at", "id")[:per_org + 1]]
         if len(first) > per_org:
             truncated.add(str(org.id))
