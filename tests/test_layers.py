@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Bottom up. A module may import its own package and the packages listed before it.
@@ -93,3 +95,13 @@ def test_the_check_sees_an_upward_import(tmp_path):
     (_, target, _), = _imports(bad, modules)
     assert _layer_of(target) == "dashboard"
     assert LAYERS.index(_layer_of(target)) > LAYERS.index(_layer_of("fairsched.engine.scheduler"))
+
+
+@pytest.mark.django_db
+def test_the_models_and_their_migrations_agree():
+    """A model change without its migration (an index, a field) would reach a database
+    only as an error at run time: ``makemigrations --check`` finds none to make."""
+    from tests.cli import manage
+
+    out = manage("makemigrations", "--check", "--dry-run")
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -23,6 +23,12 @@ org's last round, that is all of the org, saved with its real cursor, which know
 place ``remove`` gave back. An org whose charts change in any other way (re-ranked; an
 unwritten one paused or prioritised) leaves the backfill (:meth:`RoundBackfill.drop`): its
 remaining charts are written at once with their rounds of the moment, as before.
+
+A first start that dispatches from the head of the backlog (``FairQueue.first_head``)
+backfills the head's charts the same way; the whole backlog's backfill then goes on from
+the cursors the head saved, leaving out what the head wrote
+(``RoundSaver.start_backfill(keep_written=True)``): each org's written part is still a
+prefix of its order.
 """
 from __future__ import annotations
 
