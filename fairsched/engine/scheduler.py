@@ -471,8 +471,10 @@ class Scheduler:
         """Load the backlog. At a restart (a round state was saved) the head of the saved
         order comes first (:func:`fairsched.engine.db.read_head`): dispatch starts from it
         while the whole backlog is read, in the same database snapshot, and built in a
-        thread; the whole then takes over (:meth:`_take_over_whole`). A first start, or a
-        head that cannot resume alone, loads the whole backlog before dispatching."""
+        thread; the whole then takes over (:meth:`_take_over_whole`). A first start (no
+        round state saved) does the same from the head of the backlog, each org's first
+        charts by rank (``FairQueue.first_head``). A head that cannot resume alone loads
+        the whole backlog before dispatching."""
         backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         loop = asyncio.get_running_loop()
         self._load_started = self.clock.monotonic()
