@@ -33,6 +33,7 @@ prefix of its order.
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING
@@ -160,6 +161,16 @@ class RoundBackfill:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedBackfill:
+    """What :meth:`RoundSaver.prepare` hands :meth:`RoundSaver.adopt`."""
+
+    rest: dict[str, int | None]        # new rounds to write at once (orgs written whole)
+    rounds: dict[str, int]             # the backfill's charts (empty: no backfill)
+    backfill: RoundBackfill | None
+    written: Mapping[str, int | None]  # what the saver had written when prepared
+
+
 class RoundSaver:
     """What the live scheduler writes of its queue's rounds, and when: the round state
     (:meth:`FairQueue.export_rounds`) and the charts whose round changed
@@ -196,28 +207,61 @@ class RoundSaver:
         Charts written with the round they now hold since an earlier call with
         ``keep_written`` (a first start's head, see the module docstring) are not written
         again: the saved cursors are already after them. ``keep_written``: remember what
-        is written from now on, for the next call."""
-        self.backfill = None
-        queue.gone_log = queue.touched_log = queue.reranked_log = None
+        is written from now on, for the next call. The same as :meth:`prepare` then
+        :meth:`adopt`."""
+        prepared = self.prepare(queue, had_round, minimum, dict(self.written_rounds or {}), self.saved)
+        return self.adopt(queue, prepared, keep_written=keep_written)
+
+    @staticmethod
+    def prepare(queue: "FairQueue", had_round: Callable[[], Container[str]], minimum: int,
+                written: Mapping[str, int | None], saved: RoundState | None) -> "PreparedBackfill":
+        """The O(backlog) part of :meth:`start_backfill`, for a thread while the queue is not
+        yet live (a first start's whole backlog, built while the head dispatches): takes the
+        queue's round changes, leaves out ``written`` (what the saver had written, with its
+        ``saved`` state) and orders the rest. :meth:`adopt` then catches up with what was
+        written since."""
         new = queue.take_round_changes()
-        done = self.written_rounds
-        self.written_rounds = {} if keep_written else None
-        if done:
-            new = {cid: r for cid, r in new.items() if cid not in done or done[cid] != r}
-        self.pending.update(new)
+        if written:
+            new = {cid: r for cid, r in new.items() if cid not in written or written[cid] != r}
         if len(new) < minimum:
-            return 0
+            return PreparedBackfill(new, {}, None, written)
         org_of = {cid: queue.org_of(cid) for cid in new}
         had = had_round()
         whole = {org_of[cid] for cid, r in new.items() if r is None or cid in had}
         rounds = {cid: r for cid, r in new.items() if org_of[cid] not in whole}
         if len(rounds) < minimum:
-            return 0
-        cursors = {org: (o.last, o.used) for org, o in self.saved.orgs.items()} if self.saved else {}
-        self.backfill = RoundBackfill(rounds, org_of, cursors)
+            return PreparedBackfill(new, {}, None, written)
+        cursors = {org: (o.last, o.used) for org, o in saved.orgs.items()} if saved else {}
+        rest = {cid: r for cid, r in new.items() if cid not in rounds} if whole else {}
+        return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors), written)
+
+    def adopt(self, queue: "FairQueue", prepared: "PreparedBackfill", *, keep_written: bool = False) -> int:
+        """Run the backfill :meth:`prepare` made (O(what was written since), on the loop).
+        Whatever this saver wrote after ``prepare`` took its snapshot (a dispatch's
+        extension, a chunk, an org written whole) is a prefix of its org's order again: the
+        org's written part is extended through the end of the highest round written, as a
+        dispatch extends it. Returns how many the backfill writes."""
+        since = {cid: r for cid, r in (self.written_rounds or {}).items()
+                 if cid not in prepared.written or prepared.written[cid] != r}
+        self.written_rounds = {} if keep_written else None
+        self.backfill = None
+        queue.gone_log = queue.touched_log = queue.reranked_log = None
         pending = self.pending
-        for cid in rounds:
+        pending.update(prepared.rest)
+        bf, rounds = prepared.backfill, prepared.rounds
+        if bf is None:
+            return 0
+        for cid in [c for c in pending if c in rounds]:
             del pending[cid]
+        self.backfill = bf
+        tops: dict[str, int] = {}
+        for cid, r in since.items():
+            if r is not None and cid in rounds:
+                org = queue.org_of(cid)
+                if org is not None:
+                    tops[org] = max(tops.get(org, r), r)
+        for org, r in tops.items():
+            pending.update(bf.extend(org, r))
         queue.gone_log, queue.touched_log, queue.reranked_log = [], [], set()
         return len(rounds)
 

@@ -308,7 +308,7 @@ class Scheduler:
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
         self._rounds = RoundSaver(None)          # what of the round state is written, and when
-        self._whole_ready: tuple | None = None  # (state, world, replay?) built while dispatching from the head
+        self._whole_ready: tuple | None = None  # (state, prepared backfill, world, replay?) built while dispatching from the head
         self._start_failures = StartFailures()
         self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
 
@@ -544,7 +544,13 @@ class Scheduler:
         head dispatched and saved)."""
         try:
             world = await reading
-            self._whole_ready = (await self._build(world), world, True)
+            prepare = None
+            if self.state.truncated:  # a first start: the million rounds' backfill is prepared in the thread too
+                written, saved, charts = dict(self._rounds.written_rounds or {}), self._rounds.saved, world.charts
+                had = lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED}  # noqa: E731
+                prepare = lambda state: RoundSaver.prepare(state.queue, had, self.BACKFILL_MIN,  # noqa: E731
+                                                           written, saved)
+            self._whole_ready = (*(await self._build(world, prepare)), world, True)
         except Exception as exc:  # noqa: BLE001 - database down: a plain load, without the head
             log.warning("cannot read the whole backlog (%s): dispatch waits for a plain load", exc)
             self.state.queue.close_horizon(everything=True)
@@ -552,7 +558,7 @@ class Scheduler:
             while not self._stop.is_set():
                 try:
                     world = await self.store.read_world()
-                    self._whole_ready = (await self._build(world), world, False)
+                    self._whole_ready = (*(await self._build(world)), world, False)
                     break
                 except Exception as exc2:  # noqa: BLE001
                     delay = backoff.fail(self.clock.monotonic())
@@ -561,16 +567,23 @@ class Scheduler:
         self._wake.set()
 
     @staticmethod
-    async def _build(world: World) -> LiveState:
-        """The whole backlog's state, built in a thread while the loop dispatches from the head."""
-        return await in_daemon_thread(LiveState, world, observe_arrivals=False, name="fairsched-build")
+    async def _build(world: World, prepare: Callable[[LiveState], Any] | None = None) -> tuple[LiveState, Any]:
+        """The whole backlog's state, built in a thread while the loop dispatches from the
+        head, and what ``prepare`` makes of it there (None without)."""
+        def build() -> tuple[LiveState, Any]:
+            state = LiveState(world, observe_arrivals=False)
+            return state, (prepare(state) if prepare is not None else None)
+        return await in_daemon_thread(build, name="fairsched-build")
 
     async def _take_over_whole(self) -> None:
         """In the tick (nothing in flight): the whole backlog's state replaces the partial one."""
-        whole, world, replay = self._whole_ready
+        whole, prepared, world, replay = self._whole_ready
         self._whole_ready = None
         head = self.state
+        backfill = None
         if replay:
+            if prepared is not None:  # before the replay: what the head dispatched extends its org's written part
+                backfill = self._rounds.adopt(whole.queue, prepared)
             taken = whole.take_over_from(head)
             if not _same_rounds(whole.queue.export_rounds(), head.queue.export_rounds(), head.truncated):
                 log.error("the whole backlog's round state differs from the head's after the replay")
@@ -582,9 +595,9 @@ class Scheduler:
         self._watermark = None  # the next resync reads everything changed since the whole read
         self._resync_requested = True
         self._eta_now = True
-        await self._loaded(world)
+        await self._loaded(world, backfill)
 
-    async def _loaded(self, world: World) -> None:
+    async def _loaded(self, world: World, backfill: int | None = None) -> None:
         """The whole backlog is in memory: the forecast's history, then the log line. The
         load was a full read: the first full resync comes as long after it as after one."""
         took = self.clock.monotonic() - self._load_started
@@ -597,7 +610,7 @@ class Scheduler:
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self._last_report = None
         charts = world.charts
-        n = self._rounds.start_backfill(
+        n = backfill if backfill is not None else self._rounds.start_backfill(
             self.state.queue, lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED},
             self.BACKFILL_MIN)
         if n:

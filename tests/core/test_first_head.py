@@ -91,6 +91,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.saver.start_backfill(self.live, lambda: (), 1, keep_written=self.head_phase)
         self.rows: dict[str, int | None] = {}
         self.saved = None
+        self.whole = None
         self.running: dict[str, int] = {}
         self.logged = 0
 
@@ -125,16 +126,25 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.saver.chunk(n)
         self._save()
 
-    @precondition(lambda self: self.head_phase)
+    @precondition(lambda self: self.head_phase and self.whole is None)
+    @rule()
+    def build_whole(self):
+        """The whole backlog (read in the head's snapshot) is built, and its backfill
+        prepared, as a thread does while the head goes on dispatching and writing."""
+        self.whole = whole_of(self.charts)
+        self.prepared = RoundSaver.prepare(self.whole, lambda: (), 1, dict(self.saver.written_rounds or {}),
+                                           self.saver.saved)
+
+    @precondition(lambda self: self.whole is not None)
     @rule()
     def take_over(self):
-        """The whole backlog (read in the head's snapshot) replays the head's log."""
-        whole = whole_of(self.charts)
+        """The backfill catches up with what the head wrote since; the whole replays the head's log."""
+        whole, self.whole = self.whole, None
+        self.saver.adopt(whole, self.prepared)
         whole.replay(self.live.start_log)
         assert whole.order() == self.ref.order()
         self.live = whole
         self.head_phase = False
-        self.saver.start_backfill(self.live, lambda: (), 1)
         self._save()
 
     @precondition(lambda self: not self.head_phase)
@@ -169,6 +179,7 @@ class FirstStartMachine(RuleBasedStateMachine):
                {cid: self.ref.round_of(cid) for cid in self.ref._entries}
         self.live = restored
         self.head_phase = False
+        self.whole = None
         self.saver = RoundSaver(self.saved)
         self.saver.start_backfill(restored, lambda: {c for c, r in self.rows.items() if r is not None}, 1)
         self._save()
@@ -193,9 +204,23 @@ def test_the_whole_backlogs_backfill_goes_on_after_what_the_head_wrote():
     assert m.head_phase
     m.chunk(8)
     assert len(m.rows) == 6  # the head's 3 charts of each org
+    m.build_whole()
     m.take_over()
     m.chunk(2)
     m.kill_9()  # restores ref's order and rounds
+
+
+def test_what_the_head_writes_while_the_whole_is_built_is_caught_up_at_the_take_over():
+    """The whole's backfill is prepared from what the head had written; the head then
+    writes more (a chunk) before the take-over. Adopting the prepared backfill must extend
+    each org past that, or its next save puts the cursor back behind it."""
+    m = FirstStartMachine()
+    m.load(flags=[("o1", 1, 5)] * 12 + [("o2", 1, 5)] * 12, k=3)
+    m.build_whole()
+    m.chunk(8)
+    m.take_over()
+    m.chunk(1)
+    m.kill_9()
 
 
 def test_rank_key_of_a_moved_chart_comes_first():

@@ -98,10 +98,10 @@ def main(argv: list[str]) -> None:
             if faults.whole_gate:
                 whole_gate, build = Path(faults.whole_gate), scheduler._build
 
-                async def gated_build(world):
+                async def gated_build(*args):
                     while whole_gate.exists():
                         await asyncio.sleep(0.05)
-                    return await build(world)
+                    return await build(*args)
                 scheduler._build = gated_build
             return scheduler
 
