@@ -356,6 +356,20 @@ def test_the_full_pass_chunks_walk_every_active_chart_once_in_pk_order():
     assert seen == active
 
 
+def random_charts(seed: int, extra) -> None:
+    """60 charts in three orgs, with ties of creation times, paused, priority, running and
+    finished ones; ``extra(rng, i, t0)``: more fields of chart ``i``."""
+    import random
+
+    rng = random.Random(seed)
+    orgs, wf = [make_org(f"Org {i}") for i in range(3)], make_workflow("code")
+    t0 = timezone.now() - timedelta(hours=1)
+    for i in range(60):
+        make_chart(rng.choice(orgs), wf, created_at=t0 + timedelta(seconds=rng.randint(0, 20)),
+                   state=rng.choice(["queued"] * 6 + ["running", "succeeded"]),
+                   priority=rng.random() < 0.1, paused=rng.random() < 0.1, **extra(rng, i, t0))
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("per_org", [1, 3, 100])
 def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
@@ -363,20 +377,10 @@ def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
     that ``head_of_backlog`` picks from the whole backlog: priority charts, charts without
     a round, each org's first ``per_org`` by (round, created_at, id), with ties of rounds
     and of creation times, paused charts and running ones."""
-    import random
-    from datetime import timedelta
-
     from fairsched.core import RoundState, head_of_backlog
 
-    rng = random.Random(per_org)
-    orgs, wf = [make_org(f"Org {i}") for i in range(3)], make_workflow("code")
-    t0 = timezone.now() - timedelta(hours=1)
-    for i in range(60):
-        make_chart(rng.choice(orgs), wf, created_at=t0 + timedelta(seconds=rng.randint(0, 20)),
-                   state=rng.choice(["queued"] * 6 + ["running", "succeeded"]),
-                   priority=rng.random() < 0.1, paused=rng.random() < 0.1,
-                   fair_round=rng.choice([None, 0, 1, 1, 2, 3, 5]))
-    assert db.read_head(per_org, 1000) is None  # no round state saved: a first start
+    random_charts(per_org, lambda rng, i, t0: {"fair_round": rng.choice([None, 0, 1, 1, 2, 3, 5])})
+    assert db.read_head(per_org, 1000) is None  # no round state saved, yet charts hold rounds: the whole first
     db.save_rounds(RoundState(0, 1, {}), {})
     head = db.read_head(per_org, 1000)
     world = db.read_world()
@@ -400,19 +404,10 @@ def test_a_first_starts_head_read_from_the_database_is_what_the_core_picks(per_o
     first ``per_org`` others by (created_at, id), with ties of creation times, paused and
     running charts) and the orgs cut short. A queued chart that holds a round anyway (a
     round state deleted by hand) makes it rank the whole backlog instead."""
-    import random
-    from datetime import timedelta
-
     from fairsched.core import first_head_of_backlog
 
-    rng = random.Random(per_org)
-    orgs, wf = [make_org(f"Org {i}") for i in range(3)], make_workflow("code")
-    t0 = timezone.now() - timedelta(hours=1)
-    for i in range(60):
-        make_chart(rng.choice(orgs), wf, created_at=t0 + timedelta(seconds=rng.randint(0, 20)),
-                   state=rng.choice(["queued"] * 6 + ["running", "succeeded"]),
-                   priority=rng.random() < 0.1, paused=rng.random() < 0.1,
-                   moved_to_front_at=t0 + timedelta(seconds=i) if rng.random() < 0.05 else None)
+    random_charts(per_org, lambda rng, i, t0: {
+        "moved_to_front_at": t0 + timedelta(seconds=i) if rng.random() < 0.05 else None})
     head = db.read_head(per_org, 1000)
     world = db.read_world()
     want, truncated = first_head_of_backlog([r.queued_chart() for r in world.charts if r.state == "queued"], per_org)

@@ -270,9 +270,10 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
     """What :func:`fairsched.core.head_of_backlog` picks, straight from the database: the
     running charts, and of each org its queued priority charts, its queued charts without
     a round and its ``per_org`` first with one by ``(round, created_at, id)`` (the index
-    ``chart_org_head``: one short query each). None when no round state was ever saved
-    (a first start ranks the whole backlog) or more than ``roundless_max`` charts have no
-    round (charts created while no scheduler ran: ranking them needs every org's charts)."""
+    ``chart_org_head``: one short query each). None when more than ``roundless_max``
+    charts have no round (charts created while no scheduler ran: ranking them needs every
+    org's charts). When no round state was ever saved, a first start's head instead
+    (:func:`_read_first_head`)."""
     rounds = read_round_state()
     if rounds is None:
         return _read_first_head(per_org)
@@ -298,10 +299,7 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
         if len(kept) == per_org:
             last = kept[-1]
             bounds.append(normal_key(last.round, last.created_at, last.id))
-    charts.sort(key=lambda r: r.id)  # as read_world gives them
-    world = World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
-                  rounds=rounds, read_at=read_at)
-    return Head(world, min(bounds) if bounds else None)
+    return Head(_head_world(charts, orgs, rounds, read_at), min(bounds) if bounds else None)
 
 
 def _read_first_head(per_org: int) -> Head | None:
@@ -330,10 +328,15 @@ def _read_first_head(per_org: int) -> Head | None:
             truncated.add(str(org.id))
             first.pop()
         charts.extend(first)
+    return Head(_head_world(charts, orgs, None, read_at), None, frozenset(truncated))
+
+
+def _head_world(charts: list[ChartRow], orgs: list[OrgRow], rounds: CoreRoundState | None,
+                read_at: datetime) -> World:
+    """A head's rows as a :class:`World`, with the small tables whole."""
     charts.sort(key=lambda r: r.id)  # as read_world gives them
-    world = World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
-                  rounds=None, read_at=read_at)
-    return Head(world, None, frozenset(truncated))
+    return World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
+                 rounds=rounds, read_at=read_at)
 
 
 def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | None], bool]) -> World | None:
