@@ -52,11 +52,14 @@ def plan_live(live, names: dict[str, str]) -> list[str]:
 
 
 def published_after(t: float, names: dict[str, str]) -> list[str]:
-    """The order a scheduler published in a snapshot made after ``t`` (its in-memory order)."""
+    """The order a scheduler published in a snapshot made after ``t`` (its in-memory order).
+    With nothing changing, passes come ``ETA_IDLE_COST_FACTOR`` (60) times their own cost
+    apart; a pass's fork and publish cost 0.5 s and more on a busy machine (CI waited in
+    vain for 30 s once), so this waits up to 90 s."""
     def fresh():
         snap = snapshot.read_snapshot()
         return snap is not None and snap["now"] > t
-    wait_until(fresh, timeout=30, what="a snapshot from the new scheduler")
+    wait_until(fresh, timeout=90, what="a snapshot from the new scheduler")
     _, rows = snapshot.read_order(0, 1000)
     return [names[str(r["id"])] for r in rows if r["state"] == "ordered"]
 
