@@ -217,6 +217,9 @@ def test_runworker_sigterm_with_activities_in_flight_and_while_temporal_is_unrea
     sched = live.scheduler()
     wait_until(lambda: Chart.objects.filter(state=ChartState.RUNNING).count() == 3, timeout=60,
                what="three charts running")
+    # A row runs once its workflow started, which may be before this worker polls (CI: the
+    # SIGTERM came 1 ms before "polling", on a machine where the worker took 2 s to start).
+    worker.saw("worker polling", timeout=60)
     time.sleep(1.0)  # their activities are running on the worker
     sigterm_and_wait(worker)
     log = worker.log()
