@@ -1,0 +1,335 @@
+"""Sync: what the loop learns from the database and Temporal, as effects on the state.
+
+- **notes**: the rows a batch of notifications names (:class:`~fairsched.engine.notes.Reads`),
+  re-read (the row is the truth);
+- **resyncs**: the incremental one (rows whose ``updated_at`` moved) and the full one, a
+  chunk per tick (the safety net for raw writes);
+- **finish**: the result watchers report closed workflows; :meth:`Sync._record` writes
+  an outcome and frees its budget;
+- **reconcile**: Temporal is the truth for what is in flight (closed workflows, rows
+  Temporal does not know, workflows whose row was never marked running);
+- **cancels**: cancel a chart's workflow, and terminate one that ignores it for
+  ``CANCEL_GRACE_S``.
+
+Each step reads the host's state and returns :class:`~fairsched.engine.state.Effects`;
+Temporal's errors arrive as the port's (:mod:`fairsched.engine.temporal_port`).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from datetime import timedelta
+
+from fairsched.engine.host import Backoff, Host, Part
+from fairsched.engine.notes import Reads
+from fairsched.engine.ports import TemporalError, WorkflowNotFound
+from fairsched.engine.state import FINAL, QUEUED, Effects
+from fairsched.temporal.client import Outcome
+from fairsched.temporal.shared import CANCELLED, FAILED, chart_id_of, workflow_id
+
+log = logging.getLogger("fairsched.engine")
+
+CANCEL_NOT_HONOURED = "cancel not honoured"  # the reason a workflow is terminated with
+
+
+class Sync(Part):
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self._watchers: dict[int, asyncio.Task] = {}
+        self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
+        self._watermark = None  # when the last incremental read began (a datetime)
+        self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
+        self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
+        self._full_resync_started = 0.0
+
+    def unwatch(self, chart_id: int) -> None:
+        task = self._watchers.pop(chart_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    def stop_watching(self) -> list[asyncio.Task]:
+        """Cancel every result watch (a step down); the tasks, to wait for."""
+        tasks = list(self._watchers.values())
+        for task in tasks:
+            task.cancel()
+        self._watchers = {}
+        return tasks
+
+    # ================================================================ notes and resyncs
+    async def _apply_rows(self, ids: set[int]) -> Effects:
+        rows, orgs = await self.store.read_charts(ids)
+        fx = self.state.apply_orgs(orgs) if any(o.id not in self.state.orgs for o in orgs) else Effects()
+        for chart_id in sorted(ids):
+            fx.merge(self.state.apply_chart(chart_id, rows.get(chart_id)))
+        return fx
+
+    async def _apply_notes(self) -> Effects:
+        notes, self.host._notes = self.host._notes, []
+        try:
+            return await self._apply_note_batch(notes)
+        except Exception:
+            self.host._notes = notes + self.host._notes
+            raise
+
+    async def _apply_note_batch(self, notes: list[dict]) -> Effects:
+        state = self.state
+        fx = Effects()
+        reads = Reads.of(notes)
+        if reads.resync:
+            self.host._resync_requested = True
+        if reads.settings:
+            config = await self.store.read_config()
+            fx.merge(state.apply_config(config))
+        if reads.orgs:
+            fx.merge(state.apply_orgs(await self.store.read_orgs(reads.orgs)))
+        if reads.costs:
+            fx.merge(state.apply_costs(await self.store.read_costs()))
+        if reads.charts:
+            fx.merge(await self._apply_rows(reads.charts))
+        return fx
+
+    async def _resync(self) -> Effects:
+        """Incremental resync: the charts whose ``updated_at`` moved since the last read
+        (less ``RESYNC_OVERLAP_S``, for clocks that disagree and transactions that
+        committed late), and the small tables whole. O(changes), not O(backlog)."""
+        self.host._resync_requested = False
+        marks = [m for m in (self._watermark, self.state.loaded_at) if m is not None]
+        since = max(marks) if marks else None
+        if since is not None:
+            since -= timedelta(seconds=self.RESYNC_OVERLAP_S)
+        changes = await self.store.read_changes(since)
+        state = self.state
+        fx = state.apply_settings(changes.config, changes.orgs, changes.costs, changes.averages)
+        for row in changes.charts:
+            fx.merge(state.apply_chart(row.id, row))
+        self._watermark = changes.read_at
+        self._log_resync("resync", fx)
+        return fx
+
+    def _log_resync(self, what: str, fx: Effects) -> None:
+        changes = [e for e in fx.events if e["kind"] not in ("budget", "weight", "cost")]
+        if changes:
+            log.info("%s: %d change(s) without a notification applied (%s)", what, len(changes),
+                     ", ".join(f"{e['kind']} #{e.get('chart', e.get('org'))}" for e in changes[:10]))
+
+    def _full_resync_wanted(self, now: float) -> bool:
+        """A full resync is under way (one chunk per tick), or due: then it begins."""
+        if self._full_resync is None and now >= self._full_resync_due:
+            self._full_resync = (0, set())
+            self._full_resync_started = now
+        return self._full_resync is not None
+
+    async def _full_resync_step(self) -> Effects:
+        """One chunk of the full resync, the safety net for writes that left ``updated_at``
+        alone (raw SQL, ``QuerySet.update()`` outside the services) and lost rows: every
+        ``FULL_RESYNC_S`` the queued and running charts are re-read by pk, one chunk of
+        ``FULL_RESYNC_CHUNK`` per tick (dispatch runs between chunks); at the end, the charts
+        in memory that no chunk returned are re-read by id (gone, final, or changed state)."""
+        after, seen = self._full_resync
+        rows = await self.store.read_active_chunk(after, self.FULL_RESYNC_CHUNK)
+        state = self.state
+        fx = Effects()
+        for row in rows:
+            seen.add(row.id)
+            fx.merge(state.apply_chart(row.id, row))
+        if len(rows) == self.FULL_RESYNC_CHUNK:
+            self._full_resync = (rows[-1].id, seen)
+            self.host._wake.set()  # the next chunk at once
+        else:
+            unseen = state.known_ids() - seen
+            if unseen:
+                fx.merge(await self._apply_rows(unseen))
+            self._full_resync = None
+            # Rare whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it.
+            took = self.clock.monotonic() - self._full_resync_started
+            self._full_resync_due = self.clock.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
+        self._log_resync("full resync", fx)
+        return fx
+
+    # ================================================================ cancels
+    async def _cancel(self, chart_id: int) -> None:
+        r = self.state.running.get(chart_id)
+        try:
+            await self.temporal.cancel(chart_id)
+        except WorkflowNotFound:
+            pass
+        except TemporalError as exc:
+            log.warning("cancel of chart #%d failed (%s); will retry", chart_id, exc)
+            return
+        if r is not None:
+            r.cancel_sent = True
+            self._cancel_sent_at.setdefault(chart_id, self.clock.monotonic())
+        log.info("cancel chart #%d: cancellation requested for workflow %s", chart_id, workflow_id(chart_id))
+
+    async def _escalate_cancels(self) -> Effects:
+        """Terminate the workflows still running ``CANCEL_GRACE_S`` after their cancel was sent.
+
+        The chart ends cancelled, its error saying so (see :meth:`_as_escalated`), and its
+        budget is free at once. A workflow that closed meanwhile is left to the result watch."""
+        fx = Effects()
+        now = self.clock.monotonic()
+        for chart_id, sent in list(self._cancel_sent_at.items()):
+            if chart_id not in self.state.running:
+                del self._cancel_sent_at[chart_id]
+                continue
+            if now - sent < self.CANCEL_GRACE_S:
+                continue
+            try:
+                await self.temporal.terminate(chart_id, self._escalation_reason())
+            except WorkflowNotFound:  # (any other Temporal trouble: the step backs off and tries again)
+                del self._cancel_sent_at[chart_id]  # closed on its own meanwhile
+                continue
+            del self._cancel_sent_at[chart_id]
+            log.info("cancel chart #%d: workflow %s did not close within %g s of the cancel; terminated",
+                     chart_id, workflow_id(chart_id), self.CANCEL_GRACE_S)
+            outcome = await self.temporal.outcome(chart_id)
+            if outcome is not None:
+                fx.merge(await self._record(chart_id, outcome, "escalation"))
+        return fx
+
+    def _escalation_reason(self) -> str:
+        return f"{CANCEL_NOT_HONOURED} within {self.CANCEL_GRACE_S:g} s"
+
+    @staticmethod
+    def _as_escalated(outcome: Outcome) -> Outcome:
+        """A workflow we terminated because it ignored a cancel ends *cancelled*, whichever path
+        reads its outcome first (this scheduler, the result watch, or a successor's reconcile
+        after a crash), with ``error`` "cancel not honoured within 60 s: terminated"."""
+        prefix = f"terminated: {CANCEL_NOT_HONOURED}"
+        if outcome.state == FAILED and outcome.error.startswith(prefix):
+            reason = outcome.error[len("terminated: "):].split(" <- ")[0]
+            return dataclasses.replace(outcome, state=CANCELLED, error=f"{reason}: terminated")
+        return outcome
+
+    # ================================================================ finishing
+    def _watch(self, chart_id: int) -> None:
+        if not self.host.watch_results or chart_id in self._watchers:
+            return
+        self._watchers[chart_id] = asyncio.create_task(self._watch_result(chart_id), name=f"watch-{chart_id}")
+
+    async def _watch_result(self, chart_id: int) -> None:
+        """Wait for a workflow to close (any type, ours or a user's) and report its outcome."""
+        backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+        while True:
+            try:
+                await self.temporal.wait_closed(chart_id)
+                outcome = await self.temporal.outcome(chart_id)
+                if outcome is None:
+                    continue
+                self.host._finished.append((chart_id, outcome))
+                self.host._wake.set()
+                return
+            except asyncio.CancelledError:
+                raise
+            except WorkflowNotFound:
+                return  # reconciliation decides
+            except TemporalError:
+                await self.clock.sleep(backoff.fail(self.clock.monotonic()))
+            except Exception as exc:  # noqa: BLE001
+                log.debug("watch of chart #%d: %s", chart_id, exc)
+                await self.clock.sleep(backoff.fail(self.clock.monotonic()))
+
+    async def _record_finished(self) -> Effects:
+        fx = Effects()
+        while self.host._finished:
+            chart_id, outcome = self.host._finished[0]
+            fx.merge(await self._record(chart_id, outcome, "result"))
+            self.host._finished.pop(0)
+        return fx
+
+    async def _record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
+        """Write a closed workflow's outcome (idempotent) and free its budget."""
+        outcome = self._as_escalated(outcome)
+        wrote = await self.store.record_outcome(chart_id, outcome.state, outcome.error, outcome.started_at,
+                                             outcome.finished_at, outcome.run_id)
+        r = self.state.running.get(chart_id)
+        seconds = ((outcome.finished_at - outcome.started_at).total_seconds()
+                   if outcome.finished_at and outcome.started_at else None)
+        fx = self.state.finished(chart_id, outcome.state, seconds,
+                                 outcome.finished_at.timestamp() if outcome.finished_at else None)
+        took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
+                if outcome.finished_at and outcome.started_at else "")
+        if wrote and source not in ("result", "escalation"):
+            log.info("reconcile: chart #%d closed as %s in Temporal%s; row corrected%s", chart_id, outcome.state,
+                     took, f" (error: {outcome.error})" if outcome.error else "")
+        elif r is not None or wrote:
+            log.info("finish chart #%d %s%s (%s), cost %d freed%s", chart_id, outcome.state, took,
+                     "recorded by the scheduler" if wrote else "recorded by the workflow",
+                     r.cost if r else 0, f"; error: {outcome.error}" if outcome.error else "")
+        fx.merge(await self._apply_rows({chart_id}))
+        return fx
+
+    # ================================================================ reconcile
+    async def _reconcile(self) -> Effects:
+        """Temporal is the truth for what is in flight."""
+        fx = Effects()
+        sem = asyncio.Semaphore(self.DESCRIBE_CONCURRENCY)
+
+        async def describe(chart_id: int) -> tuple[int, Outcome | None | str]:
+            async with sem:
+                try:
+                    return chart_id, await self.temporal.outcome(chart_id)
+                except WorkflowNotFound:
+                    return chart_id, "unknown"
+
+        results = await asyncio.gather(*(describe(c) for c in list(self.state.running)))
+        for chart_id, result in results:
+            r = self.state.running.get(chart_id)
+            if r is None:
+                continue
+            if result == "unknown":
+                if r.cancel_requested:
+                    outcome = Outcome("cancelled", "cancelled before Temporal knew the workflow", None, None, "")
+                    fx.merge(await self._record(chart_id, outcome, "reconcile"))
+                    continue
+                reason = f"Temporal does not know workflow {workflow_id(chart_id)}"
+                if await self.store.requeue(chart_id, reason):
+                    log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
+                fx.merge(self.state.finished(chart_id, "requeued"))  # Temporal holds nothing for it
+                fx.merge(await self._apply_rows({chart_id}))
+            elif result is not None:
+                fx.merge(await self._record(chart_id, result, "reconcile"))
+        fx.merge(await self._adopt_orphans())
+        return fx
+
+    async def _adopt_orphans(self) -> Effects:
+        """Running workflows ``chart-<pk>`` whose row is still queued (a crash between
+        start and compare-and-set) are adopted; those of final rows hold their cost until
+        they close; those of cancelled rows are cancelled."""
+        fx = Effects()
+        found: dict[int, str] = {}
+        async for wf_id, run_id in self.temporal.running():
+            chart_id = chart_id_of(wf_id)
+            if chart_id is not None and chart_id not in self.state.running:
+                found[chart_id] = run_id
+        if not found:
+            return fx
+        rows, _ = await self.store.read_charts(found)
+        adopt = []
+        for chart_id, row in rows.items():
+            if row.state == QUEUED:
+                adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
+                              self.clock.time()))
+                continue
+            if row.state in FINAL and row.dispatched_cost and not await self._closed_now(chart_id):
+                # Recorded by its last activity, but Temporal still runs it (a worker died between
+                # recording and closing, and this scheduler started since): it holds its cost until
+                # it closes, or Temporal would see more than the budget. (The listing may lag a
+                # close by a moment: _closed_now asks the workflow itself.)
+                fx.merge(self.state.hold_closing(row))
+            if row.state == "cancelled":
+                await self._cancel(chart_id)
+        if adopt:
+            await self.store.mark_running(adopt)
+            for chart_id, cost, run_id, _ in adopt:
+                log.info("reconcile: chart #%d adopted: workflow %s (run %s) runs but its row was queued",
+                         chart_id, workflow_id(chart_id), run_id)
+            fx.merge(await self._apply_rows({a[0] for a in adopt}))
+        return fx
+
+    async def _closed_now(self, chart_id: int) -> bool:
+        try:
+            return await self.temporal.outcome(chart_id) is not None
+        except TemporalError:
+            return False
