@@ -1,0 +1,224 @@
+"""The ETA passes: when one runs, where (a forked child or a thread), what it publishes,
+and what the loop keeps of it.
+
+:meth:`EtaPasses._schedule_eta` brings the next pass forward after a change and starts
+it when due; the pass (:meth:`EtaPasses._compute_and_publish`: the ETAs, the snapshot and
+its publication) runs in a forked child (:mod:`fairsched.engine.forked`) or a thread while
+the loop goes on dispatching. The loop keeps the ETAs of the head of the order (for the
+ETA recorded at dispatch, :meth:`EtaPasses._eta_in_force`), records the first ETAs of new
+charts (:meth:`EtaPasses._record_first_etas`), confirms the last snapshot about once a
+second (:meth:`EtaPasses._confirm_snapshot`) and sends the live updates
+(:meth:`EtaPasses._broadcast`).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+from array import array
+from collections.abc import Iterable
+from itertools import islice
+
+from common import live_updates
+from fairsched.core import Eta
+from fairsched.core.plan import gc_paused
+from fairsched.engine import forked
+from fairsched.engine.host import Host, Part
+from fairsched.engine.publish import build_snapshot
+from fairsched.engine.state import Effects, LiveState, PassInput
+
+log = logging.getLogger("fairsched.engine")
+
+
+@dataclasses.dataclass(frozen=True)
+class EtaColumns:
+    """Many charts' ETAs as three columns. From a forked child they come back as three
+    buffers: a dict of a million ``Eta`` tuples would hold the loop's GIL for a second or
+    more while it is unpickled (in one C call), and the loop reads these a chunk at a time."""
+
+    ids: array    # 'q': chart ids
+    start: array  # 'd': Eta.start_s
+    finish: array  # 'd': Eta.finish_s
+
+    @classmethod
+    def of(cls, etas: dict[str, Eta], ids: Iterable[str]) -> EtaColumns:
+        picked = [(cid, etas[cid]) for cid in ids if cid in etas]
+        return cls(array("q", [int(cid) for cid, _ in picked]), array("d", [e[0] for _, e in picked]),
+                   array("d", [e[1] for _, e in picked]))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def part(self, lo: int, hi: int) -> dict[str, Eta]:
+        return {str(cid): Eta(s, f) for cid, s, f in zip(self.ids[lo:hi], self.start[lo:hi], self.finish[lo:hi])}
+
+
+@dataclasses.dataclass(frozen=True)
+class PassOut:
+    """What an ETA pass gives back to the loop (from a forked child, pickled)."""
+
+    seq: int                 # the snapshot it published
+    head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
+    first: EtaColumns        # the ETAs of the charts that had no first ETA
+
+
+class EtaPasses(Part):
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self._eta_due = 0.0
+        self._eta_now = True
+        self._eta_last_end = 0.0   # monotonic time the last ETA pass ended
+        self._eta_last_cost = 0.0  # seconds the last ETA pass (with publication) took
+        self._eta_task: asyncio.Task | None = None  # the ETA pass in flight
+        self._eta_changes = 0  # ticks that changed something (a pass in flight compares)
+        self._published_seq: int | None = None  # the last snapshot published
+        self._confirmed_at = 0.0
+        self._last_report = None                 # (ETAs of the head of the order, now) of the last ETA pass
+
+    def _schedule_eta(self, fx: Effects, now: float) -> None:
+        """Bring the next ETA pass forward after a change, and start it when due."""
+        if fx.events:
+            # Something changed (arrival, dispatch, finish, control): publish soon, coalesced, so
+            # a dashboard sees it well within a second; the gap grows with the pass's own cost
+            # so a large backlog under constant change keeps a core at most a third busy with it.
+            # (A pass in flight schedules the next one itself when it ends.)
+            self._eta_changes += 1
+            if self._eta_task is None:
+                self._eta_due = min(self._eta_due, self._eta_last_end + self._eta_soon_gap())
+        if fx.eta_now:
+            self._eta_now = True
+        if (self._eta_now or self.clock.monotonic() >= self._eta_due) and self._eta_task is None \
+                and self.host._backoff["eta"].ready(now):
+            self._start_eta_pass()
+
+    def _eta_soon_gap(self) -> float:
+        return max(self.ETA_SOON_MIN_GAP_S, self.ETA_SOON_COST_FACTOR * self._eta_last_cost)
+
+    def _start_eta_pass(self) -> None:
+        """Start an ETA pass in the background while the loop goes on dispatching: the pass
+        computes the ETAs, builds the snapshot, encodes and stores it page by page. In a
+        forked child (``eta_pass_in="process"``), which sees the state as it was at the
+        fork; or in a thread, on a copy the loop takes first (:meth:`LiveState.capture`,
+        milliseconds)."""
+        self._eta_now = False
+        now = self.clock.time()
+        captured = self.state.capture() if self.host.eta_pass_in == "thread" else None
+        self._eta_due = math.inf  # the pass sets the next one when it ends
+        self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
+                                             name="eta-pass")
+        self.host._tasks.append(self._eta_task)
+
+    async def _run_eta_pass(self, captured: PassInput | None, now: float, changes: int) -> None:
+        started = self.clock.monotonic()
+        queued = len(self.state.queue)
+        try:
+            await self.host._guarded("eta", lambda: self._eta_pass(captured, now))
+        finally:
+            end = self.clock.monotonic()
+            self._eta_last_end, self._eta_last_cost = end, end - started
+            if self._eta_last_cost > self.ETA_SLOW_LOG_S:
+                log.info("ETA pass over %d queued charts took %.1f s (in its %s; dispatch went on)",
+                         queued, self._eta_last_cost, self.host.eta_pass_in)
+            # A static backlog needs no new pass every few seconds: the published ETAs are
+            # absolute times and stay true until something changes (which brings the next
+            # pass forward, see tick). Between changes the interval grows with the pass's
+            # own cost, so an idle scheduler spends at most ~1/ETA_IDLE_COST_FACTOR on it.
+            if self._eta_changes != changes:  # changed while the pass ran: the next one soon
+                interval = self._eta_soon_gap()
+            else:
+                interval = max(self.state.config.eta_interval_s if self.state else 3.0,
+                               self.ETA_IDLE_COST_FACTOR * self._eta_last_cost)
+            self._eta_due = end + interval
+            task = self._eta_task
+            self._eta_task = None
+            if task in self.host._tasks:
+                self.host._tasks.remove(task)
+            self.host._wake.set()
+
+    async def _eta_pass(self, captured: PassInput | None, now: float) -> bool:
+        if captured is None:
+            state = self.state
+            timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
+            out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
+                                          timeout_s=timeout, nice=self.ETA_PASS_NICE)
+        else:
+            out = await asyncio.to_thread(self._compute_and_publish, captured, now)
+        if self.state is None:
+            return True
+        self._published_seq = out.seq
+        # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`), from
+        # now on (the first ETAs below may take a while): the head of the order, not a
+        # million ETAs (~200 MB at 1M).
+        self._last_report = (out.head, now)
+        await self.publisher.snapshot_stored(out.seq)
+        # after publishing: the dashboards do not wait for this write
+        await self._record_first_etas(out.first, now)
+        return True
+
+    def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
+        """The pass in the forked child: the state as it was at the fork is its own."""
+        return self._compute_and_publish(state.capture(), now)
+
+    def _compute_and_publish(self, captured: PassInput, now: float) -> PassOut:
+        """The ETA pass, the snapshot and its publication, on a copy: in a forked child or a
+        worker thread. Without the cyclic collector: the pass allocates several acyclic
+        objects per chart, and a full collection triggered by them would stop the loop (in
+        a thread, it holds the GIL) for as long as it walks them. Returns the ETAs the
+        loop needs (a few, but every one at a first start: no chart has a first ETA)."""
+        with gc_paused():
+            report = captured.eta_report(now)
+            snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
+            snap["eta_model"] = captured.eta_model
+            seq = self.publisher.store_snapshot(snap, rows, per_org)
+            etas = report.etas
+            head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
+            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised))
+
+    async def _confirm_snapshot(self) -> None:
+        """Say, about once a second, that the last published snapshot is this live
+        scheduler's latest: readers keep showing it (it stays true while nothing changes,
+        and a pass is on its way when something did, however long a large backlog's pass
+        takes); only a scheduler that stopped lets it turn stale."""
+        seq = self._published_seq
+        if seq is None or not self.host.leading or self.clock.monotonic() - self._confirmed_at < 1.0:
+            return
+        self._confirmed_at = self.clock.monotonic()
+        await self.publisher.confirm_snapshot(seq, self.clock.time())
+
+    def _eta_in_force(self, r, at: float) -> tuple[float, float]:
+        """The ETA published for a chart by the last pass and its 90% bound (absolute), else
+        those a pass would give it now that it starts: ``at`` plus its expected duration."""
+        fc = self.state.forecast
+        org = str(r.org)
+        if self._last_report is not None:
+            etas, then = self._last_report
+            eta = etas.get(str(r.id))
+            if eta is not None:
+                return then + eta.finish_s, then + fc.p90_finish(org, r.workflow, eta)
+        eta = Eta(0.0, fc.mean(org, r.workflow))
+        return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
+
+    async def _record_first_etas(self, first: EtaColumns, now: float) -> None:
+        """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the
+        charts that had none when it began), in short writes from the bulk-write thread
+        (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them."""
+        for lo in range(0, len(first), self.FIRST_ETAS_PER_WRITE):
+            state = self.state
+            if state is None:
+                return
+            etas = first.part(lo, lo + self.FIRST_ETAS_PER_WRITE)
+            chunk = [cid for cid in etas if cid in state.unpromised]  # since promised at dispatch
+            if chunk:
+                await self.store.record_first_etas(state.first_etas(etas, now, chunk))
+                state.unpromised.difference_update(chunk)
+        if self.state is not None and len(first) > 10 * len(self.state.unpromised):
+            # a set never gives back its table as it empties: 32 MB after a first start at 1M
+            self.state.unpromised = set(self.state.unpromised)
+
+    async def _broadcast(self, events: list[dict]) -> None:
+        counters = self.state.counters()
+        if len(events) > self.MAX_EVENTS_PER_TICK:
+            events = [live_updates.Batch(count=len(events)).to_wire()]
+        for event in events:
+            await self.publisher.event(event, counters)
