@@ -1,0 +1,192 @@
+"""The dispatcher: plan, start, commit (the pure parts are :mod:`fairsched.engine.dispatch`).
+
+:meth:`Dispatcher._dispatch` starts the head of the order that fits the free budget:
+it plans (the head of the order, its rows read and agreeing with memory), starts each
+chart's workflow through the Temporal port (a failed start arrives judged, as
+``StartFailed``, and :mod:`fairsched.engine.starts` says what it means for the chart),
+then commits (the rows move queued -> running by compare-and-set, with the round state)
+and returns the effects. Recording, cancelling and watching are :mod:`~fairsched.engine.sync`'s;
+the ETA recorded at dispatch is :mod:`~fairsched.engine.eta_passes`'.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fairsched.engine.db import StartRow
+from fairsched.engine.dispatch import Plan, Starts, moved
+from fairsched.engine.eta_passes import EtaPasses
+from fairsched.engine.host import Host, Part
+from fairsched.engine.ports import AlreadyStarted, WorkflowNotFound
+from fairsched.engine.starts import UNKNOWN, StartFailures
+from fairsched.engine.state import RUNNING, Effects, Running
+from fairsched.engine.sync import Sync
+from fairsched.temporal.shared import ChartInput, split_temporal_type, workflow_id
+
+log = logging.getLogger("fairsched.engine")
+
+
+class Dispatcher(Part):
+    def __init__(self, host: Host, sync: Sync, etas: EtaPasses) -> None:
+        super().__init__(host)
+        self.sync, self.etas = sync, etas
+        self.starts = 0  # workflows started by this process (bench, tests)
+        self._start_failures = StartFailures()
+
+    # ---------------------------------------------------------------- plan
+    async def _dispatch(self) -> Effects:
+        """Start the head of the order that fits, then record what started: plan, start,
+        commit (:mod:`fairsched.engine.dispatch`).
+
+        A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
+        (payload too large, invalid argument, an input that cannot be serialised or is
+        not a JSON object) fails the chart at once, compare-and-set from queued, and the
+        order moves on in this same pass; Temporal unreachable keeps the chart in place
+        and backs dispatch off; any other error does too, but a chart is failed after
+        ``MAX_UNKNOWN_ATTEMPTS`` of those (unless Temporal shows its workflow after all)."""
+        fx = Effects()
+        plan = await self._plan(fx)
+        if plan is None:
+            return fx
+        starts = await self._start_all(plan)
+        fx.merge(await self._commit(plan, starts))
+        return fx
+
+    async def _plan(self, fx: Effects) -> Plan | None:
+        """The head of the order that fits, its rows read and agreeing with memory (rows that
+        moved are applied into ``fx`` and the plan made again). None: nothing to start now."""
+        state = self.state
+        for _ in range(self.PLAN_ATTEMPTS):
+            planned = state.to_start()
+            if not planned:
+                return None
+            rows = await self.store.read_for_start([int(c) for c in planned])
+            changed = moved(state, planned, rows)
+            for chart_id, row in changed:
+                fx.merge(state.apply_chart(chart_id, row))
+            if not changed:
+                return Plan.of(state, planned, rows)
+        return None
+
+    # ---------------------------------------------------------------- start
+    async def _start_all(self, plan: Plan) -> Starts:
+        sem = asyncio.Semaphore(self.START_CONCURRENCY)
+        starts = Starts()
+        results = await asyncio.gather(*(self._start_one(plan.rows[int(cid)], cid, sem, starts)
+                                         for cid in plan.charts))
+        starts.run_ids = {cid: run_id for cid, run_id in results if run_id is not None}
+        return starts
+
+    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: Starts) -> tuple[str, str | None]:
+        """Start one chart's workflow: (chart, run id), run id None if it did not start."""
+        ttype, queue = split_temporal_type(s.temporal_type, self.host.task_queue)
+        if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
+            starts.refused[cid] = f"cannot start: payload: must be a JSON object, got {type(s.payload).__name__}"
+            return cid, None
+        chart = ChartInput(chart_id=s.row.id, org=s.org_slug, org_id=s.row.org, workflow=s.row.workflow,
+                           external_id=s.row.external_id, payload=s.payload)
+        async with sem:
+            try:
+                run_id = await self.temporal.start(temporal_type=ttype, task_queue=queue, chart=chart,
+                                                   execution_timeout_s=s.execution_timeout_s)
+            except AlreadyStarted:
+                # It ran before (a crash after starting, before recording): never again. Its real outcome:
+                outcome = await self.temporal.outcome(s.row.id)
+                if outcome is None:  # raced with a start that is still running: adopt that run
+                    return cid, ""
+                starts.closed[s.row.id] = outcome
+                return cid, outcome.run_id
+            except Exception as exc:  # noqa: BLE001 - judged below, never fatal to the loop
+                await self._judge_start_failure(s.row.id, cid, f"{ttype} on {queue}", exc, starts)
+                return cid, None
+        self._start_failures.forget(s.row.id)
+        self.starts += 1
+        return cid, run_id
+
+    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: Starts) -> None:
+        """Refused for good: fail the chart; else it keeps its place (and dispatch backs off)."""
+        verdict = self._start_failures.verdict(chart_id, exc)
+        if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(chart_id):
+            verdict = None  # it started after all: the next attempt finds that run
+            self._start_failures.forget(chart_id)
+        if verdict is not None and verdict.fail:
+            starts.refused[cid] = verdict.reason
+            return
+        starts.retry.append(cid)
+        log.warning("start of chart #%s (%s) failed (%s%s): %s; it keeps its place",
+                    cid, what, verdict.kind if verdict else "started meanwhile",
+                    f", attempt {verdict.attempts} of {self._start_failures.max_unknown}"
+                    if verdict and verdict.kind == UNKNOWN else "", exc)
+
+    async def _workflow_known(self, chart_id: int) -> bool:
+        """Does Temporal know the chart's workflow? (True when it cannot say: never fail a
+        chart whose start may have gone through.)"""
+        try:
+            await self.temporal.describe(chart_id)
+        except WorkflowNotFound:
+            return False
+        except Exception:  # noqa: BLE001
+            return True
+        return True
+
+    async def _fail_unstartable(self, refused: dict[str, str]) -> Effects:
+        """Fail charts that can never start (compare-and-set from queued: a row that moved
+        meanwhile is followed instead) and take them out of the order."""
+        ids = set()
+        for cid, reason in refused.items():
+            chart_id = int(cid)
+            self._start_failures.forget(chart_id)
+            if await self.store.fail_start(chart_id, reason):
+                log.warning("chart #%d failed: %s", chart_id, reason)
+            ids.add(chart_id)
+        return await self.sync._apply_rows(ids)
+
+    # ---------------------------------------------------------------- commit
+    async def _commit(self, plan: Plan, starts: Starts) -> Effects:
+        """What started leaves the order and holds its cost; rows move queued -> running
+        (compare-and-set, with the round state, in one transaction); the refused fail."""
+        fx = Effects()
+        at = self.clock.time()
+        started = starts.started(at)
+        planned = plan.charts
+        if starts.retry:
+            self.host._backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
+        if starts.refused:
+            fx.merge(await self._fail_unstartable(starts.refused))
+            planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
+        if not started:
+            return fx
+        new = self.state.commit_dispatch(planned, started)
+        save = self.host._rounds.next(self.state.queue)
+        ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at))
+                                             for r in new if r.id not in starts.closed], save)
+        self.host._rounds.written(save)
+        free = plan.free_before
+        for r in new:
+            free -= r.cost
+            fx.merge(await self._committed(r, plan, starts, bool(ran.get(r.id)), free))
+        return fx
+
+    async def _committed(self, r: Running, plan: Plan, starts: Starts, ran: bool, free: int) -> Effects:
+        """One chart the dispatch started: recorded if its workflow had already closed,
+        watched if its row moved to running, else its row (moved meanwhile) is followed."""
+        if r.id in starts.closed:
+            log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
+                     r.id, workflow_id(r.id), starts.closed[r.id].state)
+            return await self.sync._record(r.id, starts.closed[r.id], "adopt")
+        if ran:
+            pos, rnd = plan.before.get(str(r.id), (None, None))
+            log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d",
+                     r.id, r.org, r.workflow, r.cost, rnd, pos, r.run_id, free)
+            self.sync._watch(r.id)
+            return Effects(events=[{"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost}])
+        # The row moved meanwhile: it is the truth.
+        rows_now, _ = await self.store.read_charts({r.id})
+        row = rows_now.get(r.id)
+        log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
+        if row is None or row.state == "cancelled":
+            await self.sync._cancel(r.id)
+        fx = self.state.apply_chart(r.id, row)
+        if row is not None and row.state == RUNNING:
+            self.sync._watch(r.id)
+        return fx
