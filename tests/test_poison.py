@@ -11,6 +11,7 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.engine.scheduler import Scheduler
+from fairsched.engine.sync import Sync
 from fairsched.engine.starts import MAX_UNKNOWN_ATTEMPTS, PERMANENT, TRANSIENT, UNKNOWN, StartFailures, classify
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import DEMO_MAX_SECONDS, DemoPayload, demo_payload
@@ -118,10 +119,10 @@ def test_demo_payload_refuses_with_the_field_named(payload, message):
 def test_a_terminated_ignored_cancel_ends_cancelled_on_every_path():
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)
     escalated = Outcome("failed", "terminated: cancel not honoured within 60 s", at, at, "run")
-    assert Scheduler._as_escalated(escalated) == Outcome(
+    assert Sync._as_escalated(escalated) == Outcome(
         "cancelled", "cancel not honoured within 60 s: terminated", at, at, "run")
     other = Outcome("failed", "terminated: by an operator", at, at, "run")
-    assert Scheduler._as_escalated(other) is other
+    assert Sync._as_escalated(other) is other
 
 
 @pytest.mark.django_db(transaction=True)

@@ -116,28 +116,23 @@ def test_the_lease_is_renewed_while_the_loop_is_blocked(redis_url):
     s = scheduler(redis_url=redis_url, lease_ttl_s=1.0)
 
     async def go() -> tuple[bool, bool]:
-        import redis.asyncio as aredis
-
-        from fairsched.engine.lease import Lease
-
-        s.redis = aredis.Redis.from_url(redis_url)
-        s.lease = Lease(s.redis, s.LEASE_TTL_S)
-        assert await s.lease.acquire()
+        lease = s.leadership.lease  # the Redis lease port
+        assert await lease.acquire()
         s.leading = True
-        s._lease_ok_until = time.monotonic() + s.LEASE_TTL_S
-        keeper = asyncio.create_task(s._keep_lease())
+        s.leadership.ok_until = time.monotonic() + s.LEASE_TTL_S
+        keeper = asyncio.create_task(s.leadership._keep_lease())
         await asyncio.sleep(0.05)
         time.sleep(3 * s.LEASE_TTL_S)  # the loop is blocked: no task runs
         may = s.may_dispatch()
-        held = await s.lease.holder() == s.lease.token
+        held = await lease.holder() == lease.token
         keeper.cancel()
         await asyncio.gather(keeper, return_exceptions=True)
-        await s.redis.aclose()
+        await lease.aclose()
         return may, held
 
     may, held = asyncio.run(go())
     assert held and may
-    assert not s._lost_lease
+    assert not s.leadership.lost
 
 
 def test_a_renewal_in_flight_when_the_stop_releases_the_lease_cannot_take_it_back(redis_url, monkeypatch):
@@ -152,8 +147,9 @@ def test_a_renewal_in_flight_when_the_stop_releases_the_lease_cannot_take_it_bac
     from fairsched.engine.lease import Lease
 
     s = scheduler(redis_url=redis_url, lease_ttl_s=1.0)
-    s.lease = Lease(None, s.LEASE_TTL_S)
-    assert s.lease.acquire_sync(redis.Redis.from_url(redis_url))
+    s.leadership.started = True  # as run() does: there is a lease to release
+    lease = s.leadership.lease.lease  # the Lease behind the Redis lease port
+    assert lease.acquire_sync(redis.Redis.from_url(redis_url))
     in_renewal, go_on = threading.Event(), threading.Event()
     real = Lease.acquire_sync
 
@@ -165,17 +161,17 @@ def test_a_renewal_in_flight_when_the_stop_releases_the_lease_cannot_take_it_bac
     monkeypatch.setattr(Lease, "acquire_sync", held_renewal)
 
     async def go() -> None:
-        keeper = asyncio.create_task(s._keep_lease())
+        keeper = asyncio.create_task(s.leadership._keep_lease())
         assert await asyncio.to_thread(in_renewal.wait, 10)
         threading.Timer(0.3, go_on.set).start()   # the renewal goes on while the stop releases
-        await asyncio.to_thread(s._close_lease, 5.0)
-        s._lease_gen += 1
+        await asyncio.to_thread(s.leadership._close_lease, 5.0)
+        s.leadership.gen += 1
         keeper.cancel()
         await asyncio.gather(keeper, return_exceptions=True)
 
     asyncio.run(go())
     time.sleep(2 * s.LEASE_RENEW_S)   # a keeper still running would renew by now
-    assert redis.Redis.from_url(redis_url).get(s.lease.key) is None
+    assert redis.Redis.from_url(redis_url).get(lease.key) is None
 
 
 # --- incremental resync and its safety net ---------------------------------------------------
@@ -194,7 +190,7 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
 
     # A bulk ORM update that sets updated_at (as every service does): the next incremental read has it.
     Chart.objects.filter(pk__in=ids[:2]).update(paused=True, updated_at=timezone.now())
-    asyncio.run(s._resync())
+    asyncio.run(s.sync._resync())
     assert set(s.state.queue.paused) == {str(ids[0]), str(ids[1])}
 
     # QuerySet.update() leaves auto_now alone, and so does raw SQL: the incremental read misses
@@ -203,12 +199,12 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
     with connection.cursor() as cur:
         cur.execute("UPDATE charts_chart SET state = 'cancelled' WHERE id = %s", [ids[3]])
         cur.execute("DELETE FROM charts_chart WHERE id = %s", [ids[4]])
-    asyncio.run(s._resync())
+    asyncio.run(s.sync._resync())
     assert str(ids[3]) in s.state.queue and str(ids[4]) in s.state.queue
-    s._full_resync = (0, set())
+    s.sync._full_resync = (0, set())
     steps = 0
-    while s._full_resync is not None:
-        asyncio.run(s._full_resync_step())
+    while s.sync._full_resync is not None:
+        asyncio.run(s.sync._full_resync_step())
         steps += 1
     assert steps == 3  # 6 active charts, 3 per chunk, then the last (short) read
     assert str(ids[3]) not in s.state.queue and str(ids[4]) not in s.state.queue

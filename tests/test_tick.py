@@ -14,10 +14,10 @@ from collections import defaultdict
 from datetime import datetime, timezone
 
 import pytest
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.engine import db
+from fairsched.engine.ports import AlreadyStarted, StartFailed, WorkflowNotFound
 from fairsched.engine.scheduler import Scheduler
 from fairsched.core import first_head_of_backlog, head_of_backlog
 from fairsched.engine.state import FINAL, ChartRow, Config, OrgRow, World
@@ -46,6 +46,18 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.mono += seconds
         self.wall += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+    def sleep_blocking(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        if not event.is_set():
+            self.advance(timeout_s)
+        return event.is_set()
 
 
 class FakeStore:
@@ -175,7 +187,9 @@ class FakeStore:
 
 
 class FakeTemporal:
-    """Workflows run until the test closes them (:meth:`close`); starts can be made to fail."""
+    """Workflows run until the test closes them (:meth:`close`); starts can be made to fail.
+    Its errors are the Temporal port's (:mod:`fairsched.engine.temporal_port`), a failed
+    start judged as the real port judges Temporal's error (``StartFailed.of``)."""
 
     def __init__(self) -> None:
         self.runs: dict[int, str] = {}
@@ -194,11 +208,11 @@ class FakeTemporal:
         pk = chart.chart_id
         self.start_calls.append(pk)
         if self.unavailable:
-            raise rpc(RPCStatusCode.UNAVAILABLE, "connection refused")
+            raise StartFailed.of(rpc(RPCStatusCode.UNAVAILABLE, "connection refused"))
         if pk in self.refuse:
-            raise self.refuse[pk]
+            raise StartFailed.of(self.refuse[pk])
         if pk in self.outcomes:
-            raise WorkflowAlreadyStartedError(workflow_id(pk), temporal_type)
+            raise AlreadyStarted(f"{workflow_id(pk)}: {temporal_type}")
         return self.runs.setdefault(pk, f"run-{pk}")
 
     def close(self, pk: int, state: str = "succeeded", error: str = "") -> None:
@@ -208,7 +222,7 @@ class FakeTemporal:
 
     async def outcome(self, chart_id):
         if chart_id not in self.runs:
-            raise rpc(RPCStatusCode.NOT_FOUND, "workflow not found")
+            raise WorkflowNotFound("workflow not found", "NOT_FOUND")
         return self.outcomes.get(chart_id)
 
     async def describe(self, chart_id):
@@ -269,7 +283,7 @@ class Rig:
         await s._take_over()
 
     def renew_lease(self) -> None:
-        self.s._lease_ok_until = self.clock.monotonic() + self.s.LEASE_TTL_S
+        self.s.leadership.ok_until = self.clock.monotonic() + self.s.LEASE_TTL_S
 
     async def tick(self) -> None:
         await self.s.tick()
@@ -343,10 +357,10 @@ async def test_a_chart_whose_turn_has_come_starts_before_the_tick_does_its_chunk
         return await start(**kw)
 
     r.store.read_active_chunk, r.temporal.start = read_active_chunk, started
-    r.s._full_resync_due = r.clock.monotonic()  # due now
+    r.s.sync._full_resync_due = r.clock.monotonic()  # due now
     await r.tick()
     assert steps == ["start", "chunk"]
-    assert r.temporal.start_calls == [1] and r.s._full_resync is None  # 3 charts: one chunk was all
+    assert r.temporal.start_calls == [1] and r.s.sync._full_resync is None  # 3 charts: one chunk was all
 
 
 async def test_a_start_refused_for_good_fails_the_chart_and_the_order_moves_on(rig):
@@ -490,7 +504,7 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     r.store.whole_gate.set()
     for _ in range(50):
         await settle()
-        if s._whole_ready is not None:
+        if s.startup._whole_ready is not None:
             break
     await r.tick()
     assert not s.state.partial
@@ -526,7 +540,7 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     await r.lead()
     for _ in range(50):
         await settle()
-        if s._whole_ready is not None:
+        if s.startup._whole_ready is not None:
             break
     await r.tick()
     assert not s.state.partial and s.state.queue.order() == order
@@ -561,7 +575,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     r.store.whole_gate.set()
     for _ in range(50):
         await settle()
-        if s._whole_ready is not None:
+        if s.startup._whole_ready is not None:
             break
     r.temporal.close(2)
     await settle()
@@ -587,7 +601,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     await r.lead()
     for _ in range(50):
         await settle()
-        if s2._whole_ready is not None or not s2.state.partial:
+        if s2.startup._whole_ready is not None or not s2.state.partial:
             break
     await r.tick()
     assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]

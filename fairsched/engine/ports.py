@@ -1,11 +1,12 @@
-"""What the live scheduler (:mod:`fairsched.engine.scheduler`) talks to, as four small ports.
+"""What the live scheduler (:mod:`fairsched.engine.scheduler`) talks to, as six small ports.
 
 The scheduler takes each in its constructor; the defaults here are the real ones, so
 ``runscheduler`` builds exactly what it always ran. Tests hand it fakes instead
 (``tests/test_tick.py``: no Temporal, no Redis, a clock they move by hand).
 
 * :class:`Clock`: ``monotonic()`` for every interval, deadline and backoff; ``time()``
-  (epoch seconds) for what is written down or published.
+  (epoch seconds) for what is written down or published; and every wait: ``sleep()``,
+  ``sleep_blocking()`` (in a thread), ``wait()`` (an event, at most so long).
 * :class:`Store`: the database functions of :mod:`fairsched.engine.db` the scheduler
   calls. :class:`DbStore` runs each in the one database thread
   (``sync_to_async(thread_sensitive=True)``), as the scheduler always has.
@@ -13,8 +14,15 @@ The scheduler takes each in its constructor; the defaults here are the real ones
   is current) and the dashboards' live updates (a snapshot was stored, an event).
 * :class:`TemporalPort`: the Temporal calls, by chart id: start, outcome (describe),
   describe, cancel, terminate, wait for the result, list the running chart workflows.
-  Errors are Temporal's own (``RPCError`` with ``NOT_FOUND`` for an unknown workflow,
-  ``WorkflowAlreadyStartedError`` for a chart whose workflow already closed).
+  Errors are the port's own (:mod:`fairsched.engine.temporal_port`, which classifies
+  Temporal's): ``WorkflowNotFound``, ``AlreadyStarted``, ``TemporalError``, ``StartFailed``.
+* :class:`LeasePort`: the one-active-scheduler lease (acquire, renew from the keeper's
+  thread, release for good, who holds it).
+* :class:`NotificationSource`: the scheduler's notifications (:mod:`common.notify`), one
+  subscription at a time.
+
+The lease and the notifications are Redis (:mod:`fairsched.engine.redis_ports`); a port
+that cannot reach its service raises :class:`Unavailable`.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import redis
+import redis.asyncio as aredis
 from asgiref.sync import sync_to_async
 
 from common import live_updates
@@ -35,8 +44,15 @@ from common import snapshot as snapshot_store
 from fairsched.core import RoundState
 from fairsched.engine import db
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
-from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
-from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, workflow_id
+from fairsched.engine.temporal_port import (  # noqa: F401 - the Temporal port's errors and real port
+    AlreadyStarted,
+    StartFailed,
+    TemporalClient,
+    TemporalError,
+    WorkflowNotFound,
+)
+from fairsched.temporal.client import Outcome
+from fairsched.temporal.shared import ChartInput
 
 log = logging.getLogger("fairsched.engine")
 
@@ -45,16 +61,38 @@ log = logging.getLogger("fairsched.engine")
 class Clock(Protocol):
     def monotonic(self) -> float: ...
     def time(self) -> float: ...
+    async def sleep(self, seconds: float) -> None: ...
+    def sleep_blocking(self, seconds: float) -> None:
+        """Sleep in a thread of its own (the lease keeper)."""
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        """Wait for ``event``, at most ``timeout_s``: True if it was set."""
 
 
 class SystemClock:
-    """The real clock: :func:`time.monotonic` and :func:`time.time`."""
+    """The real clock: :func:`time.monotonic` and :func:`time.time`, real sleeps."""
 
     def monotonic(self) -> float:
         return time.monotonic()
 
     def time(self) -> float:
         return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def sleep_blocking(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(event.wait(), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+class Unavailable(Exception):
+    """A port's service (Redis) does not answer: retry later."""
 
 
 # ==================================================================== store
@@ -182,11 +220,22 @@ class Publisher(Protocol):
 
 class LivePublisher:
     """The real publisher: :mod:`common.snapshot` in Redis, and the live updates to open
-    pages (:mod:`common.live_updates`, the one send path). ``redis_client``: the
-    scheduler's asyncio Redis client, when it has one."""
+    pages (:mod:`common.live_updates`, the one send path). It confirms the snapshot with
+    an asyncio Redis client of its own (made on first use, in the loop)."""
 
-    def __init__(self, redis_client: Callable[[], Any]) -> None:
-        self._redis = redis_client
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self._client: aredis.Redis | None = None
+
+    def _redis(self) -> aredis.Redis:
+        if self._client is None:
+            self._client = aredis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=1)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
 
     def store_snapshot(self, snap: dict, rows: list[dict], per_org: dict) -> int:
         return snapshot_store.store(snap, rows, per_org)
@@ -219,60 +268,57 @@ class TemporalPort(Protocol):
     async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
                     execution_timeout_s: int) -> str:
         """Start (or find: USE_EXISTING) workflow ``chart-<pk>``; its run id. Raises
-        ``WorkflowAlreadyStartedError`` if it already closed (REJECT_DUPLICATE)."""
+        ``AlreadyStarted`` if it already closed (REJECT_DUPLICATE), ``StartFailed`` (judged)
+        if it did not start."""
     async def outcome(self, chart_id: int) -> Outcome | None:
-        """How the chart's workflow ended, None while it runs (``RPCError`` NOT_FOUND: unknown)."""
+        """How the chart's workflow ended, None while it runs (``WorkflowNotFound``: unknown)."""
     async def describe(self, chart_id: int) -> None:
-        """Raises ``RPCError`` (NOT_FOUND when Temporal does not know the workflow)."""
-    async def cancel(self, chart_id: int) -> None: ...
-    async def terminate(self, chart_id: int, reason: str) -> None: ...
+        """Raises ``WorkflowNotFound`` when Temporal does not know the workflow, ``TemporalError``."""
+    async def cancel(self, chart_id: int) -> None:
+        """Request cancellation (``WorkflowNotFound``: no such workflow, ``TemporalError``)."""
+    async def terminate(self, chart_id: int, reason: str) -> None:
+        """Terminate the workflow (``WorkflowNotFound``: it closed already, ``TemporalError``)."""
     async def wait_closed(self, chart_id: int) -> None:
         """Return when the chart's workflow closes, whichever way."""
     def running(self) -> AsyncIterator[tuple[str, str]]:
         """(workflow id, run id) of this app's running chart workflows."""
 
 
-class TemporalClient:
-    """The real Temporal port: :mod:`fairsched.temporal.client` over one ``temporalio`` client."""
+# ==================================================================== lease and notifications
+class LeaseKeeper(Protocol):
+    """The lease keeper's own connection (used from its thread only)."""
 
-    def __init__(self, address: str, namespace: str) -> None:
-        self.address, self.namespace = address, namespace
-        self.client = None
+    def renew(self) -> bool:
+        """Renew (or take again, if free) the lease; False: another scheduler holds it. Raises Unavailable."""
+    def close(self) -> None: ...
 
-    async def connect(self) -> None:
-        self.client = await connect(self.address, self.namespace)
 
-    def _handle(self, chart_id: int):
-        return self.client.get_workflow_handle(workflow_id(chart_id))
+class LeasePort(Protocol):
+    """One active scheduler: a lease with a time to live, renewed while alive."""
 
-    async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
-                    execution_timeout_s: int) -> str:
-        handle = await start_chart(self.client, temporal_type=temporal_type, task_queue=task_queue, chart=chart,
-                                   execution_timeout_s=execution_timeout_s)
-        return handle.result_run_id or ""
+    token: str
 
-    async def outcome(self, chart_id: int) -> Outcome | None:
-        return await outcome_of(self._handle(chart_id))
+    async def acquire(self) -> bool:
+        """Take the lease if free (or ours already); raises :class:`Unavailable`."""
+    async def holder(self) -> str | None:
+        """Who holds it (its token), None if nobody; raises :class:`Unavailable`."""
+    def keeper(self) -> LeaseKeeper:
+        """A connection for the keeper's thread."""
+    def release_now(self, timeout_s: float) -> None:
+        """Release it, only if still ours, synchronously (a stop, a forced exit); raises Unavailable."""
+    async def aclose(self) -> None: ...
 
-    async def describe(self, chart_id: int) -> None:
-        await self._handle(chart_id).describe(rpc_timeout=RPC_TIMEOUT)
 
-    async def cancel(self, chart_id: int) -> None:
-        await self._handle(chart_id).cancel(rpc_timeout=RPC_TIMEOUT)
+class Subscription(Protocol):
+    async def next_note(self, timeout_s: float) -> dict | None:
+        """The next notification (a malformed one reads ``{"kind": "resync"}``), None if none
+        came within ``timeout_s``; raises :class:`Unavailable`."""
+    async def aclose(self) -> None: ...
 
-    async def terminate(self, chart_id: int, reason: str) -> None:
-        await self._handle(chart_id).terminate(reason=reason, rpc_timeout=RPC_TIMEOUT)
 
-    async def wait_closed(self, chart_id: int) -> None:
-        from temporalio.client import WorkflowFailureError
+class NotificationSource(Protocol):
+    """The scheduler's notifications (:mod:`common.notify`)."""
 
-        try:
-            await self._handle(chart_id).result()
-        except WorkflowFailureError:
-            pass
-
-    async def running(self) -> AsyncIterator[tuple[str, str]]:
-        # Only this app's running workflows, however busy a shared namespace is.
-        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{WORKFLOW_ID_PREFIX}"'
-        async for wf in self.client.list_workflows(query, page_size=1000, rpc_timeout=RPC_TIMEOUT):
-            yield wf.id, wf.run_id
+    async def subscribe(self) -> Subscription:
+        """Subscribe (raises :class:`Unavailable`); a message sent before this is not seen."""
+    async def aclose(self) -> None: ...

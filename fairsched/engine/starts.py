@@ -1,7 +1,9 @@
 """Which workflow-start errors a retry can cure, and how long one chart may keep trying.
 
-Pure (no I/O, no clock): the live loop (:mod:`fairsched.engine.scheduler`) asks
-:meth:`StartFailures.verdict` after each failed start and carries out the answer.
+Pure (no I/O, no clock): the dispatcher (:mod:`fairsched.engine.dispatcher`) asks
+:meth:`StartFailures.verdict` after each failed start and carries out the answer. The
+Temporal port judges the error itself (:func:`fairsched.engine.temporal_port.classify`,
+re-exported here): a failed start reaches the dispatcher as a ``StartFailed``.
 
 The rule, in the order it applies:
 
@@ -28,49 +30,15 @@ afresh (a bound per process, never an unbounded loop).
 """
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
-from temporalio.service import RPCError, RPCStatusCode
+# The classification is the Temporal port's (it knows Temporal's errors); re-exported here.
+from fairsched.engine.temporal_port import PERMANENT, TRANSIENT, UNKNOWN, classify, describe
 
-PERMANENT, TRANSIENT, UNKNOWN = "permanent", "transient", "unknown"
+__all__ = ["MAX_UNKNOWN_ATTEMPTS", "PERMANENT", "TRANSIENT", "UNKNOWN", "StartFailures", "Verdict", "classify",
+           "describe"]
+
 MAX_UNKNOWN_ATTEMPTS = 5
-
-_TRANSIENT_STATUS = frozenset({
-    RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
-    RPCStatusCode.NOT_FOUND, RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED,
-})
-_SIZE_WORDS = ("larger than max", "message size", "message too large")
-# What the data converter raises for an input it cannot encode (json.dumps and friends).
-_SERIALISE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError, UnicodeError)
-
-
-def classify(exc: BaseException) -> str:
-    """:data:`PERMANENT`, :data:`TRANSIENT` or :data:`UNKNOWN` for a failed start."""
-    if isinstance(exc, RPCError):
-        if exc.status == RPCStatusCode.INVALID_ARGUMENT:
-            return PERMANENT
-        if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
-            text = (exc.message or str(exc)).lower()
-            return PERMANENT if any(w in text for w in _SIZE_WORDS) else TRANSIENT
-        if exc.status in _TRANSIENT_STATUS:
-            return TRANSIENT
-        return UNKNOWN
-    if isinstance(exc, _SERIALISE_ERRORS):
-        return PERMANENT
-    if isinstance(exc, (asyncio.TimeoutError, ConnectionError)):
-        return TRANSIENT
-    return UNKNOWN
-
-
-def describe(exc: BaseException) -> str:
-    """One line for a chart's ``error``: what refused it and why."""
-    if isinstance(exc, RPCError):
-        return f"Temporal refused to start the workflow ({exc.status.name if exc.status else 'error'}): " \
-               f"{exc.message or exc}"
-    if isinstance(exc, _SERIALISE_ERRORS):
-        return f"the workflow input cannot be serialised ({type(exc).__name__}): {exc}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True, slots=True)

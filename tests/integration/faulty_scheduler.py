@@ -96,13 +96,13 @@ def main(argv: list[str]) -> None:
                     return Effects() if gate.exists() else await chunk()
                 scheduler._backfill_step = gated_chunk
             if faults.whole_gate:
-                whole_gate, build = Path(faults.whole_gate), scheduler._build
+                whole_gate, build = Path(faults.whole_gate), scheduler.startup._build
 
                 async def gated_build(*args):
                     while whole_gate.exists():
                         await asyncio.sleep(0.05)
                     return await build(*args)
-                scheduler._build = gated_build
+                scheduler.startup._build = gated_build
             return scheduler
 
     FaultyCommand().run_from_argv(["manage.py", "runscheduler", *rest])
