@@ -1,0 +1,62 @@
+"""A fake host for the scheduler's collaborators: the ports are ``tests/test_tick.py``'s
+fakes, the tunables the scheduler's own, and the loop's bookkeeping plain attributes.
+Each collaborator is driven alone, the way ``test_tick.py`` drives ``tick()``."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fairsched.core import RoundSaver
+from fairsched.engine.host import Backoff
+from fairsched.engine.scheduler import Scheduler
+from fairsched.engine.state import LiveState, OrgRow
+from tests.test_tick import FakeClock, FakePublisher, FakeStore, FakeTemporal, settle  # noqa: F401
+
+
+class FakeHost:
+    """What a collaborator sees of the loop (:class:`fairsched.engine.host.Host`)."""
+
+    def __init__(self, budget: int = 1, charts: int = 3, weights=(1,), costs=None) -> None:
+        for name in dir(Scheduler):
+            if name.isupper():
+                setattr(self, name, getattr(Scheduler, name))
+        self.clock, self.temporal, self.publisher = FakeClock(), FakeTemporal(), FakePublisher()
+        self.store = FakeStore(budget, [OrgRow(i + 1, f"Org {i + 1}", f"org-{i + 1}", w)
+                                        for i, w in enumerate(weights)], costs)
+        for pk in range(1, charts + 1):
+            self.store.add(pk, 1 + (pk - 1) % len(weights))
+        self.state: LiveState | None = None
+        self.leading = True
+        self.phase = "test"
+        self.task_queue = "q"
+        self.watch_results = True
+        self.eta_pass_in = "thread"
+        self._rounds = RoundSaver(None)
+        self._notes: list[dict] = []
+        self._finished: list = []
+        self._tasks: list[asyncio.Task] = []
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._resync_requested = False
+        self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
+                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel", "rounds")}
+        self.guarded: list[str] = []
+        self.slept: list[float] = []
+
+    async def load(self) -> LiveState:
+        """The state as a plain start loads it (the whole backlog, no round saved)."""
+        world = await self.store.read_world()
+        self._install(LiveState(world, observe_arrivals=False), RoundSaver(world.rounds))
+        return self.state
+
+    def _install(self, state: LiveState, rounds: RoundSaver) -> None:
+        self.state, self._rounds = state, rounds
+
+    async def _sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        await self.clock.sleep(seconds)
+
+    async def _guarded(self, name: str, step: Any) -> Any:
+        self.guarded.append(name)
+        result = await step()
+        return result if result is not None else True

@@ -1,0 +1,100 @@
+"""The dispatcher alone (:mod:`fairsched.engine.dispatcher`): plan, start, commit, with
+the fakes of ``tests/test_tick.py`` behind a fake host."""
+from __future__ import annotations
+
+import pytest
+from temporalio.service import RPCStatusCode
+
+from fairsched.engine.dispatcher import Dispatcher
+from fairsched.engine.eta_passes import EtaPasses
+from fairsched.engine.ports import StartFailed
+from fairsched.engine.starts import UNKNOWN
+from fairsched.engine.sync import Sync
+from tests.engine.fakes import FakeHost
+from tests.test_tick import rpc
+
+
+@pytest.fixture
+async def dispatcher():
+    host = FakeHost(budget=2, charts=3)
+    await host.load()
+    sync = Sync(host)
+    d = Dispatcher(host, sync, EtaPasses(host))
+    yield d
+    sync.stop_watching()
+
+
+async def test_the_head_of_the_order_that_fits_starts_and_is_committed(dispatcher):
+    host = dispatcher.host
+    fx = await dispatcher._dispatch()
+    assert host.temporal.start_calls == [1, 2] and dispatcher.starts == 2
+    assert host.store.state(1) == host.store.state(2) == "running" and set(host.state.running) == {1, 2}
+    assert [e["kind"] for e in fx.events] == ["dispatch", "dispatch"]
+    assert set(dispatcher.sync._watchers) == {1, 2}
+    assert await dispatcher._plan(fx) is None  # the budget is full
+
+
+async def test_a_row_that_moved_is_applied_and_the_plan_made_again(dispatcher):
+    host = dispatcher.host
+    host.store.set(1, paused=True)  # paused in the database, not yet in memory
+    await dispatcher._dispatch()
+    assert host.temporal.start_calls == [2, 3] and host.state.queue.get("1").paused
+
+
+async def test_a_start_refused_for_good_fails_the_chart(dispatcher):
+    host = dispatcher.host
+    host.temporal.refuse[1] = rpc(RPCStatusCode.INVALID_ARGUMENT, "Blob data size exceeds limit.")
+    await dispatcher._dispatch()
+    assert host.store.state(1) == "failed" and host.store.errors[1].startswith("cannot start: Temporal refused")
+    assert host.store.state(2) == "running" and host._backoff["dispatch"].ready(host.clock.monotonic())
+
+
+async def test_temporal_unavailable_keeps_the_chart_in_place_and_backs_dispatch_off(dispatcher):
+    host = dispatcher.host
+    host.temporal.unavailable = True
+    await dispatcher._dispatch()
+    assert host.store.state(1) == "queued" and "1" in host.state.queue
+    assert not host._backoff["dispatch"].ready(host.clock.monotonic())
+
+
+async def test_a_workflow_that_already_closed_is_recorded_not_started_again(dispatcher):
+    host = dispatcher.host
+    host.temporal.runs[1] = "run-1"
+    host.temporal.close(1, "failed", "boom")
+    await dispatcher._dispatch()
+    assert host.store.state(1) == "failed" and host.store.errors[1] == "boom"
+    assert 1 not in host.state.running and dispatcher.starts == 1  # only chart 2 started
+
+
+async def test_an_unknown_start_error_fails_the_chart_only_after_the_bound_unless_temporal_knows_it(dispatcher):
+    host = dispatcher.host
+    odd = StartFailed(UNKNOWN, "RuntimeError: odd", "odd")
+    starts = __import__("fairsched.engine.dispatch", fromlist=["Starts"]).Starts()
+    for _ in range(dispatcher._start_failures.max_unknown - 1):
+        await dispatcher._judge_start_failure(1, "1", "DemoChart on q", odd, starts)
+    assert starts.refused == {} and starts.retry == ["1"] * (dispatcher._start_failures.max_unknown - 1)
+    host.temporal.runs[1] = "run-1"  # it started after all
+    await dispatcher._judge_start_failure(1, "1", "DemoChart on q", odd, starts)
+    assert starts.refused == {}
+    assert await dispatcher._workflow_known(1) and not await dispatcher._workflow_known(99)
+
+
+async def test_a_payload_that_is_not_an_object_is_refused_without_a_start(dispatcher):
+    host = dispatcher.host
+    host.store.payloads[1] = [1, 2]
+    await dispatcher._dispatch()
+    assert host.store.state(1) == "failed" and "must be a JSON object" in host.store.errors[1]
+    assert 1 not in host.temporal.start_calls
+
+
+async def test_a_row_that_moved_between_start_and_commit_is_followed(dispatcher):
+    host = dispatcher.host
+    real = host.store.mark_running
+
+    async def cancelled_meanwhile(items, rounds=None):
+        host.store.set(1, state="cancelled")
+        return await real(items, rounds)
+    host.store.mark_running = cancelled_meanwhile
+    await dispatcher._dispatch()
+    assert host.temporal.cancels == [1] and 2 in host.state.running  # 1 holds its cost until its workflow closes
+    assert 1 in dispatcher.sync._cancel_sent_at

@@ -1,0 +1,104 @@
+"""The ETA passes alone (:mod:`fairsched.engine.eta_passes`): when a pass runs, what it
+publishes and keeps, the first ETAs, the confirmation, the live updates."""
+from __future__ import annotations
+
+import pytest
+
+from fairsched.engine.eta_passes import EtaColumns, EtaPasses
+from fairsched.engine.state import Effects
+from fairsched.core import Eta
+from tests.engine.fakes import FakeHost
+
+
+@pytest.fixture
+async def etas():
+    host = FakeHost(budget=1, charts=3)
+    await host.load()
+    yield EtaPasses(host)
+    for task in host._tasks:
+        task.cancel()
+
+
+async def run_pass(etas: EtaPasses) -> None:
+    task = etas._eta_task
+    assert task is not None
+    await task
+
+
+async def test_a_pass_runs_at_once_at_the_start_publishes_and_keeps_the_head(etas):
+    host = etas.host
+    etas._schedule_eta(Effects(), host.clock.monotonic())
+    assert etas._eta_task is not None and etas._eta_task in host._tasks
+    await run_pass(etas)
+    assert host.publisher.snapshots == 1 and etas._published_seq == 1
+    assert etas._eta_task is None and host._tasks == [] and host._wake.is_set()
+    assert set(etas._last_report[0]) == {"1", "2", "3"}
+    assert host.guarded == ["eta"]
+    assert host.state.unpromised == set()  # the first ETAs were recorded
+
+
+async def test_with_nothing_changing_the_next_pass_waits_the_interval(etas):
+    host = etas.host
+    etas._schedule_eta(Effects(), host.clock.monotonic())
+    await run_pass(etas)
+    etas._schedule_eta(Effects(), host.clock.monotonic())
+    assert etas._eta_task is None  # not due
+    host.clock.advance(host.state.config.eta_interval_s)
+    etas._schedule_eta(Effects(), host.clock.monotonic())
+    assert etas._eta_task is not None
+
+
+async def test_a_change_brings_the_next_pass_forward(etas):
+    host = etas.host
+    etas._schedule_eta(Effects(), host.clock.monotonic())
+    await run_pass(etas)
+    host.clock.advance(host.ETA_SOON_MIN_GAP_S)
+    etas._schedule_eta(Effects(events=[{"kind": "queued", "chart": 1}]), host.clock.monotonic())
+    assert etas._eta_task is not None
+
+
+async def test_the_snapshot_is_confirmed_about_once_a_second_while_leading(etas):
+    host = etas.host
+    confirmed = []
+
+    async def confirm(seq, at):
+        confirmed.append(seq)
+    host.publisher.confirm_snapshot = confirm
+    await etas._confirm_snapshot()
+    assert confirmed == []  # nothing published yet
+    etas._published_seq = 4
+    await etas._confirm_snapshot()
+    await etas._confirm_snapshot()
+    assert confirmed == [4]
+    host.clock.advance(1.0)
+    host.leading = False
+    await etas._confirm_snapshot()
+    assert confirmed == [4]
+
+
+async def test_the_eta_in_force_is_the_last_passs_else_the_mean_from_now(etas):
+    host = etas.host
+    r = type("R", (), {"id": 1, "org": 1, "workflow": "code"})()
+    finish, _ = etas._eta_in_force(r, 100.0)
+    assert finish == 100.0 + host.state.forecast.mean("1", "code")
+    etas._last_report = ({"1": Eta(5.0, 7.0)}, 50.0)
+    assert etas._eta_in_force(r, 100.0)[0] == 57.0
+
+
+async def test_first_etas_are_recorded_only_for_charts_not_promised_meanwhile(etas):
+    host = etas.host
+    recorded = []
+
+    async def record(rows):
+        recorded.append(set(rows))
+        return len(rows)
+    host.store.record_first_etas = record
+    host.state.unpromised.discard("2")  # promised at its dispatch since the pass began
+    await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in "123"}, "123"), 0.0)
+    assert recorded == [{1, 3}] and host.state.unpromised == set()
+
+
+async def test_many_events_go_out_as_one_batch(etas):
+    host = etas.host
+    await etas._broadcast([{"kind": "queued", "chart": i} for i in range(host.MAX_EVENTS_PER_TICK + 1)])
+    assert [e["kind"] for e in host.publisher.events] == ["batch"]

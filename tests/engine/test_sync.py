@@ -1,0 +1,165 @@
+"""Sync alone (:mod:`fairsched.engine.sync`): notes, resyncs, reconcile, finish, cancels,
+with the fakes of ``tests/test_tick.py`` behind a fake host."""
+from __future__ import annotations
+
+import pytest
+
+from fairsched.engine.state import ChartRow
+from fairsched.engine.sync import Sync
+from fairsched.temporal.client import Outcome
+from tests.engine.fakes import FakeHost, settle
+from tests.test_tick import T0
+
+
+@pytest.fixture
+async def sync():
+    host = FakeHost(budget=2, charts=3)
+    await host.load()
+    s = Sync(host)
+    yield s
+    s.stop_watching()
+
+
+async def test_a_note_naming_a_chart_reads_its_row_and_returns_the_change(sync):
+    host = sync.host
+    host.store.add(9, 1)
+    host._notes.append({"kind": "chart", "id": 9})
+    fx = await sync._apply_notes()
+    assert "9" in host.state.queue and [e["kind"] for e in fx.events] == ["queued"]
+    assert host._notes == []
+
+
+async def test_a_note_this_version_does_not_know_asks_for_a_resync(sync):
+    sync.host._notes.append({"kind": "what"})
+    await sync._apply_notes()
+    assert sync.host._resync_requested
+
+
+async def test_a_failed_note_batch_keeps_its_notes_for_the_next_try(sync):
+    host = sync.host
+    host._notes.append({"kind": "settings"})
+
+    async def down():
+        raise OSError("database down")
+    host.store.read_config = down
+    with pytest.raises(OSError):
+        await sync._apply_notes()
+    assert host._notes == [{"kind": "settings"}]
+
+
+async def test_the_incremental_resync_applies_what_changed_and_moves_the_watermark(sync):
+    host = sync.host
+    host.store.set(2, paused=True)
+    await sync._resync()
+    assert host.state.queue.get("2").paused and sync._watermark is not None
+    assert not host._resync_requested
+
+
+async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_returned(sync):
+    host = sync.host
+    host.FULL_RESYNC_CHUNK = 2
+    del host.store.rows[3]  # deleted by raw SQL: no chunk returns it
+    host.clock.advance(host.FULL_RESYNC_S)
+    assert sync._full_resync_wanted(host.clock.monotonic())
+    await sync._full_resync_step()
+    assert sync._full_resync == (2, {1, 2}) and host._wake.is_set()
+    await sync._full_resync_step()
+    assert sync._full_resync is None and "3" not in host.state.queue
+    assert sync._full_resync_due > host.clock.monotonic()
+
+
+async def test_a_recorded_outcome_frees_the_budget(sync):
+    host = sync.host
+    host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
+    host.store.set(1, state="running")
+    host.temporal.runs[1] = "run-1"
+    host.temporal.close(1)
+    fx = await sync._record(1, host.temporal.outcomes[1], "result")
+    assert host.store.state(1) == "succeeded" and 1 not in host.state.running
+    assert [e["kind"] for e in fx.events] == ["finish"]
+
+
+async def test_the_result_watch_reports_a_closed_workflow(sync):
+    host = sync.host
+    host.temporal.runs[1] = "run-1"
+    sync._watch(1)
+    await settle()
+    host.temporal.close(1)
+    await settle()
+    assert [c for c, _ in host._finished] == [1] and host._wake.is_set()
+    await sync._record_finished()
+    assert host._finished == []
+
+
+async def test_the_result_watch_of_a_workflow_temporal_does_not_know_leaves_it_to_the_reconcile(sync):
+    sync._watch(5)  # never started: the fake's outcome() raises WorkflowNotFound once it "closes"
+    sync.host.temporal.closed[5].set()
+    await settle()
+    assert sync.host._finished == [] and sync._watchers[5].done()
+
+
+async def test_reconcile_requeues_a_running_chart_temporal_does_not_know(sync):
+    host = sync.host
+    host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
+    host.store.set(1, state="running")
+    await sync._reconcile()
+    assert host.store.state(1) == "queued" and 1 not in host.state.running and "1" in host.state.queue
+
+
+async def test_reconcile_adopts_a_workflow_whose_row_is_still_queued(sync):
+    host = sync.host
+    host.temporal.runs[2] = "run-2"  # started, then a crash before the compare-and-set
+    await sync._reconcile()
+    assert host.store.state(2) == "running" and 2 in host.state.running
+    assert host.store.marked[0][:3] == (2, 1, "run-2")
+
+
+async def test_a_cancel_of_an_unknown_workflow_is_requested_all_the_same_and_escalates_after_the_grace(sync):
+    host = sync.host
+    host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
+    host.store.set(1, state="running")
+    host.temporal.runs[1] = "run-1"
+    await sync._cancel(1)
+    assert host.temporal.cancels == [1] and 1 in sync._cancel_sent_at
+    await sync._escalate_cancels()
+    assert host.temporal.terminated == {}  # within the grace
+    host.clock.advance(host.CANCEL_GRACE_S)
+    await sync._escalate_cancels()
+    assert host.temporal.terminated == {1: "cancel not honoured within 60 s"}
+    assert host.store.state(1) == "cancelled" and sync._cancel_sent_at == {}
+
+
+async def test_a_terminated_workflow_that_closed_meanwhile_is_dropped_from_the_escalation(sync):
+    host = sync.host
+    host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
+    sync._cancel_sent_at[1] = host.clock.monotonic() - host.CANCEL_GRACE_S  # the fake does not know it
+
+    async def gone(chart_id, reason):
+        from fairsched.engine.ports import WorkflowNotFound
+        raise WorkflowNotFound("gone", "NOT_FOUND")
+    host.temporal.terminate = gone
+    await sync._escalate_cancels()
+    assert sync._cancel_sent_at == {}
+
+
+async def test_a_closed_now_question_temporal_cannot_answer_is_no(sync):
+    from fairsched.engine.ports import TemporalError
+
+    async def busy(chart_id):
+        raise TemporalError("deadline exceeded", "DEADLINE_EXCEEDED")
+    sync.host.temporal.outcome = busy
+    assert await sync._closed_now(1) is False
+
+
+def test_only_a_terminated_ignored_cancel_is_rewritten_as_cancelled():
+    other = Outcome("failed", "boom", None, None, "")
+    assert Sync._as_escalated(other) is other
+
+
+async def test_a_new_row_in_a_new_org_brings_the_org_in(sync):
+    from fairsched.engine.state import OrgRow
+    host = sync.host
+    host.store.orgs[7] = OrgRow(7, "Org 7", "org-7", 1)
+    host.store.rows[20] = ChartRow(20, 7, "code", "queued", T0 + 20)
+    await sync._apply_rows({20})
+    assert "20" in host.state.queue and 7 in host.state.orgs
