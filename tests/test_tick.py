@@ -377,6 +377,58 @@ async def test_temporal_unavailable_backs_dispatch_off_until_the_clock_moves_on(
     assert r.temporal.start_calls == [1, 1] and r.store.state(1) == "running"
 
 
+@pytest.mark.parametrize("status", [RPCStatusCode.INTERNAL, RPCStatusCode.UNKNOWN, RPCStatusCode.UNAVAILABLE],
+                         ids=["internal", "unknown", "unavailable"])
+async def test_a_server_side_error_never_fails_the_chart_it_keeps_its_place_and_dispatch_backs_off(rig, status):
+    """A proxy in front of Temporal answering HTTP 500 gives INTERNAL or UNKNOWN: Temporal
+    never saw the start, so it is "Temporal unavailable", however long it lasts. (These
+    counted against the chart, which was failed after 5 attempts.)"""
+    r = rig(budget=1, charts=2)
+    r.temporal.refuse[1] = rpc(status, "upstream connect error: HTTP 500")
+    await r.lead()
+    for n in range(1, 3 * r.s._start_failures.max_unknown + 1):
+        await r.tick()
+        assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1", "2"]
+        assert not r.s._backoff["dispatch"].ready(r.clock.monotonic())  # no tight loop
+        r.clock.advance(r.s.BACKOFF_MAX_S)
+        r.renew_lease()
+    assert r.temporal.start_calls == [1] * n  # the head of the order, never passed over
+    assert r.s._start_failures.attempts == {}  # nothing counted against it
+    del r.temporal.refuse[1]
+    await r.tick()
+    assert r.store.state(1) == "running" and r.temporal.start_calls[-1] == 1
+
+
+async def test_a_failing_outcome_after_already_started_leaves_that_chart_and_commits_the_rest(rig):
+    """A start refused as already started (chart 1's workflow ran before) reads the
+    workflow's outcome; when that read fails, chart 1 is left for the next dispatch (or the
+    reconciliation) and chart 2, started in the same dispatch, is still committed. (The
+    error aborted the whole dispatch: chart 2 ran in Temporal with its row queued.)"""
+    r = rig(budget=2, charts=2)
+    r.temporal.runs[1] = "run-old"
+    r.temporal.close(1)  # it ran and closed before this scheduler started
+    outcome = r.temporal.outcome
+    broken = {"on": True}
+
+    async def flaky_outcome(chart_id):
+        if broken["on"] and chart_id == 1:
+            raise rpc(RPCStatusCode.UNAVAILABLE, "connection reset")
+        return await outcome(chart_id)
+
+    await r.lead()
+    r.temporal.outcome = flaky_outcome
+    await r.tick()
+    assert r.store.state(2) == "running" and r.running() == {2}
+    assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1"]
+    assert not r.s._backoff["dispatch"].ready(r.clock.monotonic())
+    broken["on"] = False
+    r.clock.advance(r.s.BACKOFF_MIN_S)
+    r.renew_lease()
+    await r.tick()
+    assert r.store.state(1) == "succeeded"  # its real outcome, recorded; never run again
+    assert r.temporal.runs[1] == "run-old"
+
+
 async def test_dispatch_never_exceeds_the_budget(rig):
     r = rig(budget=3, charts=6, weights=(1, 1), costs={("2", "code"): 2})  # org 2's charts cost 2
     await r.lead()
