@@ -234,8 +234,12 @@ class FakePublisher:
     def __init__(self) -> None:
         self.events: list[dict] = []
         self.snapshots = 0
+        self.confirms: list[tuple[int, float]] = []  # (seq, at) of each confirmation
+        self.broken: BaseException | None = None  # what storing a snapshot raises
 
     def store_snapshot(self, snap, rows, per_org) -> int:
+        if self.broken is not None:
+            raise self.broken
         self.snapshots += 1
         return self.snapshots
 
@@ -243,7 +247,7 @@ class FakePublisher:
         pass
 
     async def confirm_snapshot(self, seq, at):
-        pass
+        self.confirms.append((seq, at))
 
     async def event(self, event, counters):
         self.events.append(event)
@@ -643,6 +647,70 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
             break
     await r.tick()
     assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
+
+
+async def pass_ends(s: Scheduler) -> None:
+    """Let the ETA pass in flight (in a thread) end, and its bookkeeping run."""
+    for _ in range(500):
+        if s._eta_task is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the ETA pass did not end")
+
+
+async def test_a_snapshot_is_confirmed_only_while_the_passes_succeed(rig):
+    """The scheduler confirms each second that its last snapshot is still current; once an
+    ETA pass fails, that snapshot no longer says what the scheduler knows, and it is
+    confirmed no more (the pages then turn it stale), until a pass succeeds again. (It
+    was confirmed every second however long the passes kept failing: frozen ETAs shown
+    as live.)"""
+    r = rig(budget=1, charts=3)
+    await r.lead()
+
+    async def seconds(n: int) -> None:
+        for _ in range(n):
+            r.clock.advance(1.0)
+            r.renew_lease()
+            await r.tick()
+            await pass_ends(r.s)
+
+    await r.tick()  # dispatches chart 1; the first pass starts
+    await pass_ends(r.s)
+    await seconds(3)
+    assert r.publisher.snapshots >= 1 and r.publisher.confirms[-1][1] > r.clock.time() - 2
+    r.publisher.broken = RuntimeError("the pass cannot store its snapshot")
+    r.temporal.close(1)  # something changes: chart 2 dispatches, a pass is due soon, and fails
+    await settle()
+    await seconds(1)
+    assert r.store.state(2) == "running"
+    await seconds(5)
+    last = r.publisher.confirms[-1][1]
+    await seconds(30)  # the passes keep failing
+    assert r.publisher.confirms[-1][1] == last  # no longer confirmed
+    assert r.publisher.confirms[-1][1] < r.clock.time() - 29
+    r.publisher.broken = None  # the passes succeed again: the new snapshot is confirmed
+    await seconds(12)
+    seq, at = r.publisher.confirms[-1]
+    assert seq == r.publisher.snapshots and at > r.clock.time() - 2
+
+
+async def test_a_pass_that_stored_its_snapshot_and_failed_after_it_still_has_it_confirmed(rig):
+    """The first ETAs are written after the snapshot is stored: a database error there fails
+    the pass (it runs again soon), but the snapshot it stored is complete and current."""
+    r = rig(budget=1, charts=3)
+
+    async def no_database(etas):
+        raise ConnectionError("the database is gone")
+
+    r.store.record_first_etas = no_database
+    await r.lead()
+    await r.tick()
+    await pass_ends(r.s)
+    assert r.publisher.snapshots == 1 and not r.s._backoff["eta"].ready(r.clock.monotonic())
+    r.clock.advance(1.0)
+    r.renew_lease()
+    await r.tick()
+    assert r.publisher.confirms[-1] == (1, r.clock.time())
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():

@@ -462,6 +462,7 @@ class Scheduler:
         if tasks:
             await asyncio.wait(tasks, timeout=self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self._tasks, self._watchers = [], {}
+        self._published_seq = None  # a leader again confirms only what its own passes store
         self.state = None
         self._whole_ready = None
         self._notes.clear()
@@ -1261,8 +1262,16 @@ class Scheduler:
     async def _run_eta_pass(self, captured: PassInput | None, now: float, changes: int) -> None:
         started = self.clock.monotonic()
         queued = len(self.state.queue)
+        before = self._published_seq
+        failed = False
         try:
-            await self._guarded("eta", lambda: self._eta_pass(captured, now))
+            failed = not await self._guarded("eta", lambda: self._eta_pass(captured, now))
+            if failed and self._published_seq == before:
+                # No snapshot from this pass: the last one no longer says what this scheduler
+                # knows (something changed, or the pass would not have run). It is not
+                # confirmed any more, so the pages turn it stale, as they do for a stopped
+                # scheduler, until a pass succeeds.
+                self._published_seq = None
         finally:
             end = self.clock.monotonic()
             self._eta_last_end, self._eta_last_cost = end, end - started
@@ -1273,8 +1282,8 @@ class Scheduler:
             # absolute times and stay true until something changes (which brings the next
             # pass forward, see tick). Between changes the interval grows with the pass's
             # own cost, so an idle scheduler spends at most ~1/ETA_IDLE_COST_FACTOR on it.
-            if self._eta_changes != changes:  # changed while the pass ran: the next one soon
-                interval = self._eta_soon_gap()
+            if failed or self._eta_changes != changes:  # failed, or changed while it ran: the next one soon
+                interval = self._eta_soon_gap()  # (a failed one: no sooner than its backoff, too)
             else:
                 interval = max(self.state.config.eta_interval_s if self.state else 3.0,
                                self.ETA_IDLE_COST_FACTOR * self._eta_last_cost)
@@ -1328,7 +1337,9 @@ class Scheduler:
         """Say, about once a second, that the last published snapshot is this live
         scheduler's latest: readers keep showing it (it stays true while nothing changes,
         and a pass is on its way when something did, however long a large backlog's pass
-        takes); only a scheduler that stopped lets it turn stale."""
+        takes). Only what a pass of this leadership stored is confirmed, and only until a
+        later pass fails without storing one (:meth:`_run_eta_pass`): a scheduler that
+        stopped, stepped down or whose passes fail lets it turn stale."""
         seq = self._published_seq
         if seq is None or not self.leading or self.clock.monotonic() - self._confirmed_at < 1.0:
             return
