@@ -1298,8 +1298,19 @@ class Scheduler:
         if captured is None:
             state = self.state
             timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
-            out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
-                                          timeout_s=timeout, nice=self.ETA_PASS_NICE)
+            try:
+                out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
+                                              timeout_s=timeout, nice=self.ETA_PASS_NICE)
+            except forked.ChildFailed as exc:
+                if exc.reports and self.state is not None:
+                    # It died (or overran) after storing its snapshot, which is complete:
+                    # confirmed and shown like any other. Its ETAs for dispatch and the
+                    # first ETAs come with the next pass, soon (this one still failed).
+                    seq = exc.reports[-1]
+                    log.warning("the ETA pass failed after storing snapshot %d: that snapshot is published", seq)
+                    self._published_seq = seq
+                    await self.publisher.snapshot_stored(seq)
+                raise
         else:
             out = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
@@ -1329,6 +1340,7 @@ class Scheduler:
             snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
             snap["eta_model"] = captured.eta_model
             seq = self.publisher.store_snapshot(snap, rows, per_org)
+            forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
             etas = report.etas
             head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
             return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised))
