@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 import redis
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from common import live_updates
 from common import snapshot as snapshot_store
@@ -187,9 +189,21 @@ class LivePublisher:
 
     def __init__(self, redis_client: Callable[[], Any]) -> None:
         self._redis = redis_client
+        self._store_client: tuple[int, redis.Redis] | None = None  # (pid, client) the passes store with
 
     def store_snapshot(self, snap: dict, rows: list[dict], per_org: dict) -> int:
-        return snapshot_store.store(snap, rows, per_org)
+        return snapshot_store.store(snap, rows, per_org, client=self._client_here())
+
+    def _client_here(self) -> redis.Redis:
+        """A Redis client made in this process, for the pass: a forked child makes its own
+        after the fork. The shared client (``common.notify``) sits behind a lock that
+        the database thread takes to notify; a fork while it held it left the lock held
+        in the child for ever, and the pass hung until it was killed."""
+        pid = os.getpid()
+        if self._store_client is None or self._store_client[0] != pid:
+            self._store_client = (pid, redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2,
+                                                            socket_connect_timeout=1, health_check_interval=30))
+        return self._store_client[1]
 
     async def snapshot_stored(self, seq: int) -> None:
         await live_updates.asend(live_updates.SnapshotStored(seq=seq))
