@@ -128,13 +128,18 @@ class WebhookDelivery(models.Model):
 
 
 class SweepCursor(models.Model):
-    """How far the periodic sweep has looked (by ``Chart.updated_at``)."""
+    """How far the periodic sweep has looked: the position ``(at, after_id)`` on
+    ``(Chart.updated_at, Chart.id)``. A page continues after it (keyset), so any number
+    of charts stamped with one ``updated_at`` are paged through, not re-read."""
 
     name = models.CharField(max_length=50, unique=True)
     at = models.DateTimeField()
+    after_id = models.BigIntegerField(
+        default=0, help_text="The last chart seen at ``at`` (0: none yet, the page starts at ``at``)."
+    )
 
     def __str__(self) -> str:
-        return f"{self.name} @ {self.at}"
+        return f"{self.name} @ {self.at} #{self.after_id}"
 
 
 class OrgClearTime(models.Model):

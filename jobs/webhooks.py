@@ -42,7 +42,8 @@ import django_rq
 import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import CharField, Exists, OuterRef, Q, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 from rq import Retry
 
@@ -357,18 +358,46 @@ def chart_payload(chart: Chart) -> dict[str, Any]:
     }
 
 
+def _has_finished_delivery() -> Exists:
+    """The chart (``OuterRef``) has its ``chart.finished`` delivery: one probe of the unique
+    ``dedupe_key`` index per chart, in the database."""
+    key = Concat(Value("chart.finished:"), Cast(OuterRef("pk"), output_field=CharField()))
+    return Exists(WebhookDelivery.objects.filter(dedupe_key=key))
+
+
 def sweep_finished_charts(now: datetime | None = None) -> int:
     """Create a ``chart.finished`` delivery for each chart of an org with a webhook that
-    reached a final state since the last sweep. Returns how many were created."""
+    reached a final state since the last sweep. Returns how many were created.
+
+    Two reads of at most ``SWEEP_LIMIT`` charts each, both from the cursor's position
+    ``(at, after_id)`` on ``(updated_at, id)``:
+
+    - **the page**: the charts after the position, in that order (keyset). A full page
+      moves the position to its last chart, so the next sweep continues right after it,
+      however many charts share one ``updated_at`` (a bulk cancel stamps them all with
+      one). It used to move a time cursor only, and the next sweep, starting
+      ``SWEEP_OVERLAP`` before it, read the same full page again, for ever. A short page
+      has read everything committed: the position moves to ``now``.
+    - **the overlap**: the charts stamped in the ``SWEEP_OVERLAP`` before the position that
+      still have no delivery. A write stamps ``updated_at`` before it commits, so a row can
+      become visible after a page went past its time; these are found here. The database
+      returns only those (an anti-join on the delivery's key), so a burst already
+      delivered is not loaded again on every sweep for a minute.
+    """
     now = now or timezone.now()
     cursor, _ = SweepCursor.objects.get_or_create(name="chart.finished", defaults={"at": now})
-    since = cursor.at - SWEEP_OVERLAP
-    charts = list(
-        Chart.objects.filter(state__in=FINAL_STATES, updated_at__gte=since)
-        .exclude(org__webhook_url="").select_related("org", "workflow").order_by("updated_at", "id")[:SWEEP_LIMIT]
-    )
-    keys = {f"chart.finished:{c.pk}": c for c in charts}
-    done = set(WebhookDelivery.objects.filter(dedupe_key__in=list(keys)).values_list("dedupe_key", flat=True))
+    final = (Chart.objects.filter(state__in=FINAL_STATES).exclude(org__webhook_url="")
+             .select_related("org", "workflow").order_by("updated_at", "id"))
+    # (updated_at, id) after the position, or at most at it; each written with a range on
+    # updated_at the database can search its index with.
+    after = Q(updated_at__gte=cursor.at) & (Q(updated_at__gt=cursor.at) | Q(pk__gt=cursor.after_id))
+    behind = (Q(updated_at__gte=cursor.at - SWEEP_OVERLAP, updated_at__lte=cursor.at)
+              & (Q(updated_at__lt=cursor.at) | Q(pk__lte=cursor.after_id)))
+    page = list(final.filter(after)[:SWEEP_LIMIT])
+    late = list(final.filter(behind).filter(~_has_finished_delivery())[:SWEEP_LIMIT])
+    keys = {f"chart.finished:{c.pk}": c for c in late + page}
+    done = set(WebhookDelivery.objects.filter(dedupe_key__in=[f"chart.finished:{c.pk}" for c in page])
+               .values_list("dedupe_key", flat=True))  # a final chart written again is seen again
     created = 0
     with transaction.atomic():
         for key, chart in keys.items():
@@ -377,9 +406,11 @@ def sweep_finished_charts(now: datetime | None = None) -> int:
             if webhook_delivery_create(org=chart.org, event=WebhookEvent.CHART_FINISHED,
                                        payload=chart_payload(chart), dedupe_key=key):
                 created += 1
-        # With a full page, continue after the last chart seen rather than skipping to now.
-        cursor.at = charts[-1].updated_at if len(charts) >= SWEEP_LIMIT else max(cursor.at, now)
-        cursor.save(update_fields=["at"])
+        if len(page) >= SWEEP_LIMIT:
+            cursor.at, cursor.after_id = page[-1].updated_at, page[-1].pk
+        elif now > cursor.at:
+            cursor.at, cursor.after_id = now, 0
+        cursor.save(update_fields=["at", "after_id"])
     return created
 
 
