@@ -11,9 +11,10 @@ is the same bytes on every attempt, signed with the org's secret::
 A failed attempt (connection error, timeout, a non-2xx answer; redirects are not
 followed) is retried by rq with the backoff in ``FAIRSCHED_WEBHOOK_RETRY_S``;
 every attempt's outcome and the next retry time are on the row, in the admin.
-The connection checks the addresses the URL's host resolves to and connects to a
-checked one: link-local (cloud metadata), multicast and reserved addresses are
-never reached, loopback and private ones only with FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
+The connection checks the URL's host and the addresses it resolves to, and connects to
+a checked one: cloud metadata services (by name and address), link-local, multicast and
+reserved addresses are never reached, loopback and private ones only with
+FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
 
 Finished charts are found by a periodic sweep over ``Chart.updated_at`` rather
 than a signal: charts finish through several paths (the lifecycle activity,
@@ -143,13 +144,53 @@ class DestinationRefused(OSError):
     """The webhook's host resolves to an address Fairsched does not POST to."""
 
 
-def check_destination(ip: str, host: str) -> None:
-    """Refuse addresses a webhook must not reach (server-side request forgery): link-local
-    (cloud metadata services such as 169.254.169.254), multicast, unspecified and reserved
-    ones always; loopback and private networks unless FAIRSCHED_WEBHOOK_ALLOW_PRIVATE."""
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+# Cloud metadata and platform services: a webhook pointed at one would have the scheduler
+# fetch an instance's credentials and show the answer in the admin. Never reached, whatever
+# FAIRSCHED_WEBHOOK_ALLOW_PRIVATE says: several are not link-local (an IPv6 unique-local
+# address, the shared 100.64.0.0/10 space, even a public one) and passed with it.
+METADATA_NETWORKS: dict[ipaddress.IPv4Network | ipaddress.IPv6Network, str] = {
+    ipaddress.ip_network("169.254.169.254/32"): "AWS, GCP, Azure, DigitalOcean, OpenStack metadata",
+    ipaddress.ip_network("169.254.170.2/32"): "AWS ECS task metadata",
+    ipaddress.ip_network("fd00:ec2::/64"): "AWS instance services over IPv6: metadata fd00:ec2::254, DNS, time",
+    ipaddress.ip_network("fd20:ce::254/128"): "GCP metadata over IPv6",
+    ipaddress.ip_network("100.100.100.200/32"): "Alibaba Cloud metadata",
+    ipaddress.ip_network("168.63.129.16/32"): "Azure platform (WireServer)",
+    ipaddress.ip_network("192.0.0.192/32"): "Oracle Cloud metadata",
+}
+# The names the providers give those services, refused before any lookup: a resolver that
+# answers otherwise for them (a search domain, a hosts file) must not open another way in.
+METADATA_HOSTS = frozenset({
+    "metadata", "metadata.google.internal", "metadata.goog",  # GCP
+    "instance-data", "instance-data.ec2.internal",  # AWS
+    "metadata.tencentyun.com",  # Tencent Cloud
+})
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def check_host(host: str) -> None:
+    """Refuse a cloud metadata service's own name (see :data:`METADATA_HOSTS`)."""
+    if (host or "").strip().rstrip(".").lower() in METADATA_HOSTS:
+        raise DestinationRefused(f"webhook destination {host} is a cloud metadata service; never allowed")
+
+
+def _carried_ipv4(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries and reaches: 6to4, NAT64 (64:ff9b::/96),
+    Teredo's client. (IPv4-mapped ones are checked as the IPv4 address itself.)"""
+    if not isinstance(addr, ipaddress.IPv6Address):
+        return []
+    carried = [addr.sixtofour] if addr.sixtofour is not None else []
+    if addr in _NAT64:
+        carried.append(ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+    if addr.teredo is not None:
+        carried.append(addr.teredo[1])
+    return carried
+
+
+def _check_address(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str) -> None:
+    for network, service in METADATA_NETWORKS.items():
+        if addr.version == network.version and addr in network:
+            raise DestinationRefused(f"webhook destination {host} ({addr}) is a cloud metadata address "
+                                     f"({service}); never allowed")
     kind = ("link-local" if addr.is_link_local else "multicast" if addr.is_multicast
             else "unspecified" if addr.is_unspecified else None)
     if kind is None and addr.is_reserved and not addr.is_loopback:
@@ -162,10 +203,26 @@ def check_destination(ip: str, host: str) -> None:
                                  "set FAIRSCHED_WEBHOOK_ALLOW_PRIVATE=1 to allow private networks")
 
 
+def check_destination(ip: str, host: str) -> None:
+    """Refuse addresses a webhook must not reach (server-side request forgery): cloud
+    metadata services (:data:`METADATA_NETWORKS`), link-local, multicast, unspecified and
+    reserved ones always; loopback and private networks unless FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
+    An IPv6 address that carries an IPv4 one (mapped, 6to4, NAT64, Teredo) is refused if
+    either is."""
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    for carried in _carried_ipv4(addr):
+        _check_address(carried, host)
+    _check_address(addr, host)
+
+
 def _guarded_connection(address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
-    """``socket.create_connection`` that checks every address the host resolves to first and
-    then connects to one of those very addresses (no second lookup a DNS answer could change)."""
+    """``socket.create_connection`` that checks the host's name and every address it resolves
+    to first and then connects to one of those very addresses (no second lookup a DNS answer
+    could change)."""
     host, port = address
+    check_host(host)
     infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     for *_, sockaddr in infos:
         check_destination(sockaddr[0], host)
