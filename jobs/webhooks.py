@@ -2,15 +2,26 @@
 
 Each delivery is a row (:class:`WebhookDelivery`) created in the same transaction
 that decides to send it, and an rq job enqueued on commit that POSTs it. The body
-is the same bytes on every attempt, signed with the org's secret::
+is the same bytes on every attempt, signed as the Standard Webhooks specification
+says (https://www.standardwebhooks.com), keyed with the org's secret::
 
-    X-Fairsched-Signature: sha256=<hex HMAC-SHA256 of the raw body>
+    webhook-id: msg_5f0c...          (the same on every attempt: receivers dedupe on it)
+    webhook-timestamp: 1764620000    (this attempt's time, unix seconds)
+    webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">
     X-Fairsched-Event: chart.finished
-    X-Fairsched-Delivery: 42          (receivers dedupe on this: delivery is at least once)
+    X-Fairsched-Delivery: 42
+    X-Fairsched-Signature: sha256=<hex HMAC-SHA256 of the body>   (legacy, see below)
+
+The signature covers the id and the time, so a receiver that refuses old timestamps
+(the spec's libraries: 5 minutes) and ids it has seen cannot be replayed a captured
+delivery. The legacy header, the body's HMAC alone, is still sent while
+FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE is on (the default, for receivers not migrated yet;
+docs/webhooks.md has the migration).
 
 A failed attempt (connection error, timeout, a non-2xx answer; redirects are not
 followed) is retried by rq with the backoff in ``FAIRSCHED_WEBHOOK_RETRY_S``;
 every attempt's outcome and the next retry time are on the row, in the admin.
+
 The connection checks the URL's host and the addresses it resolves to, and connects to
 a checked one: cloud metadata services (by name and address), link-local, multicast and
 reserved addresses are never reached, loopback and private ones only with
@@ -24,6 +35,7 @@ chart makes seeing one twice harmless.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.client
@@ -31,6 +43,7 @@ import ipaddress
 import json
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -51,7 +64,7 @@ from rq import Retry
 from charts.models import FINAL_STATES, Chart
 from common.snapshot import read_snapshot
 from jobs.models import DeliveryStatus, OrgClearTime, SweepCursor, WebhookDelivery, WebhookEvent
-from orgs.models import Org
+from orgs.models import Org, webhook_signing_key
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +85,44 @@ class DeliveryFailed(RuntimeError):
 
 
 def sign(body: bytes, secret: str) -> str:
+    """The legacy ``X-Fairsched-Signature``: the body's HMAC alone, keyed with the secret's
+    text as typed (see FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE)."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def verify(body: bytes, secret: str, header: str) -> bool:
-    """What a receiver does (constant-time compare)."""
+    """What a receiver of the legacy header does (constant-time compare)."""
     return hmac.compare_digest(sign(body, secret), header or "")
+
+
+def sign_standard(msg_id: str, timestamp: int, body: bytes, secret: str) -> str:
+    """The Standard Webhooks ``webhook-signature``: ``v1,`` and the base64 HMAC-SHA256 of
+    ``<id>.<timestamp>.<body>``, keyed as :func:`orgs.models.webhook_signing_key` says."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(webhook_signing_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def _timestamp() -> int:
+    return int(time.time())
+
+
+def signed_headers(delivery: WebhookDelivery, body: bytes, secret: str) -> dict[str, str]:
+    """An attempt's headers. The id stays and the timestamp is this attempt's: a retry an
+    hour later must not arrive with a time the receiver refuses as too old."""
+    msg_id, timestamp = delivery.webhook_id, _timestamp()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign_standard(msg_id, timestamp, body, secret),
+        "X-Fairsched-Event": delivery.event,
+        "X-Fairsched-Delivery": str(delivery.pk),
+    }
+    if settings.FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE:
+        headers[SIGNATURE_HEADER] = sign(body, secret)
+    return headers
 
 
 def delivery_body(delivery: WebhookDelivery) -> bytes:
@@ -299,12 +344,17 @@ class Attempt:
 
 def refusal(url: str, secret: str) -> str | None:
     """Why a delivery must not be attempted at all, or None: a scheme other than http(s),
-    or no secret (a body signed with the empty key is one anyone can forge)."""
+    no secret (a body signed with the empty key is one anyone can forge), or a ``whsec_``
+    secret that is not one (written around the model's check)."""
     scheme = urlsplit(url).scheme.lower() if url else ""
     if scheme not in ALLOWED_SCHEMES:
         return f"webhook URL scheme {scheme or '(none)'!r} is not http or https"
     if not (secret or "").strip():
         return "the org has no webhook secret; an unsigned (empty-key) delivery would be forgeable"
+    try:
+        webhook_signing_key(secret)
+    except ValueError as exc:
+        return f"webhook_secret: {exc}"
     return None
 
 
@@ -355,13 +405,7 @@ def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDeliv
         log.warning("webhook #%s not sent: %s", delivery.pk, reason)
         return delivery  # failed for good: no rq retry
     body = delivery_body(delivery)
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Fairsched-Event": delivery.event,
-        "X-Fairsched-Delivery": str(delivery.pk),
-        SIGNATURE_HEADER: sign(body, org.webhook_secret),
-    }
+    headers = signed_headers(delivery, body, org.webhook_secret)
     attempt = post(org.webhook_url, body, headers, settings.FAIRSCHED_WEBHOOK_TIMEOUT_S)
     delivery.url = org.webhook_url
     delivery.attempts += 1
