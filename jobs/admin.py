@@ -153,9 +153,9 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
                     "created_at", "delivered_at")
     list_filter = ("status", "event", "org")
     list_select_related = ("org",)
-    search_fields = ("dedupe_key", "url")
+    search_fields = ("dedupe_key", "url", "message_id")
     actions = ["retry_now"]
-    readonly_fields = ("org", "event", "dedupe_key", "url", "status", "attempts", "last_status_code",
+    readonly_fields = ("org", "event", "message_id", "dedupe_key", "url", "status", "attempts", "last_status_code",
                        "last_response", "last_error", "next_retry_at", "created_at", "last_attempt_at",
                        "delivered_at", "body", "signature_help")
 
@@ -178,9 +178,15 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     @admin.display(description="Signature")
     def signature_help(self, obj: WebhookDelivery) -> str:
+        legacy = format_html(
+            "; also <code>{}: sha256=&lt;hex HMAC-SHA256 of the body&gt;</code> "
+            "(FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE)", webhooks.SIGNATURE_HEADER,
+        ) if settings.FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE else ""
         return format_html(
-            "Header <code>{}: sha256=&lt;hex HMAC-SHA256 of the body with the org's webhook secret&gt;</code>",
-            webhooks.SIGNATURE_HEADER,
+            "Standard Webhooks: <code>webhook-id: {}</code> (every attempt), <code>webhook-timestamp</code> "
+            "(the attempt's time), <code>webhook-signature: v1,&lt;base64 HMAC-SHA256 of "
+            "\"id.timestamp.body\" with the org's webhook secret&gt;</code>{}",
+            obj.webhook_id, legacy,
         )
 
     @admin.action(description="Retry selected deliveries now", permissions=["change"])
