@@ -3,6 +3,7 @@ demo workload: any violation fails, listed by rule, element and what to fix."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -49,7 +50,8 @@ def test_the_pages_have_no_accessibility_violation(browser, browser_server, redi
         expect(page.locator(ready).first).to_be_attached(timeout=10_000)
         page.wait_for_timeout(300)  # the plots drawn, the clocks ticked
         found[name] = axe.violations(page)
-        page.screenshot(path=str(ARTIFACTS / f"axe-{name}.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / f"axe-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.png"),
+                        full_page=True)
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     check("dashboard", "/dashboard/", "#live[data-state=live]")
@@ -66,4 +68,10 @@ def test_the_pages_have_no_accessibility_violation(browser, browser_server, redi
     check("chart page (queued)", f"/charts/{demo['queued'].pk}/", "#chart-facts")
     check("admin org list", "/admin/orgs/org/", "#result_list")
     (ARTIFACTS / "axe-violations.json").write_text(json.dumps(found, indent=1))
+    # The control case: grey text on white is found, so a clean run above means something.
+    page.evaluate("""() => { const p = document.createElement("p"); p.id = "axe-control"; p.textContent = "faint";
+                             p.style.color = "#bbb"; p.style.background = "#fff"; document.body.appendChild(p); }""")
+    control = axe.violations(page)
+    assert any(v["id"] == "color-contrast" and any("#axe-control" in n["target"] for n in v["nodes"])
+               for v in control), control
     assert not any(found.values()), "axe-core (WCAG 2 A, AA) found violations:\n" + axe.report(found)
