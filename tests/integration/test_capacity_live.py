@@ -82,6 +82,7 @@ def test_enough_slots_no_warning(live, redis_url):
     assert "for a slot while holding budget" not in html
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_with_every_slot_busy_still_counts(live, redis_url, temporal):
