@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# axe-core, the accessibility checker the browser tests run in Chromium (npm, pinned in the lock file)
+AXE    := tests/browser/node_modules/axe-core/axe.min.js
 # The PostgreSQL server the suite also runs against (pytest-django creates and drops test_fairsched).
 TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/fairsched
 # The suite waits on real services much of the time: 3 workers on 2 cores halve its wall time.
@@ -15,9 +17,9 @@ TEST_WORKERS ?= 3
 TEST_DIST ?= worksteal
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-sqlite test-postgres bench clean
+.PHONY: install run test test-sqlite test-postgres test-long bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(AXE)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required; set PYTHON=python3.11")'
@@ -25,6 +27,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
+
+$(AXE): tests/browser/package.json tests/browser/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error && touch $(AXE); \
+	else \
+		echo "*** npm is missing: the browser tests' accessibility check (axe-core) will fail; install Node.js and npm ***"; \
+	fi
 
 run: install
 	$(BIN)/python manage.py runall
@@ -45,9 +54,14 @@ test-postgres: install
 	@echo "=== test suite on PostgreSQL ($(TEST_POSTGRES_URL)) ==="
 	DATABASE_URL='$(TEST_POSTGRES_URL)' $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist $(TEST_DIST) $(PYTEST_ARGS)
 
+# The tests that wait minutes on a real service's own timer (marked `long`), kept out of
+# `make test` so the suite stays under 5 minutes per database: run before a release.
+test-long: install
+	DATABASE_URL= $(BIN)/python -m pytest -n $(TEST_WORKERS) -m long $(PYTEST_ARGS)
+
 bench: install
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/fairness.py
 
 clean:
-	rm -rf $(VENV) var/test-artifacts .pytest_cache
+	rm -rf $(VENV) var/test-artifacts .pytest_cache tests/browser/node_modules

@@ -312,25 +312,79 @@ def chart_cancel(*, chart: Chart | int, actor: Any = None) -> Chart:
 
 RERUNNABLE = (ChartState.FAILED, ChartState.CANCELLED)
 RERUN_MARK = "~rerun-"
+LIVE_STATES = (ChartState.QUEUED, ChartState.RUNNING)
+RERUN_ID_BATCH = 50  # candidate re-run ids checked per query
 
 
-def _rerun_external_id(original: Chart) -> str | None:
+class RerunInFlight(ValidationError):
+    """A re-run refused because another run of the same content is queued or running;
+    ``live`` is that run, so a page can show it instead."""
+
+    def __init__(self, message: dict, live: Chart) -> None:
+        super().__init__(message)
+        self.live = live
+
+
+def _run_root(chart: Chart) -> Chart:
+    """The first run of this chart's content: ``rerun_of`` followed up (a re-run of a
+    re-run points at the run it re-ran, not at the first). A link cut by a deletion
+    (``SET_NULL``) ends the walk there."""
+    root, seen = chart, {chart.pk}
+    while root.rerun_of_id is not None and root.rerun_of_id not in seen:
+        parent = Chart.objects.filter(pk=root.rerun_of_id).first()
+        if parent is None:
+            break
+        seen.add(parent.pk)
+        root = parent
+    return root
+
+
+def run_lineage(*root_pks: int, limit: int | None = None) -> set[int]:
+    """These charts and every re-run made from them, through ``rerun_of`` (a re-run of a
+    re-run included): one query per generation, at most ``limit`` ids."""
+    found = set(root_pks)
+    frontier = list(found)
+    while frontier and (limit is None or len(found) < limit):
+        children = [pk for pk in Chart.objects.filter(rerun_of_id__in=frontier).values_list("pk", flat=True)
+                    if pk not in found]
+        found.update(children)
+        frontier = children
+    return found
+
+
+def rerun_id(root: str, n: int) -> str:
+    """The n-th run's external id: ``<root>~rerun-<n>``, the root cut to fit
+    :data:`EXTERNAL_ID_MAX` (from 193 characters the root is shortened, never the number)."""
+    suffix = f"{RERUN_MARK}{n}"
+    return root[:EXTERNAL_ID_MAX - len(suffix)] + suffix
+
+
+def _rerun_external_id(root: Chart) -> str | None:
     """``<root id>~rerun-<n>``: n counts the runs of that content, the original being run 1.
 
-    A re-run of a re-run keeps the root's id (``mrn-12~rerun-3``, not ``mrn-12~rerun-2~rerun-2``).
+    ``root`` is the first run (:func:`_run_root`): a re-run of a re-run keeps the root's id
+    (``mrn-12~rerun-3``, not ``mrn-12~rerun-2~rerun-2``), and a root long enough to be cut
+    in its re-runs' ids is still read whole. The lowest free n is found by asking for the
+    exact candidate ids (a prefix search would miss the cut ones), a batch at a time.
     """
-    if not original.external_id:
+    if not root.external_id:
         return None
-    root = original.external_id.split(RERUN_MARK, 1)[0]
-    taken = set(Chart.objects.filter(org_id=original.org_id, external_id__startswith=root + RERUN_MARK)
-                .values_list("external_id", flat=True))
+    base = root.external_id.split(RERUN_MARK, 1)[0]
     n = 2
     while True:
-        suffix = f"{RERUN_MARK}{n}"
-        candidate = root[:EXTERNAL_ID_MAX - len(suffix)] + suffix
-        if candidate not in taken:
-            return candidate
-        n += 1
+        candidates = [rerun_id(base, k) for k in range(n, n + RERUN_ID_BATCH)]
+        taken = set(Chart.objects.filter(org_id=root.org_id, external_id__in=candidates)
+                    .values_list("external_id", flat=True))
+        for candidate in candidates:
+            if candidate not in taken:
+                return candidate
+        n += RERUN_ID_BATCH
+
+
+def _live_run(root: Chart) -> Chart | None:
+    """A queued or running run of the root's content (the root or any re-run made from it)."""
+    return (Chart.objects.filter(pk__in=run_lineage(root.pk), state__in=LIVE_STATES)
+            .order_by("-id").first())
 
 
 def chart_rerun(*, chart: Chart | int, actor: Any = None) -> Chart:
@@ -340,6 +394,14 @@ def chart_rerun(*, chart: Chart | int, actor: Any = None) -> Chart:
     The new chart's external id is the original's with ``~rerun-<n>`` (see
     :func:`_rerun_external_id`), so the producer's id stays unique per org and a
     search for it finds every run. Needs the "add chart" permission when an actor is given.
+
+    One run of a content at a time: while a run of it (this chart, the chart it re-ran,
+    any re-run of either) is queued or running, the re-run is refused
+    (:class:`RerunInFlight`, naming that run), so a double click, two tabs or two
+    operators never run it twice. Race-safe: the check and the insert happen under a
+    lock on the first run's row (``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite's
+    ``BEGIN IMMEDIATE`` serialises every writer), so a second re-run waits for the
+    first to commit and then sees it.
     """
     if actor is not None and not actor.has_perm("charts.add_chart"):
         raise ValidationError({"permission": "You do not have permission to re-run charts (needs charts.add_chart)."})
@@ -347,12 +409,20 @@ def chart_rerun(*, chart: Chart | int, actor: Any = None) -> Chart:
     if original.state not in RERUNNABLE:
         raise ValidationError({"state": f"cannot re-run chart #{original.pk}: it is {original.state} "
                                         f"(only failed or cancelled charts can be re-run)."})
-    for _ in range(3):  # two operators re-running at once: the loser takes the next number
+    root = _run_root(original)
+    for _ in range(3):  # a producer submitting the candidate id at that moment: take the next number
         try:
             with transaction.atomic():
+                list(Chart.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True))
+                live = _live_run(root)
+                if live is not None:
+                    ext = f" ({live.external_id})" if live.external_id else ""
+                    raise RerunInFlight({"rerun": (
+                        f"rerun: chart #{original.pk} is already being re-run as chart #{live.pk}{ext}, which is "
+                        f"{live.state}; re-run it again once that run has finished.")}, live)
                 new = Chart.objects.create(
                     org_id=original.org_id, workflow_id=original.workflow_id, payload=original.payload,
-                    external_id=_rerun_external_id(original), created_at=timezone.now(), rerun_of=original,
+                    external_id=_rerun_external_id(root), created_at=timezone.now(), rerun_of=original,
                 )
                 audit.record(actor=actor, action="rerun", chart=original,
                              summary=f"Re-ran {audit.chart_label(original)} as chart #{new.pk}",

@@ -99,10 +99,13 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
             yield f"g:{org_id}:{n}", text
 
 
-def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]]) -> int:
+def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]],
+          client: redis.Redis | None = None) -> int:
     """Store a complete snapshot: its pages first, then the snapshot naming them
-    (readers never see a snapshot whose pages are missing); returns its ``seq``."""
-    client = redis_client()
+    (readers never see a snapshot whose pages are missing); returns its ``seq``.
+    ``client``: the Redis client to store with (the shared one if None; a forked child
+    must bring its own: see ``LivePublisher``)."""
+    client = client if client is not None else redis_client()
     seq = int(client.incr(SEQ_KEY))
     key = PAGES_KEY.format(seq)
     batch: dict[str, str] = {}
@@ -115,7 +118,7 @@ def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: d
         client.hset(key, mapping=batch)
     client.expire(key, TTL_S)
     snapshot = {**snapshot, "seq": seq, "pages": {"key": key, "rows": PAGE_ROWS, "order": len(order_rows)}}
-    previous = _get_json(SNAPSHOT_KEY)
+    previous = _get_json(SNAPSHOT_KEY, client)
     pipe = client.pipeline(transaction=True)
     pipe.set(SNAPSHOT_KEY, _dumps(snapshot), ex=TTL_S)
     old = (previous or {}).get("pages", {}).get("key") if isinstance(previous, dict) else None
@@ -143,9 +146,9 @@ def confirmed_at(snapshot: dict[str, Any]) -> float | None:
     return base
 
 
-def _get_json(key: str) -> Any:
+def _get_json(key: str, client: redis.Redis | None = None) -> Any:
     try:
-        raw = redis_client().get(key)
+        raw = (client if client is not None else redis_client()).get(key)
     except redis.RedisError as exc:
         log.warning("cannot read %s from Redis: %s", key, exc)
         return None

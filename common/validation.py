@@ -3,7 +3,7 @@
 Every door (the form, the admin, the bulk import, ``chart_submit``, the controls and
 the socket) goes through the services, and the services through these functions, so
 one hostile value gets one answer wherever it comes in. The limits are documented in
-the README (Configuration, "Limits").
+docs/configuration.md ("Limits and hostile input").
 """
 from __future__ import annotations
 

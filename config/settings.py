@@ -218,8 +218,13 @@ FAIRSCHED_IMPORT_MAX_BYTES = env_int("FAIRSCHED_IMPORT_MAX_BYTES", 50 * 1024 * 1
 # An import with no sign of life for this long (its worker was killed) is re-queued by the sweep.
 FAIRSCHED_IMPORT_STALE_S = env_int("FAIRSCHED_IMPORT_STALE_S", 120)
 FAIRSCHED_WEBHOOK_TIMEOUT_S = env_int("FAIRSCHED_WEBHOOK_TIMEOUT_S", 10)
-# Webhooks to loopback and private addresses (an internal receiver). Link-local ones are never reached.
+# Webhooks to loopback and private addresses (an internal receiver). Link-local addresses and
+# cloud metadata services are never reached.
 FAIRSCHED_WEBHOOK_ALLOW_PRIVATE = env_bool("FAIRSCHED_WEBHOOK_ALLOW_PRIVATE", False)
+# Also send the pre-Standard-Webhooks signature (X-Fairsched-Signature: sha256=<hex HMAC of the
+# body>) for receivers not migrated yet (docs/webhooks.md); it covers the body only, so a captured
+# delivery can be replayed to a receiver that checks nothing else. Off once they have migrated.
+FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE = env_bool("FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE", True)
 # Seconds before each retry of a failed delivery; its length is the number of retries.
 FAIRSCHED_WEBHOOK_RETRY_S = [int(s) for s in env_list("FAIRSCHED_WEBHOOK_RETRY_S", ["10", "30", "120", "600", "1800"])]
 

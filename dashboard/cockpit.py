@@ -122,10 +122,15 @@ def chart_view(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required
 @require_POST
 def rerun_view(request: HttpRequest, pk: int) -> HttpResponse:
-    """Re-run a failed or cancelled chart (needs "add chart"), then show the new one."""
+    """Re-run a failed or cancelled chart (needs "add chart"), then show the new one; refused
+    while a run of the same content is queued or running, then show that one."""
     original = get_object_or_404(Chart, pk=pk)
     try:
         new = chart_services.chart_rerun(chart=original, actor=request.user)
+    except chart_services.RerunInFlight as exc:
+        # A double click, a second tab or another operator: nothing was made; show the run in flight.
+        messages.warning(request, exc.messages[0])
+        return redirect("dashboard:chart", pk=exc.live.pk)
     except ValidationError as exc:
         for msgs in exc.message_dict.values():
             for msg in msgs:

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from charts.models import Chart, ChartState
+from charts.services import RERUN_MARK, run_lineage
 from dashboard import selectors
 from fairsched.audit import entry_json
 from fairsched.models import AuditEntry
@@ -77,7 +78,8 @@ _ID = re.compile(r"^#?\s*(\d{1,18})$")
 
 
 def search(query: str) -> list[Chart]:
-    """Charts whose id or external id is ``query``, in every state, and their re-runs.
+    """Charts whose id or external id is ``query``, in every state, and their re-runs
+    (by id prefix and by ``rerun_of``, so the re-runs of an id too long to keep whole are found).
 
     ``#123`` or ``123`` is a chart id (and also tried as an external id);
     anything else is an exact external id, in any org.
@@ -85,7 +87,11 @@ def search(query: str) -> list[Chart]:
     q = (query or "").strip()
     if not q:
         return []
-    cond = Q(external_id=q) | Q(external_id__startswith=q + "~rerun-")
+    cond = Q(external_id=q) | Q(external_id__startswith=q + RERUN_MARK)
+    # Re-runs through their link too: a long id's re-runs carry it cut short (``rerun_id``).
+    originals = list(Chart.objects.filter(external_id=q).values_list("pk", flat=True)[:SEARCH_MAX])
+    if originals:
+        cond |= Q(pk__in=run_lineage(*originals, limit=SEARCH_MAX * 2))
     m = _ID.match(q)
     if m:
         cond |= Q(pk=int(m.group(1)))

@@ -334,6 +334,8 @@ def _org_chart(r: dict[str, Any], base: float) -> dict[str, Any]:
         "start_at": _at(base, start) if r.get("state") != "running" else r.get("started_at"),
         "eta": _at(base, finish), "eta_s": finish,
         "eta_p90": _at(base, r.get("p90_s")),  # the finish it should beat 9 times out of 10
+        # a running chart's duration estimate: the page says "overdue by" once start + expected passed
+        "expected_s": r.get("expected_s"),
         "cost": r.get("cost"),
     }
 

@@ -30,11 +30,8 @@ def _bar(fraction: float | None) -> str:
     if fraction is None:
         return "—"
     pct = round(fraction * 100)
-    return format_html(
-        '<span style="display:inline-block;width:120px;height:10px;background:#ddd;border-radius:5px;'
-        'vertical-align:middle"><span style="display:block;width:{}%;height:10px;background:#417690;'
-        'border-radius:5px"></span></span> {}%', pct, pct,
-    )
+    # a <progress>, never style="": the Content-Security-Policy refuses inline styles
+    return format_html('<progress class="import-progress" max="100" aria-label="rows imported" value="{}">{}%</progress> {}%', pct, pct, pct)
 
 
 class ImportUploadForm(forms.ModelForm):
@@ -153,9 +150,9 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
                     "created_at", "delivered_at")
     list_filter = ("status", "event", "org")
     list_select_related = ("org",)
-    search_fields = ("dedupe_key", "url")
+    search_fields = ("dedupe_key", "url", "message_id")
     actions = ["retry_now"]
-    readonly_fields = ("org", "event", "dedupe_key", "url", "status", "attempts", "last_status_code",
+    readonly_fields = ("org", "event", "message_id", "dedupe_key", "url", "status", "attempts", "last_status_code",
                        "last_response", "last_error", "next_retry_at", "created_at", "last_attempt_at",
                        "delivered_at", "body", "signature_help")
 
@@ -178,9 +175,15 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     @admin.display(description="Signature")
     def signature_help(self, obj: WebhookDelivery) -> str:
+        legacy = format_html(
+            "; also <code>{}: sha256=&lt;hex HMAC-SHA256 of the body&gt;</code> "
+            "(FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE)", webhooks.SIGNATURE_HEADER,
+        ) if settings.FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE else ""
         return format_html(
-            "Header <code>{}: sha256=&lt;hex HMAC-SHA256 of the body with the org's webhook secret&gt;</code>",
-            webhooks.SIGNATURE_HEADER,
+            "Standard Webhooks: <code>webhook-id: {}</code> (every attempt), <code>webhook-timestamp</code> "
+            "(the attempt's time), <code>webhook-signature: v1,&lt;base64 HMAC-SHA256 of "
+            "\"id.timestamp.body\" with the org's webhook secret&gt;</code>{}",
+            obj.webhook_id, legacy,
         )
 
     @admin.action(description="Retry selected deliveries now", permissions=["change"])

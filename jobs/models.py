@@ -3,6 +3,8 @@ webhook deliveries (with attempts and the last response), and the small state th
 periodic sweep keeps (its cursor, each org's last notified clear-time)."""
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -94,6 +96,12 @@ class WebhookEvent(models.TextChoices):
     CLEAR_TIME_CHANGED = "org.clear_time_changed", "org.clear_time_changed"
 
 
+def new_message_id() -> str:
+    """A delivery's Standard Webhooks ``webhook-id``: random, so a database restored from
+    a backup (whose ids start again) never gives a new message an id a receiver has seen."""
+    return f"msg_{uuid.uuid4().hex}"
+
+
 class WebhookDelivery(models.Model):
     """One signed POST to an org's webhook URL, with every attempt's outcome."""
 
@@ -102,6 +110,10 @@ class WebhookDelivery(models.Model):
     dedupe_key = models.CharField(
         max_length=200, unique=True, null=True, blank=True,
         help_text="One delivery per key (e.g. chart.finished:12), however often the sweep sees the chart.",
+    )
+    message_id = models.CharField(
+        max_length=64, unique=True, null=True, default=new_message_id, editable=False,
+        help_text="The webhook-id header: the same on every attempt (receivers dedupe on it).",
     )
     payload = models.JSONField()
     url = models.URLField(max_length=2000, blank=True, help_text="Where the last attempt went.")
@@ -126,15 +138,26 @@ class WebhookDelivery(models.Model):
     def __str__(self) -> str:
         return f"{self.event} #{self.pk} to {self.org}"
 
+    @property
+    def webhook_id(self) -> str:
+        """``message_id``; a row the migration could not reach (none expected) gets the id
+        the migration gives existing rows."""
+        return self.message_id or f"msg_legacy_{self.pk}"
+
 
 class SweepCursor(models.Model):
-    """How far the periodic sweep has looked (by ``Chart.updated_at``)."""
+    """How far the periodic sweep has looked: the position ``(at, after_id)`` on
+    ``(Chart.updated_at, Chart.id)``. A page continues after it (keyset), so any number
+    of charts stamped with one ``updated_at`` are paged through, not re-read."""
 
     name = models.CharField(max_length=50, unique=True)
     at = models.DateTimeField()
+    after_id = models.BigIntegerField(
+        default=0, help_text="The last chart seen at ``at`` (0: none yet, the page starts at ``at``)."
+    )
 
     def __str__(self) -> str:
-        return f"{self.name} @ {self.at}"
+        return f"{self.name} @ {self.at} #{self.after_id}"
 
 
 class OrgClearTime(models.Model):

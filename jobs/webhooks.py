@@ -2,18 +2,30 @@
 
 Each delivery is a row (:class:`WebhookDelivery`) created in the same transaction
 that decides to send it, and an rq job enqueued on commit that POSTs it. The body
-is the same bytes on every attempt, signed with the org's secret::
+is the same bytes on every attempt, signed as the Standard Webhooks specification
+says (https://www.standardwebhooks.com), keyed with the org's secret::
 
-    X-Fairsched-Signature: sha256=<hex HMAC-SHA256 of the raw body>
+    webhook-id: msg_5f0c...          (the same on every attempt: receivers dedupe on it)
+    webhook-timestamp: 1764620000    (this attempt's time, unix seconds)
+    webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">
     X-Fairsched-Event: chart.finished
-    X-Fairsched-Delivery: 42          (receivers dedupe on this: delivery is at least once)
+    X-Fairsched-Delivery: 42
+    X-Fairsched-Signature: sha256=<hex HMAC-SHA256 of the body>   (legacy, see below)
+
+The signature covers the id and the time, so a receiver that refuses old timestamps
+(the spec's libraries: 5 minutes) and ids it has seen cannot be replayed a captured
+delivery. The legacy header, the body's HMAC alone, is still sent while
+FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE is on (the default, for receivers not migrated yet;
+docs/webhooks.md has the migration).
 
 A failed attempt (connection error, timeout, a non-2xx answer; redirects are not
 followed) is retried by rq with the backoff in ``FAIRSCHED_WEBHOOK_RETRY_S``;
 every attempt's outcome and the next retry time are on the row, in the admin.
-The connection checks the addresses the URL's host resolves to and connects to a
-checked one: link-local (cloud metadata), multicast and reserved addresses are
-never reached, loopback and private ones only with FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
+
+The connection checks the URL's host and the addresses it resolves to, and connects to
+a checked one: cloud metadata services (by name and address), link-local, multicast and
+reserved addresses are never reached, loopback and private ones only with
+FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
 
 Finished charts are found by a periodic sweep over ``Chart.updated_at`` rather
 than a signal: charts finish through several paths (the lifecycle activity,
@@ -23,6 +35,7 @@ chart makes seeing one twice harmless.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.client
@@ -30,6 +43,7 @@ import ipaddress
 import json
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -42,14 +56,15 @@ import django_rq
 import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import CharField, Exists, OuterRef, Q, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 from rq import Retry
 
 from charts.models import FINAL_STATES, Chart
 from common.snapshot import read_snapshot
 from jobs.models import DeliveryStatus, OrgClearTime, SweepCursor, WebhookDelivery, WebhookEvent
-from orgs.models import Org
+from orgs.models import Org, webhook_signing_key
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +85,44 @@ class DeliveryFailed(RuntimeError):
 
 
 def sign(body: bytes, secret: str) -> str:
+    """The legacy ``X-Fairsched-Signature``: the body's HMAC alone, keyed with the secret's
+    text as typed (see FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE)."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def verify(body: bytes, secret: str, header: str) -> bool:
-    """What a receiver does (constant-time compare)."""
+    """What a receiver of the legacy header does (constant-time compare)."""
     return hmac.compare_digest(sign(body, secret), header or "")
+
+
+def sign_standard(msg_id: str, timestamp: int, body: bytes, secret: str) -> str:
+    """The Standard Webhooks ``webhook-signature``: ``v1,`` and the base64 HMAC-SHA256 of
+    ``<id>.<timestamp>.<body>``, keyed as :func:`orgs.models.webhook_signing_key` says."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(webhook_signing_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def _timestamp() -> int:
+    return int(time.time())
+
+
+def signed_headers(delivery: WebhookDelivery, body: bytes, secret: str) -> dict[str, str]:
+    """An attempt's headers. The id stays and the timestamp is this attempt's: a retry an
+    hour later must not arrive with a time the receiver refuses as too old."""
+    msg_id, timestamp = delivery.webhook_id, _timestamp()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign_standard(msg_id, timestamp, body, secret),
+        "X-Fairsched-Event": delivery.event,
+        "X-Fairsched-Delivery": str(delivery.pk),
+    }
+    if settings.FAIRSCHED_WEBHOOK_LEGACY_SIGNATURE:
+        headers[SIGNATURE_HEADER] = sign(body, secret)
+    return headers
 
 
 def delivery_body(delivery: WebhookDelivery) -> bytes:
@@ -142,13 +189,53 @@ class DestinationRefused(OSError):
     """The webhook's host resolves to an address Fairsched does not POST to."""
 
 
-def check_destination(ip: str, host: str) -> None:
-    """Refuse addresses a webhook must not reach (server-side request forgery): link-local
-    (cloud metadata services such as 169.254.169.254), multicast, unspecified and reserved
-    ones always; loopback and private networks unless FAIRSCHED_WEBHOOK_ALLOW_PRIVATE."""
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+# Cloud metadata and platform services: a webhook pointed at one would have the scheduler
+# fetch an instance's credentials and show the answer in the admin. Never reached, whatever
+# FAIRSCHED_WEBHOOK_ALLOW_PRIVATE says: several are not link-local (an IPv6 unique-local
+# address, the shared 100.64.0.0/10 space, even a public one) and passed with it.
+METADATA_NETWORKS: dict[ipaddress.IPv4Network | ipaddress.IPv6Network, str] = {
+    ipaddress.ip_network("169.254.169.254/32"): "AWS, GCP, Azure, DigitalOcean, OpenStack metadata",
+    ipaddress.ip_network("169.254.170.2/32"): "AWS ECS task metadata",
+    ipaddress.ip_network("fd00:ec2::/64"): "AWS instance services over IPv6: metadata fd00:ec2::254, DNS, time",
+    ipaddress.ip_network("fd20:ce::254/128"): "GCP metadata over IPv6",
+    ipaddress.ip_network("100.100.100.200/32"): "Alibaba Cloud metadata",
+    ipaddress.ip_network("168.63.129.16/32"): "Azure platform (WireServer)",
+    ipaddress.ip_network("192.0.0.192/32"): "Oracle Cloud metadata",
+}
+# The names the providers give those services, refused before any lookup: a resolver that
+# answers otherwise for them (a search domain, a hosts file) must not open another way in.
+METADATA_HOSTS = frozenset({
+    "metadata", "metadata.google.internal", "metadata.goog",  # GCP
+    "instance-data", "instance-data.ec2.internal",  # AWS
+    "metadata.tencentyun.com",  # Tencent Cloud
+})
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def check_host(host: str) -> None:
+    """Refuse a cloud metadata service's own name (see :data:`METADATA_HOSTS`)."""
+    if (host or "").strip().rstrip(".").lower() in METADATA_HOSTS:
+        raise DestinationRefused(f"webhook destination {host} is a cloud metadata service; never allowed")
+
+
+def _carried_ipv4(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries and reaches: 6to4, NAT64 (64:ff9b::/96),
+    Teredo's client. (IPv4-mapped ones are checked as the IPv4 address itself.)"""
+    if not isinstance(addr, ipaddress.IPv6Address):
+        return []
+    carried = [addr.sixtofour] if addr.sixtofour is not None else []
+    if addr in _NAT64:
+        carried.append(ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+    if addr.teredo is not None:
+        carried.append(addr.teredo[1])
+    return carried
+
+
+def _check_address(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str) -> None:
+    for network, service in METADATA_NETWORKS.items():
+        if addr.version == network.version and addr in network:
+            raise DestinationRefused(f"webhook destination {host} ({addr}) is a cloud metadata address "
+                                     f"({service}); never allowed")
     kind = ("link-local" if addr.is_link_local else "multicast" if addr.is_multicast
             else "unspecified" if addr.is_unspecified else None)
     if kind is None and addr.is_reserved and not addr.is_loopback:
@@ -161,10 +248,26 @@ def check_destination(ip: str, host: str) -> None:
                                  "set FAIRSCHED_WEBHOOK_ALLOW_PRIVATE=1 to allow private networks")
 
 
+def check_destination(ip: str, host: str) -> None:
+    """Refuse addresses a webhook must not reach (server-side request forgery): cloud
+    metadata services (:data:`METADATA_NETWORKS`), link-local, multicast, unspecified and
+    reserved ones always; loopback and private networks unless FAIRSCHED_WEBHOOK_ALLOW_PRIVATE.
+    An IPv6 address that carries an IPv4 one (mapped, 6to4, NAT64, Teredo) is refused if
+    either is."""
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    for carried in _carried_ipv4(addr):
+        _check_address(carried, host)
+    _check_address(addr, host)
+
+
 def _guarded_connection(address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
-    """``socket.create_connection`` that checks every address the host resolves to first and
-    then connects to one of those very addresses (no second lookup a DNS answer could change)."""
+    """``socket.create_connection`` that checks the host's name and every address it resolves
+    to first and then connects to one of those very addresses (no second lookup a DNS answer
+    could change)."""
     host, port = address
+    check_host(host)
     infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     for *_, sockaddr in infos:
         check_destination(sockaddr[0], host)
@@ -241,12 +344,17 @@ class Attempt:
 
 def refusal(url: str, secret: str) -> str | None:
     """Why a delivery must not be attempted at all, or None: a scheme other than http(s),
-    or no secret (a body signed with the empty key is one anyone can forge)."""
+    no secret (a body signed with the empty key is one anyone can forge), or a ``whsec_``
+    secret that is not one (written around the model's check)."""
     scheme = urlsplit(url).scheme.lower() if url else ""
     if scheme not in ALLOWED_SCHEMES:
         return f"webhook URL scheme {scheme or '(none)'!r} is not http or https"
     if not (secret or "").strip():
         return "the org has no webhook secret; an unsigned (empty-key) delivery would be forgeable"
+    try:
+        webhook_signing_key(secret)
+    except ValueError as exc:
+        return f"webhook_secret: {exc}"
     return None
 
 
@@ -297,13 +405,7 @@ def webhook_deliver(*, delivery_id: int, retry_in_s: int | None) -> WebhookDeliv
         log.warning("webhook #%s not sent: %s", delivery.pk, reason)
         return delivery  # failed for good: no rq retry
     body = delivery_body(delivery)
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Fairsched-Event": delivery.event,
-        "X-Fairsched-Delivery": str(delivery.pk),
-        SIGNATURE_HEADER: sign(body, org.webhook_secret),
-    }
+    headers = signed_headers(delivery, body, org.webhook_secret)
     attempt = post(org.webhook_url, body, headers, settings.FAIRSCHED_WEBHOOK_TIMEOUT_S)
     delivery.url = org.webhook_url
     delivery.attempts += 1
@@ -357,18 +459,46 @@ def chart_payload(chart: Chart) -> dict[str, Any]:
     }
 
 
+def _has_finished_delivery() -> Exists:
+    """The chart (``OuterRef``) has its ``chart.finished`` delivery: one probe of the unique
+    ``dedupe_key`` index per chart, in the database."""
+    key = Concat(Value("chart.finished:"), Cast(OuterRef("pk"), output_field=CharField()))
+    return Exists(WebhookDelivery.objects.filter(dedupe_key=key))
+
+
 def sweep_finished_charts(now: datetime | None = None) -> int:
     """Create a ``chart.finished`` delivery for each chart of an org with a webhook that
-    reached a final state since the last sweep. Returns how many were created."""
+    reached a final state since the last sweep. Returns how many were created.
+
+    Two reads of at most ``SWEEP_LIMIT`` charts each, both from the cursor's position
+    ``(at, after_id)`` on ``(updated_at, id)``:
+
+    - **the page**: the charts after the position, in that order (keyset). A full page
+      moves the position to its last chart, so the next sweep continues right after it,
+      however many charts share one ``updated_at`` (a bulk cancel stamps them all with
+      one). It used to move a time cursor only, and the next sweep, starting
+      ``SWEEP_OVERLAP`` before it, read the same full page again, for ever. A short page
+      has read everything committed: the position moves to ``now``.
+    - **the overlap**: the charts stamped in the ``SWEEP_OVERLAP`` before the position that
+      still have no delivery. A write stamps ``updated_at`` before it commits, so a row can
+      become visible after a page went past its time; these are found here. The database
+      returns only those (an anti-join on the delivery's key), so a burst already
+      delivered is not loaded again on every sweep for a minute.
+    """
     now = now or timezone.now()
     cursor, _ = SweepCursor.objects.get_or_create(name="chart.finished", defaults={"at": now})
-    since = cursor.at - SWEEP_OVERLAP
-    charts = list(
-        Chart.objects.filter(state__in=FINAL_STATES, updated_at__gte=since)
-        .exclude(org__webhook_url="").select_related("org", "workflow").order_by("updated_at", "id")[:SWEEP_LIMIT]
-    )
-    keys = {f"chart.finished:{c.pk}": c for c in charts}
-    done = set(WebhookDelivery.objects.filter(dedupe_key__in=list(keys)).values_list("dedupe_key", flat=True))
+    final = (Chart.objects.filter(state__in=FINAL_STATES).exclude(org__webhook_url="")
+             .select_related("org", "workflow").order_by("updated_at", "id"))
+    # (updated_at, id) after the position, or at most at it; each written with a range on
+    # updated_at the database can search its index with.
+    after = Q(updated_at__gte=cursor.at) & (Q(updated_at__gt=cursor.at) | Q(pk__gt=cursor.after_id))
+    behind = (Q(updated_at__gte=cursor.at - SWEEP_OVERLAP, updated_at__lte=cursor.at)
+              & (Q(updated_at__lt=cursor.at) | Q(pk__lte=cursor.after_id)))
+    page = list(final.filter(after)[:SWEEP_LIMIT])
+    late = list(final.filter(behind).filter(~_has_finished_delivery())[:SWEEP_LIMIT])
+    keys = {f"chart.finished:{c.pk}": c for c in late + page}
+    done = set(WebhookDelivery.objects.filter(dedupe_key__in=[f"chart.finished:{c.pk}" for c in page])
+               .values_list("dedupe_key", flat=True))  # a final chart written again is seen again
     created = 0
     with transaction.atomic():
         for key, chart in keys.items():
@@ -377,9 +507,11 @@ def sweep_finished_charts(now: datetime | None = None) -> int:
             if webhook_delivery_create(org=chart.org, event=WebhookEvent.CHART_FINISHED,
                                        payload=chart_payload(chart), dedupe_key=key):
                 created += 1
-        # With a full page, continue after the last chart seen rather than skipping to now.
-        cursor.at = charts[-1].updated_at if len(charts) >= SWEEP_LIMIT else max(cursor.at, now)
-        cursor.save(update_fields=["at"])
+        if len(page) >= SWEEP_LIMIT:
+            cursor.at, cursor.after_id = page[-1].updated_at, page[-1].pk
+        elif now > cursor.at:
+            cursor.at, cursor.after_id = now, 0
+        cursor.save(update_fields=["at", "after_id"])
     return created
 
 

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import base64
+import binascii
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
@@ -8,6 +11,36 @@ from django.utils.text import slugify
 
 from common.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
 from fairsched.core.rules import is_held
+
+
+WHSEC_PREFIX = "whsec_"
+
+
+def webhook_signing_key(secret: str) -> bytes:
+    """The HMAC key of an org's webhook secret, read as Standard Webhooks reads one:
+    ``whsec_<base64>`` is the decoded bytes. Any other secret (every one set before the
+    signature followed that spec) is its UTF-8 bytes, so its receivers keep their key:
+    its spec form is :func:`standard_webhook_secret`. Raises ValueError for a ``whsec_``
+    secret that is not base64 of at least one byte. The spec recommends 24 to 64 random
+    bytes; shorter keys are accepted as the libraries accept them, so that every existing
+    secret's ``whsec_`` form can be stored as it is."""
+    if not secret.startswith(WHSEC_PREFIX):
+        return secret.encode()
+    text = secret[len(WHSEC_PREFIX):]
+    try:
+        key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("a secret starting with whsec_ must be followed by base64 (Standard Webhooks)") from None
+    if not key:
+        raise ValueError("a whsec_ secret must encode at least one byte (Standard Webhooks recommends 24 to 64)")
+    return key
+
+
+def standard_webhook_secret(secret: str) -> str:
+    """The ``whsec_`` form of a webhook secret, what a Standard Webhooks library takes."""
+    if secret.startswith(WHSEC_PREFIX):
+        return secret
+    return WHSEC_PREFIX + base64.b64encode(secret.encode()).decode()
 
 
 class Org(models.Model):
@@ -27,7 +60,8 @@ class Org(models.Model):
                                   help_text="POSTed a signed JSON payload when charts finish (http or https).")
     webhook_secret = models.CharField(
         max_length=200, blank=True, validators=[NoNulValidator()],
-        help_text="HMAC-SHA256 key for webhooks; required with a webhook URL.",
+        help_text="HMAC-SHA256 key for webhooks (Standard Webhooks); required with a webhook URL. "
+                  "whsec_<base64 of 24-64 random bytes>, or any other text: its UTF-8 bytes are the key.",
     )
     webhook_clear_margin_s = models.PositiveIntegerField(
         default=600, help_text="Notify when the org's clear-time moves by more than this many seconds."
@@ -52,6 +86,11 @@ class Org(models.Model):
         if self.webhook_url and not (self.webhook_secret or "").strip():
             raise ValidationError({"webhook_secret": "webhook_secret: required when a webhook URL is set "
                                                      "(receivers check the signature made with it)."})
+        if self.webhook_secret:
+            try:
+                webhook_signing_key(self.webhook_secret)
+            except ValueError as exc:
+                raise ValidationError({"webhook_secret": f"webhook_secret: {exc}"}) from None
 
     def save(self, *args, **kwargs) -> None:
         if not self.slug:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fairsched.engine import forked
+from tests.test_tick import rig  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.skipif(not forked.available(), reason="no fork here")
 
@@ -152,3 +153,109 @@ def test_the_child_dies_with_its_parent(tmp_path):
         parent.kill()
         if pidfile.exists() and not gone(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+# --- the ETA pass in the child, with the real Redis ---------------------------------------------
+
+
+@pytest.fixture
+async def forked_rig(rig, redis_url):
+    """The scheduler of ``tests/test_tick.py`` (fake store, Temporal and clock) running its
+    ETA pass in a forked child that stores the snapshot in a real Redis."""
+    import redis.asyncio as aredis
+
+    from fairsched.engine.ports import LivePublisher
+
+    r = rig(budget=1, charts=3, eta_pass_in="process")
+    s = r.s
+    s.ETA_PASS_TIMEOUT_MIN_S = 20.0  # a child that hangs fails the test in 20 s, not 10 minutes
+    s.publisher = LivePublisher(redis_url)
+    yield r
+    await s._step_down()
+    await s.publisher.aclose()
+
+
+async def a_pass(r) -> float:
+    """Start an ETA pass at once and wait for it to end; how long it took (seconds)."""
+    from tests.test_tick import pass_ends
+
+    s = r.s
+    r.clock.advance(1.0)
+    r.renew_lease()
+    s.etas._eta_now = True
+    started = time.monotonic()
+    await r.tick()
+    assert s.etas._eta_task is not None
+    while s.etas._eta_task is not None and time.monotonic() - started < 60:
+        await asyncio.sleep(0.02)
+    await pass_ends(s)
+    return time.monotonic() - started
+
+
+def confirmed_seq() -> int | None:
+    from common import snapshot
+
+    current = snapshot._get_json(snapshot.CURRENT_KEY)
+    return current["seq"] if current else None
+
+
+async def test_the_child_publishes_with_its_own_redis_client_even_if_a_thread_held_the_shared_ones_lock(
+        forked_rig, caplog):
+    """Issue 21, item 9: the database thread takes the module-level Redis client's lock
+    (``common.notify``) when it sends a notification. Forked while it held it, the child
+    found the lock taken for ever (its holder is not in the child) and hung until its
+    timeout. The child makes its own client after the fork."""
+    from common import notify, snapshot
+
+    r = forked_rig
+    await r.lead()
+    notify.redis_client()  # the shared client exists, as in the scheduler
+    assert notify._client_lock.acquire(timeout=1)  # "the database thread" holds it at the fork
+    try:
+        took = await a_pass(r)
+    finally:
+        notify._client_lock.release()
+    assert "ETA pass failed" not in caplog.text and "took more than" not in caplog.text
+    assert took < 10
+    published = snapshot.read_snapshot()
+    assert published is not None and published["seq"] == r.s.etas._published_seq
+
+
+async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(forked_rig, monkeypatch, caplog):
+    """A child can die after storing its snapshot, before its result reaches the parent
+    (killed for memory while it pickles a first start's million ETAs). The snapshot is
+    complete: the child says so as soon as it is stored, and the parent confirms it and
+    tells the pages. (It stayed unconfirmed: the parent confirmed the one before, whose
+    seq no longer matched, and the pages turned a current snapshot stale.)"""
+    from common import snapshot
+    from fairsched.engine import scheduler as scheduler_module
+
+    r = forked_rig
+    await r.lead()
+    await a_pass(r)
+    first = snapshot.read_snapshot()["seq"]
+    assert r.s.etas._published_seq == first
+
+    def die(*args, **kwargs):
+        os._exit(9)  # after the snapshot is stored: on the way to the result
+
+    monkeypatch.setattr(scheduler_module.EtaColumns, "of", die)
+    stored: list[int] = []
+    told = r.s.publisher.snapshot_stored
+
+    async def snapshot_stored(seq):
+        stored.append(seq)
+        await told(seq)
+
+    r.s.publisher.snapshot_stored = snapshot_stored
+    r.store.add(10, 1)  # a change: the pass has something new to show
+    r.s._notes.append({"kind": "chart", "id": 10})
+    await a_pass(r)
+    assert "ETA pass died (exit code 9)" in caplog.text
+    second = snapshot.read_snapshot()["seq"]
+    assert second > first
+    assert r.s.etas._published_seq == second and stored == [second]  # the pages are told
+    r.clock.advance(1.0)
+    await r.tick()  # the next confirmation
+    assert confirmed_seq() == second
+    assert snapshot.confirmed_at(snapshot.read_snapshot()) == r.clock.time()

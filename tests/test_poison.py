@@ -33,10 +33,19 @@ def rpc(status: RPCStatusCode, message: str) -> RPCError:
     (rpc(RPCStatusCode.RESOURCE_EXHAUSTED, "namespace rate limit exceeded"), TRANSIENT),
     (rpc(RPCStatusCode.NOT_FOUND, "namespace default not found"), TRANSIENT),
     (asyncio.TimeoutError(), TRANSIENT),
-    (rpc(RPCStatusCode.INTERNAL, "something broke"), UNKNOWN),
+    (rpc(RPCStatusCode.INTERNAL, "upstream returned HTTP 500"), TRANSIENT),
+    (rpc(RPCStatusCode.UNKNOWN, "HTTP status code 502; transport: received unexpected content-type"), TRANSIENT),
+    (rpc(RPCStatusCode.ABORTED, "aborted"), TRANSIENT),
+    (rpc(RPCStatusCode.DATA_LOSS, "data loss"), TRANSIENT),
+    (rpc(RPCStatusCode.UNIMPLEMENTED, "unknown service"), TRANSIENT),
+    (ConnectionResetError("connection reset by peer"), TRANSIENT),
+    (OSError("network is unreachable"), TRANSIENT),
+    (rpc(RPCStatusCode.FAILED_PRECONDITION, "Namespace default is not active in this cluster"), TRANSIENT),
+    (rpc(RPCStatusCode.OUT_OF_RANGE, "something about this request"), UNKNOWN),
     (RuntimeError("surprise"), UNKNOWN),
 ], ids=["message-too-large", "blob-limit", "bad-task-queue", "unserialisable", "nan-strict", "unavailable",
-        "deadline", "rate-limit", "no-namespace", "timeout", "internal", "other"])
+        "deadline", "rate-limit", "no-namespace", "timeout", "internal", "unknown", "aborted", "data-loss",
+        "unimplemented", "connection-reset", "os-error", "namespace-not-active", "out-of-range", "other"])
 def test_start_errors_are_classified(exc, kind):
     assert classify(exc) == kind
 
@@ -51,13 +60,15 @@ def test_a_refused_start_fails_at_once_with_the_reason():
 
 def test_temporal_down_never_fails_a_chart_and_unknown_errors_fail_it_after_the_bound():
     f = StartFailures()
-    down = rpc(RPCStatusCode.UNAVAILABLE, "connection refused")
-    assert not any(f.verdict(1, down).fail for _ in range(100))
-    odd = rpc(RPCStatusCode.INTERNAL, "something broke")
+    for down in (rpc(RPCStatusCode.UNAVAILABLE, "connection refused"), rpc(RPCStatusCode.INTERNAL, "HTTP 500"),
+                 rpc(RPCStatusCode.UNKNOWN, "HTTP 502"), ConnectionRefusedError("refused")):
+        assert not any(f.verdict(1, down).fail for _ in range(100))
+    assert f.attempts == {}
+    odd = rpc(RPCStatusCode.OUT_OF_RANGE, "something broke")
     verdicts = [f.verdict(1, odd) for _ in range(MAX_UNKNOWN_ATTEMPTS)]
     assert [v.fail for v in verdicts] == [False] * (MAX_UNKNOWN_ATTEMPTS - 1) + [True]
     assert verdicts[-1].reason == (f"cannot start: {MAX_UNKNOWN_ATTEMPTS} attempts failed; the last: "
-                                   "Temporal refused to start the workflow (INTERNAL): something broke")
+                                   "Temporal refused to start the workflow (OUT_OF_RANGE): something broke")
     f.forget(1)  # started, or left the queue: counting starts afresh
     assert not f.verdict(1, odd).fail
 

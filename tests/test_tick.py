@@ -248,8 +248,12 @@ class FakePublisher:
     def __init__(self) -> None:
         self.events: list[dict] = []
         self.snapshots = 0
+        self.confirms: list[tuple[int, float]] = []  # (seq, at) of each confirmation
+        self.broken: BaseException | None = None  # what storing a snapshot raises
 
     def store_snapshot(self, snap, rows, per_org) -> int:
+        if self.broken is not None:
+            raise self.broken
         self.snapshots += 1
         return self.snapshots
 
@@ -257,7 +261,7 @@ class FakePublisher:
         pass
 
     async def confirm_snapshot(self, seq, at):
-        pass
+        self.confirms.append((seq, at))
 
     async def event(self, event, counters):
         self.events.append(event)
@@ -389,6 +393,58 @@ async def test_temporal_unavailable_backs_dispatch_off_until_the_clock_moves_on(
     r.renew_lease()
     await r.tick()
     assert r.temporal.start_calls == [1, 1] and r.store.state(1) == "running"
+
+
+@pytest.mark.parametrize("status", [RPCStatusCode.INTERNAL, RPCStatusCode.UNKNOWN, RPCStatusCode.UNAVAILABLE],
+                         ids=["internal", "unknown", "unavailable"])
+async def test_a_server_side_error_never_fails_the_chart_it_keeps_its_place_and_dispatch_backs_off(rig, status):
+    """A proxy in front of Temporal answering HTTP 500 gives INTERNAL or UNKNOWN: Temporal
+    never saw the start, so it is "Temporal unavailable", however long it lasts. (These
+    counted against the chart, which was failed after 5 attempts.)"""
+    r = rig(budget=1, charts=2)
+    r.temporal.refuse[1] = rpc(status, "upstream connect error: HTTP 500")
+    await r.lead()
+    for n in range(1, 3 * r.s.dispatcher._start_failures.max_unknown + 1):
+        await r.tick()
+        assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1", "2"]
+        assert not r.s._backoff["dispatch"].ready(r.clock.monotonic())  # no tight loop
+        r.clock.advance(r.s.BACKOFF_MAX_S)
+        r.renew_lease()
+    assert r.temporal.start_calls == [1] * n  # the head of the order, never passed over
+    assert r.s.dispatcher._start_failures.attempts == {}  # nothing counted against it
+    del r.temporal.refuse[1]
+    await r.tick()
+    assert r.store.state(1) == "running" and r.temporal.start_calls[-1] == 1
+
+
+async def test_a_failing_outcome_after_already_started_leaves_that_chart_and_commits_the_rest(rig):
+    """A start refused as already started (chart 1's workflow ran before) reads the
+    workflow's outcome; when that read fails, chart 1 is left for the next dispatch (or the
+    reconciliation) and chart 2, started in the same dispatch, is still committed. (The
+    error aborted the whole dispatch: chart 2 ran in Temporal with its row queued.)"""
+    r = rig(budget=2, charts=2)
+    r.temporal.runs[1] = "run-old"
+    r.temporal.close(1)  # it ran and closed before this scheduler started
+    outcome = r.temporal.outcome
+    broken = {"on": True}
+
+    async def flaky_outcome(chart_id):
+        if broken["on"] and chart_id == 1:
+            raise rpc(RPCStatusCode.UNAVAILABLE, "connection reset")
+        return await outcome(chart_id)
+
+    await r.lead()
+    r.temporal.outcome = flaky_outcome
+    await r.tick()
+    assert r.store.state(2) == "running" and r.running() == {2}
+    assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1"]
+    assert not r.s._backoff["dispatch"].ready(r.clock.monotonic())
+    broken["on"] = False
+    r.clock.advance(r.s.BACKOFF_MIN_S)
+    r.renew_lease()
+    await r.tick()
+    assert r.store.state(1) == "succeeded"  # its real outcome, recorded; never run again
+    assert r.temporal.runs[1] == "run-old"
 
 
 async def test_dispatch_never_exceeds_the_budget(rig):
@@ -605,6 +661,70 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
             break
     await r.tick()
     assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
+
+
+async def pass_ends(s: Scheduler) -> None:
+    """Let the ETA pass in flight (in a thread) end, and its bookkeeping run."""
+    for _ in range(500):
+        if s.etas._eta_task is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the ETA pass did not end")
+
+
+async def test_a_snapshot_is_confirmed_only_while_the_passes_succeed(rig):
+    """The scheduler confirms each second that its last snapshot is still current; once an
+    ETA pass fails, that snapshot no longer says what the scheduler knows, and it is
+    confirmed no more (the pages then turn it stale), until a pass succeeds again. (It
+    was confirmed every second however long the passes kept failing: frozen ETAs shown
+    as live.)"""
+    r = rig(budget=1, charts=3)
+    await r.lead()
+
+    async def seconds(n: int) -> None:
+        for _ in range(n):
+            r.clock.advance(1.0)
+            r.renew_lease()
+            await r.tick()
+            await pass_ends(r.s)
+
+    await r.tick()  # dispatches chart 1; the first pass starts
+    await pass_ends(r.s)
+    await seconds(3)
+    assert r.publisher.snapshots >= 1 and r.publisher.confirms[-1][1] > r.clock.time() - 2
+    r.publisher.broken = RuntimeError("the pass cannot store its snapshot")
+    r.temporal.close(1)  # something changes: chart 2 dispatches, a pass is due soon, and fails
+    await settle()
+    await seconds(1)
+    assert r.store.state(2) == "running"
+    await seconds(5)
+    last = r.publisher.confirms[-1][1]
+    await seconds(30)  # the passes keep failing
+    assert r.publisher.confirms[-1][1] == last  # no longer confirmed
+    assert r.publisher.confirms[-1][1] < r.clock.time() - 29
+    r.publisher.broken = None  # the passes succeed again: the new snapshot is confirmed
+    await seconds(12)
+    seq, at = r.publisher.confirms[-1]
+    assert seq == r.publisher.snapshots and at > r.clock.time() - 2
+
+
+async def test_a_pass_that_stored_its_snapshot_and_failed_after_it_still_has_it_confirmed(rig):
+    """The first ETAs are written after the snapshot is stored: a database error there fails
+    the pass (it runs again soon), but the snapshot it stored is complete and current."""
+    r = rig(budget=1, charts=3)
+
+    async def no_database(etas):
+        raise ConnectionError("the database is gone")
+
+    r.store.record_first_etas = no_database
+    await r.lead()
+    await r.tick()
+    await pass_ends(r.s)
+    assert r.publisher.snapshots == 1 and not r.s._backoff["eta"].ready(r.clock.monotonic())
+    r.clock.advance(1.0)
+    r.renew_lease()
+    await r.tick()
+    assert r.publisher.confirms[-1] == (1, r.clock.time())
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():

@@ -41,9 +41,12 @@ class Dispatcher(Part):
         A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
         (payload too large, invalid argument, an input that cannot be serialised or is
         not a JSON object) fails the chart at once, compare-and-set from queued, and the
-        order moves on in this same pass; Temporal unreachable keeps the chart in place
-        and backs dispatch off; any other error does too, but a chart is failed after
-        ``MAX_UNKNOWN_ATTEMPTS`` of those (unless Temporal shows its workflow after all)."""
+        order moves on in this same pass; Temporal unavailable (a server-side status such
+        as ``INTERNAL`` or ``UNKNOWN``, or a transport error) keeps the chart in place and
+        backs dispatch off, however long it lasts; an error about the request that proves
+        nothing does too, but a chart is failed after ``MAX_UNKNOWN_ATTEMPTS`` of those
+        (unless Temporal shows its workflow after all). A chart whose workflow already ran
+        but whose outcome cannot be read keeps its place too; the rest of the dispatch commits."""
         fx = Effects()
         plan = await self._plan(fx)
         if plan is None:
@@ -91,7 +94,15 @@ class Dispatcher(Part):
                                                    execution_timeout_s=s.execution_timeout_s)
             except AlreadyStarted:
                 # It ran before (a crash after starting, before recording): never again. Its real outcome:
-                outcome = await self.temporal.outcome(s.row.id)
+                try:
+                    outcome = await self.temporal.outcome(s.row.id)
+                except Exception as exc:  # noqa: BLE001 - this chart only: the rest of the dispatch commits
+                    # Temporal cannot say now: the chart keeps its place, and the next dispatch
+                    # (after the backoff) is refused again and reads the outcome then.
+                    starts.retry.append(cid)
+                    log.warning("start of chart #%s: its workflow already ran, but its outcome cannot be read "
+                                "(%s: %s); it keeps its place", cid, type(exc).__name__, exc)
+                    return cid, None
                 if outcome is None:  # raced with a start that is still running: adopt that run
                     return cid, ""
                 starts.closed[s.row.id] = outcome

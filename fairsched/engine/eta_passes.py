@@ -112,8 +112,16 @@ class EtaPasses(Part):
     async def _run_eta_pass(self, captured: PassInput | None, now: float, changes: int) -> None:
         started = self.clock.monotonic()
         queued = len(self.state.queue)
+        before = self._published_seq
+        failed = False
         try:
-            await self.host._guarded("eta", lambda: self._eta_pass(captured, now))
+            failed = not await self.host._guarded("eta", lambda: self._eta_pass(captured, now))
+            if failed and self._published_seq == before:
+                # No snapshot from this pass: the last one no longer says what this scheduler
+                # knows (something changed, or the pass would not have run). It is not
+                # confirmed any more, so the pages turn it stale, as they do for a stopped
+                # scheduler, until a pass succeeds.
+                self._published_seq = None
         finally:
             end = self.clock.monotonic()
             self._eta_last_end, self._eta_last_cost = end, end - started
@@ -124,8 +132,8 @@ class EtaPasses(Part):
             # absolute times and stay true until something changes (which brings the next
             # pass forward, see tick). Between changes the interval grows with the pass's
             # own cost, so an idle scheduler spends at most ~1/ETA_IDLE_COST_FACTOR on it.
-            if self._eta_changes != changes:  # changed while the pass ran: the next one soon
-                interval = self._eta_soon_gap()
+            if failed or self._eta_changes != changes:  # failed, or changed while it ran: the next one soon
+                interval = self._eta_soon_gap()  # (a failed one: no sooner than its backoff, too)
             else:
                 interval = max(self.state.config.eta_interval_s if self.state else 3.0,
                                self.ETA_IDLE_COST_FACTOR * self._eta_last_cost)
@@ -140,8 +148,19 @@ class EtaPasses(Part):
         if captured is None:
             state = self.state
             timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
-            out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
-                                          timeout_s=timeout, nice=self.ETA_PASS_NICE)
+            try:
+                out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
+                                              timeout_s=timeout, nice=self.ETA_PASS_NICE)
+            except forked.ChildFailed as exc:
+                if exc.reports and self.state is not None:
+                    # It died (or overran) after storing its snapshot, which is complete:
+                    # confirmed and shown like any other. Its ETAs for dispatch and the
+                    # first ETAs come with the next pass, soon (this one still failed).
+                    seq = exc.reports[-1]
+                    log.warning("the ETA pass failed after storing snapshot %d: that snapshot is published", seq)
+                    self._published_seq = seq
+                    await self.publisher.snapshot_stored(seq)
+                raise
         else:
             out = await asyncio.to_thread(self._compute_and_publish, captured, now)
         if self.state is None:
@@ -171,6 +190,7 @@ class EtaPasses(Part):
             snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
             snap["eta_model"] = captured.eta_model
             seq = self.publisher.store_snapshot(snap, rows, per_org)
+            forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
             etas = report.etas
             head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
             return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised))
@@ -179,7 +199,9 @@ class EtaPasses(Part):
         """Say, about once a second, that the last published snapshot is this live
         scheduler's latest: readers keep showing it (it stays true while nothing changes,
         and a pass is on its way when something did, however long a large backlog's pass
-        takes); only a scheduler that stopped lets it turn stale."""
+        takes). Only what a pass of this leadership stored is confirmed, and only until a
+        later pass fails without storing one (:meth:`_run_eta_pass`): a scheduler that
+        stopped, stepped down or whose passes fail lets it turn stale."""
         seq = self._published_seq
         if seq is None or not self.host.leading or self.clock.monotonic() - self._confirmed_at < 1.0:
             return

@@ -11,14 +11,18 @@ interpreter on the other core, and sees the parent's memory as it was at the for
 What makes fork safe in a process that has threads (the database thread, the lease
 keeper, the Temporal client's runtime): the child runs only ``fn``, which must touch
 nothing of the parent but memory (no database connection, no Temporal client, no
-asyncio loop; a new Redis connection is fine: redis-py makes one after a fork), and
-it leaves by ``os._exit`` (multiprocessing's fork start does), so it never runs the
+asyncio loop, no lock a parent thread may have held at the fork: a Redis client made
+in the child, not a shared one behind a lock), and it leaves by ``os._exit`` (multiprocessing's fork start does), so it never runs the
 parent's exit handlers nor closes the parent's sockets. It gives up the parent's
 signal handlers at once: the loop's signal wake-up socket is shared, and a SIGTERM
 sent to the child (``make run``'s supervisor stops a process group) must not reach
 the parent's loop as its own; the child ignores it, and the parent's warm stop kills the
 child. It dies with its parent (``PR_SET_PDEATHSIG`` on
 Linux): a ``kill -9`` of the scheduler leaves no pass running behind it.
+
+What the child does that outlives it (the snapshot it stored) it says at once
+(:func:`report`): a child that dies later, before its result reaches the parent, still
+tells the parent what it left behind (:attr:`ChildFailed.reports`).
 """
 from __future__ import annotations
 
@@ -44,7 +48,23 @@ def available() -> bool:
 
 
 class ChildFailed(Exception):
-    """The forked child raised (its traceback is the message), died, or overran."""
+    """The forked child raised (its traceback is the message), died, or overran.
+    ``reports``: what it reported (:func:`report`) before it failed."""
+
+    def __init__(self, message: str, reports: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.reports = list(reports or ())
+
+
+_to_parent: Any = None  # in a forked child: the pipe to its parent (None elsewhere)
+
+
+def report(value: Any) -> None:
+    """Tell the parent ``value`` now, before the result (a picklable value, sent at once):
+    what the child did that outlives it, so that the parent learns it even if the child
+    dies before returning. Called outside a forked child (the pass in a thread), nothing."""
+    if _to_parent is not None:
+        _to_parent.send(("report", value))
 
 
 def _detach(parent: int) -> None:
@@ -65,7 +85,9 @@ def _detach(parent: int) -> None:
 
 
 def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int) -> None:
+    global _to_parent
     _detach(parent)
+    _to_parent = send
     if nice:
         os.nice(nice)
     try:
@@ -95,18 +117,19 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
         proc.start()
     send.close()
     received = False
+    reports: list[Any] = []
     try:
         try:
-            status, value = await asyncio.wait_for(asyncio.to_thread(_receive, recv), timeout_s)
+            status, value = await asyncio.wait_for(asyncio.to_thread(_receive, recv, reports), timeout_s)
         except asyncio.TimeoutError:
-            raise ChildFailed(f"{name} took more than {timeout_s:.0f} s: killed") from None
+            raise ChildFailed(f"{name} took more than {timeout_s:.0f} s: killed", reports) from None
         except EOFError:
             received = True  # it is gone: its exit code says how
             await asyncio.to_thread(proc.join, 5)
-            raise ChildFailed(f"{name} died (exit code {proc.exitcode})") from None
+            raise ChildFailed(f"{name} died (exit code {proc.exitcode})", reports) from None
         received = True
         if status != "ok":
-            raise ChildFailed(f"{name} failed:\n{value}")
+            raise ChildFailed(f"{name} failed:\n{value}", reports)
         return value
     finally:
         if received:
@@ -118,5 +141,10 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
         proc.close()
 
 
-def _receive(recv: Any) -> tuple[str, Any]:
-    return recv.recv()
+def _receive(recv: Any, reports: list[Any]) -> tuple[str, Any]:
+    """The child's result; what it reports before is appended to ``reports``."""
+    while True:
+        status, value = recv.recv()
+        if status != "report":
+            return status, value
+        reports.append(value)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -226,6 +227,7 @@ class LivePublisher:
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
         self._client: aredis.Redis | None = None
+        self._store_client: tuple[int, redis.Redis] | None = None  # (pid, client) the passes store with
 
     def _redis(self) -> aredis.Redis:
         if self._client is None:
@@ -238,7 +240,18 @@ class LivePublisher:
             await client.aclose()
 
     def store_snapshot(self, snap: dict, rows: list[dict], per_org: dict) -> int:
-        return snapshot_store.store(snap, rows, per_org)
+        return snapshot_store.store(snap, rows, per_org, client=self._client_here())
+
+    def _client_here(self) -> redis.Redis:
+        """A Redis client made in this process, for the pass: a forked child makes its own
+        after the fork. The shared client (``common.notify``) sits behind a lock that
+        the database thread takes to notify; a fork while it held it left the lock held
+        in the child for ever, and the pass hung until it was killed."""
+        pid = os.getpid()
+        if self._store_client is None or self._store_client[0] != pid:
+            self._store_client = (pid, redis.Redis.from_url(self.redis_url, socket_timeout=2,
+                                                            socket_connect_timeout=1, health_check_interval=30))
+        return self._store_client[1]
 
     async def snapshot_stored(self, seq: int) -> None:
         await live_updates.asend(live_updates.SnapshotStored(seq=seq))

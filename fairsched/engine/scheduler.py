@@ -328,6 +328,7 @@ class Scheduler:
         if tasks:
             await asyncio.wait(tasks, timeout=self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self._tasks = []
+        self.etas._published_seq = None  # a leader again confirms only what its own passes store
         self.state = None
         self.startup._whole_ready = None
         self._notes.clear()

@@ -14,16 +14,24 @@ The rule, in the order it applies:
    size* ("received message larger than max"), and an input the data converter
    cannot serialise (``TypeError``/``ValueError``/...). The chart is failed at
    once with the reason in its ``error``; the order moves on.
-2. **Temporal unreachable or busy** (:data:`TRANSIENT`): ``UNAVAILABLE``,
-   ``DEADLINE_EXCEEDED``, ``CANCELLED``, a rate limit (``RESOURCE_EXHAUSTED``
-   about anything else), and the scheduler's own configuration (``NOT_FOUND``:
-   no such namespace, ``PERMISSION_DENIED``, ``UNAUTHENTICATED``). Every chart
-   would fail the same way, so none is blamed: dispatch backs off (0.5 s doubling
-   to 10 s) and the chart keeps its place.
-3. **Anything else** (:data:`UNKNOWN`): retried with the same backoff, but at most
+2. **Temporal unavailable** (:data:`TRANSIENT`): every status but those of 1. and 3.
+   (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``CANCELLED``, ``INTERNAL``, ``UNKNOWN``,
+   ``ABORTED``, ``DATA_LOSS``, ``UNIMPLEMENTED``, a rate limit: ``RESOURCE_EXHAUSTED``
+   about anything else, ``FAILED_PRECONDITION``: a namespace not active in this
+   cluster), the scheduler's own configuration (``NOT_FOUND``: no such namespace,
+   ``PERMISSION_DENIED``, ``UNAUTHENTICATED``) and transport errors (``OSError``, a
+   timeout). ``INTERNAL`` and ``UNKNOWN`` are what gRPC makes of a proxy in front of
+   Temporal answering HTTP 500 or 502: Temporal may never have seen the request, and
+   nothing says the chart is at fault. Every chart would fail the same way, so none is
+   blamed and none is counted: dispatch backs off (0.5 s doubling to 10 s) and the chart
+   keeps its place, for as long as it lasts.
+3. **Anything else** (:data:`UNKNOWN`): a status about the request that does not prove
+   it bad for ever (``OUT_OF_RANGE``, an ``ALREADY_EXISTS`` that is not the
+   already-started error) and any other exception (the SDK or this code tripping on
+   this chart's input). Retried with the same backoff, but at most
    :data:`MAX_UNKNOWN_ATTEMPTS` times per chart; then the chart is failed with the
-   last error. So no chart holds the head of the order for more than 5 attempts
-   (about 8 s of backoff) unless Temporal as a whole is down.
+   last error. So no such chart holds the head of the order for more than 5 attempts
+   (about 8 s of backoff).
 
 The counts live in the scheduler's memory: a restarted scheduler starts them
 afresh (a bound per process, never an unbounded loop).

@@ -58,10 +58,10 @@ class StartFailed(Exception):
 
 
 # ---------------------------------------------------------------- classifying a failed start
-_TRANSIENT_STATUS = frozenset({
-    RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
-    RPCStatusCode.NOT_FOUND, RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED,
-})
+# About the request, without proving it bad for ever: counted against the chart.
+# INVALID_ARGUMENT (and RESOURCE_EXHAUSTED about the size) prove it: refused at once.
+# Every other status is Temporal's (or what stands in front of it): never the chart's.
+_REQUEST_STATUS = frozenset({RPCStatusCode.OUT_OF_RANGE, RPCStatusCode.ALREADY_EXISTS})
 _SIZE_WORDS = ("larger than max", "message size", "message too large")
 # What the data converter raises for an input it cannot encode (json.dumps and friends).
 _SERIALISE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError, UnicodeError)
@@ -77,12 +77,10 @@ def classify(exc: BaseException) -> str:
         if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
             text = (exc.message or str(exc)).lower()
             return PERMANENT if any(w in text for w in _SIZE_WORDS) else TRANSIENT
-        if exc.status in _TRANSIENT_STATUS:
-            return TRANSIENT
-        return UNKNOWN
+        return UNKNOWN if exc.status in _REQUEST_STATUS else TRANSIENT
     if isinstance(exc, _SERIALISE_ERRORS):
         return PERMANENT
-    if isinstance(exc, (asyncio.TimeoutError, ConnectionError)):
+    if isinstance(exc, (asyncio.TimeoutError, OSError)):  # transport: ConnectionError, a timeout, ...
         return TRANSIENT
     return UNKNOWN
 

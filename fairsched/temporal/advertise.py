@@ -6,7 +6,15 @@ how many activities each runs at once. So each ``runworker`` writes
     fairsched:worker:<task queue>:<identity>  ->  {"identity", "task_queue", "slots", "host", "pid", "at"}
 
 with a TTL of :data:`ADVERT_TTL_S`, refreshed every :data:`ADVERT_REFRESH_S`, and removes it on a
-warm stop. The capacity check (:mod:`fairsched.temporal.capacity`) matches it to the live pollers.
+warm stop. It also lists its identity in the task queue's index
+
+    fairsched:workers:<task queue>  ->  sorted set {identity: at}
+
+so the capacity check (:mod:`fairsched.temporal.capacity`) finds every advertised worker,
+including one whose slots are all busy and that has stopped polling for activities (Temporal
+then drops it from the task queue's pollers), without scanning Redis's keys. The index only
+names workers: a worker counts while its own key lives (the check prunes names whose key
+has expired).
 Redis is a nice-to-have here: an outage is logged and the worker goes on running activities.
 """
 from __future__ import annotations
@@ -25,6 +33,7 @@ ADVERT_TTL_S = 30
 ADVERT_REFRESH_S = 10.0
 IDENTITY_SUFFIX = ":fairsched"
 KEY_PREFIX = "fairsched:worker:"
+INDEX_PREFIX = "fairsched:workers:"
 
 
 def worker_identity() -> str:
@@ -38,6 +47,11 @@ def is_fairsched_identity(identity: str) -> bool:
 
 def advert_key(task_queue: str, identity: str) -> str:
     return f"{KEY_PREFIX}{task_queue}:{identity}"
+
+
+def advert_index(task_queue: str) -> str:
+    """The task queue's index of advertised identities (a sorted set, scored by the last refresh)."""
+    return f"{INDEX_PREFIX}{task_queue}"
 
 
 def advert_value(*, identity: str, task_queue: str, slots: int, now: float | None = None) -> dict[str, Any]:
@@ -63,6 +77,7 @@ class Advertiser:
         self.refresh_s = refresh_s
         self.ttl_s = ttl_s
         self.key = advert_key(task_queue, identity)
+        self.index = advert_index(task_queue)
         self._redis = None
         self._failing = False
 
@@ -75,7 +90,11 @@ class Advertiser:
         """One refresh (blocking, at most a few seconds on a Redis outage). True when written."""
         value = advert_value(identity=self.identity, task_queue=self.task_queue, slots=self.slots)
         try:
-            self._r().set(self.key, json.dumps(value), ex=self.ttl_s)
+            pipe = self._r().pipeline()
+            pipe.set(self.key, json.dumps(value), ex=self.ttl_s)
+            pipe.zadd(self.index, {self.identity: value["at"]})
+            pipe.expire(self.index, self.ttl_s)  # gone with the queue's last worker
+            pipe.execute()
         except Exception as exc:  # noqa: BLE001 - Redis down must never stop the worker
             if not self._failing:
                 log.warning("could not advertise this worker's %d activity slots in Redis (%s); "
@@ -90,7 +109,10 @@ class Advertiser:
 
     def remove(self) -> None:
         try:
-            self._r().delete(self.key)
+            pipe = self._r().pipeline()
+            pipe.delete(self.key)
+            pipe.zrem(self.index, self.identity)
+            pipe.execute()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not remove this worker's advertisement %s from Redis (%s); it expires in %d s",
                         self.key, exc, self.ttl_s)

@@ -5,14 +5,18 @@ activity slot while it runs (DemoChart's activity lasts the whole chart). When m
 run on a task queue than its live workers have slots, the excess charts count as running
 and hold budget while their activity waits for a slot. This module finds that out:
 
+- the workers are the advertised ones whose advertisement is live
+  (:mod:`fairsched.temporal.advertise`: refreshed every 10 s while the worker runs, listed
+  in the task queue's index), with their advertised slots, **whether or not they poll
+  at that moment**: a worker whose slots are all busy stops polling for activities, and
+  after a few minutes Temporal drops it from the task queue's pollers, yet every slot of
+  it is running a chart. Counting it only while it polled made a fully busy worker count
+  as no slots (a false "no live worker polls" at full load with long charts);
 - the live pollers come from Temporal (DescribeTaskQueue, activity pollers seen within
-  :data:`POLLER_FRESH_S`; a worker whose slots are all busy stops polling for activities
-  but keeps polling for workflow tasks under the same identity, so either poll counts);
-- each poller's slots come from the worker's advertisement in Redis
-  (:mod:`fairsched.temporal.advertise`); a poller without one counts as temporalio's
-  default of :data:`DEFAULT_SLOTS` and the warning says so, except a Fairsched worker
-  (identity ``...:fairsched``), whose missing advertisement means it stopped;
-  an advertisement without a live poller counts for nothing;
+  :data:`POLLER_FRESH_S`, either poll kind counting, see :func:`merge_pollers`); they add
+  the workers that advertise nothing: such a poller counts as temporalio's default of
+  :data:`DEFAULT_SLOTS` and the warning says so, except a Fairsched worker (identity
+  ``...:fairsched``), whose missing advertisement means it stopped;
 - the running charts are the Chart rows in state running, per task queue
   (``Workflow.temporal_type``: ``Type`` on the default queue, ``Type@queue`` on its own).
 
@@ -40,7 +44,7 @@ from temporalio.client import Client
 
 from charts.models import Chart, ChartState
 from common.notify import redis_client
-from fairsched.temporal.advertise import ADVERT_TTL_S, advert_key, is_fairsched_identity
+from fairsched.temporal.advertise import ADVERT_TTL_S, advert_index, advert_key, is_fairsched_identity
 from fairsched.temporal.shared import split_temporal_type
 
 log = logging.getLogger(__name__)
@@ -86,23 +90,28 @@ def _n(n: int, one: str, many: str) -> str:
 def queue_capacity(task_queue: str, pollers: list[Poller], adverts: dict[str, Advert], running: int, *,
                    now: float, default_queue: str | None = None, fresh_s: float = POLLER_FRESH_S,
                    advert_ttl_s: float = ADVERT_TTL_S) -> dict[str, Any]:
-    """One task queue's figures and its warning (None when every running chart has a slot). Pure."""
+    """One task queue's figures and its warning (None when every running chart has a slot). Pure.
+
+    A worker is a live advertisement (polling or not: a busy worker stops polling for
+    activities) or a live poller without one. ``seen_s`` is the age of its latest poll,
+    None when Temporal does not list it as a live poller."""
     workers: list[dict[str, Any]] = []
     stopped: list[str] = []
-    for p in sorted(pollers, key=lambda p: p.identity):
-        if p.last_access is None or now - p.last_access > fresh_s:
-            continue  # not a live poller
-        ad = adverts.get(p.identity)
+    live = {p.identity: p for p in pollers if p.last_access is not None and now - p.last_access <= fresh_s}
+    for identity in sorted(set(live) | set(adverts)):
+        p = live.get(identity)
+        seen_s = round(max(0.0, now - p.last_access), 1) if p is not None else None
+        ad = adverts.get(identity)
         if ad is not None and now - ad.at > advert_ttl_s:
             ad = None  # stale: the worker stopped refreshing it
         if ad is not None:
-            workers.append({"identity": p.identity, "slots": int(ad.slots), "advertised": True,
-                            "seen_s": round(max(0.0, now - p.last_access), 1)})
-        elif is_fairsched_identity(p.identity):
-            stopped.append(p.identity)  # a runworker whose advertisement is gone: it stopped
+            workers.append({"identity": identity, "slots": int(ad.slots), "advertised": True, "seen_s": seen_s})
+        elif p is None:
+            continue  # neither advertised nor polling
+        elif is_fairsched_identity(identity):
+            stopped.append(identity)  # a runworker whose advertisement is gone: it stopped
         else:
-            workers.append({"identity": p.identity, "slots": DEFAULT_SLOTS, "advertised": False,
-                            "seen_s": round(max(0.0, now - p.last_access), 1)})
+            workers.append({"identity": identity, "slots": DEFAULT_SLOTS, "advertised": False, "seen_s": seen_s})
     slots = sum(w["slots"] for w in workers)
     unadvertised = sum(not w["advertised"] for w in workers)
     short = max(0, running - slots)
@@ -173,19 +182,29 @@ async def describe_pollers(client, namespace: str, task_queue: str) -> list[Poll
     return merge_pollers(activity, workflow)
 
 
+def advertised_identities(r, task_queue: str) -> list[str]:
+    """The identities in the task queue's index of advertised workers (one ZRANGE)."""
+    return [i.decode() if isinstance(i, bytes) else i for i in r.zrange(advert_index(task_queue), 0, -1)]
+
+
 def read_adverts(r, task_queue: str, identities: list[str]) -> dict[str, Advert]:
-    """The advertisements of these pollers (one MGET); unreadable ones are left out."""
+    """The advertisements of these identities (one MGET); unreadable ones are left out, and
+    an identity whose advertisement has expired (a killed worker) leaves the queue's index."""
     if not identities:
         return {}
     out: dict[str, Advert] = {}
+    gone = []
     for identity, raw in zip(identities, r.mget([advert_key(task_queue, i) for i in identities])):
         if raw is None:
+            gone.append(identity)
             continue
         try:
             data = json.loads(raw)
             out[identity] = Advert(identity, int(data["slots"]), float(data["at"]))
         except (ValueError, KeyError, TypeError):
             continue
+    if gone:
+        r.zrem(advert_index(task_queue), *gone)
     return out
 
 
@@ -216,9 +235,9 @@ def check(*, address: str, namespace: str, default_queue: str, r, now: float | N
         return unknown("Worker capacity unknown: Temporal did not answer.", now=now)
     results = []
     for q in queues:
-        live = [p for p in found[q] if p.last_access is not None and now - p.last_access <= POLLER_FRESH_S]
+        live = {p.identity for p in found[q] if p.last_access is not None and now - p.last_access <= POLLER_FRESH_S}
         try:
-            adverts = read_adverts(r, q, [p.identity for p in live])
+            adverts = read_adverts(r, q, sorted(live | set(advertised_identities(r, q))))
         except Exception as exc:  # noqa: BLE001
             log.info("capacity check: Redis did not answer (%s)", exc)
             return unknown("Worker capacity unknown: Redis did not answer.", now=now)

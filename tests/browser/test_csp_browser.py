@@ -10,6 +10,8 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.simulate import publish_from_db
+from jobs.models import ImportJob
+from orgs.services import org_hold
 from tests.browser.conftest import login
 from tests.browser.test_dashboard_browser import world  # noqa: F401 - the fixture
 
@@ -43,12 +45,19 @@ def _violations(page, console: list[str]) -> list[str]:
     ("root", "/admin/", "#live-counters [data-state=live]"),
     ("root", "/admin/charts/chart/", "#live-counters [data-state=live]"),
     ("root", "/charts/new/", "form"),
-], ids=["dashboard", "org-page", "admin", "admin-charts", "chart-form"])
+    ("root", "/admin/orgs/org/", "#live-counters [data-state=live]"),
+    ("root", "/admin/jobs/importjob/", "#live-counters [data-state=live]"),
+], ids=["dashboard", "org-page", "admin", "admin-charts", "chart-form", "admin-orgs", "admin-imports"])
 def test_pages_run_under_the_policy_without_a_violation(browser, browser_server, redis_layer_publish, world,  # noqa: F811
                                                         username, path, ready):
+    org_hold(org=world["beta"])  # the org list shows its "held" badge
+    if path == "/admin/jobs/importjob/":
+        ImportJob.objects.create(filename="charts.csv", format="csv", data=b"", total_rows=10, next_row=4)  # its progress bar
     redis_layer_publish()
     page, console = _page(browser, browser_server, username, path)
     expect(page.locator(ready).first).to_be_attached(timeout=10_000)
+    if path == "/admin/orgs/org/":
+        expect(page.locator("#result_list")).to_contain_text("held")
     if path == "/dashboard/":
         expect(page.locator("tr[data-chart-id]")).to_have_count(5)  # the scripts ran and rendered the order
         expect(page.locator("#orgs-body .bar span").first).to_have_attribute("style", re.compile("width"))

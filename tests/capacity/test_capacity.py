@@ -8,7 +8,7 @@ import pytest
 
 from fairsched.temporal import capacity
 from fairsched.temporal.capacity import DEFAULT_SLOTS, Advert, Poller, merge_pollers, queue_capacity, summarise
-from fairsched.temporal.advertise import ADVERT_TTL_S, Advertiser, advert_key
+from fairsched.temporal.advertise import ADVERT_TTL_S, Advertiser, advert_index, advert_key
 
 NOW = 1_000_000.0
 Q = "fairsched"
@@ -54,12 +54,25 @@ def test_a_poller_without_advertisement_counts_as_the_temporalio_default_and_the
     assert queue_capacity(Q, pollers, {}, 100, now=NOW)["warning"] is None
 
 
-def test_an_advertisement_without_a_live_poller_does_not_count():
+def test_a_live_advertisement_counts_whether_or_not_its_worker_polls():
+    """A worker whose slots are all busy stops polling for activities (after 5 minutes Temporal
+    drops it from the pollers) while every slot of it runs a chart: its live advertisement
+    counts. Only an advertisement that is no longer refreshed stops counting."""
     pollers = [Poller(ours(1), NOW - 2), Poller(ours(2), NOW - capacity.POLLER_FRESH_S - 1)]
-    q = queue_capacity(Q, pollers, adverts((ours(1), 5), (ours(2), 1000), (ours(3), 1000)), 10, now=NOW,
-                       default_queue=Q)
-    assert q["slots"] == 5 and [w["identity"] for w in q["workers"]] == [ours(1)]
-    assert q["short"] == 5
+    ads = {**adverts((ours(1), 5), (ours(2), 1000), (ours(3), 1000)), **adverts((ours(4), 7), at=NOW - ADVERT_TTL_S - 1)}
+    q = queue_capacity(Q, pollers, ads, 2010, now=NOW, default_queue=Q)
+    assert [(w["identity"], w["slots"], w["seen_s"]) for w in q["workers"]] == [
+        (ours(1), 5, 2.0), (ours(2), 1000, None), (ours(3), 1000, None)]
+    assert (q["slots"], q["short"]) == (2005, 5)
+    assert q["warning"].startswith("Running 2010 charts but the 3 live workers have 2005 activity slots")
+
+
+def test_a_worker_with_every_slot_busy_is_no_false_alarm():
+    """The issue's case: 2 charts run on the one worker's 2 slots; Temporal lists no
+    activity poller any more. No warning, and no "no live worker polls"."""
+    q = queue_capacity(Q, [], adverts((ours(1), 2)), 2, now=NOW, default_queue=Q)
+    assert (q["slots"], q["short"], q["warning"]) == (2, 0, None)
+    assert q["workers"] == [{"identity": ours(1), "slots": 2, "advertised": True, "seen_s": None}]
 
 
 def test_a_stale_advertisement_is_ignored():
@@ -81,8 +94,9 @@ def test_a_busy_worker_polls_only_for_workflow_tasks_and_stays_live():
     workflow = [Poller(ours(1), NOW - 4), Poller("someone-else", NOW)]
     merged = merge_pollers(activity, workflow)
     assert merged == [Poller(ours(1), NOW - 4), Poller(ours(2), None)]
-    q = queue_capacity(Q, merged, adverts((ours(1), 2), (ours(2), 2)), 2, now=NOW)
-    assert q["slots"] == 2 and q["warning"] is None
+    q = queue_capacity(Q, merged, adverts((ours(1), 2), (ours(2), 2)), 4, now=NOW)
+    assert [(w["identity"], w["seen_s"]) for w in q["workers"]] == [(ours(1), 4.0), (ours(2), None)]
+    assert q["slots"] == 4 and q["warning"] is None  # ours(2) polls not at all: its advertisement counts
 
 
 def test_no_running_and_no_workers_is_no_warning():
@@ -127,6 +141,38 @@ def test_read_returns_the_stored_check(redis_url):
     assert "not checked in the last minute" in capacity.read()["note"]
 
 
+@pytest.mark.django_db
+def test_check_counts_an_advertised_worker_temporal_no_longer_lists(redis_url, monkeypatch):
+    """The whole check with a real Redis and Temporal answering with no poller at all (as it
+    does 5 minutes into a busy worker's last activity poll): the advertisement, found through
+    the task queue's index, counts; an index name whose key expired (a killed worker) is
+    pruned and counts for nothing."""
+    import redis
+
+    from tests.factories import make_chart, make_org, make_workflow
+
+    r = redis.Redis.from_url(redis_url)
+    org, wf = make_org("Acme"), make_workflow("code", temporal_type="DemoChart")
+    for i in range(2):
+        make_chart(org, wf, state="running", dispatched_cost=1, external_id=f"r-{i}")
+    assert Advertiser(redis_url=redis_url, task_queue=Q, identity=ours(1), slots=2).write()
+    r.zadd(advert_index(Q), {ours(9): NOW})  # a worker killed long ago: its key has expired
+
+    async def no_client(address, namespace):
+        return None
+
+    async def no_pollers(client, namespace, task_queue):
+        return []
+
+    monkeypatch.setattr(capacity, "_connect", no_client)
+    monkeypatch.setattr(capacity, "describe_pollers", no_pollers)
+    result = capacity.check(address="unused", namespace="default", default_queue=Q, r=r)
+    assert (result["running"], result["workers"], result["slots"], result["short"], result["warning"]) == (
+        2, 1, 2, 0, None)
+    assert result["queues"][0]["workers"][0]["identity"] == ours(1)
+    assert r.zrange(advert_index(Q), 0, -1) == [ours(1).encode()]
+
+
 # --- the advertisement ---------------------------------------------------------------------------
 
 
@@ -148,6 +194,8 @@ def test_advertiser_writes_with_a_ttl_refreshes_and_removes_on_stop(redis_url):
         data = json.loads(r.get(key))
         assert data["slots"] == 7 and data["identity"] == ours(1) and data["task_queue"] == Q
         assert 0 < r.ttl(key) <= ADVERT_TTL_S
+        assert r.zrange(advert_index(Q), 0, -1) == [ours(1).encode()]  # the queue's index names it
+        assert 0 < r.ttl(advert_index(Q)) <= ADVERT_TTL_S
         first = data["at"]
         await asyncio.sleep(0.2)
         assert json.loads(r.get(key))["at"] > first  # refreshed
@@ -156,6 +204,7 @@ def test_advertiser_writes_with_a_ttl_refreshes_and_removes_on_stop(redis_url):
 
     asyncio.run(go())
     assert not r.exists(key)  # a warm stop removes it
+    assert r.zrange(advert_index(Q), 0, -1) == []
 
 
 def test_advertiser_survives_a_redis_outage(caplog):

@@ -80,3 +80,60 @@ def test_enough_slots_no_warning(live, redis_url):
     c.force_login(viewer)
     html = c.get("/dashboard/").content.decode()
     assert "for a slot while holding budget" not in html
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_with_every_slot_busy_still_counts(live, redis_url, temporal):
+    """The false alarm of issue 21: a worker whose 2 slots both run a chart stops polling for
+    activities, and 5 minutes after its last activity poll Temporal no longer lists it among
+    the task queue's pollers. Its advertisement is live all along: its 2 slots count and no
+    warning is shown. (About 6 minutes: Temporal's poller history keeps a poller 5 minutes.)"""
+    from temporalio.api.enums.v1 import PendingActivityState, TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    from charts.models import Chart, ChartState
+    from fairsched.models import SchedulerSettings
+
+    s = SchedulerSettings.get()
+    s.budget = 2
+    s.save()
+    org, wf = make_org("Acme"), make_workflow("code", temporal_type="DemoChart")
+    charts = [make_chart(org, wf, payload={"seconds": 600}, external_id=f"long-{i}") for i in range(2)]
+    live.worker(env={"FAIRSCHED_WORKER_CONCURRENCY": "2"})
+    live.scheduler()
+    ids = [c.pk for c in charts]
+    try:
+        wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.RUNNING).count() == 2, timeout=60,
+                   what="both charts running")
+
+        def both_activities_started() -> bool:
+            return all(any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                           for a in temporal.describe(f"chart-{pk}").raw_description.pending_activities)
+                       for pk in ids)
+
+        wait_until(both_activities_started, timeout=60, interval=0.5, what="the worker's 2 slots busy")
+
+        def activity_pollers() -> list[str]:
+            resp = temporal.run(temporal.client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+                namespace="default", task_queue=TaskQueue(name=live.task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)))
+            return [p.identity for p in resp.pollers]
+
+        tasks.check_capacity()
+        assert capacity.read()["workers"] == 1  # counted while Temporal lists it
+        wait_until(lambda: not activity_pollers(), timeout=420, interval=5,
+                   what="Temporal to drop the busy worker from the activity pollers")
+        tasks.check_capacity()
+        result = capacity.read()
+        assert (result["known"], result["running"], result["workers"], result["slots"], result["short"],
+                result["warning"]) == (True, 2, 1, 2, 0, None), result
+        assert result["queues"][0]["workers"][0]["seen_s"] is None  # not among the pollers, counted anyway
+    finally:
+        for pk in ids:
+            try:
+                temporal.run(temporal.client.get_workflow_handle(f"chart-{pk}").terminate("test over"))
+            except Exception:  # noqa: BLE001 - already closed
+                pass

@@ -199,8 +199,9 @@ def test_https_deliveries_verify_the_certificate_through_the_guarded_connection(
     ("10.1.2.3", True, None),
     ("127.0.0.1", False, "is a loopback address"),
     ("::1", True, None),
-    ("169.254.169.254", True, "is a link-local address; never allowed"),  # cloud metadata
-    ("::ffff:169.254.169.254", True, "is a link-local address; never allowed"),
+    ("169.254.169.254", True, "is a cloud metadata address"),
+    ("169.254.1.1", True, "is a link-local address; never allowed"),
+    ("::ffff:169.254.1.1", True, "is a link-local address; never allowed"),
     ("fe80::1%eth0", True, "is a link-local address; never allowed"),
     ("0.0.0.0", True, "is a unspecified address; never allowed"),
     ("224.0.0.1", True, "is a multicast address; never allowed"),

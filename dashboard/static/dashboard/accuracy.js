@@ -52,13 +52,38 @@
       {label: "exact", type: "line", data: [{x: lo, y: lo}, {x: hi, y: hi}], borderColor: "#d33", borderWidth: 1,
        pointRadius: 0},
     ]};
-    const clock = (v) => new Date(v).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
-    if (plot) { plot.data = data; plot.update("none"); return; }
+    if (plot) {
+      plot.data = data;
+      for (const axis of ["x", "y"]) plot.options.scales[axis].ticks.stepSize = timeStep(plot.data, axis);
+      plot.update("none");
+      return;
+    }
     plot = new Chart(document.getElementById("plot-accuracy"), {type: "scatter", data, options: {
       animation: false, maintainAspectRatio: false,
-      scales: {x: {title: {display: true, text: "actual finish"}, ticks: {callback: clock}},
-               y: {title: {display: true, text: "predicted finish"}, ticks: {callback: clock}}},
+      scales: {x: {title: {display: true, text: "actual finish"}, ticks: {callback: clock, stepSize: timeStep(data, "x")}},
+               y: {title: {display: true, text: "predicted finish"}, ticks: {callback: clock, stepSize: timeStep(data, "y")}}},
     }});
+  }
+
+  /* The time axes: a tick every whole 1, 2, 5, 10, 15 or 30 min, or hours, at most about 8
+   * of them, each labelled like every other time on the pages (24 h, as FairLive.clock). Chart.js
+   * alone put ticks at round numbers of milliseconds, several within one minute: "07:46 PM"
+   * three times. */
+  const STEPS_MIN = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080];
+  function timeStep(data, axis) {
+    const vs = data.datasets.flatMap((d) => d.data.map((p) => p[axis]));
+    const span = vs.length ? Math.max(...vs) - Math.min(...vs) : 0;
+    const min = STEPS_MIN.find((m) => span / (m * 60000) <= 8) || STEPS_MIN[STEPS_MIN.length - 1];
+    return min * 60000;
+  }
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  // "20:41"; the first tick and the first of each new day name the day when it is not today ("Jan 5 20:40")
+  function clock(v, i, ticks) {
+    const d = new Date(v);
+    const hm = String(d.getHours()).padStart(2, "0") + ":" + String(d.getMinutes()).padStart(2, "0");
+    const before = i > 0 && ticks ? new Date(ticks[i - 1].value) : null;
+    const newDay = before ? before.toDateString() !== d.toDateString() : d.toDateString() !== new Date().toDateString();
+    return newDay ? MONTHS[d.getMonth()] + " " + d.getDate() + " " + hm : hm;
   }
 
   function load() {

@@ -164,7 +164,7 @@
         <td>${esc((orgs.get(r.org) || {}).name || r.org)}</td>
         <td>${esc(r.workflow)}</td><td class="num">${r.cost}</td>
         <td><span class="progress" data-started="${started}" data-expected="${r.expected_s}"><span></span></span> <span class="elapsed muted"></span></td>
-        <td data-eta="${at(r.finish_s)}"></td>
+        <td data-eta="${r.expected_s == null ? at(r.finish_s) : started + r.expected_s}" data-overdue></td>
         <td>${r.cancel_requested ? '<span class="badge">cancelling</span>' : btn("cancel", "Cancel", "c" + r.id)}</td>`;
     }, (tr, r) => { tr.dataset.chartId = r.id; });
   }

@@ -25,9 +25,12 @@
     if (h < 48) return h + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
     return Math.floor(h / 24) + " d " + (h % 24) + " h";
   };
-  F.inText = (epoch) => {
-    if (epoch == null) return "—";
+  /* "in 3 min"; once past, "now", or for a running chart's expected finish (``overdue``)
+   * how long ago it should have finished: "overdue by 4 min". */
+  F.inText = (epoch, overdue) => {
+    if (epoch == null || !isFinite(epoch)) return "—";
     const left = epoch - F.serverNow();
+    if (overdue && left < -0.5) return "overdue by " + F.duration(-left);
     return left <= 0.5 ? "now" : "in " + F.duration(left);
   };
   /* One time format everywhere (the admin's lists use the same): 24 h "14:05", and
@@ -49,11 +52,14 @@
     if (st.stale) el.textContent = `Stale: the scheduler's last snapshot is ${F.duration(st.age_s || 0)} old; it looks stopped. Counts come from the database, positions and ETAs are not shown.`;
   };
 
-  /* Every element with data-eta="<epoch s>" shows "in 3 min"; data-clock="<epoch>" the time of day. */
+  /* Every element with data-eta="<epoch s>" shows "in 3 min"; with data-overdue too (a
+   * running chart's expected finish), "overdue by 4 min" once that time has passed. */
   F.tick = () => {
     document.querySelectorAll("[data-eta]").forEach((el) => {
       const v = el.getAttribute("data-eta");
-      el.textContent = v === "" ? "—" : F.inText(parseFloat(v));
+      const overdue = el.hasAttribute("data-overdue");
+      el.textContent = v === "" ? "—" : F.inText(parseFloat(v), overdue);
+      if (overdue) el.classList.toggle("overdue", v !== "" && parseFloat(v) < F.serverNow() - 0.5);
     });
     document.querySelectorAll("[data-started][data-expected]").forEach((el) => {
       const started = parseFloat(el.dataset.started), expected = parseFloat(el.dataset.expected);

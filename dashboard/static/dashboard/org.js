@@ -30,12 +30,15 @@
     $("prev").disabled = st.offset <= 0;
     $("next").disabled = st.offset + st.limit >= total;
     $("charts-body").innerHTML = (st.charts || []).map((c) => {
-      const eta = F.parseIso(c.eta), start = F.parseIso(c.start_at), p90 = F.parseIso(c.eta_p90);
+      const start = F.parseIso(c.start_at), p90 = F.parseIso(c.eta_p90);
+      // a running chart's finish is its start plus the duration estimate: past it, "overdue by"
+      const running = c.state === "running" && start != null && c.expected_s != null;
+      const eta = running ? start + c.expected_s : F.parseIso(c.eta);
       return `<tr data-chart-id="${c.id}" data-state="${esc(c.state)}"><td class="mono">${esc(c.external_id || "—")} <span class="muted">#${c.id}</span></td>
         <td>${esc(c.workflow)}</td><td><span class="badge ${esc(c.state)}">${esc(LABEL[c.state] || c.state)}</span>${c.priority ? ' <span class="badge prio">priority</span>' : ""}</td>
         <td class="num">${c.position == null ? "—" : (c.position + 1).toLocaleString()}</td>
         <td>${start ? F.clock(start) : "—"}</td><td>${eta ? F.clock(eta) : "—"}</td><td class="muted">${p90 ? F.clock(p90) : "—"}</td>
-        <td class="muted" data-eta="${eta == null ? "" : eta}"></td></tr>`;
+        <td class="muted" data-eta="${eta == null ? "" : eta}"${running ? " data-overdue" : ""}></td></tr>`;
     }).join("");
     F.tick();
   }

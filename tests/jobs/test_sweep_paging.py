@@ -1,0 +1,81 @@
+"""The ``chart.finished`` sweep pages through a burst of finishes, however many share a second.
+
+Issue 21, item 1: 12,000 charts of one org reached a final state in the same second.
+The sweep made 5,000 deliveries, set its cursor to the last one's ``updated_at`` and
+started the next sweep 60 s before it: the same 5,000 rows, for ever. ``SWEEP_LIMIT``
+is lowered here so that a burst of a few dozen charts is more than a page.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from charts.models import Chart, ChartState
+from charts.services import chart_cancel
+from jobs import webhooks
+from jobs.models import WebhookDelivery
+from tests.factories import make_chart, make_org, make_workflow
+
+pytestmark = pytest.mark.django_db
+
+LIMIT = 10
+
+
+@pytest.fixture
+def org(monkeypatch):
+    monkeypatch.setattr(webhooks, "SWEEP_LIMIT", LIMIT)
+    org = make_org("Burst")
+    org.webhook_url, org.webhook_secret = "https://hooks.example.com/in", "s3cret"
+    org.save()
+    return org
+
+
+def _queued(org, n: int) -> list[Chart]:
+    wf = make_workflow("code")
+    return [make_chart(org, wf) for _ in range(n)]
+
+
+def _delivered() -> set[int]:
+    return {int(k.split(":")[1]) for k in WebhookDelivery.objects.values_list("dedupe_key", flat=True)}
+
+
+def test_a_burst_in_one_second_larger_than_a_page_is_swept_whole(org):
+    """A bulk cancel: one statement, one ``updated_at`` for every row (ties broken by id)."""
+    start = timezone.now()
+    webhooks.sweep_finished_charts(start)  # the cursor exists before the burst
+    charts = _queued(org, 3 * LIMIT + 4)
+    at = start + timedelta(seconds=1)
+    Chart.objects.filter(pk__in=[c.pk for c in charts]).update(state=ChartState.CANCELLED, finished_at=at,
+                                                               updated_at=at)
+    made = [webhooks.sweep_finished_charts(at + timedelta(seconds=2 + i)) for i in range(6)]
+    assert made == [LIMIT, LIMIT, LIMIT, 4, 0, 0]
+    assert _delivered() == {c.pk for c in charts}
+
+
+def test_finishes_spread_over_a_second_larger_than_a_page_are_swept_whole(org):
+    """One cancel after another (each its own ``updated_at``, all within the overlap)."""
+    webhooks.sweep_finished_charts(timezone.now())
+    charts = _queued(org, 2 * LIMIT + 5)
+    for chart in charts:
+        chart_cancel(chart=chart)
+    now = timezone.now()
+    made = [webhooks.sweep_finished_charts(now + timedelta(seconds=i)) for i in range(5)]
+    assert made == [LIMIT, LIMIT, 5, 0, 0]
+    assert _delivered() == {c.pk for c in charts}
+
+
+def test_a_row_committed_late_within_the_overlap_is_still_found(org):
+    """The overlap's purpose: a transaction stamps ``updated_at`` and commits seconds later,
+    after a sweep has paged past that time. A later sweep still finds it."""
+    t0 = timezone.now()
+    webhooks.sweep_finished_charts(t0)
+    early, late = _queued(org, 2)
+    stamp = t0 + timedelta(seconds=1)
+    Chart.objects.filter(pk=early.pk).update(state=ChartState.SUCCEEDED, finished_at=stamp, updated_at=stamp)
+    assert webhooks.sweep_finished_charts(t0 + timedelta(seconds=5)) == 1
+    # committed now, stamped before the cursor: behind the page, inside the overlap
+    Chart.objects.filter(pk=late.pk).update(state=ChartState.FAILED, finished_at=stamp, updated_at=stamp)
+    assert webhooks.sweep_finished_charts(t0 + timedelta(seconds=10)) == 1
+    assert _delivered() == {early.pk, late.pk}
