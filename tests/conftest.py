@@ -81,6 +81,19 @@ def _in_memory_channel_layer(settings) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _workflow_ids() -> Iterator[None]:
+    """In-process code names charts' workflows ``chart-test-<pk>`` (a process of its own
+    reads its deployment from the database); no test leaves its ids to the next one."""
+    from fairsched import deployment
+    from fairsched.temporal.shared import WorkflowIds, use_workflow_ids
+
+    use_workflow_ids(WorkflowIds("test"))
+    yield
+    use_workflow_ids(None)
+    deployment.forget()
+
+
+@pytest.fixture(autouse=True)
 def _no_real_notifications(request) -> Iterator[None]:
     """Outside integration tests, notifications never leave the process."""
     if request.node.get_closest_marker("integration"):

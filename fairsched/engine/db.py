@@ -24,7 +24,9 @@ from charts.services import chart_fail_start, chart_mark_running, chart_record_o
 from fairsched.core import OrgRounds, normal_key
 from fairsched.core.plan import gc_paused
 from fairsched.core import RoundState as CoreRoundState
+from fairsched import deployment as fairsched_deployment
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
+from fairsched.temporal.shared import WorkflowIds
 from fairsched.models import OrgRoundState, RoundState, SchedulerSettings
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
@@ -516,6 +518,18 @@ def record_outcome(chart_id: int, state: str, error: str, started_at: datetime |
     close_old_connections()
     return chart_record_outcome(chart_id=chart_id, state=state, error=error, started_at=started_at,
                                 finished_at=finished_at, run_id=run_id)
+
+
+def deployment() -> WorkflowIds:
+    """This deployment's workflow ids, the legacy cut fixed (a scheduler leading: see
+    :mod:`fairsched.deployment`)."""
+    close_old_connections()
+    return fairsched_deployment.fix_legacy_cut()
+
+
+def legacy_active(ids: WorkflowIds) -> bool:
+    close_old_connections()
+    return fairsched_deployment.legacy_active(ids)
 
 
 def requeue(chart_id: int, reason: str) -> bool:

@@ -36,7 +36,7 @@ from fairsched.core import RoundState
 from fairsched.engine import db
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
-from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, workflow_id
+from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, WorkflowIds, current_workflow_ids
 
 log = logging.getLogger("fairsched.engine")
 
@@ -79,6 +79,10 @@ class Store(Protocol):
     async def record_outcome(self, chart_id: int, state: str, error: str, started_at: datetime | None,
                              finished_at: datetime | None, run_id: str) -> bool: ...
     async def requeue(self, chart_id: int, reason: str) -> bool: ...
+    async def deployment(self) -> WorkflowIds:
+        """This deployment's workflow ids (the legacy cut fixed once: the scheduler leads)."""
+    async def legacy_active(self, ids: WorkflowIds) -> bool:
+        """Is a queued or running chart one that keeps its legacy id ``chart-<pk>``?"""
     async def save_rounds(self, state: RoundState, changes: dict[str, int | None]) -> None: ...
 
 
@@ -165,6 +169,8 @@ class DbStore:
     fail_start = _in_db_thread("fail_start")
     record_outcome = _in_db_thread("record_outcome")
     requeue = _in_db_thread("requeue")
+    deployment = _in_db_thread("deployment")
+    legacy_active = _in_db_thread("legacy_active")
     save_rounds = _in_db_thread("save_rounds")
 
 
@@ -228,8 +234,13 @@ class TemporalPort(Protocol):
     async def terminate(self, chart_id: int, reason: str) -> None: ...
     async def wait_closed(self, chart_id: int) -> None:
         """Return when the chart's workflow closes, whichever way."""
-    def running(self) -> AsyncIterator[tuple[str, str]]:
-        """(workflow id, run id) of this app's running chart workflows."""
+    def running(self, legacy: bool = False) -> AsyncIterator[tuple[str, str]]:
+        """(workflow id, run id) of this deployment's running chart workflows (at least: the
+        caller keeps only ``ids.chart_of``'s); ``legacy``: also those named ``chart-<pk>``."""
+    async def retention_s(self) -> float | None:
+        """The namespace's retention: how long Temporal keeps a closed workflow (None: unknown)."""
+
+    ids: WorkflowIds | None  # this deployment's workflow ids, set by the scheduler before any call
 
 
 class TemporalClient:
@@ -238,17 +249,23 @@ class TemporalClient:
     def __init__(self, address: str, namespace: str) -> None:
         self.address, self.namespace = address, namespace
         self.client = None
+        self.ids: WorkflowIds | None = None
+        self._retention_s: float | None = None
 
     async def connect(self) -> None:
         self.client = await connect(self.address, self.namespace)
+        self._retention_s = None
+
+    def _id(self, chart_id: int) -> str:
+        return (self.ids or current_workflow_ids()).of(chart_id)
 
     def _handle(self, chart_id: int):
-        return self.client.get_workflow_handle(workflow_id(chart_id))
+        return self.client.get_workflow_handle(self._id(chart_id))
 
     async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
                     execution_timeout_s: int) -> str:
         handle = await start_chart(self.client, temporal_type=temporal_type, task_queue=task_queue, chart=chart,
-                                   execution_timeout_s=execution_timeout_s)
+                                   execution_timeout_s=execution_timeout_s, workflow_id=self._id(chart.chart_id))
         return handle.result_run_id or ""
 
     async def outcome(self, chart_id: int) -> Outcome | None:
@@ -271,8 +288,21 @@ class TemporalClient:
         except WorkflowFailureError:
             pass
 
-    async def running(self) -> AsyncIterator[tuple[str, str]]:
-        # Only this app's running workflows, however busy a shared namespace is.
-        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{WORKFLOW_ID_PREFIX}"'
+    async def running(self, legacy: bool = False) -> AsyncIterator[tuple[str, str]]:
+        # Only this deployment's running workflows, however busy a shared namespace is (while
+        # charts with a legacy id are active, every chart-* workflow: the caller filters).
+        prefix = WORKFLOW_ID_PREFIX if legacy else (self.ids or current_workflow_ids()).prefix
+        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{prefix}"'
         async for wf in self.client.list_workflows(query, page_size=1000, rpc_timeout=RPC_TIMEOUT):
             yield wf.id, wf.run_id
+
+    async def retention_s(self) -> float | None:
+        if self._retention_s is None:
+            from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
+            resp = await self.client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=self.namespace), timeout=RPC_TIMEOUT)
+            ttl = resp.config.workflow_execution_retention_ttl
+            self._retention_s = ttl.ToTimedelta().total_seconds() if resp.config.HasField(
+                "workflow_execution_retention_ttl") else None
+        return self._retention_s

@@ -94,8 +94,9 @@ from fairsched.temporal.shared import (
     CANCELLED,
     FAILED,
     ChartInput,
-    chart_id_of,
+    WorkflowIds,
     split_temporal_type,
+    use_workflow_ids,
     workflow_id,
 )
 
@@ -103,6 +104,14 @@ log = logging.getLogger("fairsched.engine")
 
 
 CANCEL_NOT_HONOURED = "cancel not honoured"  # the reason a workflow is terminated with
+
+
+def _span(seconds: float) -> str:
+    """A duration for a reason: "3.0 days", "5.2 h", "40 min", "12 s"."""
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 # One step of a tick: (backoff name, is it due at ``now``?, the step, what to do after it ran).
@@ -298,6 +307,8 @@ class Scheduler:
         self._published_seq: int | None = None  # the last snapshot published
         self._confirmed_at = 0.0
         self._resync_requested = False
+        self.ids: WorkflowIds | None = None  # this deployment's workflow ids (at take-over)
+        self._legacy_active = True  # may a queued or running chart have a legacy id (chart-<pk>)?
         self._watermark: datetime | None = None  # when the last incremental read began
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
@@ -442,6 +453,7 @@ class Scheduler:
     async def _take_over(self) -> bool:
         """Connect to Temporal, load the backlog and reconcile: ready to tick (False: stopped)."""
         self.phase = "connecting to Temporal"
+        await self._use_deployment()
         await self.temporal.connect()
         self.phase = "loading the backlog"
         await self._load()
@@ -453,6 +465,14 @@ class Scheduler:
         self._reconcile_due = now + self.state.config.reconcile_interval_s
         self._resync_due = now + self.RESYNC_INTERVAL_S
         return True
+
+    async def _use_deployment(self) -> None:
+        """This deployment's workflow ids (``chart-<deployment>-<pk>``; the legacy cut fixed
+        on the first lead of this version), for every call to Temporal and every log line."""
+        self.ids = await self.store.deployment()
+        use_workflow_ids(self.ids)
+        self.temporal.ids = self.ids
+        self._legacy_active = await self.store.legacy_active(self.ids)
 
     async def _step_down(self) -> None:
         self.leading = False
@@ -997,24 +1017,55 @@ class Scheduler:
                     outcome = Outcome("cancelled", "cancelled before Temporal knew the workflow", None, None, "")
                     fx.merge(await self._record(chart_id, outcome, "reconcile"))
                     continue
-                reason = f"Temporal does not know workflow {workflow_id(chart_id)}"
-                if await self.store.requeue(chart_id, reason):
-                    log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
-                fx.merge(self.state.finished(chart_id, "requeued"))  # Temporal holds nothing for it
-                fx.merge(await self._apply_rows({chart_id}))
+                fx.merge(await self._unknown_to_temporal(r))
             elif result is not None:
                 fx.merge(await self._record(chart_id, result, "reconcile"))
         fx.merge(await self._adopt_orphans())
         return fx
 
+    async def _unknown_to_temporal(self, r: Running) -> Effects:
+        """A running row whose workflow Temporal does not know.
+
+        Dispatched less than the namespace's retention ago, its workflow cannot have closed
+        and been deleted since: Temporal lost it (its data, another cluster), so nothing
+        holds or ran it to the end: the chart is requeued and keeps its place. Dispatched
+        longer ago (or the retention unknown), it may have run and closed, and its record
+        aged out of Temporal: running it again could run it twice, so it is failed, the
+        reason saying so; an operator re-runs it if it must run (docs/architecture.md)."""
+        chart_id, wf = r.id, workflow_id(r.id)
+        try:
+            retention = await self.temporal.retention_s()
+        except RPCError as exc:
+            log.warning("reconcile: chart #%d: Temporal does not know workflow %s, and the namespace's "
+                        "retention cannot be read (%s); decided at the next reconcile", chart_id, wf, exc)
+            return Effects()
+        age = self.clock.time() - r.started_at
+        if retention is not None and age < retention:
+            reason = f"Temporal does not know workflow {wf}"
+            if await self.store.requeue(chart_id, reason):
+                log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
+            fx = self.state.finished(chart_id, "requeued")  # Temporal holds nothing for it
+            fx.merge(await self._apply_rows({chart_id}))
+            return fx
+        kept = f"the namespace's retention of {_span(retention)}" if retention is not None else "its retention"
+        reason = (f"outcome lost: Temporal no longer knows workflow {wf}, dispatched {_span(age)} ago, longer than "
+                  f"{kept}; it may have run, so it is not run again (re-run it if it must run)")
+        log.warning("reconcile: chart #%d failed: %s", chart_id, reason)
+        return await self._record(chart_id, Outcome(FAILED, reason, None, None, ""), "reconcile")
+
     async def _adopt_orphans(self) -> Effects:
-        """Running workflows ``chart-<pk>`` whose row is still queued (a crash between
-        start and compare-and-set) are adopted; those of final rows hold their cost until
-        they close; those of cancelled rows are cancelled."""
+        """Running workflows of this deployment (``chart-<deployment>-<pk>``, or
+        ``chart-<pk>`` for a chart that keeps its legacy id) whose row is still queued (a
+        crash between start and compare-and-set) are adopted; those of final rows hold their
+        cost until they close; those of cancelled rows are cancelled. Another deployment's
+        workflows on the same namespace are never touched."""
         fx = Effects()
         found: dict[int, str] = {}
-        async for wf_id, run_id in self.temporal.running():
-            chart_id = chart_id_of(wf_id)
+        legacy = self._legacy_active
+        if legacy:
+            self._legacy_active = legacy = await self.store.legacy_active(self.ids)
+        async for wf_id, run_id in self.temporal.running(legacy=legacy):
+            chart_id = self.ids.chart_of(wf_id)
             if chart_id is not None and chart_id not in self.state.running:
                 found[chart_id] = run_id
         if not found:
