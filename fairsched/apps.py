@@ -9,6 +9,6 @@ class FairschedConfig(AppConfig):
         # Workflow ids name this deployment: a process that did not set its ids (the web,
         # the jobs) reads them from the database the first time it needs one.
         from fairsched import deployment
-        from fairsched.temporal import shared
+        from common import workflow_ids
 
-        shared.set_resolver(deployment.ensure)
+        workflow_ids.set_resolver(deployment.ensure)

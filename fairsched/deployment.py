@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import secrets
 import string
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import CommandError
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 
-from fairsched.temporal.shared import DEPLOYMENT_RE, WorkflowIds
+from common.workflow_ids import DEPLOYMENT_RE, WorkflowIds
+from fairsched.models import Deployment
 
 _cached: WorkflowIds | None = None
 
@@ -51,9 +53,7 @@ def _generated() -> str:
     return "d" + "".join(secrets.choice(alphabet) for _ in range(7))
 
 
-def _row():
-    from fairsched.models import Deployment
-
+def _row() -> Deployment:
     wanted = configured()
     row = Deployment.objects.filter(pk=1).first()
     if row is None:
@@ -86,34 +86,25 @@ def ensure() -> WorkflowIds:
     return ids
 
 
-def fix_legacy_cut() -> WorkflowIds:
-    """Fix ``legacy_below`` if it is not yet (the first lead of a scheduler of this
-    version): the charts that exist now keep ``chart-<pk>``, any later one gets
-    ``chart-<deployment>-<pk>``. Written once (compare-and-set on null)."""
-    from charts.models import Chart
-    from fairsched.models import Deployment
+def check_deployment() -> WorkflowIds:
+    """At a command's start (``runscheduler``, ``runworker``): the ids, or a ``CommandError``
+    saying why this process must not run against this database."""
+    try:
+        return ensure()
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from exc
 
+
+def fix_legacy_cut(below: Callable[[], int]) -> WorkflowIds:
+    """Fix ``legacy_below`` if it is not yet (the first lead of a scheduler of this
+    version) to ``below()`` (the highest chart pk, plus one): the charts that exist now
+    keep ``chart-<pk>``, any later one gets ``chart-<deployment>-<pk>``. Written once
+    (compare-and-set on null)."""
     row = _row()
     if row.legacy_below is None:
         with transaction.atomic():
-            below = (Chart.objects.aggregate(m=Max("pk"))["m"] or 0) + 1
-            Deployment.objects.filter(pk=1, legacy_below__isnull=True).update(legacy_below=below)
-        row = _row()
+            Deployment.objects.filter(pk=1, legacy_below__isnull=True).update(legacy_below=below())
     return ensure()
-
-
-def legacy_active(ids: WorkflowIds) -> bool:
-    """Is any queued or running chart one that keeps a legacy id? (Reconciliation lists
-    the legacy ids only while one is.) Two index lookups (``chart_state_id``)."""
-    from charts.models import Chart, ChartState
-
-    if ids.legacy_below is None:
-        return True
-    for state in (ChartState.QUEUED, ChartState.RUNNING):
-        first = Chart.objects.filter(state=state).order_by("pk").values_list("pk", flat=True).first()
-        if first is not None and first < ids.legacy_below:
-            return True
-    return False
 
 
 def forget() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import close_old_connections as _close_old_connections
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState, DurationStat
@@ -524,12 +525,20 @@ def deployment() -> WorkflowIds:
     """This deployment's workflow ids, the legacy cut fixed (a scheduler leading: see
     :mod:`fairsched.deployment`)."""
     close_old_connections()
-    return fairsched_deployment.fix_legacy_cut()
+    return fairsched_deployment.fix_legacy_cut(lambda: (Chart.objects.aggregate(m=Max("pk"))["m"] or 0) + 1)
 
 
 def legacy_active(ids: WorkflowIds) -> bool:
+    """Is any queued or running chart one that keeps a legacy id? (Reconciliation lists
+    the legacy ids only while one is.) Two index lookups (``chart_state_id``)."""
     close_old_connections()
-    return fairsched_deployment.legacy_active(ids)
+    if ids.legacy_below is None:
+        return True
+    for state in ACTIVE:
+        first = Chart.objects.filter(state=state).order_by("pk").values_list("pk", flat=True).first()
+        if first is not None and first < ids.legacy_below:
+            return True
+    return False
 
 
 def requeue(chart_id: int, reason: str) -> bool:

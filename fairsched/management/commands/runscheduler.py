@@ -17,6 +17,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from fairsched.deployment import check_deployment
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 
@@ -52,6 +53,7 @@ class Command(BaseCommand):
     GIL_SWITCH_INTERVAL_S = 0.0005
 
     def handle(self, *args, **opts) -> None:
+        check_deployment()
         sys.setswitchinterval(self.GIL_SWITCH_INTERVAL_S)
         scheduler = self.make_scheduler(opts)
         deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
