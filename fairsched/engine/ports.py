@@ -224,7 +224,7 @@ class TemporalPort(Protocol):
         """Connect (retrying until it can); called when the scheduler starts leading."""
     async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
                     execution_timeout_s: int) -> str:
-        """Start (or find: USE_EXISTING) workflow ``chart-<pk>``; its run id. Raises
+        """Start (or find: USE_EXISTING) the chart's workflow (``ids.of``); its run id. Raises
         ``WorkflowAlreadyStartedError`` if it already closed (REJECT_DUPLICATE)."""
     async def outcome(self, chart_id: int) -> Outcome | None:
         """How the chart's workflow ended, None while it runs (``RPCError`` NOT_FOUND: unknown)."""

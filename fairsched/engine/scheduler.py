@@ -28,7 +28,7 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
    loop goes on dispatching. The lease is renewed from a thread of its own.
 
 Crash safety rests on workflow ids and compare-and-set, not on the lease:
-a chart is started as workflow ``chart-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
+a chart is started as workflow ``chart-<deployment>-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
 *before* its row moves queued -> running. A crash in between leaves a queued
 row whose workflow runs: the next reconcile (run before the first dispatch
 after a start) adopts it, and were it missed, starting it again returns the
