@@ -36,9 +36,10 @@ def test_a_set_deployment_id_is_written_and_a_different_one_refused(settings):
     with pytest.raises(deployment.DeploymentMismatch, match="FAIRSCHED_DEPLOYMENT is 'staging' but this database "
                                                             "belongs to deployment 'prod'"):
         deployment.ensure()
-    for command in ("runscheduler", "runworker"):  # they refuse to start, saying why
-        with pytest.raises(CommandError, match="belongs to deployment 'prod'"):
-            call_command(command)
+    with pytest.raises(CommandError, match="belongs to deployment 'prod'"):
+        call_command("runworker")  # refuses to start, saying why
+    with pytest.raises(deployment.DeploymentMismatch):
+        db.deployment()  # the scheduler's take-over: runscheduler exits with the same CommandError
     assert Deployment.objects.get().name == "prod"
 
 

@@ -453,9 +453,9 @@ class Scheduler:
     async def _take_over(self) -> bool:
         """Connect to Temporal, load the backlog and reconcile: ready to tick (False: stopped)."""
         self.phase = "connecting to Temporal"
-        await self._use_deployment()
         await self.temporal.connect()
         self.phase = "loading the backlog"
+        await self._use_deployment()  # before any call naming a workflow
         await self._load()
         if self._stop.is_set():
             return False

@@ -15,9 +15,9 @@ import signal
 import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from fairsched.deployment import check_deployment
+from fairsched.deployment import DeploymentMismatch
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 
@@ -53,7 +53,6 @@ class Command(BaseCommand):
     GIL_SWITCH_INTERVAL_S = 0.0005
 
     def handle(self, *args, **opts) -> None:
-        check_deployment()
         sys.setswitchinterval(self.GIL_SWITCH_INTERVAL_S)
         scheduler = self.make_scheduler(opts)
         deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
@@ -72,5 +71,8 @@ class Command(BaseCommand):
             await scheduler.run()
             deadline.exit_now()
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        except DeploymentMismatch as exc:  # read at the take-over (the database may be slow to answer at start)
+            raise CommandError(str(exc)) from exc
 
