@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from common.states import FINAL_STATES, ChartState  # noqa: F401 (re-exported)
 from common.validation import JSONDocumentValidator, NoNulValidator
+from common.workflow_ids import workflow_id
 
 
 class Chart(models.Model):
@@ -85,9 +86,11 @@ class Chart(models.Model):
         return f"chart #{self.pk}{ext}"
 
     @property
-    def workflow_id(self) -> str:
-        """The Temporal workflow id: one per chart, which makes a start idempotent."""
-        return f"chart-{self.pk}"
+    def temporal_workflow_id(self) -> str:
+        """The Temporal workflow id: one per chart, which makes a start idempotent, and naming
+        this deployment (``chart-<deployment>-<pk>``; ``chart-<pk>`` for a chart older than
+        the upgrade: :mod:`fairsched.deployment`). (``workflow_id`` is the foreign key.)"""
+        return workflow_id(self.pk)
 
     @property
     def is_final(self) -> bool:

@@ -25,7 +25,7 @@ every open dashboard (``common.live_updates.SnapshotStored``):
      "running": [{"id": 7, "org": 1, "workflow": "code", "cost": 1,
                   "external_id": "mrn-7", "started_at": "...", "elapsed_s": 30.0,
                   "expected_s": 600.0, "finish_s": 570.0,
-                  "workflow_id": "chart-7", "run_id": "..."}],
+                  "workflow_id": "chart-prod-7", "run_id": "..."}],
      "pages": {"key": "fairsched:pages:41", "rows": 500, "order": 1210}}
 
 The order and the orgs' slices are published in **pages** (``PAGE_ROWS`` rows each),

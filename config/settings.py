@@ -243,6 +243,9 @@ TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
 TEMPORAL_NAMESPACE = os.environ.get("TEMPORAL_NAMESPACE", "default")
 TEMPORAL_UI_URL = os.environ.get("TEMPORAL_UI_URL", "http://127.0.0.1:8233")
 FAIRSCHED_TASK_QUEUE = os.environ.get("FAIRSCHED_TASK_QUEUE", "fairsched")
+# This deployment's id, part of every chart's workflow id (chart-<deployment>-<pk>): written
+# into the database once (generated if unset); set, it must match what the database holds.
+FAIRSCHED_DEPLOYMENT = os.environ.get("FAIRSCHED_DEPLOYMENT", "")
 # A cancelled chart whose workflow has not closed this many seconds after the cancel request
 # (a workflow that ignores cancellation) is terminated, so it frees its budget.
 FAIRSCHED_CANCEL_GRACE_S = env_int("FAIRSCHED_CANCEL_GRACE_S", 60)

@@ -112,7 +112,7 @@ def chart_view(request: HttpRequest, pk: int) -> HttpResponse:
         "chart": chart, "staff": staff, "entries": entries,
         "timeline": history.chart_timeline(chart, entries),
         "prediction": history.chart_prediction(chart),
-        "temporal_url": selectors.temporal_url(f"chart-{chart.pk}") if chart.dispatched_at or chart.temporal_run_id else "",
+        "temporal_url": selectors.temporal_url(chart.temporal_workflow_id) if chart.dispatched_at or chart.temporal_run_id else "",
         "reruns": list(chart.reruns.order_by("id")),
         "can_rerun": staff and _can_rerun(request.user) and chart.state in chart_services.RERUNNABLE,
         "is_final": chart.state in FINAL_STATES,

@@ -208,7 +208,7 @@ def _db_running_rows(now: datetime) -> list[dict[str, Any]]:
             "id": c.pk, "org": c.org_id, "workflow": c.workflow.name, "cost": c.dispatched_cost or 1,
             "external_id": c.external_id, "started_at": c.started_at.isoformat() if c.started_at else None,
             "elapsed_s": elapsed, "expected_s": expected, "finish_s": max(0.0, expected - elapsed),
-            "workflow_id": f"chart-{c.pk}",
+            "workflow_id": c.temporal_workflow_id,
             "run_id": c.temporal_run_id,
         })
     return running

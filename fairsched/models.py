@@ -126,3 +126,23 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name or 'system'}: {self.summary}"
+
+
+class Deployment(models.Model):
+    """This deployment's id (a singleton row, pk=1), written once: it is part of every
+    chart's Temporal workflow id (``chart-<name>-<pk>``), so that two deployments on one
+    Temporal namespace never take each other's workflows. See :mod:`fairsched.deployment`.
+
+    ``legacy_below``: charts with a smaller pk keep the id they had before deployments
+    had ids (``chart-<pk>``); fixed once, when a scheduler of this version first leads
+    (null until then)."""
+
+    name = models.CharField(max_length=16, editable=False)
+    legacy_below = models.BigIntegerField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "deployment"
+
+    def __str__(self) -> str:
+        return f"Deployment {self.name}"

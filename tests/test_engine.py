@@ -137,7 +137,7 @@ def test_snapshot_follows_the_published_schema(backlog):
                          "orgs", "running"}
     assert snap["counters"] == {"queued": 5, "ordered": 4, "running": 1, "held": 0, "paused": 1, "blocked": 0}
     assert snap["running"][0] | {} == snap["running"][0] and snap["running"][0]["elapsed_s"] == 60.0
-    assert snap["running"][0]["finish_s"] == 540.0 and snap["running"][0]["workflow_id"] == "chart-1"
+    assert snap["running"][0]["finish_s"] == 540.0 and snap["running"][0]["workflow_id"] == "chart-test-1"
     assert [(r["id"], r["pos"], r["state"]) for r in rows] == [
         (2, 0, "ordered"), (5, 1, "ordered"), (3, 2, "ordered"), (4, 3, "ordered"), (6, None, "paused")]
     assert rows[0]["start_s"] == 0.0 and rows[0]["finish_s"] == 600.0
@@ -170,8 +170,25 @@ def test_temporal_type_names_its_task_queue(given, expected):
 
 
 def test_workflow_ids():
-    assert workflow_id(12) == "chart-12" and chart_id_of("chart-12") == 12
+    assert workflow_id(12) == "chart-test-12" and chart_id_of("chart-test-12") == 12
     assert chart_id_of("other-12") is None and chart_id_of("chart-x") is None
+    # Another deployment's ids, and the legacy form of a chart that does not keep it, are not ours.
+    assert chart_id_of("chart-prod-12") is None and chart_id_of("chart-12") is None
+    assert chart_id_of("chart-test-x") is None and chart_id_of("chart-test-") is None
+
+
+def test_charts_older_than_the_legacy_cut_keep_their_id():
+    from fairsched.temporal.shared import WorkflowIds
+
+    ids = WorkflowIds("prod", legacy_below=100)
+    assert ids.of(99) == "chart-99" and ids.of(100) == "chart-prod-100"
+    assert ids.chart_of("chart-99") == 99 and ids.chart_of("chart-prod-100") == 100
+    assert ids.chart_of("chart-100") is None and ids.chart_of("chart-prod-99") is None
+    unfixed = WorkflowIds("prod", legacy_below=None)  # no scheduler of this version led yet
+    assert unfixed.of(10**9) == "chart-1000000000"
+    for bad in ("", "Prod", "1prod", "prod-1", "a" * 17):
+        with pytest.raises(ValueError):
+            WorkflowIds(bad)
 
 
 def test_failure_text_skips_generic_and_repeated_messages():

@@ -328,8 +328,11 @@ def _workflow_status(address: str, chart_id: int) -> str:
     from temporalio.client import Client
 
     async def describe() -> str:
-        client = await Client.connect(address)
-        return (await client.get_workflow_handle(f"chart-{chart_id}").describe()).status.name
+        client = await Client.connect(address)  # the chart's id names the deployment make run generated
+        async for wf in client.list_workflows('WorkflowId STARTS_WITH "chart-"'):
+            if wf.id.rsplit("-", 1)[-1] == str(chart_id):
+                return wf.status.name
+        raise AssertionError(f"no workflow for chart #{chart_id}")
 
     return asyncio.run(describe())
 

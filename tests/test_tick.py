@@ -22,7 +22,7 @@ from fairsched.engine.scheduler import Scheduler
 from fairsched.core import first_head_of_backlog, head_of_backlog
 from fairsched.engine.state import FINAL, ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome
-from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, workflow_id
+from fairsched.temporal.shared import WorkflowIds, workflow_id
 
 T0 = 1_800_000_000.0
 UTC = timezone.utc
@@ -180,6 +180,14 @@ class FakeStore:
         self.set(chart_id, state="queued")
         return True
 
+    deployment_ids = WorkflowIds("test")  # every chart gets chart-test-<pk>
+
+    async def deployment(self):
+        return self.deployment_ids
+
+    async def legacy_active(self, ids):
+        return any(ids.is_legacy(pk) for pk, r in self.rows.items() if r.state in ("queued", "running"))
+
     async def save_rounds(self, state, changes):
         self.saved = state
         for cid, r in changes.items():
@@ -200,9 +208,14 @@ class FakeTemporal:
         self.unavailable = False
         self.cancels: list[int] = []
         self.terminated: dict[int, str] = {}
+        self.ids = None  # set by the scheduler at take-over
+        self.retention = 7 * 86_400.0
 
     async def connect(self) -> None:
         pass
+
+    async def retention_s(self):
+        return self.retention
 
     async def start(self, *, temporal_type, task_queue, chart, execution_timeout_s) -> str:
         pk = chart.chart_id
@@ -238,10 +251,10 @@ class FakeTemporal:
     async def wait_closed(self, chart_id):
         await self.closed[chart_id].wait()
 
-    async def running(self):
+    async def running(self, legacy=False):
         for pk, run in list(self.runs.items()):
             if pk not in self.outcomes:
-                yield f"{WORKFLOW_ID_PREFIX}{pk}", run
+                yield self.ids.of(pk), run
 
 
 class FakePublisher:

@@ -62,4 +62,4 @@ def run_time(finished: datetime | None, started: datetime | None) -> str:
 
 @register.filter
 def temporal_url(chart) -> str:
-    return selectors_temporal_url(f"chart-{chart.pk}")  # Chart.workflow_id is the FK column, not the Temporal id
+    return selectors_temporal_url(chart.temporal_workflow_id)  # Chart.workflow_id is the FK column

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import close_old_connections as _close_old_connections
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState, DurationStat
@@ -24,7 +25,9 @@ from charts.services import chart_fail_start, chart_mark_running, chart_record_o
 from fairsched.core import OrgRounds, normal_key
 from fairsched.core.plan import gc_paused
 from fairsched.core import RoundState as CoreRoundState
+from fairsched import deployment as fairsched_deployment
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
+from fairsched.temporal.shared import WorkflowIds
 from fairsched.models import OrgRoundState, RoundState, SchedulerSettings
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
@@ -516,6 +519,26 @@ def record_outcome(chart_id: int, state: str, error: str, started_at: datetime |
     close_old_connections()
     return chart_record_outcome(chart_id=chart_id, state=state, error=error, started_at=started_at,
                                 finished_at=finished_at, run_id=run_id)
+
+
+def deployment() -> WorkflowIds:
+    """This deployment's workflow ids, the legacy cut fixed (a scheduler leading: see
+    :mod:`fairsched.deployment`)."""
+    close_old_connections()
+    return fairsched_deployment.fix_legacy_cut(lambda: (Chart.objects.aggregate(m=Max("pk"))["m"] or 0) + 1)
+
+
+def legacy_active(ids: WorkflowIds) -> bool:
+    """Is any queued or running chart one that keeps a legacy id? (Reconciliation lists
+    the legacy ids only while one is.) Two index lookups (``chart_state_id``)."""
+    close_old_connections()
+    if ids.legacy_below is None:
+        return True
+    for state in ACTIVE:
+        first = Chart.objects.filter(state=state).order_by("pk").values_list("pk", flat=True).first()
+        if first is not None and first < ids.legacy_below:
+            return True
+    return False
 
 
 def requeue(chart_id: int, reason: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from fairsched.core import RoundSaver
 from fairsched.engine.ports import Clock, Publisher, Store, TemporalPort
 from fairsched.engine.state import LiveState
+from fairsched.temporal.shared import WorkflowIds
 
 
 class Backoff:
@@ -59,6 +60,7 @@ class Host(Protocol):
     _wake: asyncio.Event
     _resync_requested: bool
     _backoff: dict[str, Backoff]
+    ids: WorkflowIds | None  # this deployment's workflow ids (set at the take-over)
 
     def __getattr__(self, name: str) -> Any:  # the tunables: BACKOFF_MIN_S, HEAD_PER_ORG, ...
         ...

@@ -53,7 +53,7 @@ from fairsched.engine.temporal_port import (  # noqa: F401 - the Temporal port's
     WorkflowNotFound,
 )
 from fairsched.temporal.client import Outcome
-from fairsched.temporal.shared import ChartInput
+from fairsched.temporal.shared import ChartInput, WorkflowIds
 
 log = logging.getLogger("fairsched.engine")
 
@@ -118,6 +118,10 @@ class Store(Protocol):
     async def record_outcome(self, chart_id: int, state: str, error: str, started_at: datetime | None,
                              finished_at: datetime | None, run_id: str) -> bool: ...
     async def requeue(self, chart_id: int, reason: str) -> bool: ...
+    async def deployment(self) -> WorkflowIds:
+        """This deployment's workflow ids (the legacy cut fixed once: the scheduler leads)."""
+    async def legacy_active(self, ids: WorkflowIds) -> bool:
+        """Is a queued or running chart one that keeps its legacy id ``chart-<pk>``?"""
     async def save_rounds(self, state: RoundState, changes: dict[str, int | None]) -> None: ...
 
 
@@ -204,6 +208,8 @@ class DbStore:
     fail_start = _in_db_thread("fail_start")
     record_outcome = _in_db_thread("record_outcome")
     requeue = _in_db_thread("requeue")
+    deployment = _in_db_thread("deployment")
+    legacy_active = _in_db_thread("legacy_active")
     save_rounds = _in_db_thread("save_rounds")
 
 
@@ -280,7 +286,7 @@ class TemporalPort(Protocol):
         """Connect (retrying until it can); called when the scheduler starts leading."""
     async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
                     execution_timeout_s: int) -> str:
-        """Start (or find: USE_EXISTING) workflow ``chart-<pk>``; its run id. Raises
+        """Start (or find: USE_EXISTING) the chart's workflow (``ids.of``); its run id. Raises
         ``AlreadyStarted`` if it already closed (REJECT_DUPLICATE), ``StartFailed`` (judged)
         if it did not start."""
     async def outcome(self, chart_id: int) -> Outcome | None:
@@ -293,8 +299,13 @@ class TemporalPort(Protocol):
         """Terminate the workflow (``WorkflowNotFound``: it closed already, ``TemporalError``)."""
     async def wait_closed(self, chart_id: int) -> None:
         """Return when the chart's workflow closes, whichever way."""
-    def running(self) -> AsyncIterator[tuple[str, str]]:
-        """(workflow id, run id) of this app's running chart workflows."""
+    def running(self, legacy: bool = False) -> AsyncIterator[tuple[str, str]]:
+        """(workflow id, run id) of this deployment's running chart workflows (at least: the
+        caller keeps only ``ids.chart_of``'s); ``legacy``: also those named ``chart-<pk>``."""
+    async def retention_s(self) -> float | None:
+        """The namespace's retention: how long Temporal keeps a closed workflow (None: unknown)."""
+
+    ids: WorkflowIds | None  # this deployment's workflow ids, set by the scheduler before any call
 
 
 # ==================================================================== lease and notifications

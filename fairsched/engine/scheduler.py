@@ -40,7 +40,7 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
    loop goes on dispatching. The lease is renewed from a thread of its own.
 
 Crash safety rests on workflow ids and compare-and-set, not on the lease:
-a chart is started as workflow ``chart-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
+a chart is started as workflow ``chart-<deployment>-<pk>`` (REJECT_DUPLICATE + USE_EXISTING)
 *before* its row moves queued -> running. A crash in between leaves a queued
 row whose workflow runs: the next reconcile (run before the first dispatch
 after a start) adopts it, and were it missed, starting it again returns the
@@ -89,6 +89,7 @@ from fairsched.engine.startup import Startup
 from fairsched.engine.state import Effects, LiveState
 from fairsched.engine.sync import CANCEL_NOT_HONOURED, Sync  # noqa: F401 - its old home
 from fairsched.temporal.client import Outcome
+from fairsched.temporal.shared import WorkflowIds, use_workflow_ids
 
 __all__ = ["Backoff", "LeaseLost", "Scheduler"]
 
@@ -194,6 +195,7 @@ class Scheduler:
         self._resync_requested = False
         self._resync_due = 0.0
         self._reconcile_due = 0.0
+        self.ids: WorkflowIds | None = None  # this deployment's workflow ids (at take-over)
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
@@ -310,6 +312,7 @@ class Scheduler:
         self.phase = "connecting to Temporal"
         await self.temporal.connect()
         self.phase = "loading the backlog"
+        await self._use_deployment()  # before any call naming a workflow
         await self.startup._load()
         if self._stop.is_set():
             return False
@@ -319,6 +322,14 @@ class Scheduler:
         self._reconcile_due = now + self.state.config.reconcile_interval_s
         self._resync_due = now + self.RESYNC_INTERVAL_S
         return True
+
+    async def _use_deployment(self) -> None:
+        """This deployment's workflow ids (``chart-<deployment>-<pk>``; the legacy cut fixed
+        on the first lead of this version), for every call to Temporal and every log line."""
+        self.ids = await self.store.deployment()
+        use_workflow_ids(self.ids)
+        self.temporal.ids = self.ids
+        self.sync._legacy_active = await self.store.legacy_active(self.ids)
 
     async def _step_down(self) -> None:
         self.leading = False

@@ -26,7 +26,15 @@ from fairsched.engine.notes import Reads
 from fairsched.engine.ports import TemporalError, WorkflowNotFound
 from fairsched.engine.state import FINAL, QUEUED, Effects
 from fairsched.temporal.client import Outcome
-from fairsched.temporal.shared import CANCELLED, FAILED, chart_id_of, workflow_id
+from fairsched.temporal.shared import CANCELLED, FAILED, workflow_id
+
+def _span(seconds: float) -> str:
+    """A duration for a reason: "3.0 days", "5.2 h", "40 min", "12 s"."""
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
 
 log = logging.getLogger("fairsched.engine")
 
@@ -42,6 +50,7 @@ class Sync(Part):
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
+        self._legacy_active = True  # may a queued or running chart keep its legacy id (chart-<pk>)?
 
     def unwatch(self, chart_id: int) -> None:
         task = self._watchers.pop(chart_id, None)
@@ -283,24 +292,56 @@ class Sync(Part):
                     outcome = Outcome("cancelled", "cancelled before Temporal knew the workflow", None, None, "")
                     fx.merge(await self._record(chart_id, outcome, "reconcile"))
                     continue
-                reason = f"Temporal does not know workflow {workflow_id(chart_id)}"
-                if await self.store.requeue(chart_id, reason):
-                    log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
-                fx.merge(self.state.finished(chart_id, "requeued"))  # Temporal holds nothing for it
-                fx.merge(await self._apply_rows({chart_id}))
+                fx.merge(await self._unknown_to_temporal(r))
             elif result is not None:
                 fx.merge(await self._record(chart_id, result, "reconcile"))
         fx.merge(await self._adopt_orphans())
         return fx
 
+    async def _unknown_to_temporal(self, r) -> Effects:
+        """A running row whose workflow Temporal does not know.
+
+        Dispatched less than the namespace's retention ago, its workflow cannot have closed
+        and been deleted since: Temporal lost it (its data, another cluster), so nothing
+        holds or ran it to the end: the chart is requeued and keeps its place. Dispatched
+        longer ago (or the retention unknown), it may have run and closed, and its record
+        aged out of Temporal: running it again could run it twice, so it is failed, the
+        reason saying so; an operator re-runs it if it must run (docs/architecture.md)."""
+        chart_id, wf = r.id, workflow_id(r.id)
+        try:
+            retention = await self.temporal.retention_s()
+        except TemporalError as exc:
+            log.warning("reconcile: chart #%d: Temporal does not know workflow %s, and the namespace's "
+                        "retention cannot be read (%s); decided at the next reconcile", chart_id, wf, exc)
+            return Effects()
+        age = self.clock.time() - r.started_at
+        if retention is not None and age < retention:
+            reason = f"Temporal does not know workflow {wf}"
+            if await self.store.requeue(chart_id, reason):
+                log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
+            fx = self.state.finished(chart_id, "requeued")  # Temporal holds nothing for it
+            fx.merge(await self._apply_rows({chart_id}))
+            return fx
+        kept = f"the namespace's retention of {_span(retention)}" if retention is not None else "its retention"
+        reason = (f"outcome lost: Temporal no longer knows workflow {wf}, dispatched {_span(age)} ago, longer than "
+                  f"{kept}; it may have run, so it is not run again (re-run it if it must run)")
+        log.warning("reconcile: chart #%d failed: %s", chart_id, reason)
+        return await self._record(chart_id, Outcome(FAILED, reason, None, None, ""), "reconcile")
+
     async def _adopt_orphans(self) -> Effects:
-        """Running workflows ``chart-<pk>`` whose row is still queued (a crash between
-        start and compare-and-set) are adopted; those of final rows hold their cost until
-        they close; those of cancelled rows are cancelled."""
+        """Running workflows of this deployment (``chart-<deployment>-<pk>``, or
+        ``chart-<pk>`` for a chart that keeps its legacy id) whose row is still queued (a
+        crash between start and compare-and-set) are adopted; those of final rows hold their
+        cost until they close; those of cancelled rows are cancelled. Another deployment's
+        workflows on the same namespace are never touched."""
         fx = Effects()
         found: dict[int, str] = {}
-        async for wf_id, run_id in self.temporal.running():
-            chart_id = chart_id_of(wf_id)
+        ids = self.host.ids
+        legacy = self._legacy_active
+        if legacy:  # until no queued or running chart keeps its legacy id, then never again
+            self._legacy_active = legacy = await self.store.legacy_active(ids)
+        async for wf_id, run_id in self.temporal.running(legacy=legacy):
+            chart_id = ids.chart_of(wf_id)
             if chart_id is not None and chart_id not in self.state.running:
                 found[chart_id] = run_id
         if not found:

@@ -23,7 +23,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.temporal.client import RPC_TIMEOUT, Outcome, connect, outcome_of, start_chart
-from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, workflow_id
+from fairsched.temporal.shared import WORKFLOW_ID_PREFIX, ChartInput, WorkflowIds, current_workflow_ids
 
 PERMANENT, TRANSIENT, UNKNOWN = "permanent", "transient", "unknown"
 
@@ -111,18 +111,25 @@ class TemporalClient:
     def __init__(self, address: str, namespace: str) -> None:
         self.address, self.namespace = address, namespace
         self.client = None
+        self.ids: WorkflowIds | None = None
+        self._retention_s: float | None = None
 
     async def connect(self) -> None:
         self.client = await connect(self.address, self.namespace)
+        self._retention_s = None
+
+    def _id(self, chart_id: int) -> str:
+        return (self.ids or current_workflow_ids()).of(chart_id)
 
     def _handle(self, chart_id: int):
-        return self.client.get_workflow_handle(workflow_id(chart_id))
+        return self.client.get_workflow_handle(self._id(chart_id))
 
     async def start(self, *, temporal_type: str, task_queue: str, chart: ChartInput,
                     execution_timeout_s: int) -> str:
         try:
             handle = await start_chart(self.client, temporal_type=temporal_type, task_queue=task_queue,
-                                       chart=chart, execution_timeout_s=execution_timeout_s)
+                                       chart=chart, execution_timeout_s=execution_timeout_s,
+                                       workflow_id=self._id(chart.chart_id))
         except WorkflowAlreadyStartedError as exc:
             raise AlreadyStarted(str(exc)) from exc
         except asyncio.CancelledError:
@@ -163,11 +170,28 @@ class TemporalClient:
         except RPCError as exc:
             raise _port_error(exc) from exc
 
-    async def running(self) -> AsyncIterator[tuple[str, str]]:
-        # Only this app's running workflows, however busy a shared namespace is.
-        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{WORKFLOW_ID_PREFIX}"'
+    async def running(self, legacy: bool = False) -> AsyncIterator[tuple[str, str]]:
+        # Only this deployment's running workflows, however busy a shared namespace is (while
+        # charts with a legacy id are active, every chart-* workflow: the caller filters).
+        prefix = WORKFLOW_ID_PREFIX if legacy else (self.ids or current_workflow_ids()).prefix
+        query = f'ExecutionStatus = "Running" AND WorkflowId STARTS_WITH "{prefix}"'
         try:
             async for wf in self.client.list_workflows(query, page_size=1000, rpc_timeout=RPC_TIMEOUT):
                 yield wf.id, wf.run_id
         except RPCError as exc:
             raise _port_error(exc) from exc
+
+    async def retention_s(self) -> float | None:
+        """The namespace's retention, read once per connection (None: unknown)."""
+        if self._retention_s is None:
+            from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
+            try:
+                resp = await self.client.workflow_service.describe_namespace(
+                    DescribeNamespaceRequest(namespace=self.namespace), timeout=RPC_TIMEOUT)
+            except RPCError as exc:
+                raise _port_error(exc) from exc
+            ttl = resp.config.workflow_execution_retention_ttl
+            self._retention_s = ttl.ToTimedelta().total_seconds() if resp.config.HasField(
+                "workflow_execution_retention_ttl") else None
+        return self._retention_s

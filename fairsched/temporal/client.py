@@ -16,7 +16,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError
 
-from fairsched.temporal.shared import CANCELLED, FAILED, SUCCEEDED, ChartInput, workflow_id
+from fairsched.temporal.shared import CANCELLED, FAILED, SUCCEEDED, ChartInput
+from fairsched.temporal.shared import workflow_id as workflow_id_of
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,10 @@ async def connect(
 
 async def start_chart(
     client: Client, *, temporal_type: str, task_queue: str, chart: ChartInput, execution_timeout_s: int,
+    workflow_id: str | None = None,
 ) -> WorkflowHandle:
-    """Start (or find) the workflow ``chart-<pk>``.
+    """Start (or find) the chart's workflow, ``workflow_id`` (default: this process's
+    deployment's id for it, ``chart-<deployment>-<pk>``).
 
     REJECT_DUPLICATE: a chart whose workflow already closed is never started
     again (raises ``WorkflowAlreadyStartedError``: read its outcome instead).
@@ -64,7 +67,7 @@ async def start_chart(
     budget for ever.
     """
     return await client.start_workflow(
-        temporal_type, chart, id=workflow_id(chart.chart_id), task_queue=task_queue,
+        temporal_type, chart, id=workflow_id or workflow_id_of(chart.chart_id), task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, rpc_timeout=RPC_TIMEOUT,
         execution_timeout=timedelta(seconds=execution_timeout_s),

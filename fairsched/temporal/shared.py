@@ -17,7 +17,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-WORKFLOW_ID_PREFIX = "chart-"
+from common.workflow_ids import (  # noqa: F401 (the workflow ids: re-exported)
+    DEPLOYMENT_RE,
+    WORKFLOW_ID_PREFIX,
+    WorkflowIds,
+    chart_id_of,
+    current_workflow_ids,
+    set_resolver,
+    use_workflow_ids,
+    workflow_id,
+)
+
 DEFAULT_TASK_QUEUE = "fairsched"
 
 DEMO_WORKFLOW = "DemoChart"
@@ -76,19 +86,6 @@ def demo_payload(payload: Any) -> DemoPayload:
             raise ValueError(f"payload.{name}: must be true or false, got {value!r}"[:300])
         flags[name] = value
     return DemoPayload(seconds, **flags)
-
-
-def workflow_id(chart_id: int | str) -> str:
-    """The Temporal workflow id of a chart: ``chart-<pk>`` (one per chart: starts are idempotent)."""
-    return f"{WORKFLOW_ID_PREFIX}{chart_id}"
-
-
-def chart_id_of(workflow_id_: str) -> int | None:
-    """The chart pk of a workflow id ``chart-<pk>``; None for any other id."""
-    if not workflow_id_.startswith(WORKFLOW_ID_PREFIX):
-        return None
-    tail = workflow_id_[len(WORKFLOW_ID_PREFIX):]
-    return int(tail) if tail.isdigit() else None
 
 
 def split_temporal_type(temporal_type: str, default_queue: str) -> tuple[str, str]:

@@ -116,7 +116,7 @@ def test_search_finds_live_charts_and_reruns_and_says_when_nothing_matches(finis
 def test_chart_page_shows_timeline_error_temporal_and_prediction(finished, staff):
     chart = finished["charts"][1]
     text = staff.get(f"/charts/{chart.pk}/").content.decode()
-    for piece in ("h-1", "ValueError: bad page", f"/workflows/chart-{chart.pk}", "dispatched", "failed",
+    for piece in ("h-1", "ValueError: bad page", f"/workflows/chart-test-{chart.pk}", "dispatched", "failed",
                   "Predicted vs what happened", "run time", "Re-run as a new chart"):
         assert piece in text, piece
 

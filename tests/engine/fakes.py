@@ -10,6 +10,7 @@ from fairsched.core import RoundSaver
 from fairsched.engine.host import Backoff
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.state import LiveState, OrgRow
+from fairsched.temporal.shared import current_workflow_ids
 from tests.test_tick import FakeClock, FakePublisher, FakeStore, FakeTemporal, settle  # noqa: F401
 
 
@@ -40,6 +41,7 @@ class FakeHost:
         self._resync_requested = False
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel", "rounds")}
+        self.ids = self.temporal.ids = current_workflow_ids()  # the tests' deployment (tests/conftest.py)
         self.guarded: list[str] = []
         self.slept: list[float] = []
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from charts.models import Chart, ChartState
 from orgs.models import WorkflowCost
+from fairsched.temporal.shared import workflow_id
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until
 from tests.integration.test_scheduler_live import (  # noqa: F401 - user_worker is a fixture
@@ -57,7 +58,7 @@ def test_poison_charts_at_the_head_fail_with_their_reason_and_the_charts_behind_
     assert too_big.state == ChartState.FAILED and too_big.finished_at is not None
     assert too_big.error.startswith("cannot start: Temporal refused to start the workflow (RESOURCE_EXHAUSTED): ")
     assert "larger than max" in too_big.error
-    assert not temporal.exists(f"chart-{too_big.pk}")
+    assert not temporal.exists(workflow_id(too_big.pk))
     assert malformed.state == ChartState.FAILED
     assert malformed.error == (f"DemoChart chart #{malformed.pk}: invalid payload: "
                                "payload.seconds: must be a number of seconds, got 'abc'")
@@ -162,7 +163,7 @@ def test_chaos_poison_charts_and_sigkills_lose_nothing_repeat_nothing_and_never_
     errors = dict(Chart.objects.filter(pk__in=poison).values_list("pk", "error"))
     assert {got[c] for c in poison} == {"failed"} and all(errors.values()), errors
     assert set(executions_per_chart(temporal, ordinary).values()) == {1}  # each ran exactly once
-    started = [c for c in poison if temporal.exists(f"chart-{c}")]  # the DemoCharts that refused their payload
+    started = [c for c in poison if temporal.exists(workflow_id(c))]  # the DemoCharts that refused their payload
     closed = closed_in_temporal(temporal, ordinary + started, timeout=30)
     intervals = [(d.start_time.timestamp(), d.close_time.timestamp(), cost[c]) for c, d in closed.items()]
     assert max_concurrent_cost(intervals) <= budget

@@ -17,6 +17,7 @@ from charts.models import Chart, ChartState
 from fairsched import scenario
 from fairsched.models import SchedulerSettings
 from orgs.models import WorkflowCost
+from fairsched.temporal.shared import workflow_id
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until
 
@@ -65,7 +66,7 @@ def test_charts_run_in_plan_order_and_all_succeed(live, temporal):
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final")
     assert set(states(ids).values()) == {"succeeded"}, sched.log()[-3000:]
 
-    started = {c: temporal.describe(f"chart-{c}").start_time for c in ids}
+    started = {c: temporal.describe(workflow_id(c)).start_time for c in ids}
     assert sorted(ids, key=started.get) == expected
     assert set(executions_per_chart(temporal, ids).values()) == {1}
     assert "dispatch chart #" in sched.log()
@@ -102,7 +103,7 @@ def closed_in_temporal(temporal, ids: list[int], timeout: float = 15.0) -> dict:
     def all_closed() -> bool:
         for c in ids:
             if c not in found:
-                d = temporal.describe(f"chart-{c}")
+                d = temporal.describe(workflow_id(c))
                 if d.close_time is not None:
                     found[c] = d
         return len(found) == len(ids)
@@ -113,7 +114,7 @@ def closed_in_temporal(temporal, ids: list[int], timeout: float = 15.0) -> dict:
 
 def executions_per_chart(temporal, ids: list[int]) -> dict[int, int]:
     """Executions per workflow id, as Temporal's visibility lists them (after it caught up)."""
-    counts = lambda: {c: len(temporal.executions(f"chart-{c}")) for c in ids}  # noqa: E731
+    counts = lambda: {c: len(temporal.executions(workflow_id(c))) for c in ids}  # noqa: E731
     wait_until(lambda: all(counts().values()), timeout=10, what="visibility to list every chart's run")
     return counts()
 
@@ -146,7 +147,7 @@ def test_crash_between_start_and_compare_and_set_is_adopted_not_rerun(live, temp
     wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
     assert crashing.proc.returncode == -9
     # The workflow runs, but its row was never marked running.
-    orphans = [c for c in ids if temporal.exists(f"chart-{c}")]
+    orphans = [c for c in ids if temporal.exists(workflow_id(c))]
     assert orphans and all(s == "queued" for s in states(orphans).values())
     sched = live.scheduler("--lease-ttl", "1.5")
     for orphan in orphans:
@@ -193,7 +194,7 @@ def test_dropped_completion_is_repaired_by_reconciliation(live, temporal):
     lost.refresh_from_db()
     assert lost.state == ChartState.SUCCEEDED
     assert lost.finished_at is not None
-    assert lost.finished_at == temporal.describe(f"chart-{lost.pk}").close_time  # Temporal's time
+    assert lost.finished_at == temporal.describe(workflow_id(lost.pk)).close_time  # Temporal's time
     assert sched.saw(f"reconcile: chart #{lost.pk} closed as succeeded")
 
 
@@ -208,7 +209,7 @@ def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
     wait_until(lambda: all_final([ghost.pk]), timeout=30, what="ghost final")
     ghost.refresh_from_db()
     assert ghost.state == ChartState.SUCCEEDED
-    assert sched.saw(f"reconcile: chart #{ghost.pk} requeued: Temporal does not know workflow chart-{ghost.pk}")
+    assert sched.saw(f"reconcile: chart #{ghost.pk} requeued: Temporal does not know workflow {workflow_id(ghost.pk)}")
     assert executions_per_chart(temporal, [ghost.pk]) == {ghost.pk: 1}
 
 
@@ -252,7 +253,7 @@ def test_snapshot_published_and_resync_catches_a_bulk_update(live):
     snap = wait_until(lambda: (s := snapshot.read_snapshot()) and s["counters"]["ordered"] == 3 and s,
                       timeout=20, what="a snapshot with 3 ordered charts")
     assert snap["budget"] == 1 and snap["used"] == 1 and snap["orgs"][0]["queued"] == 3
-    assert [r["id"] for r in snap["running"]] == [busy.pk] and snap["running"][0]["workflow_id"] == f"chart-{busy.pk}"
+    assert [r["id"] for r in snap["running"]] == [busy.pk] and snap["running"][0]["workflow_id"] == workflow_id(busy.pk)
     _, rows = snapshot.read_order()
     assert [r["id"] for r in rows] == ids and [r["pos"] for r in rows] == [0, 1, 2]
     assert snapshot.read_org(org.pk)["org"]["name"] == "Acme"
@@ -406,7 +407,7 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
     crashing = live.crashing_scheduler(1, "--lease-ttl", "1")
     wait_until(lambda: not crashing.alive(), timeout=30, what="the injected crash")
     # The workflow ran to its end while no scheduler was alive; its row still says queued.
-    wait_until(lambda: temporal.describe(f"chart-{first.pk}").close_time, timeout=10, what="the run to close")
+    wait_until(lambda: temporal.describe(workflow_id(first.pk)).close_time, timeout=10, what="the run to close")
     assert states([first.pk]) == {first.pk: "queued"}
     sched = live.scheduler("--lease-ttl", "1")
     wait_until(lambda: all_final([first.pk, failing.pk]), timeout=30, what="both final")

@@ -30,6 +30,7 @@ from fairsched.runtime import embedded
 from fairsched.engine.lease import LEASE_KEY
 from fairsched.models import SchedulerSettings
 from orgs.models import Org, Workflow
+from fairsched.temporal.shared import workflow_id
 from tests.integration.conftest import Proc, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -79,7 +80,7 @@ def assert_stopped(proc: Proc, redis_url: str, temporal, charts: int) -> tuple[s
     assert redis.Redis.from_url(redis_url).get(LEASE_KEY) is None, "the lease outlived the scheduler"
     assert Chart.objects.count() == charts
     running = list(Chart.objects.filter(state=ChartState.RUNNING).values_list("pk", flat=True))
-    assert all(temporal.exists(f"chart-{pk}") for pk in running), "a row runs without its workflow"
+    assert all(temporal.exists(workflow_id(pk)) for pk in running), "a row runs without its workflow"
     if found.group(1):
         return found.group(2), float(found.group(1))
     return f"{found.group(4)} (forced)", float(found.group(3))
@@ -155,7 +156,7 @@ def test_sigterm_after_temporal_went_away_under_a_leading_scheduler(live, redis_
                    what="the budget in use")
         facade = TemporalFacade(own.url)
         running = list(Chart.objects.filter(state=ChartState.RUNNING).values_list("pk", flat=True))
-        assert all(facade.exists(f"chart-{pk}") for pk in running)
+        assert all(facade.exists(workflow_id(pk)) for pk in running)
         facade.close()
         own.proc.send_signal(signal.SIGKILL)
         own.proc.wait(10)
@@ -238,5 +239,5 @@ def test_runworker_sigterm_with_activities_in_flight_and_while_temporal_is_unrea
     ids = list(Chart.objects.values_list("pk", flat=True))
     wait_until(lambda: Chart.objects.filter(state=ChartState.SUCCEEDED).count() == charts, timeout=90,
                what="every chart succeeded after the restart")
-    assert all(len(temporal.executions(f"chart-{pk}")) == 1 for pk in ids)
+    assert all(len(temporal.executions(workflow_id(pk))) == 1 for pk in ids)
     assert sched.alive()

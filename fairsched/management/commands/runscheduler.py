@@ -15,8 +15,9 @@ import signal
 import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from fairsched.deployment import DeploymentMismatch
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 
@@ -70,5 +71,8 @@ class Command(BaseCommand):
             await scheduler.run()
             deadline.exit_now()
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        except DeploymentMismatch as exc:  # read at the take-over (the database may be slow to answer at start)
+            raise CommandError(str(exc)) from exc
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from fairsched.deployment import check_deployment
 from fairsched.temporal.worker import main
 
 
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--task-queue", default=None, help="default: settings.FAIRSCHED_TASK_QUEUE")
 
     def handle(self, *args, **opts) -> None:
+        check_deployment()
         main(address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
              task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE,
              stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S, redis_url=settings.REDIS_URL)
