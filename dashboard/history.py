@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from charts.models import Chart, ChartState
+from common import snapshot as snap
 from dashboard import selectors
 from fairsched.audit import entry_json
 from fairsched.models import AuditEntry
@@ -122,7 +123,8 @@ def _delta(predicted: datetime | None, actual: datetime | None) -> dict[str, Any
 def chart_prediction(chart: Chart) -> dict[str, Any]:
     """What was predicted for the chart against what happened.
 
-    * ``live``: its position and predicted start and finish from the latest snapshot (queued or running).
+    * ``live``: its position and predicted start and finish from the latest snapshot (queued or
+      running): a queued chart's own field of the snapshot (``c:<id>``), never the whole order.
     * ``first`` and ``at_dispatch``: the finish predicted when it was first placed and when it
       was dispatched, if the scheduler stored them on the chart (``eta_first_at``,
       ``eta_dispatch_at``; read with getattr, so this page works with or without them).
@@ -134,8 +136,8 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
         base = snapshot.get("now") or timezone.now().timestamp()
         if chart.state == ChartState.RUNNING:
             row = next((r for r in snapshot.get("running", []) if r.get("id") == chart.pk), None)
-        else:
-            row = selectors.order_rows(snapshot)[1].get(chart.pk)
+        else:  # its own published place: one field, never the whole order (any member may load this)
+            row = snap.read_charts([chart.pk], snapshot=snapshot).get(chart.pk)
 
         def at(key: str) -> datetime | None:
             v = (row or {}).get(key)
