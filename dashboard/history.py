@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db.models import Count, Q
@@ -17,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from charts.models import Chart, ChartState
+from common.validation import MAX_ID
 from common import snapshot as snap
 from dashboard import selectors
 from fairsched.audit import entry_json
@@ -41,11 +43,33 @@ class Cursor:
 
     @classmethod
     def parse(cls, text: str) -> "Cursor":
+        """The cursor of a page link; ValueError naming ``after`` for anything else, the
+        extremes too: a time that is past year 9999 or before year 1 in UTC (which the
+        database adapter's conversion overflowed into a 500) or an id no database holds."""
         at, _, pk = (text or "").rpartition("_")
-        when = parse_datetime(at) if at else None
-        if when is None or not pk.isdigit():
-            raise ValueError(f"after: {text!r} is not a page cursor (use the page's own links).")
+        shown = text if len(text or "") <= 60 else text[:60] + "..."
+        try:
+            when = parse_datetime(at) if at else None
+        except ValueError:  # well-formed but not a date (month 13)
+            when = None
+        if when is None or not _CURSOR_ID.fullmatch(pk) or int(pk) > MAX_ID:
+            raise ValueError(f"after: {shown!r} is not a page cursor (use the page's own links).")
+        try:
+            when = in_utc(when)
+        except OverflowError:
+            raise ValueError(f"after: {shown!r} is out of range (use the page's own links).") from None
         return cls(when, int(pk))
+
+
+_CURSOR_ID = re.compile(r"[0-9]{1,16}")
+
+
+def in_utc(when: datetime) -> datetime:
+    """``when`` in UTC (a naive time is taken as the current time zone's, as the forms do);
+    OverflowError when that is outside years 1 to 9999, which no database adapter takes."""
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when)
+    return when.astimezone(dt_timezone.utc)
 
 
 def history_page(*, org=None, workflow=None, state: str | None = None, since: datetime | None = None,
