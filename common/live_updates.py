@@ -47,11 +47,15 @@ The rest:
 
 ============== ===================================== ==========================================
 audit          entry                                 an audit-trail entry (the Activity feed;
-                                                     no top-level ``org``: org pages never get it)
+                                                     org pages never get it)
 snapshot       seq                                   a snapshot was stored (``common.snapshot``);
                                                      never forwarded as an event: each socket
                                                      sends its page a ``snapshot`` message
 ============== ===================================== ==========================================
+
+An org's page (``/ws/orgs/<slug>/``, open to the org's members) gets what
+:func:`for_member` builds for members from its org's events: the fields named for each
+kind (:data:`MEMBER_KINDS`), never ``by``, the budget or the audit trail.
 
 :func:`from_wire` refuses an unknown kind (:class:`UnknownKind`) and unknown or missing
 fields (``ValueError``); a socket ignores (and logs) a group message it cannot read.
@@ -309,6 +313,77 @@ def refetch_needed(last_n: int, n: int, message_type: str) -> bool:
     ``last_n`` (0: none yet on this socket), message ``n`` shows a gap unless it is the next
     one or a snapshot (which starts afresh)."""
     return bool(last_n) and n != last_n + 1 and message_type != "snapshot"
+
+
+# --- what an org's members receive ---------------------------------------------------------
+
+# The chart row and org row of an echo, as members see them: named one by one, so a field
+# added to the staff's row later is not sent to members until someone adds it here.
+MEMBER_CHART_FIELDS = ("id", "org", "state", "paused", "priority", "cancel_requested", "moved_to_front_at",
+                       "external_id")
+MEMBER_ORG_FIELDS = ("id", "weight", "held")
+
+
+def _pick(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: row[k] for k in names if k in row} if isinstance(row, dict) else {}
+
+
+def _member_wire(kind: Kind, **fields: Any) -> dict[str, Any]:
+    return {"kind": kind.value, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def _for_member(event: Event) -> dict[str, Any] | None:
+    """The member's event for ``event`` (already known to be of the member's org), built field
+    by field; None: members get nothing of this kind."""
+    if isinstance(event, (Queued, Running)):
+        return _member_wire(event.kind, chart=event.chart, org=event.org)
+    if isinstance(event, Dispatch):
+        return _member_wire(event.kind, chart=event.chart, org=event.org, cost=event.cost)
+    if isinstance(event, Finish):
+        return _member_wire(event.kind, chart=event.chart, org=event.org, state=event.state, cost=event.cost)
+    if isinstance(event, Weight):
+        return _member_wire(event.kind, org=event.org, weight=event.weight, held=event.held)
+    if isinstance(event, Cost):
+        return _member_wire(event.kind, org=event.org, workflow=event.workflow, cost=event.cost,
+                            action=event.action, at=event.at)
+    if isinstance(event, ChartChanged):
+        return _member_wire(event.kind, org=event.org, chart=_pick(event.chart, MEMBER_CHART_FIELDS),
+                            action=event.action, at=event.at, rerun_of=event.rerun_of)
+    if isinstance(event, OrgChanged):
+        return _member_wire(event.kind, org=event.org, org_row=_pick(event.org_row, MEMBER_ORG_FIELDS),
+                            action=event.action, at=event.at)
+    return None
+
+
+# Every kind, decided: what a member gets of it (see _for_member), or why nothing. A new kind
+# fails the assert below until someone decides.
+MEMBER_KINDS: dict[Kind, str] = {
+    Kind.QUEUED: "chart, org", Kind.RUNNING: "chart, org", Kind.DISPATCH: "chart, org, cost",
+    Kind.FINISH: "chart, org, state, cost", Kind.WEIGHT: "org, weight, held",
+    Kind.COST: "org, workflow, cost [, action, at]",
+    Kind.CHART: "org, chart (MEMBER_CHART_FIELDS), action [, rerun_of, at]",
+    Kind.ORG: "org, org_row (MEMBER_ORG_FIELDS), action [, at]",
+    Kind.REMOVED: "nothing: it names no org", Kind.PAUSED: "nothing: it names no org",
+    Kind.RESUMED: "nothing: it names no org", Kind.PRIORITIZED: "nothing: it names no org",
+    Kind.UNPRIORITIZED: "nothing: it names no org", Kind.MOVED_TO_FRONT: "nothing: it names no org",
+    Kind.BUDGET: "nothing: the budget is the operators'", Kind.BATCH: "nothing: a count of every org's events",
+    Kind.AUDIT: "nothing: the audit trail names operators",
+    Kind.SNAPSHOT: "nothing: each socket sends its page a snapshot message instead",
+}
+assert set(MEMBER_KINDS) == set(Kind), "every kind has a member projection (or a reason for none)"
+
+
+def for_member(event: Event, org: int) -> dict[str, Any] | None:
+    """What a member of org ``org`` receives for ``event`` on the org's socket
+    (``/ws/orgs/<slug>/``), or None for nothing.
+
+    Built for members, never the staff's event passed through: only the fields named for
+    each kind (:data:`MEMBER_KINDS`). Never ``by`` (the operator: the pages hide operators'
+    names from members), never another org's events, never the budget or the audit trail.
+    """
+    if getattr(event, "org", None) != org:
+        return None
+    return _for_member(event)
 
 
 # --- the one path ------------------------------------------------------------------------

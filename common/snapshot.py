@@ -26,7 +26,7 @@ every open dashboard (``common.live_updates.SnapshotStored``):
                   "external_id": "mrn-7", "started_at": "...", "elapsed_s": 30.0,
                   "expected_s": 600.0, "finish_s": 570.0,
                   "workflow_id": "chart-prod-7", "run_id": "..."}],
-     "pages": {"key": "fairsched:pages:41", "rows": 500, "order": 1210}}
+     "pages": {"key": "fairsched:pages:41", "rows": 500, "order": 1210, "by_external_id": true}}
 
 The order and the orgs' slices are published in **pages** (``PAGE_ROWS`` rows each),
 as fields of one Redis hash per snapshot (``pages.key``), so a reader fetches and
@@ -39,10 +39,16 @@ parses only the page it shows, never the whole order (16 MB of JSON at 100k queu
      "priority": false, "state": "ordered"|"held"|"paused"|"blocked",
      "external_id": "mrn-12", "start_s": 0.0, "finish_s": 600.0}
 
-- ``c:<chart id>`` -- ``[pos, state, finish_s]`` of one queued chart (the admin's columns).
+- ``c:<chart id>`` -- ``[pos, state, finish_s, start_s]`` of one queued chart: what a
+  page about one chart shows (the chart's page, the admin's columns), one field read
+  whatever the backlog. (A snapshot stored before ``start_s`` was added has three.)
 - ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
   ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
   its running rows with ``"state": "running"``): the org's status page.
+- ``x:<org id>:<external id>`` -- ``[i, ...]``: where the org's chart with that external
+  id is in the org's charts (row ``i``, on page ``g:<org id>:<i // rows>``), so
+  ``status.json?external_id=`` reads one page, not all of the org's. A snapshot with
+  this index says ``"by_external_id": true`` in ``pages``.
 
 A new snapshot's hash is written completely before the snapshot that names it;
 the hash of the one before lives ``OLD_PAGES_TTL_S`` more (a reader that fetched
@@ -89,14 +95,21 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
     for n, text in pages_of(order_rows):
         yield f"o:{n}", text
     places = getattr(order_rows, "places", None)  # a Rows: without making each row's dict
-    for cid, pos, state, finish in (places() if places else
-                                    ((r["id"], r.get("pos"), r.get("state"), r.get("finish_s")) for r in order_rows)):
-        yield f"c:{cid}", _dumps([pos, state, finish])  # one chart's place, for views that list charts by id
+    for cid, pos, state, finish, start in (places() if places else (
+            (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s")) for r in order_rows)):
+        yield f"c:{cid}", _dumps([pos, state, finish, start])  # one chart's place: pages about one chart
     for org_id, data in per_org.items():
         charts = data.get("charts", [])
         yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
         for n, text in pages_of(charts):
             yield f"g:{org_id}:{n}", text
+        ext_ids = getattr(charts, "external_ids", None)
+        where: dict[str, list[int]] = {}
+        for i, ext in enumerate(ext_ids() if ext_ids else (r.get("external_id") for r in charts)):
+            if ext:
+                where.setdefault(ext, []).append(i)
+        for ext, rows in where.items():
+            yield f"x:{org_id}:{ext}", _dumps(rows)
 
 
 def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]],
@@ -117,7 +130,8 @@ def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: d
     if batch:
         client.hset(key, mapping=batch)
     client.expire(key, TTL_S)
-    snapshot = {**snapshot, "seq": seq, "pages": {"key": key, "rows": PAGE_ROWS, "order": len(order_rows)}}
+    snapshot = {**snapshot, "seq": seq, "pages": {"key": key, "rows": PAGE_ROWS, "order": len(order_rows),
+                                                  "by_external_id": True}}
     previous = _get_json(SNAPSHOT_KEY, client)
     pipe = client.pipeline(transaction=True)
     pipe.set(SNAPSHOT_KEY, _dumps(snapshot), ex=TTL_S)
@@ -247,9 +261,41 @@ def read_org(org_id: int, offset: int = 0, limit: int | None = None,
 
 
 def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[int, dict[str, Any]]:
-    """``{id: {"pos", "state", "finish_s"}}`` of the named queued charts (absent: not in the
-    published order), one round trip whatever the backlog."""
+    """``{id: {"pos", "state", "finish_s", "start_s"}}`` of the named queued charts (absent: not
+    in the published order), one round trip whatever the backlog."""
     snapshot = snapshot if snapshot is not None else read_snapshot()
     ids = list(ids)
     got = _with_latest(snapshot, lambda s: _fields(s, [f"c:{i}" for i in ids]) if ids else []) or []
-    return {i: {"pos": v[0], "state": v[1], "finish_s": v[2]} for i, v in zip(ids, got) if v is not None}
+    return {i: {"pos": v[0], "state": v[1], "finish_s": v[2], "start_s": v[3] if len(v) > 3 else None}
+            for i, v in zip(ids, got) if v is not None}
+
+
+def read_org_external_id(org_id: int, external_id: str, snapshot: dict[str, Any] | None = None
+                         ) -> dict[str, Any] | None:
+    """``{"org": <orgs[] row>, "total": n, "charts": [...]}`` with only the org's charts whose
+    external id is ``external_id`` (none or one): the org's row, the index field and the one
+    page holding the chart, whatever the org's backlog. None when nothing is published for
+    the org. A snapshot without the index (stored by an older scheduler) is read whole."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+
+    def read(s):
+        pages = (s or {}).get("pages") or {}
+        if not pages.get("by_external_id"):
+            data = read_org(org_id, snapshot=s)
+            return None if data is None else {
+                **data, "charts": [r for r in data["charts"] if r.get("external_id") == external_id]}
+        got = _fields(s, [f"g:{org_id}", f"x:{org_id}:{external_id}"])
+        if not got or got[0] is None:
+            return None
+        head, where = got[0], got[1] or []
+        size = pages.get("rows") or PAGE_ROWS
+        span = sorted({i // size for i in where})
+        fetched = _fields(s, [f"g:{org_id}:{n}" for n in span])
+        if fetched is None:
+            return None
+        page = dict(zip(span, fetched))
+        rows = [page[i // size][i % size] for i in where
+                if page.get(i // size) is not None and i % size < len(page[i // size])]
+        return {**head, "charts": [r for r in rows if r.get("external_id") == external_id]}
+
+    return _with_latest(snapshot, read)

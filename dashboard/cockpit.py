@@ -21,12 +21,14 @@ from charts import services as chart_services
 from charts.models import FINAL_STATES, Chart, ChartState
 from dashboard import history, selectors
 from dashboard.permissions import can_view_dashboard
-from dashboard.views import staff_required
+from dashboard.views import BadQuery, _text_arg, staff_required
 from orgs.models import Org, Workflow
 
 
 class HistoryFilter(forms.Form):
-    """The history's filters; a bad value is shown next to its field, and nothing is filtered by it."""
+    """The history's filters. A bad value is shown next to its field and named above the
+    list, and only that filter is left out: the others still apply (one typo must not
+    silently show every org)."""
 
     org = forms.ModelChoiceField(queryset=Org.objects.order_by("name"), required=False, empty_label="all orgs")
     workflow = forms.ModelChoiceField(queryset=Workflow.objects.order_by("name"), required=False,
@@ -40,11 +42,40 @@ class HistoryFilter(forms.Form):
                                 widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
                                 input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"])
 
+    def _in_range(self, name: str):
+        value = self.cleaned_data.get(name)
+        if value is not None:
+            try:
+                history.in_utc(value)
+            except OverflowError:  # 9999-12-31 in a zone west of UTC: the database adapter overflowed
+                raise ValidationError(f"{name}: out of range (years 1 to 9999 in UTC).") from None
+        return value
+
+    def clean_since(self):
+        return self._in_range("since")
+
+    def clean_until(self):
+        return self._in_range("until")
+
     def clean(self):
         data = super().clean()
         if data.get("since") and data.get("until") and data["since"] >= data["until"]:
             self.add_error("until", "until: must be after 'finished from'.")
         return data
+
+    def usable(self) -> tuple[dict, list[str]]:
+        """``(filters, messages)``: the filters whose value is good, and one message per bad
+        one, naming its query parameter and saying it was left out."""
+        if not self.is_bound:
+            return {}, []
+        self.is_valid()
+        filters = {k: v for k, v in self.cleaned_data.items() if k not in self.errors and v not in (None, "")}
+        said = []
+        for name, errors in self.errors.items():
+            for error in errors:
+                text = error if error.startswith(f"{name}: ") else f"{name}: {error}"
+                said.append(f"{text} Not filtered by it; the other filters are applied.")
+        return filters, said
 
 
 def _can_rerun(user) -> bool:
@@ -55,19 +86,18 @@ def _can_rerun(user) -> bool:
 @staff_required
 def history_view(request: HttpRequest) -> HttpResponse:
     form = HistoryFilter(request.GET or None)
-    page, error = {"rows": [], "next": None}, ""
-    if form.is_bound and not form.is_valid():
-        filters = {}
-    else:
-        filters = {k: v for k, v in (form.cleaned_data if form.is_bound else {}).items() if v not in (None, "")}
-    after = None
+    page = {"rows": [], "next": None}
+    filters, problems = form.usable()
+    after, bad_cursor = None, False
     if request.GET.get("after"):
         try:
             after = history.Cursor.parse(request.GET["after"])
         except ValueError as exc:
-            error = str(exc)
-    if not error:
+            problems.append(str(exc))
+            bad_cursor = True
+    if not bad_cursor:  # a bad cursor shows no page (which one?); a bad filter only leaves itself out
         page = history.history_page(after=after, **filters)
+    error = " ".join(problems)
     query = request.GET.copy()
     query.pop("after", None)
     newest = query.urlencode()
@@ -84,7 +114,12 @@ def history_view(request: HttpRequest) -> HttpResponse:
 @never_cache
 @staff_required
 def search_view(request: HttpRequest) -> HttpResponse:
-    q = (request.GET.get("q") or "").strip()
+    """A NUL character or a query longer than any external id is refused (400) naming ``q``,
+    as ``status.json`` refuses ``external_id`` (PostgreSQL cannot even compare a NUL)."""
+    try:
+        q = (_text_arg(request, "q") or "").strip()
+    except BadQuery as exc:
+        return render(request, "dashboard/search.html", {"q": "", "rows": [], "error": str(exc)}, status=400)
     rows = history.search(q)
     if len(rows) == 1:
         return redirect("dashboard:chart", pk=rows[0].pk)

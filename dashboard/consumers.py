@@ -22,8 +22,9 @@ sends ``{"type": "refetch"}`` and gets a fresh snapshot. Server -> client:
 
 Client -> server: ``refetch``; ``view`` (offset, limit, org, state: ``paused``,
 ``held``, ``blocked`` or ``ordered`` to list only those); ``control`` (req, action and
-its fields; staff dashboard only); ``ping``. Org pages get only the events whose ``org``
-is theirs (never ``audit``) and no counters.
+its fields; staff dashboard only); ``ping``. Org pages get the member's form of their
+org's events (:func:`common.live_updates.for_member`: no operator's name, no budget,
+no audit trail) and no counters.
 
 Updates are coalesced to at most one message per :data:`MIN_INTERVAL_S` per
 socket, so a burst of scheduler events or a hundred open pages stay cheap.
@@ -205,8 +206,8 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             self.want_snapshot = True
             self.schedule_flush()
             return
-        wire = message["event"]
-        if not self.wants_event(wire):
+        wire = self.outgoing(event, message["event"])
+        if wire is None:
             return
         self.events.append(wire)
         if len(self.events) > 200:  # a flood: the next snapshot says it all
@@ -312,8 +313,10 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
     async def allowed(self, user) -> bool:
         raise NotImplementedError
 
-    def wants_event(self, event: dict[str, Any]) -> bool:
-        return True
+    def outgoing(self, event: live_updates.Event, wire: dict[str, Any]) -> dict[str, Any] | None:
+        """What this socket sends its page for ``event`` (``wire``: its staff wire form), or
+        None: nothing. Staff get the event as it is."""
+        return wire
 
     def read_snapshot(self) -> tuple[int | None, str, str]:
         """``(seq, source, json text of the snapshot message without n)``."""
@@ -362,8 +365,11 @@ class OrgConsumer(_LiveConsumer):
         self.org = await database_sync_to_async(selectors.org_for_user)(user, slug)
         return self.org is not None
 
-    def wants_event(self, event: dict[str, Any]) -> bool:
-        return event.get("org") == self.org.pk
+    def outgoing(self, event: live_updates.Event, wire: dict[str, Any]) -> dict[str, Any] | None:
+        """The member's event, built for members (:func:`common.live_updates.for_member`):
+        never the staff's event passed through, so no operator's name (``by``) reaches
+        a member."""
+        return live_updates.for_member(event, self.org.pk)
 
     def read_status(self) -> dict[str, Any]:
         status = selectors.org_status(self.org, offset=self.view["offset"], limit=self.view["limit"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db.models import Count, Q
@@ -18,6 +19,8 @@ from django.utils.dateparse import parse_datetime
 
 from charts.models import Chart, ChartState
 from charts.services import RERUN_MARK, run_lineage
+from common.validation import MAX_ID
+from common import snapshot as snap
 from dashboard import selectors
 from fairsched.audit import entry_json
 from fairsched.models import AuditEntry
@@ -41,11 +44,33 @@ class Cursor:
 
     @classmethod
     def parse(cls, text: str) -> "Cursor":
+        """The cursor of a page link; ValueError naming ``after`` for anything else, the
+        extremes too: a time that is past year 9999 or before year 1 in UTC (which the
+        database adapter's conversion overflowed into a 500) or an id no database holds."""
         at, _, pk = (text or "").rpartition("_")
-        when = parse_datetime(at) if at else None
-        if when is None or not pk.isdigit():
-            raise ValueError(f"after: {text!r} is not a page cursor (use the page's own links).")
+        shown = text if len(text or "") <= 60 else text[:60] + "..."
+        try:
+            when = parse_datetime(at) if at else None
+        except ValueError:  # well-formed but not a date (month 13)
+            when = None
+        if when is None or not _CURSOR_ID.fullmatch(pk) or int(pk) > MAX_ID:
+            raise ValueError(f"after: {shown!r} is not a page cursor (use the page's own links).")
+        try:
+            when = in_utc(when)
+        except OverflowError:
+            raise ValueError(f"after: {shown!r} is out of range (use the page's own links).") from None
         return cls(when, int(pk))
+
+
+_CURSOR_ID = re.compile(r"[0-9]{1,16}")
+
+
+def in_utc(when: datetime) -> datetime:
+    """``when`` in UTC (a naive time is taken as the current time zone's, as the forms do);
+    OverflowError when that is outside years 1 to 9999, which no database adapter takes."""
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when)
+    return when.astimezone(dt_timezone.utc)
 
 
 def history_page(*, org=None, workflow=None, state: str | None = None, since: datetime | None = None,
@@ -128,7 +153,8 @@ def _delta(predicted: datetime | None, actual: datetime | None) -> dict[str, Any
 def chart_prediction(chart: Chart) -> dict[str, Any]:
     """What was predicted for the chart against what happened.
 
-    * ``live``: its position and predicted start and finish from the latest snapshot (queued or running).
+    * ``live``: its position and predicted start and finish from the latest snapshot (queued or
+      running): a queued chart's own field of the snapshot (``c:<id>``), never the whole order.
     * ``first`` and ``at_dispatch``: the finish predicted when it was first placed and when it
       was dispatched, if the scheduler stored them on the chart (``eta_first_at``,
       ``eta_dispatch_at``; read with getattr, so this page works with or without them).
@@ -140,8 +166,8 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
         base = snapshot.get("now") or timezone.now().timestamp()
         if chart.state == ChartState.RUNNING:
             row = next((r for r in snapshot.get("running", []) if r.get("id") == chart.pk), None)
-        else:
-            row = selectors.order_rows(snapshot)[1].get(chart.pk)
+        else:  # its own published place: one field, never the whole order (any member may load this)
+            row = snap.read_charts([chart.pk], snapshot=snapshot).get(chart.pk)
 
         def at(key: str) -> datetime | None:
             v = (row or {}).get(key)

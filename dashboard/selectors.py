@@ -276,8 +276,8 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     s = None if stale else latest
     if s is None:
         data = None
-    elif external_id:  # a search: every page of the org (O(its charts))
-        data = snap.read_org(org.pk, snapshot=s)
+    elif external_id:  # one chart: the index says which page holds it
+        data = snap.read_org_external_id(org.pk, external_id, snapshot=s)
     else:  # only the pages shown
         data = snap.read_org(org.pk, offset, limit, snapshot=s)
     freshness = {"stale": latest is not None and stale, "age_s": _round(age)}

@@ -53,6 +53,36 @@ def test_the_wire_form_is_what_the_pages_read():
     assert "org" not in lu.Audit(entry={}).to_wire()  # org pages filter on "org": never an audit entry
 
 
+def _stamped(event: lu.Event) -> lu.Event:
+    """``event`` as an operator's echo would carry it, where it can."""
+    return event.stamped(at=3.0, by="zelda-ops") if isinstance(event, lu._Echo) else event
+
+
+def test_what_a_member_receives_is_built_for_members():
+    """Members get their org's events with only the fields named for them: never an operator's
+    name (the pages hide it), never another org's events, the budget or the audit trail."""
+    staff_only = {"secret": "x", "by": "zelda-ops", "actor": "zelda-ops"}
+    for event in ONE_OF_EACH + [
+            lu.ChartChanged(action="pause", org=2, chart={"id": 1, "org": 2, "paused": True, **staff_only}),
+            lu.OrgChanged(action="hold", org=2, org_row={"id": 2, "weight": 0, "held": True, **staff_only})]:
+        event = _stamped(event)
+        got = lu.for_member(event, 2)
+        assert "zelda" not in repr(got), (event, got)
+        assert "secret" not in repr(got), (event, got)
+        assert lu.for_member(event, 3) is None  # another org's
+        if got is not None:
+            assert got["kind"] == event.kind.value and got["org"] == 2
+            assert set(got) <= set(event.to_wire()) - {"by"}
+    assert lu.for_member(lu.Budget(budget=4, action="set_budget", at=1.0, by="op"), 2) is None
+    assert lu.for_member(lu.Audit(entry={"by": "op"}), 2) is None
+    assert lu.for_member(_stamped(lu.ChartChanged(action="pause", org=2, chart={"id": 1, "paused": True})), 2) == {
+        "kind": "chart", "org": 2, "chart": {"id": 1, "paused": True}, "action": "pause", "at": 3.0}
+
+
+def test_every_kind_has_a_member_decision():
+    assert set(lu.MEMBER_KINDS) == set(lu.Kind)
+
+
 @pytest.mark.parametrize("wire", [{"kind": "settings", "budget": 3}, {"kind": "resync"}, {}, {"kind": None}])
 def test_an_unknown_kind_is_refused(wire):
     with pytest.raises(lu.UnknownKind):

@@ -6,6 +6,7 @@ coalescing, and every control with and without its permission.
 """
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -377,3 +378,42 @@ async def test_org_socket_is_member_scoped(two_orgs, redis_url):
 
 async def test_min_interval_is_five_per_second():
     assert consumers.MIN_INTERVAL_S >= 0.2
+
+
+# --- what an org member receives: built for members ------------------------------------------------------
+
+MEMBER_CONTROLS = [c for c in CONTROLS if c[0] != "set_budget"]  # the budget is no org's: never sent to members
+
+
+@pytest.mark.parametrize("action,setup,fields,check", MEMBER_CONTROLS, ids=[c[0] for c in MEMBER_CONTROLS])
+async def test_a_members_socket_hears_an_operators_control_without_the_operators_name(
+        two_orgs, redis_url, action, setup, fields, check):
+    """The pages hide operators' names from members; the org socket must too. The member's page
+    hears of the control (its action, not who did it), and no frame carries the username."""
+    ops = await database_sync_to_async(make_user)("zelda-ops", staff=True, perms=(
+        "charts.view_chart", "charts.change_chart", "orgs.change_org", "orgs.change_workflowcost"))
+    chart = await database_sync_to_async(_setup)(two_orgs, setup)
+    org = two_orgs["a"].pk
+    msg = fields(chart, org)
+    if action == "set_cost":
+        msg["workflow"] = two_orgs["wf"].pk
+    await database_sync_to_async(publish_from_db)()
+    member, _ = await _open(two_orgs["alice"], "/ws/orgs/acme/")
+    actor, _ = await _open(ops)
+    try:
+        await actor.send_json_to({"type": "control", "req": 1, "action": action, **msg})
+        assert (await actor.receive_json_from(timeout=3))["ok"] is True
+        frames: list[str] = []
+        events: list[dict] = []
+        while not any(e.get("action") == action for e in events):
+            frames.append(await member.receive_from(timeout=2))
+            pushed = json.loads(frames[-1])
+            events += pushed.get("events", [])
+        while not await member.receive_nothing(timeout=0.3):
+            frames.append(await member.receive_from(timeout=1))
+        for frame in frames:
+            assert "zelda" not in frame, frame
+        assert all("by" not in e for e in events), events
+    finally:
+        await actor.disconnect()
+        await member.disconnect()
