@@ -287,7 +287,7 @@ def main() -> None:
         from django.test import Client
 
         from charts.models import Chart
-        from fairsched.models import SchedulerSettings
+        from control.models import SchedulerSettings
         from common.snapshot import read_snapshot
         from orgs.models import Org, Workflow
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fairsched.core import DEFAULT_AVG_S  # noqa: E402
 from fairsched.core.forecast import ForecastParams  # noqa: E402
-from fairsched.scenario import parse_trace  # noqa: E402
+from fairsched.core.scenario import parse_trace  # noqa: E402
 from fairsched.core.simulator import simulate as core_simulate  # noqa: E402
 
 # workflow -> (cost, mean seconds)

@@ -47,7 +47,7 @@ def run(args, temporal_url: str) -> None:
     from temporalio.client import Client
 
     from charts.models import Chart, ChartState
-    from fairsched.services import scheduler_settings_set
+    from control.services import scheduler_settings_set
     from orgs.models import Org, Workflow
 
     loop = asyncio.new_event_loop()

@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from fairsched.engine import db
 from fairsched.engine.state import LiveState
 from charts.models import Chart
-from fairsched.models import OrgRoundState, RoundState
+from control.models import OrgRoundState, RoundState
 
 state = LiveState(db.read_world())
 queue = state.queue

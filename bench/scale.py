@@ -82,7 +82,7 @@ from django.utils import timezone
 call_command("migrate", interactive=False, verbosity=0)
 from charts.models import Chart
 from orgs.models import Org, Workflow, WorkflowCost
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 rng = random.Random(7)
 orgs = [Org.objects.create(name=f"Org {{i:02d}}", weight=1 + (i % 3 == 0)) for i in range({ORGS})]
 wfs = [Workflow.objects.create(name=n, temporal_type="DemoChart") for n in ("review", "code", "audit")]

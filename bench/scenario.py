@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``fairsched.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
+"""``fairsched.core.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
 against a plain ``sorted()`` of as many (round, created_at, arrival) tuples, in one run.
 
 Goals: 100k charts at most 5x the sort; 1M at most 13x the 100k time (garbage
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairsched import scenario  # noqa: E402
+from fairsched.core import scenario  # noqa: E402
 
 N_ORGS, BUDGET, N_RUNNING = 60, 200, 40
 WORKFLOWS = ["small", "medium", "large"]

@@ -52,7 +52,7 @@ def run(args, spawn, temporal_url: str) -> None:
 
     from charts.models import Chart, ChartState
     from charts.services import chart_submit_many
-    from fairsched.services import budget_set, scheduler_settings_set
+    from control.services import budget_set, scheduler_settings_set
     from orgs.models import Org, Workflow
 
     loop = asyncio.new_event_loop()

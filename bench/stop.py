@@ -41,7 +41,7 @@ def seed(n: int) -> None:
     from django.utils import timezone
 
     from charts.models import Chart
-    from fairsched.models import SchedulerSettings
+    from control.models import SchedulerSettings
     from orgs.models import Org, Workflow
 
     orgs = [Org.objects.create(name=f"Org {i}", weight=1 + i % 3) for i in range(10)]
@@ -90,7 +90,7 @@ def main() -> None:
         from django.core.management import call_command
 
         from fairsched.engine.lease import LEASE_KEY
-        from fairsched.models import SchedulerSettings
+        from control.models import SchedulerSettings
 
         call_command("migrate", interactive=False, verbosity=0)
         seed(args.charts)

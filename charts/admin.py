@@ -5,8 +5,8 @@ from django.core.exceptions import ValidationError
 
 from charts import services
 from charts.models import Chart, DurationStat
-from fairsched.admin import audit_table
-from fairsched.models import AuditEntry
+from control.admin import audit_table
+from control.models import AuditEntry
 
 TIMING = ("created_at", "dispatched_at", "started_at", "finished_at", "dispatched_cost", "temporal_run_id", "error")
 

@@ -89,7 +89,7 @@ class Chart(models.Model):
     def temporal_workflow_id(self) -> str:
         """The Temporal workflow id: one per chart, which makes a start idempotent, and naming
         this deployment (``chart-<deployment>-<pk>``; ``chart-<pk>`` for a chart older than
-        the upgrade: :mod:`fairsched.deployment`). (``workflow_id`` is the foreign key.)"""
+        the upgrade: :mod:`control.deployment`). (``workflow_id`` is the foreign key.)"""
         return workflow_id(self.pk)
 
     @property

@@ -20,7 +20,7 @@ from django.db.models.functions import Cast, Coalesce, Greatest
 from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
-from fairsched import audit
+from control import audit
 from common.notify import notify
 from common.validation import check_json_document, check_text, parse_bool
 from orgs.models import Org, Workflow

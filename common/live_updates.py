@@ -2,7 +2,7 @@
 one function every producer sends them through.
 
 Producers -- the scheduler (what it applied), the operator controls (their echo, over the
-socket or ``/dashboard/control/``), the audit trail (``fairsched.audit``) and whoever
+socket or ``/dashboard/control/``), the audit trail (``control.audit``) and whoever
 stores a snapshot (the scheduler's ETA pass, ``dashboard.simulate``) -- build a typed
 event below and call :func:`send` (or :func:`asend` inside an event loop). That is the
 only way onto the Channels group :data:`GROUP`; the sockets (``dashboard/consumers.py``)
@@ -274,7 +274,7 @@ class OrgChanged(_Echo):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Audit(Event):
-    """``entry``: ``fairsched.audit.entry_json`` of the entry."""
+    """``entry``: ``control.audit.entry_json`` of the entry."""
 
     kind: ClassVar[Kind] = Kind.AUDIT
     entry: dict[str, Any]

@@ -2,7 +2,7 @@
 
 Pure Python (the worker's workflow code imports it through
 ``fairsched.temporal.shared``). The deployment id itself is written once into the
-database (:mod:`fairsched.deployment`); a process learns it there, or is given it
+database (:mod:`control.deployment`); a process learns it there, or is given it
 (:func:`use_workflow_ids`: the scheduler at take-over).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ class WorkflowIds:
     ``chart-<deployment>-<pk>``: one id per chart (starts are idempotent), and never the
     id of another deployment's chart on the same namespace. Charts with a pk below
     ``legacy_below`` (those that existed when this version first led: see
-    :mod:`fairsched.deployment`) keep the id they had before deployments had ids,
+    :mod:`control.deployment`) keep the id they had before deployments had ids,
     ``chart-<pk>``, for ever: a chart's id never changes, so none started under the old
     id is started again under the new one. ``legacy_below`` None: not fixed yet (no
     scheduler of this version has led), so every chart still has the old id."""

@@ -81,7 +81,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    # Before channels: its own ``runworker`` command would shadow fairsched's Temporal worker.
+    # The scheduler's control records (settings, round state, deployment, audit trail); label "fairsched".
+    "control",
+    # The commands. Before channels: its own ``runworker`` command would shadow fairsched's Temporal worker.
     "fairsched",
     "channels",
     "django_rq",
@@ -300,6 +302,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         app: {"level": os.environ.get("FAIRSCHED_LOG_LEVEL", "INFO")}
-        for app in ("common", "fairsched", "orgs", "charts", "dashboard", "jobs")
+        for app in ("common", "control", "fairsched", "orgs", "charts", "dashboard", "jobs")
     },
 }

@@ -18,9 +18,9 @@ from django.db import DatabaseError
 from charts import services as chart_services
 from charts.models import Chart
 from dashboard import selectors
-from fairsched import audit
+from control import audit
 from common import live_updates
-from fairsched import services as fairsched_services
+from control import services as control_services
 from common.validation import MAX_ID, require_int
 from orgs import services as org_services
 from orgs.models import Org
@@ -134,5 +134,5 @@ def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
         selectors.invalidate_costs()
         return Outcome(True, action, event=live_updates.Cost(action=action, org=row.org_id,
                                                              workflow=row.workflow_id, cost=row.cost))
-    obj = fairsched_services.budget_set(budget=data.get("budget"), actor=user)
+    obj = control_services.budget_set(budget=data.get("budget"), actor=user)
     return Outcome(True, action, event=live_updates.Budget(action=action, budget=obj.budget))

@@ -22,8 +22,8 @@ from charts.services import RERUN_MARK, run_lineage
 from common.validation import MAX_ID
 from common import snapshot as snap
 from dashboard import selectors
-from fairsched.audit import entry_json
-from fairsched.models import AuditEntry
+from control.audit import entry_json
+from control.models import AuditEntry
 
 PAGE = 50
 SEARCH_MAX = 50

@@ -27,7 +27,7 @@ from common import snapshot as snap
 from fairsched.core import Durations
 from fairsched.engine import db
 from dashboard.permissions import can_view_dashboard
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from common.notify import redis_client
 from orgs.models import Org, Workflow, WorkflowCost
 

@@ -2,13 +2,10 @@ from django.apps import AppConfig
 
 
 class FairschedConfig(AppConfig):
+    """The app that installs the commands (``fairsched/management/``): no models.
+
+    Its models and their services are the ``control`` app's (label ``fairsched``)."""
+
     name = "fairsched"
-    verbose_name = "Scheduler"
-
-    def ready(self) -> None:
-        # Workflow ids name this deployment: a process that did not set its ids (the web,
-        # the jobs) reads them from the database the first time it needs one.
-        from fairsched import deployment
-        from common import workflow_ids
-
-        workflow_ids.set_resolver(deployment.ensure)
+    label = "fairsched_commands"
+    verbose_name = "Scheduler commands"

@@ -6,8 +6,8 @@ from django.db.models import Count, Q
 from django.utils.html import format_html
 
 from common.states import ChartState
-from fairsched.admin import audit_table
-from fairsched.models import AuditEntry
+from control.admin import audit_table
+from control.models import AuditEntry
 from orgs import services
 from orgs.models import Org, Workflow, WorkflowCost
 

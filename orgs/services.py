@@ -7,7 +7,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fairsched import audit
+from control import audit
 from common.notify import notify
 from common.validation import MAX_COST, MAX_WEIGHT, require_int
 from fairsched.core.rules import HELD_WEIGHT, is_held

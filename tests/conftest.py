@@ -84,7 +84,7 @@ def _in_memory_channel_layer(settings) -> None:
 def _workflow_ids(request) -> Iterator[None]:
     """In-process code names charts' workflows ``chart-test-<pk>``; an integration test reads
     them from the database, as the scheduler it runs does. No test leaves its ids to the next."""
-    from fairsched import deployment
+    from control import deployment
     from fairsched.temporal.shared import WorkflowIds, use_workflow_ids
 
     use_workflow_ids(None if request.node.get_closest_marker("integration") else WorkflowIds("test"))

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from charts.models import Chart, ChartState
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
 from tests.factories import make_chart, make_cost, make_org, make_user, make_workflow
 

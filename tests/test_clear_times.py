@@ -13,7 +13,7 @@ from common import snapshot
 from fairsched.engine import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from tests.factories import make_chart, make_cost, make_org, make_user, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,7 +124,7 @@ def test_the_live_dump_carries_the_workflow_averages_over_all_orgs(world):
     from datetime import timedelta
 
     from charts import services as charts_services
-    from fairsched import scenario
+    from fairsched.core import scenario
     from fairsched.engine.reader import scenario_from_db
 
     chart = world["head"]

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from charts.models import Chart, ChartState
 from fairsched.management.commands.demo_load import LoadGenerator
 from fairsched.management.commands.seed_demo import ORGS, WORKFLOWS
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org, Workflow, WorkflowCost
 
 pytestmark = pytest.mark.django_db

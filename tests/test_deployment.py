@@ -1,13 +1,13 @@
 """The deployment id: written once into the database, checked against FAIRSCHED_DEPLOYMENT,
-and the legacy cut fixed once (:mod:`fairsched.deployment`)."""
+and the legacy cut fixed once (:mod:`control.deployment`)."""
 from __future__ import annotations
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from fairsched import deployment
+from control import deployment
 from fairsched.engine import db
-from fairsched.models import Deployment
+from control.models import Deployment
 from common.workflow_ids import use_workflow_ids, workflow_id
 from tests.factories import make_chart, make_org, make_workflow
 

@@ -207,7 +207,7 @@ def test_failure_text_skips_generic_and_repeated_messages():
 def test_scenario_from_db_carries_the_persisted_rounds():
     """The rounds come from the database (what the scheduler saved), not from Redis: a
     plan of the live state needs no running scheduler and survives a lost Redis."""
-    from fairsched import scenario
+    from fairsched.core import scenario
     from fairsched.core import OrgRounds, RoundState
     from fairsched.engine import db
     from fairsched.engine.reader import scenario_from_db
@@ -237,7 +237,7 @@ def test_a_dispatch_writes_the_round_state_with_its_compare_and_set_and_a_new_st
     from charts.models import Chart
     from fairsched.engine import db
     from fairsched.engine.state import LiveState
-    from fairsched.models import OrgRoundState, RoundState, SchedulerSettings
+    from control.models import OrgRoundState, RoundState, SchedulerSettings
     from tests.factories import make_chart, make_org, make_workflow
 
     s = SchedulerSettings.get()

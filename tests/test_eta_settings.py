@@ -6,8 +6,8 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from fairsched.engine.db import read_config
-from fairsched.models import SchedulerSettings
-from fairsched.services import scheduler_settings_set
+from control.models import SchedulerSettings
+from control.services import scheduler_settings_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,8 +16,8 @@ from django.test import Client
 
 from charts.models import Chart
 from charts.services import chart_submit, chart_submit_many
-from fairsched.models import SchedulerSettings
-from fairsched.services import budget_set, scheduler_settings_set
+from control.models import SchedulerSettings
+from control.services import budget_set, scheduler_settings_set
 from common.validation import MAX_BUDGET, MAX_COST, MAX_WEIGHT, parse_bool
 from jobs import importing
 from jobs.services import import_create

@@ -26,7 +26,7 @@ def manage(*args: str, redis_url: str, stdin: str | None = None) -> subprocess.C
 
 
 def test_live_plan_of_the_worked_example_and_its_dump_agree(redis_url):
-    from fairsched.models import SchedulerSettings
+    from control.models import SchedulerSettings
 
     s = SchedulerSettings.get()
     s.budget = 3

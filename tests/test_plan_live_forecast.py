@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from charts.models import ChartState
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from tests.factories import make_chart, make_org, make_workflow
 from tests.test_plan_live import manage
 

@@ -20,7 +20,7 @@ from charts.models import Chart, ChartState
 from charts.services import EXTERNAL_ID_MAX, chart_rerun
 from dashboard import history
 from dashboard.controls import apply_control
-from fairsched.models import AuditEntry
+from control.models import AuditEntry
 from tests.factories import make_chart, make_org, make_user, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,8 +6,8 @@ from django.core.exceptions import ValidationError
 
 from charts import services as charts_services
 from charts.models import Chart, ChartState, DurationStat
-from fairsched.models import SchedulerSettings
-from fairsched.services import budget_set, scheduler_settings_set
+from control.models import SchedulerSettings
+from control.services import budget_set, scheduler_settings_set
 from orgs import services as org_services
 from orgs.models import Org, WorkflowCost
 from tests.factories import make_chart, make_org, make_workflow

@@ -54,7 +54,7 @@ import os, sys, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 from charts.services import chart_pause, chart_submit
-from fairsched.services import budget_set
+from control.services import budget_set
 k, n = int(sys.argv[1]), int(sys.argv[2])
 for i in range(n):
     c = chart_submit(org="acme", workflow="code", external_id=f"w{k}-{i}", payload={"i": i})
@@ -72,7 +72,7 @@ def test_several_writer_processes_at_once_never_meet_a_locked_database(test_db_u
     import django.db
 
     from charts.models import Chart
-    from fairsched.models import SchedulerSettings
+    from control.models import SchedulerSettings
     from tests.factories import make_org, make_workflow
 
     make_org("Acme")

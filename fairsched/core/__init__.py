@@ -47,6 +47,10 @@ The rules (:mod:`fairsched.core.rules`), each one function that every path above
     ``arrival_round(head, last, used, weight)``, ``head_of_line(costs, free)`` (the
     head-of-line stop), ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule
     to function is docs/scheduling.md, "Where each rule lives in the code".
+The JSON contract (:mod:`fairsched.core.scenario`, not imported here)
+    ``plan(scenario) -> dict``, ``simulate(trace, policy="wrr") -> dict``, ``dump_scenario``:
+    the formats of docs/scheduling.md over this core, what ``manage.py plan``/``simulate`` and
+    the live scheduler's dump call.
 
 Move to front (``front_at``, issue 5)
 -------------------------------------

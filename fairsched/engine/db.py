@@ -25,10 +25,10 @@ from charts.services import chart_fail_start, chart_mark_running, chart_record_o
 from fairsched.core import OrgRounds, normal_key
 from fairsched.core.plan import gc_paused
 from fairsched.core import RoundState as CoreRoundState
-from fairsched import deployment as fairsched_deployment
+from control import deployment as control_deployment
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
-from fairsched.models import OrgRoundState, RoundState, SchedulerSettings
+from control.models import OrgRoundState, RoundState, SchedulerSettings
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 CHART_FIELDS = (
@@ -523,9 +523,9 @@ def record_outcome(chart_id: int, state: str, error: str, started_at: datetime |
 
 def deployment() -> WorkflowIds:
     """This deployment's workflow ids, the legacy cut fixed (a scheduler leading: see
-    :mod:`fairsched.deployment`)."""
+    :mod:`control.deployment`)."""
     close_old_connections()
-    return fairsched_deployment.fix_legacy_cut(lambda: (Chart.objects.aggregate(m=Max("pk"))["m"] or 0) + 1)
+    return control_deployment.fix_legacy_cut(lambda: (Chart.objects.aggregate(m=Max("pk"))["m"] or 0) + 1)
 
 
 def legacy_active(ids: WorkflowIds) -> bool:

@@ -8,8 +8,8 @@ from common import snapshot
 from fairsched.core import Plan
 from fairsched.core.forecast import Forecaster, PlanOrder
 from fairsched.engine import db
-from fairsched.models import SchedulerSettings
-from fairsched.scenario import Scenario
+from control.models import SchedulerSettings
+from fairsched.core.scenario import Scenario
 
 
 def configured_model() -> str:

@@ -28,7 +28,7 @@ from fairsched.core import EtaReport
 from fairsched.engine import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState, PassInput
-from fairsched.scenario import dump_scenario
+from fairsched.core.scenario import dump_scenario
 
 
 def read_state(*, history: bool = True) -> LiveState:

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from charts.models import Chart, ChartState
 from charts.services import chart_pause
-from fairsched.models import AuditEntry
+from control.models import AuditEntry
 from orgs.models import Org
 from orgs.services import org_set_weight
 from tests.browser.conftest import login

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from charts.models import Chart
 from charts.services import chart_pause
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org
 from tests.browser.conftest import ARTIFACTS, login
 from tests.factories import make_chart, make_org, make_user, make_workflow

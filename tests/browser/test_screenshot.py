@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 from charts.models import Chart, ChartState, DurationStat
 from dashboard.selectors import HISTORY_KEY
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from common.notify import redis_client
 from tests.browser.conftest import ARTIFACTS, ROOT, login
 from tests.factories import make_cost, make_org, make_user, make_workflow

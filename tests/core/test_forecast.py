@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from fairsched.core import Durations, FairQueue, QueuedChart
 from fairsched.core.forecast import Forecaster, ForecastParams
 from fairsched.core.simulator import Arrival, Event, simulate
-from fairsched.scenario import ScenarioError
-from fairsched.scenario import simulate as simulate_json
+from fairsched.core.scenario import ScenarioError
+from fairsched.core.scenario import simulate as simulate_json
 
 
 def test_phantom_arrivals_of_a_small_org_take_rounds_ahead_of_a_big_backlog():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fairsched.core import Durations, Eta, FairQueue, QueuedChart, RunningChart, plan, plan_dispatch
-from fairsched.scenario import plan as plan_json
+from fairsched.core.scenario import plan as plan_json
 
 from .helpers import qc, seed_scenario
 

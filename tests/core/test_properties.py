@@ -13,7 +13,7 @@ from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart
                             head_of_backlog, plan)
 from fairsched.core.simulator import Arrival, simulate
 from tests.core.twins import TwinQueues
-from fairsched.scenario import dump_scenario, plan as plan_json
+from fairsched.core.scenario import dump_scenario, plan as plan_json
 
 ORGS = ["o1", "o2", "o3", "o4"]
 WORKFLOWS = ["cheap", "mid", "big"]

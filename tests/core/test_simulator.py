@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fairsched.core.simulator import Arrival, Event, simulate
-from fairsched.scenario import simulate as simulate_json
+from fairsched.core.scenario import simulate as simulate_json
 
 
 def headline(actual=lambda i: 60.0):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from charts.models import Chart, ChartState
 from charts.services import chart_pause
 from dashboard.simulate import publish_from_db
-from fairsched.models import AuditEntry
+from control.models import AuditEntry
 from orgs.services import org_hold
 from tests.factories import make_chart, make_org, make_user, make_workflow
 

@@ -22,7 +22,7 @@ from dashboard import consumers
 from dashboard.routing import websocket_urlpatterns
 from dashboard.simulate import publish_from_db
 from common import live_updates
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
 from tests.factories import make_user
 

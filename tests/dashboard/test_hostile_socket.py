@@ -20,7 +20,7 @@ from django.test import Client
 from dashboard import consumers
 from dashboard.routing import websocket_urlpatterns
 from dashboard.simulate import publish_from_db
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from django.test import Client
 from charts.models import Chart
 from dashboard.simulate import publish_from_db
 from common.middleware import content_security_policy
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org
 from tests.factories import make_user
 

@@ -18,7 +18,7 @@ from charts.models import Chart, ChartState
 from common import snapshot as snap
 from dashboard import selectors
 from dashboard.simulate import publish_from_db
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from tests.factories import make_chart, make_org, make_user, make_workflow
 
 pytestmark = pytest.mark.django_db

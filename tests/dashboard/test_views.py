@@ -9,7 +9,7 @@ from django.test import Client
 from charts.models import Chart
 from dashboard.models import OrgToken
 from dashboard.simulate import publish_from_db
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
 from tests.factories import make_chart, make_user
 

@@ -97,7 +97,7 @@ def test_a_worker_with_every_slot_busy_still_counts(live, redis_url, temporal):
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
     from charts.models import Chart, ChartState
-    from fairsched.models import SchedulerSettings
+    from control.models import SchedulerSettings
 
     s = SchedulerSettings.get()
     s.budget = 2

@@ -9,7 +9,7 @@ import pytest
 from temporalio.common import WorkflowIDConflictPolicy
 
 from charts.models import Chart, ChartState
-from fairsched.models import Deployment
+from control.models import Deployment
 from fairsched.temporal.shared import workflow_id
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until

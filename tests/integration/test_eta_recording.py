@@ -6,8 +6,8 @@ import pytest
 
 from charts.models import Chart, ChartState
 from dashboard.accuracy import accuracy
-from fairsched.models import SchedulerSettings
-from fairsched.services import scheduler_settings_set
+from control.models import SchedulerSettings
+from control.services import scheduler_settings_set
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until
 

@@ -9,7 +9,7 @@ import pytest
 
 from charts.models import Chart, ChartState
 from common import snapshot
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until
 

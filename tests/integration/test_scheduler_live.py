@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from charts.models import Chart, ChartState
-from fairsched import scenario
-from fairsched.models import SchedulerSettings
+from fairsched.core import scenario
+from control.models import SchedulerSettings
 from orgs.models import WorkflowCost
 from fairsched.temporal.shared import workflow_id
 from tests.factories import make_chart, make_org, make_workflow
@@ -215,7 +215,7 @@ def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
 
 def test_lowering_budget_and_pausing_never_touch_running_work(live, temporal):
     from charts.services import chart_pause
-    from fairsched.services import budget_set
+    from control.services import budget_set
     from orgs.services import org_hold
 
     configure(budget=2)

@@ -28,7 +28,7 @@ from django.utils import timezone
 from charts.models import Chart, ChartState
 from fairsched.runtime import embedded
 from fairsched.engine.lease import LEASE_KEY
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from orgs.models import Org, Workflow
 from fairsched.temporal.shared import workflow_id
 from tests.integration.conftest import Proc, wait_until

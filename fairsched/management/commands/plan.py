@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from fairsched.core import Plan
 from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
-from fairsched.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
+from fairsched.core.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
 
 
 def read_json(path: str | None, stdin=None) -> object:

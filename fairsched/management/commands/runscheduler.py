@@ -17,7 +17,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from fairsched.deployment import DeploymentMismatch
+from control.deployment import DeploymentMismatch
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from fairsched.deployment import check_deployment
+from control.deployment import check_deployment
 from fairsched.temporal.worker import main
 
 

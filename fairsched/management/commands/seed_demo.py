@@ -16,7 +16,7 @@ from django.db import transaction
 
 from charts.models import Chart
 from charts.services import chart_submit_many
-from fairsched.services import budget_set
+from control.services import budget_set
 from orgs import services as org_services
 from orgs.models import Org, Workflow
 

@@ -8,7 +8,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.management.commands.plan import read_json
-from fairsched.scenario import ScenarioError, simulate
+from fairsched.core.scenario import ScenarioError, simulate
 
 
 def _s(v, fmt="{:.0f}") -> str:

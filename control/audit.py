@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common import live_updates
-from fairsched.models import AuditEntry
+from control.models import AuditEntry
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from django.contrib import admin
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
-from fairsched.models import AuditEntry, SchedulerSettings
-from fairsched.services import scheduler_settings_set
+from control.models import AuditEntry, SchedulerSettings
+from control.services import scheduler_settings_set
 
 
 @admin.register(SchedulerSettings)

@@ -6,9 +6,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fairsched import audit
+from control import audit
 from fairsched.core.simulator import ETA_MODELS
-from fairsched.models import SchedulerSettings
+from control.models import SchedulerSettings
 from common.notify import notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 

@@ -5,7 +5,7 @@ Every chart's Temporal workflow id names its deployment, ``chart-<deployment>-<p
 Temporal namespace (or a copy of a database started next to the original) never
 record each other's outcomes nor adopt each other's workflows.
 
-The id lives in one row (:class:`fairsched.models.Deployment`, pk=1), written once:
+The id lives in one row (:class:`control.models.Deployment`, pk=1), written once:
 
 * ``FAIRSCHED_DEPLOYMENT`` set: the first process to need it writes it; afterwards it
   must match the row, or the process refuses to start (:class:`DeploymentMismatch`):
@@ -30,7 +30,7 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, transaction
 
 from common.workflow_ids import DEPLOYMENT_RE, WorkflowIds
-from fairsched.models import Deployment
+from control.models import Deployment
 
 _cached: WorkflowIds | None = None
 

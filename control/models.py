@@ -98,7 +98,7 @@ class AuditEntry(models.Model):
     org's admin page list their own entries through an index); ``before`` and
     ``after`` are JSON values, not a change message; and the feed is read newest
     first by time, which ``LogEntry`` does not index. Written by the services
-    (:mod:`fairsched.audit`), so every entry point is covered.
+    (:mod:`control.audit`), so every entry point is covered.
     """
 
     at = models.DateTimeField(db_index=True)
@@ -131,7 +131,7 @@ class AuditEntry(models.Model):
 class Deployment(models.Model):
     """This deployment's id (a singleton row, pk=1), written once: it is part of every
     chart's Temporal workflow id (``chart-<name>-<pk>``), so that two deployments on one
-    Temporal namespace never take each other's workflows. See :mod:`fairsched.deployment`.
+    Temporal namespace never take each other's workflows. See :mod:`control.deployment`.
 
     ``legacy_below``: charts with a smaller pk keep the id they had before deployments
     had ids (``chart-<pk>``); fixed once, when a scheduler of this version first leads
