@@ -90,7 +90,7 @@ def test_a_cancel_kills_the_child(tmp_path):
 
     async def main():
         task = asyncio.create_task(forked.run_forked(fn, name="ETA pass", timeout_s=120))
-        while not pidfile.exists():
+        while not (pidfile.exists() and pidfile.read_text()):  # created, then written: wait for both
             await asyncio.sleep(0.05)
         started = time.monotonic()
         task.cancel()
