@@ -90,16 +90,17 @@ def _claim(org_id: int, key: str, fp: str) -> IdempotencyKey | HttpResponse:
     """Insert the in-flight row, or answer from the row already there."""
     now = timezone.now()
     for _ in range(3):
-        try:
-            with transaction.atomic():
-                return IdempotencyKey.objects.create(
-                    org_id=org_id, key=key, fingerprint=fp, created_at=now,
-                    expires_at=now + timedelta(seconds=settings.FAIRSCHED_API_IDEMPOTENCY_TTL_S))
-        except IntegrityError:
-            pass
+        # Read first: on SQLite an insert waits for the database's one writer, which the first
+        # request holds while it works; the committed in-flight row is readable meanwhile.
         row = IdempotencyKey.objects.filter(org_id=org_id, key=key).first()
-        if row is None:  # deleted meanwhile (not stored, or expired): try again
-            continue
+        if row is None:
+            try:
+                with transaction.atomic():
+                    return IdempotencyKey.objects.create(
+                        org_id=org_id, key=key, fingerprint=fp, created_at=now,
+                        expires_at=now + timedelta(seconds=settings.FAIRSCHED_API_IDEMPOTENCY_TTL_S))
+            except IntegrityError:  # another request inserted it meanwhile: read it
+                continue
         if row.expires_at <= now:
             IdempotencyKey.objects.filter(pk=row.pk, expires_at=row.expires_at).delete()
             continue
