@@ -18,7 +18,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
-from ninja import NinjaAPI, Path, Query, Swagger
+from ninja import Header, NinjaAPI, Path, Query, Swagger
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
@@ -84,6 +84,9 @@ api = Api(
 )
 READ, SUBMIT = KeyAuth(Scope.READ), KeyAuth(Scope.SUBMIT)
 ERRORS = {code: ProblemOut for code in (400, 401, 403, 404, 409, 413, 415, 422, 429)}
+IDEMPOTENCY_KEY = Header(None, alias="Idempotency-Key", max_length=255, description=(
+    "Any unique string (a UUID): a retry with the same key and body gets the first answer, and nothing runs "
+    "twice; kept 24 h. The same key with another body: 422; while the first is in flight: 409."))
 
 
 # --- errors: every one is problem+json ------------------------------------------------------
@@ -189,7 +192,7 @@ def _ext(value: Any) -> str | None:
 
 @api.post("/charts", auth=SUBMIT, response={200: ChartOut, 201: ChartOut, **ERRORS}, tags=["charts"],
           summary="Submit one chart")
-def submit(request: HttpRequest, chart: ChartIn):
+def submit(request: HttpRequest, chart: ChartIn, idempotency_key: str | None = IDEMPOTENCY_KEY):
     """The org is the key's. 201 with the chart and its `Location`; 200 with the chart already
     submitted when `external_id` repeats with the same workflow and payload."""
     org = request.auth.org
@@ -213,7 +216,7 @@ def submit(request: HttpRequest, chart: ChartIn):
 
 @api.post("/charts/batch", auth=SUBMIT, response={200: BatchOut, 201: BatchOut, **ERRORS}, tags=["charts"],
           summary="Submit many charts, all or nothing")
-def submit_batch(request: HttpRequest, batch: BatchIn):
+def submit_batch(request: HttpRequest, batch: BatchIn, idempotency_key: str | None = IDEMPOTENCY_KEY):
     """Up to `FAIRSCHED_API_BATCH_MAX` (1,000) charts. Every item is checked first; an error names the
     item (`charts[12].workflow`) and nothing is written. 201 when any chart was created."""
     org = request.auth.org
@@ -297,7 +300,8 @@ def chart_list(request: HttpRequest, external_id: str | None = Query(None, max_l
 
 @api.post("/charts/{chart_id}/cancel", auth=SUBMIT, response={200: ChartOut, 202: ChartOut, **ERRORS},
           tags=["charts"], summary="Cancel a chart")
-def cancel(request: HttpRequest, chart_id: int = Path(..., ge=1, le=MAX_ID)):
+def cancel(request: HttpRequest, chart_id: int = Path(..., ge=1, le=MAX_ID),
+           idempotency_key: str | None = IDEMPOTENCY_KEY):
     """The cockpit's cancel (`chart_cancel`, the same audit entry, naming the key): a queued chart is
     cancelled at once (200); a running one is marked and its workflow cancelled by the scheduler (202,
     `cancel_requested`). A finished one is a 409."""
