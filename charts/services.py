@@ -40,7 +40,7 @@ def _org(value: Org | int | str, field_name: str = "org") -> Org:
             return Org.objects.get(pk=pk)
         if isinstance(value, int) and not isinstance(value, bool):
             return Org.objects.get(pk=value)
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip() and "\x00" not in value:
             text = value.strip()
             return Org.objects.get(pk=int(text)) if text.isdigit() else Org.objects.get(slug=text)
     except Org.DoesNotExist:
@@ -54,7 +54,7 @@ def _workflow(value: Workflow | int | str, field_name: str = "workflow") -> Work
             return Workflow.objects.get(pk=value.pk)
         if isinstance(value, int) and not isinstance(value, bool):
             return Workflow.objects.get(pk=value)
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip() and "\x00" not in value:  # PostgreSQL cannot compare a NUL
             return Workflow.objects.get(name=value.strip())
     except Workflow.DoesNotExist:
         pass

@@ -39,9 +39,10 @@ parses only the page it shows, never the whole order (16 MB of JSON at 100k queu
      "priority": false, "state": "ordered"|"held"|"paused"|"blocked",
      "external_id": "mrn-12", "start_s": 0.0, "finish_s": 600.0}
 
-- ``c:<chart id>`` -- ``[pos, state, finish_s, start_s]`` of one queued chart: what a
-  page about one chart shows (the chart's page, the admin's columns), one field read
-  whatever the backlog. (A snapshot stored before ``start_s`` was added has three.)
+- ``c:<chart id>`` -- ``[pos, state, finish_s, start_s, p90_s]`` of one queued chart: what a
+  page about one chart shows (the chart's page, the admin's columns, the API's chart), one
+  field read whatever the backlog. (A snapshot stored before ``start_s`` was added has three,
+  before ``p90_s`` four.)
 - ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
   ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
   its running rows with ``"state": "running"``): the org's status page.
@@ -95,9 +96,11 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
     for n, text in pages_of(order_rows):
         yield f"o:{n}", text
     places = getattr(order_rows, "places", None)  # a Rows: without making each row's dict
-    for cid, pos, state, finish, start in (places() if places else (
-            (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s")) for r in order_rows)):
-        yield f"c:{cid}", _dumps([pos, state, finish, start])  # one chart's place: pages about one chart
+    for cid, pos, state, finish, start, p90 in (places() if places else (
+            (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s"), r.get("p90_s"))
+            for r in order_rows)):
+        # one chart's place: pages about one chart (the API's eta_p90 reads p90)
+        yield f"c:{cid}", _dumps([pos, state, finish, start, p90])
     for org_id, data in per_org.items():
         charts = data.get("charts", [])
         yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
@@ -266,7 +269,8 @@ def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[
     snapshot = snapshot if snapshot is not None else read_snapshot()
     ids = list(ids)
     got = _with_latest(snapshot, lambda s: _fields(s, [f"c:{i}" for i in ids]) if ids else []) or []
-    return {i: {"pos": v[0], "state": v[1], "finish_s": v[2], "start_s": v[3] if len(v) > 3 else None}
+    return {i: {"pos": v[0], "state": v[1], "finish_s": v[2], "start_s": v[3] if len(v) > 3 else None,
+                "p90_s": v[4] if len(v) > 4 else None}
             for i, v in zip(ids, got) if v is not None}
 
 

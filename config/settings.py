@@ -91,11 +91,15 @@ INSTALLED_APPS = [
     "charts",
     "dashboard",
     "jobs",
+    "ninja",  # django-ninja: its docs page's Swagger UI from static files (no CDN)
+    "api",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "common.middleware.ContentSecurityPolicyMiddleware",
+    # /api/v1/ only: its body limits, problem+json for every error, the requests' count
+    "api.middleware.ApiMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # Before the CSRF check: a too-large body is answered here, not by a SuspiciousOperation page.
@@ -210,6 +214,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE",
 FAIRSCHED_WS_ALLOWED_ORIGINS = env_list("FAIRSCHED_WS_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
 # Socket controls per second per socket (a token bucket; bursts up to the same number).
 FAIRSCHED_WS_CONTROL_RATE = env_int("FAIRSCHED_WS_CONTROL_RATE", 20)
+# The producer API (/api/v1/, docs/api.md): requests per second per key (a token bucket in
+# Redis, shared by every web process; 0 turns it off) and the burst it allows; the most
+# charts in one batch, the largest batch body, and how long an Idempotency-Key's response is kept.
+FAIRSCHED_API_RATE = env_seconds("FAIRSCHED_API_RATE", 100.0) if os.environ.get("FAIRSCHED_API_RATE") not in (
+    "0", "0.0") else 0.0
+FAIRSCHED_API_BURST = env_int("FAIRSCHED_API_BURST", max(1, int(2 * FAIRSCHED_API_RATE)))
+FAIRSCHED_API_BATCH_MAX = env_int("FAIRSCHED_API_BATCH_MAX", 1000)
+FAIRSCHED_API_BATCH_MAX_BYTES = env_int("FAIRSCHED_API_BATCH_MAX_BYTES", 32 * 1024 * 1024)
+FAIRSCHED_API_IDEMPOTENCY_TTL_S = env_int("FAIRSCHED_API_IDEMPOTENCY_TTL_S", 24 * 3600)
+for _name in ("FAIRSCHED_API_BURST", "FAIRSCHED_API_BATCH_MAX", "FAIRSCHED_API_BATCH_MAX_BYTES",
+              "FAIRSCHED_API_IDEMPOTENCY_TTL_S"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name}: must be at least 1, got {globals()[_name]}")
 # A snapshot older than max(this many ETA intervals, FAIRSCHED_STALE_MIN_S) is shown as stale.
 FAIRSCHED_STALE_INTERVALS = env_int("FAIRSCHED_STALE_INTERVALS", 3)
 FAIRSCHED_STALE_MIN_S = env_int("FAIRSCHED_STALE_MIN_S", 10)

@@ -4,6 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
+from api.views import api as api_v1
 from config import views
 from jobs.permissions import rq_admin_required
 
@@ -20,5 +21,6 @@ urlpatterns = [
     path("admin/rq/", include((rq_urlpatterns, "django_rq"))),
     path("admin/", admin.site.urls),
     path("charts/", include("charts.urls")),
+    path("api/v1/", api_v1.urls),  # the producer API (docs/api.md)
     path("", include("dashboard.urls")),  # /dashboard/... and /orgs/<slug>/...
 ]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
@@ -14,28 +15,37 @@ from orgs.models import Org
 
 @admin.register(OrgToken)
 class OrgTokenAdmin(admin.ModelAdmin):
-    """API tokens for /orgs/<slug>/status.json. The token is shown once, when created."""
+    """API keys for /orgs/<slug>/status.json and the producer API (/api/v1/). The key is
+    shown once, when created; its scope says what it may do; the rate limit applies to each key."""
 
-    list_display = ("org", "name", "prefix", "created_at", "last_used_at", "revoked")
-    list_filter = ("revoked", "org")
+    list_display = ("org", "name", "scope", "prefix", "created_at", "last_used_at", "revoked", "rate_limit")
+    list_filter = ("revoked", "scope", "org")
     search_fields = ("name", "prefix", "org__name")
     actions = ["revoke"]
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("org", "name")
-        return ("org", "name", "prefix", "created_by", "created_at", "last_used_at", "revoked")
+            return ("org", "name", "scope")
+        return ("org", "name", "scope", "prefix", "created_by", "created_at", "last_used_at", "revoked", "rate_limit")
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return ("org", "prefix", "created_by", "created_at", "last_used_at")
+        return ("org", "scope", "prefix", "created_by", "created_at", "last_used_at", "rate_limit")
+
+    @admin.display(description="API rate limit")
+    def rate_limit(self, obj: OrgToken | None = None) -> str:
+        """The producer API's limit per key (FAIRSCHED_API_RATE, FAIRSCHED_API_BURST)."""
+        rate, burst = settings.FAIRSCHED_API_RATE, settings.FAIRSCHED_API_BURST
+        if rate <= 0:
+            return "none (FAIRSCHED_API_RATE=0)"
+        return f"{rate:g} requests/s, bursts of {burst} (FAIRSCHED_API_RATE, FAIRSCHED_API_BURST)"
 
     def save_model(self, request, obj: OrgToken, form, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
-        token, raw = OrgToken.issue(org=obj.org, name=obj.name, created_by=request.user)
+        token, raw = OrgToken.issue(org=obj.org, name=obj.name, created_by=request.user, scope=obj.scope)
         obj.pk = token.pk
         obj.refresh_from_db()
         self.message_user(request, f"Token for {obj.org}: {raw} (copy it now; it is not shown again).",

@@ -40,7 +40,7 @@ def _labelled(form_class: type, field: str, label) -> type:
 
 @admin.register(Org)
 class OrgAdmin(admin.ModelAdmin):
-    list_display = ("name", "weight", "held_badge", "queued_count", "running_count", "slug")
+    list_display = ("name", "weight", "held_badge", "queued_count", "running_count", "max_queued", "slug")
     list_editable = ("weight",)
     search_fields = ("name", "slug")
     filter_horizontal = ("members",)
@@ -48,6 +48,10 @@ class OrgAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "slug", "weight", "weight_before_hold", "members")}),
         ("Webhook", {"fields": ("webhook_url", "webhook_secret", "webhook_clear_margin_s"), "classes": ("collapse",)}),
+        ("Producer API", {"fields": ("max_queued",),
+                          "description": "Back-pressure on the producer API (/api/v1/): beyond this many queued "
+                                         "charts a submission is answered 429 naming the cap. Each API key is "
+                                         "also rate-limited (see Org API tokens)."}),
         ("Timestamps", {"fields": ("created_at", "updated_at")}),
         ("Activity", {"fields": ("activity",)}),
     )

@@ -14,6 +14,7 @@ from fairsched.core.rules import is_held
 
 
 WHSEC_PREFIX = "whsec_"
+MAX_QUEUED = 100_000_000
 
 
 def webhook_signing_key(secret: str) -> bytes:
@@ -65,6 +66,11 @@ class Org(models.Model):
     )
     webhook_clear_margin_s = models.PositiveIntegerField(
         default=600, help_text="Notify when the org's clear-time moves by more than this many seconds."
+    )
+    max_queued = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(MAX_QUEUED)],
+        help_text="At most this many queued charts: the producer API answers 429 naming the cap beyond it. "
+                  "Empty: no cap.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

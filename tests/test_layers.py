@@ -22,6 +22,7 @@ LAYERS = [
     "fairsched.management",  # the commands
     "jobs",
     "dashboard",
+    "api",                   # the producer API (/api/v1/): nothing imports it but config
     "config",                # the Django project
 ]
 TOP = {name.split(".")[0] for name in LAYERS}

@@ -84,13 +84,13 @@ class Rows(Sequence):
     def __repr__(self) -> str:
         return f"Rows({list(self)!r})"
 
-    def places(self) -> Iterator[tuple[int, int | None, str | None, float | None, float | None]]:
-        """``(id, pos, state, finish_s, start_s)`` of each row, without making its dict."""
+    def places(self) -> Iterator[tuple[int, int | None, str | None, float | None, float | None, float | None]]:
+        """``(id, pos, state, finish_s, start_s, p90_s)`` of each row, without making its dict."""
         for t in self._items:
             if type(t) is dict:
-                yield t["id"], t.get("pos"), t.get("state"), t.get("finish_s"), t.get("start_s")
+                yield t["id"], t.get("pos"), t.get("state"), t.get("finish_s"), t.get("start_s"), t.get("p90_s")
             else:
-                yield t[0], t[1], t[7], t[10], t[9]
+                yield t[0], t[1], t[7], t[10], t[9], t[11] if len(t) > 11 else None
 
     def external_ids(self) -> Iterator[str | None]:
         """The ``external_id`` of each row, without making its dict."""

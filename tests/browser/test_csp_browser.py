@@ -47,7 +47,8 @@ def _violations(page, console: list[str]) -> list[str]:
     ("root", "/charts/new/", "form"),
     ("root", "/admin/orgs/org/", "#live-counters [data-state=live]"),
     ("root", "/admin/jobs/importjob/", "#live-counters [data-state=live]"),
-], ids=["dashboard", "org-page", "admin", "admin-charts", "chart-form", "admin-orgs", "admin-imports"])
+    ("root", "/api/v1/docs", "#swagger-ui .opblock"),  # Swagger UI from static files, its schema loaded
+], ids=["dashboard", "org-page", "admin", "admin-charts", "chart-form", "admin-orgs", "admin-imports", "api-docs"])
 def test_pages_run_under_the_policy_without_a_violation(browser, browser_server, redis_layer_publish, world,  # noqa: F811
                                                         username, path, ready):
     org_hold(org=world["beta"])  # the org list shows its "held" badge

@@ -214,7 +214,8 @@ def test_chart_admin_shows_position_and_eta_and_org_admin_clear_time(two_orgs, r
 def test_admin_token_creation_shows_the_token_once(two_orgs):
     admin_user = make_user("root", superuser=True)
     c = _client(admin_user)
-    response = c.post("/admin/dashboard/orgtoken/add/", {"org": two_orgs["a"].pk, "name": "erp"}, follow=True)
+    response = c.post("/admin/dashboard/orgtoken/add/", {"org": two_orgs["a"].pk, "name": "erp", "scope": "read"},
+                      follow=True)
     assert response.status_code == 200
     token = OrgToken.objects.get()
     assert f"{token.prefix}" in response.content.decode() and "not shown again" in response.content.decode()

@@ -18,7 +18,7 @@ from jobs import tasks
 from tests.factories import make_chart, make_org, make_user, make_workflow
 from tests.integration.conftest import wait_until
 
-# Transactional: the worker writes the deployment row at its start (fairsched.deployment), which
+# Transactional: the worker writes the deployment row at its start (control.deployment), which
 # the test's own open transaction would hold back on SQLite.
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

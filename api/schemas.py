@@ -1,0 +1,110 @@
+"""The API's request and response bodies (pydantic, through django-ninja; they make the
+OpenAPI schema). Request fields are typed for the schema and the docs, but checked by the
+services (charts/services.py, common/validation.py), so a refusal says what the form,
+the import and ``chart_submit`` say; only the body's shape (an object, no unknown field,
+``workflow`` present) is pydantic's."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, WithJsonSchema
+
+Workflow = Annotated[Any, WithJsonSchema({"type": "string", "description": "The workflow's name.",
+                                          "examples": ["code"]})]
+Payload = Annotated[Any, WithJsonSchema({"type": ["object", "null"], "description": (
+    "The workflow's input, a JSON object of at most FAIRSCHED_MAX_PAYLOAD_BYTES (1 MiB) of compact JSON; no NUL "
+    "character, NaN or Infinity anywhere."), "examples": [{"seconds": 30}]})]
+ExternalId = Annotated[Any, WithJsonSchema({"type": ["string", "null"], "maxLength": 200, "description": (
+    "Your own id, unique in your org: the same external_id with the same workflow and payload returns the "
+    "chart already submitted; with a different workflow or payload it is refused.")})]
+Priority = Annotated[Any, WithJsonSchema({"type": "boolean", "default": False,
+                                          "description": "Into the priority tier (FIFO before the round-robin)."})]
+
+
+class ChartIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: Workflow
+    payload: Payload = None
+    external_id: ExternalId = None
+    priority: Priority = False
+
+
+_CHART_ITEM = {k: v for k, v in ChartIn.model_json_schema().items() if k != "title"}
+
+
+class BatchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    charts: Annotated[list[Any], WithJsonSchema({
+        "type": "array", "items": _CHART_ITEM,
+        "description": "At most FAIRSCHED_API_BATCH_MAX (1,000) charts; all or nothing."})]
+
+
+class ChartOut(Schema):
+    id: int
+    external_id: str | None
+    workflow: str
+    state: str = Field(description="queued, running, succeeded, failed or cancelled.")
+    priority: bool
+    paused: bool
+    cancel_requested: bool
+    position: int | None = Field(description="0-based place in the global fair order; null when none is known.")
+    eta: datetime | None = Field(description="When it is expected to finish; null when none is known.")
+    eta_p90: datetime | None = Field(description="The finish it should beat 9 times out of 10.")
+    no_eta: str | None = Field(description=(
+        "Why position or eta is null, as the pages say it: \"waiting for the scheduler's next pass to place "
+        "it\", \"held: no ETA\", \"paused: no ETA until resumed\", \"blocked: cost above the budget\"."))
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    rerun_of: int | None
+    url: str
+
+
+class ChartList(Schema):
+    charts: list[ChartOut]
+    next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=); null on the last.")
+
+
+class BatchItem(Schema):
+    id: int
+    external_id: str | None
+    created: bool = Field(description="false: the external_id was already submitted with the same content.")
+
+
+class BatchOut(Schema):
+    created: int
+    existing: int
+    charts: list[BatchItem] = Field(description="One per item, in the order sent.")
+
+
+class StatusOut(Schema):
+    model_config = ConfigDict(extra="allow")
+
+    source: str = Field(description="scheduler (the latest snapshot) or db (no positions or ETAs).")
+    seq: int | None
+    generated_at: str | None
+    org: dict[str, Any]
+    total: int
+    offset: int
+    limit: int
+    charts: list[dict[str, Any]]
+    stale: bool
+    age_s: float | None
+
+
+class ProblemOut(Schema):
+    """RFC 9457 problem details."""
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: dict[str, list[str]] = Field(description="Each field named (payload.steps[1], charts[3].external_id) "
+                                                     "with its messages.")

@@ -1,0 +1,257 @@
+"""The producer API's throughput and latency, against what it wraps.
+
+Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
+[--no-dispatch]``.
+
+Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database, and
+one daphne web process, as ``make run`` does; the worker and the scheduler start for the
+dispatch part only (parts 1 and 2 measure the web path, not its CPU shared with an ETA pass). Figures, each with a baseline from the same run (no timed asserts):
+
+1. ``--producers`` concurrent producers, each with its own key and keep-alive connection,
+   POST single charts for ``--seconds``: charts/s and latency p50/p95/max, without and
+   with an ``Idempotency-Key`` (what examples/api_client.py sends). Baselines: the same
+   producers asking ``GET /healthz`` (the web server's floor per request), and calling
+   ``chart_submit`` in-process from as many threads (the service's floor).
+2. One producer POSTs ``--batches`` batches of 1,000 charts: charts/s, against
+   ``chart_submit_many`` of 1,000 in-process.
+3. Dispatch: with free budget and an empty backlog, the time from a chart's ``created_at``
+   (its insert) to its ``dispatched_at``, API against ORM (``chart_submit``), alternating.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._stack import live_stack  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+class Daphne:
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        from fairsched.runtime import embedded
+
+        self.port = embedded.free_port()
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(self.port),
+             "config.asgi:application"], cwd=ROOT, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench", "DJANGO_SECURE_SSL_REDIRECT": "0",
+                                                        "FAIRSCHED_DEMO_LOAD": "0"},
+            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def producers(port: int, keys: list[str], seconds: float, request) -> tuple[int, list[float], int]:
+    """Run one thread per key for ``seconds``; ``request(conn, key, i)`` -> (status, charts).
+    Returns (charts, latencies in ms, errors)."""
+    stop_at = time.perf_counter() + seconds
+    lat: list[float] = []
+    counts = [0, 0]
+    lock = threading.Lock()
+
+    def run(key: str) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        mine, n, errors, i = [], 0, 0, 0
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            status, charts = request(conn, key, i)
+            mine.append((time.perf_counter() - t0) * 1000)
+            i += 1
+            if status >= 400:
+                errors += 1
+            n += charts
+        conn.close()
+        with lock:
+            lat.extend(mine)
+            counts[0] += n
+            counts[1] += errors
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts[0], lat, counts[1]
+
+
+def post(conn: http.client.HTTPConnection, path: str, key: str, body: dict, idem: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    if idem:
+        headers["Idempotency-Key"] = idem
+    conn.request("POST", path, json.dumps(body), headers)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--producers", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--dispatches", type=int, default=10)
+    parser.add_argument("--no-dispatch", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("FAIRSCHED_API_RATE", "1000")  # per key: the bench measures the server, not the limit
+    with live_stack("fairsched-bench-api-") as stack:
+        run(args, stack)
+
+
+def run(args, stack) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from charts.models import Chart
+    from charts.services import chart_submit, chart_submit_many
+    from dashboard.models import OrgToken
+    from orgs.models import Org, Workflow
+
+    orgs = [Org.objects.create(name=f"Producer {i}") for i in range(args.producers)]
+    Workflow.objects.create(name="code", temporal_type="DemoChart")
+    keys = [OrgToken.issue(org=o, name="bench", scope="submit")[1] for o in orgs]
+    web = Daphne(stack.env, stack.tmp / "daphne.log")
+    print(f"one daphne web process, SQLite, {args.producers} producers for {args.seconds:g} s each phase "
+          f"(cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
+    try:
+        # warm up the web process (imports, first connections)
+        conn = http.client.HTTPConnection("127.0.0.1", web.port)
+        for i in range(20):
+            post(conn, "/api/v1/charts", keys[0], {"workflow": "code", "payload": {"seconds": 1}})
+        conn.close()
+
+        def healthz(conn, key, i):
+            conn.request("GET", "/healthz")
+            r = conn.getresponse()
+            r.read()
+            return r.status, 1
+
+        def single(conn, key, i):
+            status, _ = post(conn, "/api/v1/charts", key, {"workflow": "code", "payload": {"seconds": 1}})
+            return status, 1 if status < 300 else 0
+
+        def single_idem(conn, key, i):
+            status, _ = post(conn, "/api/v1/charts", key, {"workflow": "code", "payload": {"seconds": 1},
+                                                           "external_id": f"{key[-6:]}-{i}"}, idem=str(uuid.uuid4()))
+            return status, 1 if status < 300 else 0
+
+        figures = {}
+        for name, fn in (("GET /healthz (baseline: the server's floor)", healthz),
+                         ("POST /api/v1/charts", single),
+                         ("POST /api/v1/charts + Idempotency-Key + external_id", single_idem)):
+            n, lat, errors = producers(web.port, keys, args.seconds, fn)
+            rate = n / args.seconds
+            figures[name] = rate
+            print(f"{name:<55} {rate:8.0f} /s  p50 {pct(lat, .5):6.1f} ms  p95 {pct(lat, .95):6.1f} ms  "
+                  f"max {max(lat):7.1f} ms  errors {errors}")
+
+        # baseline: the service in-process, from as many threads
+        stop_at = time.perf_counter() + args.seconds
+        made = [0] * args.producers
+
+        def orm(i: int) -> None:
+            while time.perf_counter() < stop_at:
+                chart_submit(org=orgs[i], workflow="code", payload={"seconds": 1})
+                made[i] += 1
+            connection.close()
+
+        with ThreadPoolExecutor(args.producers) as pool:
+            list(pool.map(orm, range(args.producers)))
+        orm_rate = sum(made) / args.seconds
+        print(f"{'chart_submit in-process, same threads (baseline)':<55} {orm_rate:8.0f} /s")
+        api_rate = figures["POST /api/v1/charts"]
+        print(f"API singles / in-process service: {api_rate / orm_rate:.2f}x; "
+              f"/ the server's floor: {api_rate / figures['GET /healthz (baseline: the server' + chr(39) + 's floor)']:.2f}x")
+
+        # batches of 1,000
+        conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=120)
+        times = []
+        for b in range(args.batches):
+            body = {"charts": [{"workflow": "code", "payload": {"seconds": 1}, "external_id": f"batch-{b}-{i}"}
+                               for i in range(1000)]}
+            t0 = time.perf_counter()
+            status, _ = post(conn, "/api/v1/charts/batch", keys[0], body, idem=str(uuid.uuid4()))
+            times.append(time.perf_counter() - t0)
+            assert status == 201, status
+        conn.close()
+        batch_rate = 1000 * len(times) / sum(times)
+        t0 = time.perf_counter()
+        for b in range(3):
+            chart_submit_many(charts=[{"org": orgs[1], "workflow": "code", "payload": {"seconds": 1},
+                                       "external_id": f"orm-batch-{b}-{i}"} for i in range(1000)])
+        orm_batch = 3000 / (time.perf_counter() - t0)
+        print(f"POST /api/v1/charts/batch of 1,000: {batch_rate:8.0f} charts/s (p50 {statistics.median(times) * 1000:.0f} ms "
+              f"a batch); chart_submit_many in-process {orm_batch:8.0f} charts/s = {batch_rate / orm_batch:.2f}x")
+
+        if not args.no_dispatch:  # the scheduler and worker start now: the phases above measure the web path
+            stack.spawn("runworker")
+            stack.spawn("runscheduler")
+            dispatch(args, web, keys[0], orgs[0])
+    finally:
+        web.stop()
+        print(f"charts written: {Chart.objects.count():,}")
+
+
+def dispatch(args, web, key: str, org) -> None:
+    """Submit one chart at a time with free budget, API and ORM alternating; time to dispatched_at."""
+    from charts.models import Chart, ChartState
+    from charts.services import chart_submit
+    from django.utils import timezone
+
+    from control.services import budget_set
+
+    Chart.objects.filter(state=ChartState.QUEUED).update(state=ChartState.CANCELLED, updated_at=timezone.now())
+    budget_set(budget=10_000)
+    time.sleep(15)  # the scheduler starts, loads, and sees the budget
+    conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=60)
+    waits: dict[str, list[float]] = {"api": [], "orm": []}
+
+    def wait_dispatched(pk: int, t0: float) -> float:
+        """From the chart's row (created_at, set as it is inserted: the same in both paths)
+        to its dispatch; the API's own request time is part 1's figure."""
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            row = Chart.objects.filter(pk=pk).values("dispatched_at", "created_at").first()
+            if row and row["dispatched_at"]:
+                return max(0.0, (row["dispatched_at"] - row["created_at"]).total_seconds())
+            time.sleep(0.005)
+        return float("nan")
+
+    for i in range(args.dispatches):
+        for way in ("api", "orm") if i % 2 == 0 else ("orm", "api"):
+            t0 = time.time()
+            if way == "api":
+                status, body = post(conn, "/api/v1/charts", key, {"workflow": "code", "payload": {"seconds": 1}})
+                pk = json.loads(body)["id"]
+            else:
+                pk = chart_submit(org=org, workflow="code", payload={"seconds": 1}).pk
+            waits[way].append(wait_dispatched(pk, t0) * 1000)
+            time.sleep(0.3)
+    conn.close()
+    api_ms, orm_ms = statistics.median(waits["api"]), statistics.median(waits["orm"])
+    print(f"created -> dispatched, median of {args.dispatches}: API {api_ms:.0f} ms (p95 {pct(waits['api'], .95):.0f}), "
+          f"ORM {orm_ms:.0f} ms (p95 {pct(waits['orm'], .95):.0f}) = {api_ms / orm_ms:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
