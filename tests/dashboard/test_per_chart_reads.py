@@ -161,7 +161,8 @@ def test_every_charts_own_fields_equal_its_row_of_the_whole_order(redis_url):
     rows = json.loads(json.dumps(rows, default=list))
     per_org = json.loads(json.dumps(per_org, default=list))
     places = snap.read_charts([r["id"] for r in rows])
-    assert places == {r["id"]: {k: r.get(k) for k in ("pos", "state", "finish_s", "start_s")} for r in rows}
+    assert places == {r["id"]: {k: r.get(k) for k in ("pos", "state", "finish_s", "start_s", "due_s", "due_state",
+                                                      "slack_s")} for r in rows}
     for org, data in per_org.items():
         for i, r in enumerate(data["charts"]):
             if r.get("external_id"):
