@@ -78,3 +78,31 @@ def next_level(level: int, due_s: float, finish_s: float | None, p90_s: float | 
         return now_level
     strict = LEVEL[due_state(due_s - margin_s(due_s), finish_s, p90_s, no_eta).state]
     return max(now_level, min(level, strict))
+
+
+LEAD_S = 3600.0  # a warning counts for the recall when it came at least this long before the due time
+
+
+def warning_quality(charts, lead_s: float = LEAD_S) -> dict:
+    """How good the warning was, over finished charts ``(due_at, missed, flagged_at)``
+    (absolute times; ``flagged_at`` None: never warned): ``recall`` the share of the missed
+    charts warned at least ``lead_s`` before their due time, ``precision`` the share of the
+    warned charts that then missed, and the lead times (due - first warning) of the missed."""
+    missed = flagged = flagged_missed = early = 0
+    leads: list[float] = []
+    for due_at, was_missed, flagged_at in charts:
+        if flagged_at is not None:
+            flagged += 1
+            flagged_missed += bool(was_missed)
+        if was_missed:
+            missed += 1
+            if flagged_at is not None:
+                lead = due_at - flagged_at
+                leads.append(lead)
+                early += lead >= lead_s
+    leads.sort()
+    return {"finished": None, "missed": missed, "flagged": flagged, "lead_min_s": lead_s,
+            "recall": early / missed if missed else None,
+            "precision": flagged_missed / flagged if flagged else None,
+            "missed_unwarned": missed - len(leads),
+            "lead_median_s": leads[len(leads) // 2] if leads else None}

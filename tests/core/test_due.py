@@ -76,3 +76,18 @@ def test_a_chart_clearly_back_clears_its_warning(due):
     assert next_level(1, due, due - 2 * margin_s(due) - 1, due - margin_s(due) - 1) == 0
     assert next_level(2, due, due - margin_s(due) / 2, due + 1) == 2    # back before due but within the margin
     assert next_level(2, due, due - margin_s(due) - 1, due + 1) == 1    # ETA clearly back, bound still after
+
+
+def test_warning_quality_counts_recall_with_lead_and_precision():
+    from fairsched.core.due import warning_quality
+    h = 3600.0
+    got = warning_quality([
+        (10 * h, True, 5 * h),     # missed, warned 5 h ahead: counts
+        (10 * h, True, 9.5 * h),   # missed, warned 30 min ahead: too late for the recall
+        (10 * h, True, None),      # missed, never warned
+        (10 * h, False, 2 * h),    # warned, met: a false alarm
+        (10 * h, False, None),     # met, quiet
+    ])
+    assert (got["missed"], got["flagged"], got["missed_unwarned"]) == (3, 3, 1)
+    assert got["recall"] == 1 / 3 and got["precision"] == 2 / 3 and got["lead_median_s"] == 5 * h
+    assert warning_quality([])["recall"] is None

@@ -86,3 +86,17 @@ def test_the_admin_filters_charts_by_due(due_backlog):
     assert "b-0" in none and "a-1" not in none
     assert c.get("/admin/charts/chart/", {"due": "overdue"}).status_code == 200
     assert timezone.now()  # (the filter reads the clock)
+
+
+def test_accuracy_json_gives_the_due_warnings_recall_and_precision(due_backlog):
+    a, b, c = due_backlog["charts"][:3]
+    Chart.objects.filter(pk=a.pk).update(state="succeeded", finished_at=a.due_at + timedelta(minutes=5),
+                                         due_flagged_at=a.due_at - timedelta(hours=2))  # missed, warned 2 h ahead
+    Chart.objects.filter(pk=b.pk).update(state="succeeded", finished_at=b.due_at - timedelta(minutes=5),
+                                         due_flagged_at=b.due_at - timedelta(minutes=20))  # warned, met
+    Chart.objects.filter(pk=c.pk).update(state="failed", finished_at=c.due_at - timedelta(minutes=5))  # missed
+    staff = Client()
+    staff.force_login(due_backlog["operator"])
+    due = staff.get("/dashboard/accuracy.json").json()["due"]
+    assert (due["finished"], due["missed"], due["flagged"]) == (3, 2, 2)
+    assert due["recall"] == 0.5 and due["precision"] == 0.5
