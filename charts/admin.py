@@ -2,19 +2,50 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db.models import F, Q
+from django.utils import timezone
 
 from charts import services
-from charts.models import Chart, DurationStat
+from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
 from control.admin import audit_table
 from control.models import AuditEntry
 
 TIMING = ("created_at", "dispatched_at", "started_at", "finished_at", "dispatched_cost", "temporal_run_id", "error")
 
 
+class DueFilter(admin.SimpleListFilter):
+    """Due times (docs/scheduling.md, "Due times"): the warnings in force on unfinished
+    charts, those past their due time, and the finished ones met or missed."""
+
+    title = "due"
+    parameter_name = "due"
+
+    def lookups(self, request, model_admin):
+        return (("at_risk", "warned: at risk"), ("late", "warned: late"), ("overdue", "unfinished, past due"),
+                ("met", "met"), ("missed", "missed"), ("none", "no due time"))
+
+    def queryset(self, request, queryset):
+        v, now = self.value(), timezone.now()
+        active = Q(state__in=(ChartState.QUEUED, ChartState.RUNNING))
+        if v in ("at_risk", "late"):
+            return queryset.filter(active, due_alert=v)
+        if v == "overdue":
+            return queryset.filter(active, due_at__lt=now)
+        if v == "met":
+            return queryset.filter(state=ChartState.SUCCEEDED, due_at__isnull=False, finished_at__lte=F("due_at"))
+        if v == "missed":
+            return queryset.filter(state__in=FINAL_STATES, due_at__isnull=False).exclude(
+                state=ChartState.SUCCEEDED, finished_at__lte=F("due_at"))
+        if v == "none":
+            return queryset.filter(due_at__isnull=True)
+        return queryset
+
+
 @admin.register(Chart)
 class ChartAdmin(admin.ModelAdmin):
-    list_display = ("id", "external_id", "org", "workflow", "state", "priority", "paused", "created_at", "finished_at")
-    list_filter = ("state", "org", "workflow", "priority", "paused")
+    list_display = ("id", "external_id", "org", "workflow", "state", "priority", "paused", "created_at", "due_at",
+                    "due_alert", "finished_at")
+    list_filter = ("state", DueFilter, "org", "workflow", "priority", "paused")
     search_fields = ("external_id",)
     list_select_related = ("org", "workflow")
     date_hierarchy = "created_at"
@@ -23,9 +54,10 @@ class ChartAdmin(admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("org", "workflow", "external_id", "payload", "priority")
+            return ("org", "workflow", "external_id", "payload", "priority", "due_at")
         return ("org", "workflow", "external_id", "payload", "state", "priority", "prioritized_at", "paused",
-                "moved_to_front_at", "cancel_requested") + TIMING + ("rerun_of", "activity")
+                "moved_to_front_at", "cancel_requested", "due_at", "due_explicit", "due_alert", "due_flagged_at"
+                ) + TIMING + ("rerun_of", "activity")
 
     @admin.display(description="Operator actions")
     def activity(self, obj: Chart) -> str:
@@ -41,7 +73,7 @@ class ChartAdmin(admin.ModelAdmin):
             return
         created = services.chart_submit(
             org=obj.org, workflow=obj.workflow, payload=obj.payload,
-            external_id=obj.external_id, priority=obj.priority,
+            external_id=obj.external_id, priority=obj.priority, due_at=obj.due_at,
         )
         obj.pk = created.pk
         obj.refresh_from_db()

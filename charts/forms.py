@@ -27,6 +27,10 @@ class ChartSubmitForm(forms.Form):
         help_text='JSON object passed to the workflow, e.g. {"seconds": 30}.',
     )
     priority = forms.BooleanField(required=False, help_text="Put it in the high-priority tier.")
+    due_at = forms.CharField(
+        required=False, max_length=64, label="Due at",
+        help_text="When it is due (ISO 8601, e.g. 2026-05-01T17:00:00Z; optional). Empty: its org's turnaround "
+                  "after now, if the org has one.")
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -45,6 +45,18 @@ class Chart(models.Model):
         null=True, blank=True, help_text="The ETA in force when it was dispatched.")
     eta_p90_at = models.DateTimeField(
         null=True, blank=True, help_text="With its first ETA: the finish it should beat 9 times out of 10.")
+    due_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When it is due: its own due time, or its creation plus its org's turnaround (empty: none).")
+    due_explicit = models.BooleanField(
+        default=False, help_text="due_at was given for this chart (an org's turnaround change leaves it alone).")
+    due_alert = models.CharField(
+        max_length=8, blank=True, editable=False,
+        help_text="The due warning in force (at_risk, late; empty: none), with hysteresis: docs/scheduling.md.")
+    due_alert_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                        help_text="When the due warning last rose.")
+    due_flagged_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                          help_text="When it was first warned about (at risk or late).")
     updated_at = models.DateTimeField(auto_now=True)
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns",
@@ -79,7 +91,32 @@ class Chart(models.Model):
             # A first start's head: the charts moved to the front (few; partial, so small).
             models.Index(fields=["state", "org"], name="chart_moved_to_front",
                          condition=models.Q(moved_to_front_at__isnull=False)),
+            # Due times: the admin's filter and the finished charts' met/missed (by state, due).
+            models.Index(fields=["state", "due_at"], name="chart_state_due"),
+            # The due-warning webhook sweep: warnings raised since its cursor (few; partial).
+            models.Index(fields=["due_alert_at", "id"], name="chart_due_alert",
+                         condition=models.Q(due_alert_at__isnull=False)),
         ]
+
+    def save(self, *args, **kwargs) -> None:
+        """A new chart's due time: ``due_at`` if given (explicit), else its creation plus
+        its org's turnaround (:meth:`derive_due`)."""
+        if self._state.adding:
+            org = self.org
+            if self.due_at is None and self.org_id is not None:  # the org's row, not a stale instance
+                org = type(org)(pk=self.org_id, turnaround=type(org).objects.filter(pk=self.org_id).values_list(
+                    "turnaround", flat=True).first())
+            self.due_at, self.due_explicit = self.derive_due(org, self.created_at, self.due_at)
+        super().save(*args, **kwargs)
+
+    @staticmethod
+    def derive_due(org, created_at, due_at):
+        """``(due_at, explicit)`` of a new chart of ``org`` created at ``created_at``: the
+        given ``due_at`` (explicit), else ``created_at`` + the org's turnaround, else None."""
+        if due_at is not None:
+            return due_at, True
+        turnaround = getattr(org, "turnaround", None)
+        return (created_at + turnaround if turnaround and created_at else None), False
 
     def __str__(self) -> str:
         ext = f" ({self.external_id})" if self.external_id else ""

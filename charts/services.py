@@ -22,7 +22,7 @@ from django.utils import timezone
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
 from control import audit
 from common.notify import notify
-from common.validation import check_json_document, check_text, parse_bool
+from common.validation import check_json_document, check_text, parse_bool, parse_due_at
 from orgs.models import Org, Workflow
 
 EXTERNAL_ID_MAX = 200
@@ -133,15 +133,19 @@ def chart_submit(
     payload: Any = None,
     external_id: str | None = None,
     priority: bool | str = False,
+    due_at: Any = None,
 ) -> Chart:
     """Submit one chart. Resubmitting the same ``external_id`` with the same workflow and
     payload returns the existing chart (idempotent); with different content it is refused.
-    ``priority`` is parsed by :func:`common.validation.parse_bool` (``"false"`` is false)."""
+    ``priority`` is parsed by :func:`common.validation.parse_bool` (``"false"`` is false).
+    ``due_at`` (a datetime or ISO text): its own due time; without it the chart is due
+    its creation plus its org's turnaround, if the org has one."""
     org_obj = _org(org)
     wf = _workflow(workflow)
     data = _payload(payload)
     ext = _external_id(external_id)
     priority = parse_bool("priority", priority)
+    due = parse_due_at("due_at", due_at)
     if ext is not None:
         existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
         if existing is not None:
@@ -157,7 +161,7 @@ def chart_submit(
             # post_save (charts.signals) notifies the scheduler on commit.
             return Chart.objects.create(
                 org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
-                priority=priority, prioritized_at=now if priority else None,
+                priority=priority, prioritized_at=now if priority else None, due_at=due,
             )
     except IntegrityError as exc:
         existing = Chart.objects.filter(org=org_obj, external_id=ext).first() if ext is not None else None
@@ -180,7 +184,7 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
 
     Each item is a mapping with ``org`` (instance, pk or slug), ``workflow``
     (instance, pk or name), and optional ``payload``, ``external_id``,
-    ``priority``. Every item is validated first; an error names the item
+    ``priority``, ``due_at``. Every item is validated first; an error names the item
     (``charts[12].workflow: unknown workflow 'x'``) and nothing is written.
     Items whose (org, external_id) already exists with the same content are
     reported as ``existing``; a conflicting one is an error.
@@ -219,9 +223,10 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
                     {f"{where}.external_id": f"{where}.external_id: {ext!r} repeats charts[{seen_ext[key]}]."}
                 )
             seen_ext[key] = i
+        due, explicit = Chart.derive_due(org_obj, now, parse_due_at(f"{where}.due_at", item.get("due_at")))
         rows.append(Chart(
             org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
-            priority=priority, prioritized_at=now if priority else None,
+            priority=priority, prioritized_at=now if priority else None, due_at=due, due_explicit=explicit,
         ))
 
     # Existing external ids: identical -> idempotent, different -> refused.

@@ -43,7 +43,7 @@ def chart_new(request: HttpRequest) -> HttpResponse:
         try:
             chart = chart_submit(
                 org=data["org"], workflow=data["workflow"], payload=data["payload"],
-                external_id=ext, priority=data.get("priority", False),
+                external_id=ext, priority=data.get("priority", False), due_at=data.get("due_at") or None,
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():

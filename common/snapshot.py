@@ -46,6 +46,13 @@ parses only the page it shows, never the whole order (16 MB of JSON at 100k queu
 - ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
   ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
   its running rows with ``"state": "running"``): the org's status page.
+- ``d:<org id>`` -- the org's charts at risk or late, least slack first: ``{"id", "org",
+  "state", "due_s", "slack_s", "reason", "workflow", "external_id"}`` each (the org page's
+  Due list, "Prioritise at risk"). Rows of the order carry ``due_s``, ``due_state`` and
+  ``slack_s`` (None without a due time), ``c:<id>`` three more items ``[.., due_s,
+  due_state, slack_s]`` when the chart has a due time; the snapshot's ``due`` has the counts
+  (``counts``, per org ``orgs``) and the Due panel's ``charts``; each org row ``due``
+  (its counts) and ``turnaround_s``.
 - ``x:<org id>:<external id>`` -- ``[i, ...]``: where the org's chart with that external
   id is in the org's charts (row ``i``, on page ``g:<org id>:<i // rows>``), so
   ``status.json?external_id=`` reads one page, not all of the org's. A snapshot with
@@ -96,12 +103,14 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
     for n, text in pages_of(order_rows):
         yield f"o:{n}", text
     places = getattr(order_rows, "places", None)  # a Rows: without making each row's dict
-    for cid, pos, state, finish, start, p90 in (places() if places else (
-            (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s"), r.get("p90_s"))
-            for r in order_rows)):
-        # one chart's place: pages about one chart (the API's eta_p90 reads p90)
-        yield f"c:{cid}", _dumps([pos, state, finish, start, p90])
+    for cid, pos, state, finish, start, p90, due, due_state, slack in (places() if places else (
+            (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s"), r.get("p90_s"),
+             r.get("due_s"), r.get("due_state"), r.get("slack_s")) for r in order_rows)):
+        # one chart's place: pages about one chart (the API's eta_p90 reads p90; its due
+        # fields only when it has a due time)
+        yield f"c:{cid}", _dumps([pos, state, finish, start, p90] + ([due, due_state, slack] if due_state else []))
     for org_id, data in per_org.items():
+        yield f"d:{org_id}", _dumps(data.get("flagged", []))
         charts = data.get("charts", [])
         yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
         for n, text in pages_of(charts):
@@ -270,8 +279,17 @@ def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[
     ids = list(ids)
     got = _with_latest(snapshot, lambda s: _fields(s, [f"c:{i}" for i in ids]) if ids else []) or []
     return {i: {"pos": v[0], "state": v[1], "finish_s": v[2], "start_s": v[3] if len(v) > 3 else None,
-                "p90_s": v[4] if len(v) > 4 else None}
+                "p90_s": v[4] if len(v) > 4 else None,
+                "due_s": v[5] if len(v) > 7 else None, "due_state": v[6] if len(v) > 7 else None,
+                "slack_s": v[7] if len(v) > 7 else None}
             for i, v in zip(ids, got) if v is not None}
+
+
+def read_due(org_id: int, snapshot: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The org's charts at risk or late in the snapshot, least slack first (``d:<org>``):
+    ``[{"id", "org", "state", "due_s", "slack_s", "reason", "workflow", "external_id"}]``."""
+    snapshot = snapshot if snapshot is not None else read_snapshot()
+    return _with_latest(snapshot, lambda s: (_fields(s, [f"d:{org_id}"]) or [None])[0]) or []
 
 
 def read_org_external_id(org_id: int, external_id: str, snapshot: dict[str, Any] | None = None

@@ -179,3 +179,65 @@ class NoNulValidator:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, NoNulValidator)
+
+
+_DURATION_RE = re.compile(r"\s*(\d{1,6}(?:\.\d{1,6})?)\s*(s|m|h|d)?\s*")
+MIN_TURNAROUND_S = 60
+MAX_TURNAROUND_S = 366 * 86400
+
+
+def parse_due_at(field: str, value: object):
+    """An aware datetime from a datetime or an ISO 8601 text (``Z`` or an offset; a naive
+    one is read in the project's time zone); None and ``""`` are None (no due time of its own)."""
+    from datetime import datetime
+
+    from django.utils import timezone
+
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str) and len(value) <= 64:
+        try:
+            when = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            when = None
+    else:
+        when = None
+    if when is None:
+        shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+        raise ValidationError({field: f"{field} must be an ISO 8601 time such as 2026-05-01T17:00:00Z, got {shown!r}."})
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when)
+    if not 1970 < when.year < 9999:
+        raise ValidationError({field: f"{field}: {when.isoformat()} is out of range."})
+    return when
+
+
+def parse_turnaround(field: str, value: object):
+    """A turnaround as a timedelta (1 minute to 366 days), from a timedelta, a number of
+    seconds or a text (``86400``, ``24h``, ``90m``, ``2d``, ``24:00:00``); None and ``""``
+    are None (no turnaround)."""
+    from datetime import timedelta
+
+    if value is None or value == "":
+        return None
+    seconds = None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        seconds = float(value)
+    elif isinstance(value, str) and len(value) <= 40:
+        text = value.strip()
+        if (m := _DURATION_RE.fullmatch(text)):
+            seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
+        elif re.fullmatch(r"\d{1,4}:\d{2}(:\d{2})?", text):
+            parts = [int(p) for p in text.split(":")] + [0]
+            seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    if seconds is None:
+        shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+        raise ValidationError({field: f"{field} must be a duration such as 24h, 90m, 2d or 86400 (seconds), "
+                                      f"got {shown!r}."})
+    if not MIN_TURNAROUND_S <= seconds <= MAX_TURNAROUND_S:
+        raise ValidationError({field: f"{field} must be between 1 minute and 366 days, got {seconds:g} s."})
+    return timedelta(seconds=seconds)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from charts.models import Chart, ChartState
+from charts.models import FINAL_STATES, Chart, ChartState
+from fairsched.core.due import warning_quality
 
 DEFAULT_LAST = 500
 MAX_LAST = 5000
@@ -71,4 +72,21 @@ def accuracy(*, last: int = DEFAULT_LAST, org_id: int | None = None, points: int
                             "p90": calibration(o["p90"])}
                  for org, o in sorted(per_org.items(), key=lambda kv: kv[1]["name"])},
         "points": plot[::-1],
+        "due": due_warnings(last=last, org_id=org_id),
     }
+
+
+def due_warnings(*, last: int = DEFAULT_LAST, org_id: int | None = None) -> dict[str, Any]:
+    """How good the due warning was (``fairsched.core.due.warning_quality``) over the
+    ``last`` finished charts that had a due time: recall (missed charts warned at least 1 h
+    before their due time), precision (warned charts that then missed), lead times."""
+    qs = Chart.objects.filter(state__in=FINAL_STATES, due_at__isnull=False, finished_at__isnull=False)
+    if org_id is not None:
+        qs = qs.filter(org_id=org_id)
+    rows = list(qs.order_by("-finished_at", "-pk").values_list("state", "due_at", "finished_at",
+                                                             "due_flagged_at")[:last])
+    out = warning_quality(
+        (due.timestamp(), not (state == ChartState.SUCCEEDED and finished <= due),
+         flagged.timestamp() if flagged else None) for state, due, finished, flagged in rows)
+    out["finished"] = len(rows)
+    return out

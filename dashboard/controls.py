@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
 from charts import services as chart_services
+from charts.due import charts_prioritize_at_risk
 from charts.models import Chart
 from dashboard import selectors
 from control import audit
@@ -44,6 +45,7 @@ PERMS = {
     "set_cost": "orgs.change_workflowcost",
     "set_budget": "fairsched.change_schedulersettings",
     "rerun": "charts.add_chart",
+    "prioritize_at_risk": "charts.change_chart",
 }
 ACTIONS = tuple(PERMS)
 log = logging.getLogger(__name__)
@@ -122,6 +124,9 @@ def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
     if action == "rerun":
         chart = chart_services.chart_rerun(chart=_int(data, "chart"), actor=user)
         return Outcome(True, action, event=_chart_event(action, chart, rerun_of=chart.rerun_of_id))
+    if action == "prioritize_at_risk":
+        charts_prioritize_at_risk(org=_int(data, "org"), actor=user)
+        return Outcome(True, action)
     if action in ORG_ACTIONS:
         org = ORG_ACTIONS[action](org=_int(data, "org"), actor=user)
         return Outcome(True, action, event=_org_event(action, org))

@@ -17,11 +17,12 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from charts.models import Chart, ChartState
+from charts.models import FINAL_STATES, Chart, ChartState
 from charts.services import RERUN_MARK, run_lineage
 from common.validation import MAX_ID
 from common import snapshot as snap
 from dashboard import selectors
+from fairsched.core.due import finished_state
 from control.audit import entry_json
 from control.models import AuditEntry
 
@@ -160,7 +161,7 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
       ``eta_dispatch_at``; read with getattr, so this page works with or without them).
     * ``run``: the run time the duration estimate expected against the actual one.
     """
-    out: dict[str, Any] = {"live": None}
+    out: dict[str, Any] = {"live": None, "due_state": None}
     snapshot = selectors.read_live_snapshot()
     if snapshot is not None and chart.state in (ChartState.QUEUED, ChartState.RUNNING):
         base = snapshot.get("now") or timezone.now().timestamp()
@@ -174,7 +175,11 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
             return datetime.fromtimestamp(base + v, tz=timezone.get_current_timezone()) if v is not None else None
         if row is not None:
             out["live"] = {"pos": row.get("pos"), "state": row.get("state") or chart.state,
-                           "start": at("start_s"), "finish": at("finish_s")}
+                           "start": at("start_s"), "finish": at("finish_s"),
+                           "due_state": row.get("due_state"), "slack_s": row.get("slack_s")}
+    if chart.due_at is not None and chart.state in FINAL_STATES:
+        out["due_state"] = finished_state(chart.due_at.timestamp(), (chart.finished_at or chart.updated_at).timestamp(),
+                                          chart.state == ChartState.SUCCEEDED)
     out["first"] = _delta(getattr(chart, "eta_first_at", None), chart.finished_at)
     out["at_dispatch"] = _delta(getattr(chart, "eta_dispatch_at", None), chart.finished_at)
     expected = selectors.durations()(str(chart.org_id), chart.workflow.name)

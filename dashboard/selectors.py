@@ -297,7 +297,10 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
                     "running": row.get("running"), "clear_s": row.get("clear_s"),
                     "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
                     # why there is no clear-time, or what it leaves out (held, paused, blocked)
-                    "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta")},
+                    "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta"),
+                    "turnaround_s": row.get("turnaround_s"),
+                    # its charts with a due time per state (on_time, at_risk, late)
+                    "due": row.get("due") or {}},
             "total": total, "offset": offset, "limit": limit, "charts": charts,
             **freshness,
         }
@@ -337,6 +340,9 @@ def _org_chart(r: dict[str, Any], base: float) -> dict[str, Any]:
         # a running chart's duration estimate: the page says "overdue by" once start + expected passed
         "expected_s": r.get("expected_s"),
         "cost": r.get("cost"),
+        # its due time, its state against it and the slack (due - ETA): docs/scheduling.md, "Due times"
+        "due_at": _at(base, r.get("due_s")), "due_state": r.get("due_state"),
+        "slack_s": None if r.get("slack_s") is None else round(r["slack_s"], 1),
     }
 
 

@@ -22,6 +22,7 @@ from dashboard import controls, history, selectors
 from dashboard.permissions import can_view_dashboard
 from dashboard.models import OrgToken
 from common import live_updates
+from common import snapshot as snap
 from fairsched.temporal import capacity
 from common.middleware import answers_json
 from common.validation import MAX_ID
@@ -199,6 +200,7 @@ def org_page(request: HttpRequest, slug: str) -> HttpResponse:
 
     return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
                                                 "live": status["source"] == "scheduler",
+                                                "due_charts": snap.read_due(org.pk)[:50] if status["source"] == "scheduler" else [],
                                                 "accuracy": accuracy(org_id=org.pk, points=0)})
 
 

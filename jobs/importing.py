@@ -44,7 +44,7 @@ from orgs.models import Org, Workflow
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("org", "workflow", "external_id", "payload", "priority")
+COLUMNS = ("org", "workflow", "external_id", "payload", "priority", "due_at")
 REQUIRED = ("org", "workflow")
 _ITEM_KEY = re.compile(r"^charts\[(\d+)\]\.?")
 
@@ -117,6 +117,8 @@ def _csv_row(number: int, raw: Mapping[str | None, Any]) -> Row:
     item: dict[str, Any] = {"org": values.get("org", ""), "workflow": values.get("workflow", "")}
     if values.get("external_id"):
         item["external_id"] = values["external_id"]
+    if values.get("due_at"):
+        item["due_at"] = values["due_at"]  # checked by chart_submit_many (charts[i].due_at)
     payload = values.get("payload", "")
     if payload:
         try:

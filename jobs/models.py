@@ -94,6 +94,7 @@ class DeliveryStatus(models.TextChoices):
 class WebhookEvent(models.TextChoices):
     CHART_FINISHED = "chart.finished", "chart.finished"
     CLEAR_TIME_CHANGED = "org.clear_time_changed", "org.clear_time_changed"
+    DUE_STATE_CHANGED = "chart.due_state_changed", "chart.due_state_changed"
 
 
 def new_message_id() -> str:

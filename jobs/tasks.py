@@ -9,7 +9,7 @@ import logging
 from rq import get_current_job
 
 from fairsched.temporal import capacity
-from jobs import importing, services, webhooks
+from jobs import due_webhooks, importing, services, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +33,13 @@ def deliver_webhook(delivery_id: int) -> str:
 
 
 def sweep() -> dict:
-    """Periodic (rq cron, jobs/cron.py): finished charts and clear-time moves -> webhooks;
-    imports whose worker stopped mid-way -> queued again."""
+    """Periodic (rq cron, jobs/cron.py): finished charts, clear-time moves and due warnings
+    -> webhooks; imports whose worker stopped mid-way -> queued again."""
     result = webhooks.sweep()
+    due = due_webhooks.sweep_due_states()
     revived = services.imports_revive()
-    return {"finished": result.finished, "clear_time": result.clear_time, "requeued": result.requeued,
-            "imports_resumed": revived}
+    return {"finished": result.finished, "clear_time": result.clear_time, "due_state": due,
+            "requeued": result.requeued, "imports_resumed": revived}
 
 
 def check_capacity() -> dict:

@@ -46,7 +46,7 @@ class OrgAdmin(admin.ModelAdmin):
     filter_horizontal = ("members",)
     readonly_fields = ("created_at", "updated_at", "weight_before_hold", "activity")
     fieldsets = (
-        (None, {"fields": ("name", "slug", "weight", "weight_before_hold", "members")}),
+        (None, {"fields": ("name", "slug", "weight", "weight_before_hold", "turnaround", "members")}),
         ("Webhook", {"fields": ("webhook_url", "webhook_secret", "webhook_clear_margin_s"), "classes": ("collapse",)}),
         ("Producer API", {"fields": ("max_queued",),
                           "description": "Back-pressure on the producer API (/api/v1/): beyond this many queued "
@@ -101,12 +101,15 @@ class OrgAdmin(admin.ModelAdmin):
             services.org_announce(org=obj, actor=request.user)
             return
         new_weight = obj.weight
-        other = [f for f in form.changed_data if f not in ("weight", "members")]
+        new_turnaround = obj.turnaround
+        other = [f for f in form.changed_data if f not in ("weight", "members", "turnaround")]
         if other:
-            obj.weight = Org.objects.values_list("weight", flat=True).get(pk=obj.pk)
+            obj.weight, obj.turnaround = Org.objects.values_list("weight", "turnaround").get(pk=obj.pk)
             obj.save()
         if "weight" in form.changed_data:
             services.org_set_weight(org=obj, weight=new_weight, actor=request.user)
+        if "turnaround" in form.changed_data:
+            services.org_set_turnaround(org=obj, turnaround=new_turnaround, actor=request.user)
         obj.refresh_from_db()
 
     def save_formset(self, request, form, formset, change: bool) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -72,11 +73,24 @@ class Org(models.Model):
         help_text="At most this many queued charts: the producer API answers 429 naming the cap beyond it. "
                   "Empty: no cap.",
     )
+    turnaround = models.DurationField(
+        null=True, blank=True, validators=[MinValueValidator(timedelta(minutes=1)),
+                                           MaxValueValidator(timedelta(days=366))],
+        help_text="The turnaround promised for each chart (e.g. 24:00:00): a chart without its own due time is "
+                  "due this long after it was created. Empty: no due time. A change applies to the charts "
+                  "not finished yet.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        org = super().from_db(db, field_names, values)
+        org._loaded_turnaround = org.__dict__.get("turnaround")  # charts.signals: did it change on save?
+        return org
 
     def __str__(self) -> str:
         return self.name

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from control import audit
 from common.notify import notify
-from common.validation import MAX_COST, MAX_WEIGHT, require_int
+from common.validation import MAX_COST, MAX_WEIGHT, parse_turnaround, require_int
 from fairsched.core.rules import HELD_WEIGHT, is_held
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
@@ -86,6 +86,27 @@ def org_release(*, org: Org | int, actor: Any = None) -> Org:
         if not locked.is_held:
             return locked
         return _apply_weight(locked, locked.weight_before_hold or 1, actor=actor, action="release")
+
+
+def org_set_turnaround(*, org: Org | int, turnaround: Any, actor: Any = None) -> Org:
+    """Set (or clear, with None or "") an org's turnaround: its charts not finished yet and
+    without a due time of their own become due ``created_at`` + ``turnaround`` (applied by
+    ``charts.signals`` on the save, since charts sit above orgs)."""
+    value = parse_turnaround("turnaround", turnaround)
+    with transaction.atomic():
+        locked = _locked_org(org)
+        before = locked.turnaround
+        if before == value:
+            return locked
+        locked.turnaround = value
+        locked.save(update_fields=["turnaround", "updated_at"])
+        shown = (lambda t: "none" if t is None else f"{t.total_seconds() / 3600:g} h")
+        audit.record(actor=actor, action="turnaround", org=locked,
+                     summary=f"Set the turnaround of {locked.name} to {shown(value)} (was {shown(before)})",
+                     before={"turnaround_s": before and before.total_seconds()},
+                     after={"turnaround_s": value and value.total_seconds()})
+        notify("org", id=locked.pk)
+    return locked
 
 
 def workflow_create(*, name: str, temporal_type: str = "", description: str = "",

@@ -127,6 +127,14 @@ class FakeStore:
     async def record_first_etas(self, etas):
         return len(etas)
 
+    async def record_due_alerts(self, levels, rose, at):
+        self.due_alerts = getattr(self, "due_alerts", [])
+        self.due_alerts.append((dict(levels), list(rose), at))
+        for pk, level in levels.items():
+            if pk in self.rows:
+                self.set(pk, due_alert={0: "", 1: "at_risk", 2: "late"}[level])
+        return len(levels)
+
     async def read_config(self):
         return self.config
 

@@ -34,7 +34,7 @@ from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 CHART_FIELDS = (
     "id", "org_id", "workflow__name", "state", "created_at", "priority", "prioritized_at", "paused",
     "moved_to_front_at", "cancel_requested", "external_id", "started_at", "dispatched_cost", "temporal_run_id",
-    "fair_round",
+    "fair_round", "due_at", "due_explicit", "due_alert",
 )
 ACTIVE = (ChartState.QUEUED, ChartState.RUNNING)
 
@@ -88,10 +88,12 @@ _NAMES: dict[str, str] = {}  # workflow names and states: one string each, not o
 
 
 def _row(v: tuple) -> ChartRow:
-    (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id, rnd) = v
+    (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id, rnd,
+     due_at, due_explicit, due_alert) = v
     wf, state = _NAMES.setdefault(wf, wf), _NAMES.setdefault(state, state)
     return ChartRow(pk, org, wf, state, _ts(created), bool(prio), _ts(prio_at), bool(paused), _ts(front),
-                    bool(cancel), ext, _ts(started), cost, run_id or "", rnd)
+                    bool(cancel), ext, _ts(started), cost, run_id or "", rnd,
+                    _ts(due_at) if due_explicit else None, bool(due_explicit), due_alert or "")
 
 
 def _active_rows(batch: int = 20_000) -> list[ChartRow]:
@@ -119,7 +121,8 @@ def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
     qs = Org.objects.order_by("pk")
     if ids is not None:
         qs = qs.filter(pk__in=list(ids))
-    return [OrgRow(pk, name, slug, weight) for pk, name, slug, weight in qs.values_list("pk", "name", "slug", "weight")]
+    return [OrgRow(pk, name, slug, weight, turnaround.total_seconds() if turnaround else None)
+            for pk, name, slug, weight, turnaround in qs.values_list("pk", "name", "slug", "weight", "turnaround")]
 
 
 def read_costs() -> dict[tuple[str, str], int]:
@@ -482,6 +485,25 @@ def record_first_etas(etas: dict[int, tuple[float, float]]) -> int:
         done = _update_column("eta_first_at", [(ts(at), pk) for pk, (at, _) in etas.items()],
                               where=f"{first} IS NULL")
         _update_column("eta_p90_at", [(ts(bound), pk) for pk, (_, bound) in etas.items()], where=f"{p90} IS NULL")
+    return done
+
+
+def record_due_alerts(levels: dict[int, int], rose: list[int], at: float) -> int:
+    """The due warnings an ETA pass moved (``fairsched.engine.due``): ``due_alert`` for each
+    chart; where it rose, ``due_alert_at`` (the webhook sweep's cue) and, the first time,
+    ``due_flagged_at`` (the accuracy panel's lead time). Only charts still queued or running."""
+    close_old_connections()
+    qn = connection.ops.quote_name
+    when = datetime.fromtimestamp(at, tz=timezone.utc)
+    flagged = qn(Chart._meta.get_field("due_flagged_at").column)
+    state = qn(Chart._meta.get_field("state").column)
+    active = f"{state} IN ('queued', 'running')"
+    names = {0: "", 1: "at_risk", 2: "late"}
+    with transaction.atomic():
+        done = _update_column("due_alert", [(names[lv], pk) for pk, lv in levels.items()], where=active)
+        risen = [(when, pk) for pk in rose]
+        _update_column("due_alert_at", risen, where=active)
+        _update_column("due_flagged_at", risen, where=f"{active} AND {flagged} IS NULL")
     return done
 
 

@@ -25,6 +25,7 @@ from fairsched.core import Eta
 from fairsched.core.plan import gc_paused
 from fairsched.engine import forked
 from fairsched.engine.host import Host, Part
+from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import Effects, LiveState, PassInput
 
@@ -61,6 +62,8 @@ class PassOut:
     seq: int                 # the snapshot it published
     head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
     first: EtaColumns        # the ETAs of the charts that had no first ETA
+    due_levels: dict[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due.py)
+    due_rose: list[int] = dataclasses.field(default_factory=list)         # ... of which these rose
 
 
 class EtaPasses(Part):
@@ -171,7 +174,8 @@ class EtaPasses(Part):
         # million ETAs (~200 MB at 1M).
         self._last_report = (out.head, now)
         await self.publisher.snapshot_stored(out.seq)
-        # after publishing: the dashboards do not wait for this write
+        # after publishing: the dashboards do not wait for these writes
+        await self._record_due_alerts(out, now)
         await self._record_first_etas(out.first, now)
         return True
 
@@ -187,13 +191,15 @@ class EtaPasses(Part):
         loop needs (a few, but every one at a first start: no chart has a first ETA)."""
         with gc_paused():
             report = captured.eta_report(now)
-            snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
+            p90 = captured.forecast.p90_finisher()
+            due = due_pass(captured, report.etas, now, p90)
+            snap, rows, per_org = build_snapshot(captured, report, now, p90=p90, due=due)
             snap["eta_model"] = captured.eta_model
             seq = self.publisher.store_snapshot(snap, rows, per_org)
             forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
             etas = report.etas
             head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
-            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised))
+            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose)
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live
@@ -220,6 +226,16 @@ class EtaPasses(Part):
                 return then + eta.finish_s, then + fc.p90_finish(org, r.workflow, eta)
         eta = Eta(0.0, fc.mean(org, r.workflow))
         return at + eta.finish_s, at + fc.p90_finish(org, r.workflow, eta)
+
+    async def _record_due_alerts(self, out: PassOut, now: float) -> None:
+        """The due warnings the pass moved: kept for the next pass's hysteresis and written
+        to the charts (the webhook sweep and the accuracy panel read them there)."""
+        if not out.due_levels or self.state is None:
+            return
+        known = self.state.known_ids()
+        self.state.due.set_levels(out.due_levels, known)
+        levels = {cid: lv for cid, lv in out.due_levels.items() if cid in known or not lv}
+        await self.store.record_due_alerts(levels, [cid for cid in out.due_rose if cid in levels], now)
 
     async def _record_first_etas(self, first: EtaColumns, now: float) -> None:
         """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the

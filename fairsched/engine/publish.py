@@ -18,6 +18,7 @@ from typing import Any, Callable
 from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport
 from fairsched.core.rules import is_held
+from fairsched.engine.due import FLAG_KEYS, DueResult, due_pass
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
@@ -51,7 +52,8 @@ def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
 
 
 ROW_KEYS = ("id", "pos", "org", "workflow", "cost", "round", "priority", "state", "external_id",
-            "start_s", "finish_s", "p90_s")  # a row of the order; a chart set aside has no p90_s
+            "start_s", "finish_s", "p90_s",  # a row of the order; a chart set aside has no p90_s
+            "due_s", "due_state", "slack_s")  # its due time (seconds from now), state and slack; None: no due time
 
 
 class Rows(Sequence):
@@ -84,13 +86,15 @@ class Rows(Sequence):
     def __repr__(self) -> str:
         return f"Rows({list(self)!r})"
 
-    def places(self) -> Iterator[tuple[int, int | None, str | None, float | None, float | None, float | None]]:
-        """``(id, pos, state, finish_s, start_s, p90_s)`` of each row, without making its dict."""
+    def places(self) -> Iterator[tuple]:
+        """``(id, pos, state, finish_s, start_s, p90_s, due_s, due_state, slack_s)`` of each
+        row, without making its dict."""
         for t in self._items:
             if type(t) is dict:
-                yield t["id"], t.get("pos"), t.get("state"), t.get("finish_s"), t.get("start_s"), t.get("p90_s")
+                yield (t["id"], t.get("pos"), t.get("state"), t.get("finish_s"), t.get("start_s"), t.get("p90_s"),
+                       t.get("due_s"), t.get("due_state"), t.get("slack_s"))
             else:
-                yield t[0], t[1], t[7], t[10], t[9], t[11] if len(t) > 11 else None
+                yield t[0], t[1], t[7], t[10], t[9], t[11], t[12], t[13], t[14]
 
     def external_ids(self) -> Iterator[str | None]:
         """The ``external_id`` of each row, without making its dict."""
@@ -102,10 +106,14 @@ def _as_row(t) -> dict[str, Any]:
     return t if type(t) is dict else dict(zip(ROW_KEYS, t))
 
 
-def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None) -> Rows:
+_NO_DUE = (None, None, None)
+
+
+def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, due: DueResult) -> Rows:
     """The rows of the fair order, in order."""
     cost_of = state.queue.cost_of
     ext = state.external_ids
+    dues = due.by_chart
     rows: list[tuple] = []
     # walk() reads the order's keys (immutable), never the shared mutable entries.
     for pos, (cid, (org, wf), rnd) in enumerate(state.queue.walk()):
@@ -113,11 +121,11 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None) 
         i = int(cid)
         rows.append((i, pos, int(org), wf, cost_of(org, wf), rnd, rnd is None, "ordered", ext.get(i),
                      eta.start_s if eta else None, eta.finish_s if eta else None,
-                     p90(org, wf, eta) if eta and p90 else None))
+                     p90(org, wf, eta) if eta and p90 else None) + dues.get(i, _NO_DUE))
     return Rows(rows)
 
 
-def _aside_rows(state: PassInput) -> tuple[list[tuple], dict[int, dict[str, int]]]:
+def _aside_rows(state: PassInput, due: DueResult) -> tuple[list[tuple], dict[int, dict[str, int]]]:
     """The rows of the held, paused and blocked charts, and how many of each per org."""
     cost_of = state.queue.cost_of
     ext = state.external_ids
@@ -129,12 +137,12 @@ def _aside_rows(state: PassInput) -> tuple[list[tuple], dict[int, dict[str, int]
             counts[aside] += 1
             i = int(q.id)
             rows.append((i, None, int(q.org), q.workflow, cost_of(q.org, q.workflow), None, q.priority, aside,
-                         ext.get(i), None, None))
+                         ext.get(i), None, None, None) + due.by_chart.get(i, _NO_DUE))
     return rows, unplanned
 
 
-def _running_rows(state: PassInput, etas: dict[str, Eta], now: float,
-                  p90: Callable | None) -> tuple[list[dict[str, Any]], dict[int, int], dict[int, int]]:
+def _running_rows(state: PassInput, etas: dict[str, Eta], now: float, p90: Callable | None,
+                  due: DueResult) -> tuple[list[dict[str, Any]], dict[int, int], dict[int, int]]:
     """The rows of the running charts (oldest first), and the cost used and charts running per org."""
     rows: list[dict[str, Any]] = []
     used_by_org: dict[int, int] = {}
@@ -147,6 +155,7 @@ def _running_rows(state: PassInput, etas: dict[str, Eta], now: float,
             "expected_s": state.durations(str(r.org), r.workflow),
             "finish_s": eta.finish_s if eta else 0.0, "workflow_id": workflow_id(r.id), "run_id": r.run_id,
             "p90_s": p90(str(r.org), r.workflow, eta) if eta and p90 else None,
+            **dict(zip(("due_s", "due_state", "slack_s"), due.by_chart.get(r.id, _NO_DUE))),
         })
         used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
         running_by_org[r.org] = running_by_org.get(r.org, 0) + 1
@@ -154,7 +163,8 @@ def _running_rows(state: PassInput, etas: dict[str, Eta], now: float,
 
 
 def _org_rows(state: PassInput, report: EtaReport, now: float, unplanned: dict[int, dict[str, int]],
-              used: int, used_by_org: dict[int, int], running_by_org: dict[int, int]) -> list[dict[str, Any]]:
+              used: int, used_by_org: dict[int, int], running_by_org: dict[int, int],
+              due: DueResult) -> list[dict[str, Any]]:
     """One row per org, by name: its counts, its shares and its clear-time."""
     active_weight = sum(o.weight for o in state.orgs
                         if state.queued_by_org.get(o.id, 0) or running_by_org.get(o.id, 0))
@@ -171,6 +181,7 @@ def _org_rows(state: PassInput, report: EtaReport, now: float, unplanned: dict[i
             "share_weight": round(o.weight / active_weight, 4) if active and active_weight else 0.0,
             "clear_s": clear, "clear_at": None if clear is None else iso(now + clear),
             "unplanned": aside or {}, "no_eta": no_eta_note(aside, org_held=is_held(o.weight)),
+            "turnaround_s": o.turnaround_s, "due": due.orgs.get(o.id, {}),
         })
     return rows
 
@@ -193,8 +204,14 @@ def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
     }
 
 
+def _due_summary(due: DueResult) -> dict[str, Any]:
+    """The snapshot's ``due``: counts over all orgs, each org's, and the Due panel's charts
+    (at risk or late, least slack first, :data:`fairsched.engine.due.TOP_CHARTS` of them)."""
+    return {"counts": due.counts(), "orgs": {str(o): c for o, c in due.orgs.items()}, "charts": due.top()}
+
+
 def _per_org(org_rows: list[dict[str, Any]], order_rows: Rows,
-             running_rows: list[dict[str, Any]]) -> dict[int, dict]:
+             running_rows: list[dict[str, Any]], due: DueResult) -> dict[int, dict]:
     """Each org's row and its charts (:class:`Rows`): its order rows, then its running rows."""
     charts: dict[int, list] = {row["id"]: [] for row in org_rows}
     for t in order_rows._items:
@@ -204,11 +221,13 @@ def _per_org(org_rows: list[dict[str, Any]], order_rows: Rows,
     for row in running_rows:
         if row["org"] in charts:
             charts[row["org"]].append({**row, "state": "running"})
-    return {row["id"]: {"org": row, "charts": Rows(charts[row["id"]])} for row in org_rows}
+    return {row["id"]: {"org": row, "charts": Rows(charts[row["id"]]),
+                        "flagged": [dict(zip(FLAG_KEYS, f)) for f in due.flagged.get(row["id"], ())]}
+            for row in org_rows}
 
 
 def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
-                   p90: Callable | None = None) -> tuple[dict, Rows, dict[int, dict]]:
+                   p90: Callable | None = None, due: DueResult | None = None) -> tuple[dict, Rows, dict[int, dict]]:
     """``(snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`. ``p90``
     (org, workflow, Eta) -> seconds adds each chart's 90% finish bound as ``p90_s``.
 
@@ -216,11 +235,14 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
     live loop runs it in a thread on a copy while it keeps dispatching."""
     if isinstance(state, LiveState):
         state = state.capture()
-    order_rows = _ordered_rows(state, report.etas, p90)
-    aside_rows, unplanned = _aside_rows(state)
+    if due is None:
+        due = due_pass(state, report.etas, now, p90)
+    order_rows = _ordered_rows(state, report.etas, p90, due)
+    aside_rows, unplanned = _aside_rows(state, due)
     order_rows._items.extend(aside_rows)
-    running_rows, used_by_org, running_by_org = _running_rows(state, report.etas, now, p90)
+    running_rows, used_by_org, running_by_org = _running_rows(state, report.etas, now, p90, due)
     used = sum(used_by_org.values())
-    org_rows = _org_rows(state, report, now, unplanned, used, used_by_org, running_by_org)
+    org_rows = _org_rows(state, report, now, unplanned, used, used_by_org, running_by_org, due)
     snapshot = _snapshot(state, report, now, used, org_rows, running_rows)
-    return snapshot, order_rows, _per_org(org_rows, order_rows, running_rows)
+    snapshot["due"] = _due_summary(due)
+    return snapshot, order_rows, _per_org(org_rows, order_rows, running_rows, due)

@@ -23,6 +23,7 @@ from common import live_updates as lu
 from fairsched.core import Durations, Eta, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart, is_held
 from fairsched.core.forecast import Forecaster
 from fairsched.core.plan import gc_paused
+from fairsched.engine.due import DueBook, DueInput
 
 log = logging.getLogger("fairsched.engine")
 
@@ -36,6 +37,7 @@ class OrgRow:
     name: str
     slug: str
     weight: int
+    turnaround_s: float | None = None  # Org.turnaround: a chart without its own due time is due created + this
 
 
 _ORG_KEYS: dict[int, str] = {}
@@ -68,6 +70,9 @@ class ChartRow:
     dispatched_cost: int | None = None
     run_id: str = ""
     round: int | None = None  # the persisted round (Chart.fair_round); read only at load
+    due_at: float | None = None  # Chart.due_at; the scheduler keeps it only when due_explicit (engine/due.py)
+    due_explicit: bool = False
+    due_alert: str = ""          # the due warning in force (read only at load)
 
     def queued_chart(self, with_round: bool = False) -> QueuedChart:
         return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
@@ -110,6 +115,7 @@ class Running:
     cancel_requested: bool = False
     cancel_sent: bool = False
     closing: bool = False  # the row is final; waiting for Temporal to confirm the close
+    created_at: float = 0.0  # its due time may be created_at + its org's turnaround
 
     def core(self) -> RunningChart:
         return RunningChart(str(self.id), str(self.org), self.workflow, self.started_at, self.cost)
@@ -155,6 +161,7 @@ class PassInput:
     aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
     queued: int                          # all queued charts (ordered and set aside)
     unpromised: set[str]                 # charts without a first ETA (LiveState.unpromised)
+    due: DueInput | None = None          # due times and warning levels (fairsched.engine.due)
 
     @property
     def budget(self) -> int:
@@ -239,6 +246,7 @@ class LiveState:
         for c in world.charts:
             if c.state == RUNNING:
                 self._add_running(c)
+        self.due = DueBook.load(c for c in world.charts if c.org in self.orgs)
 
     # ------------------------------------------------------------- reading
     @property
@@ -310,7 +318,7 @@ class LiveState:
             eta_model=self.config.eta_model, running=tuple(replace(r) for r in self.running.values()),
             orgs=tuple(self.orgs.values()), external_ids=dict(self.external_ids),
             queued_by_org=dict(self.queued_by_org), aside=aside, queued=len(queue),
-            unpromised=set(self.unpromised),
+            unpromised=set(self.unpromised), due=self.due.capture(self.orgs.values()),
         )
 
     def counters(self) -> dict:
@@ -374,6 +382,7 @@ class LiveState:
         state applies only what it can place (:meth:`_head_applies`)."""
         if self.queue.partial and not self._head_applies(chart_id, row):
             return Effects()  # the whole backlog's state applies it (the resync after the take-over)
+        self.due.apply(chart_id, row)
         if row is None or row.state in FINAL:
             return self._chart_gone(chart_id, row)
         if row.org not in self.orgs:
@@ -568,7 +577,7 @@ class LiveState:
             self.queued_by_org[int(q.org)] -= 1
             run_id, at = started.get(cid, ("", 0.0))
             r = Running(chart_id, int(q.org), q.workflow, at, costs.get(cid, 1),
-                        self.external_ids.pop(chart_id, None), run_id)
+                        self.external_ids.pop(chart_id, None), run_id, created_at=q.created_at)
             self.running[chart_id] = r
             out.append(r)
         return out
@@ -617,6 +626,6 @@ class LiveState:
     def _add_running(self, row: ChartRow) -> Running:
         cost = row.dispatched_cost or self.queue.cost_of(str(row.org), row.workflow)
         r = Running(row.id, row.org, row.workflow, row.started_at or 0.0, cost, row.external_id, row.run_id,
-                    row.cancel_requested)
+                    row.cancel_requested, created_at=row.created_at)
         self.running[row.id] = r
         return r

@@ -86,7 +86,8 @@ def _expected_live(chart_id: int) -> dict:
 
     def at(v):
         return None if v is None else datetime.fromtimestamp(base + v, tz=timezone.get_current_timezone())
-    return {"pos": row["pos"], "state": row["state"], "start": at(row["start_s"]), "finish": at(row["finish_s"])}
+    return {"pos": row["pos"], "state": row["state"], "start": at(row["start_s"]), "finish": at(row["finish_s"]),
+            "due_state": row.get("due_state"), "slack_s": row.get("slack_s")}
 
 
 @pytest.mark.parametrize("which", ["a-510", "a-0", "a-7", "b-4"], ids=["deep", "head", "paused", "other-org"])
@@ -161,7 +162,8 @@ def test_every_charts_own_fields_equal_its_row_of_the_whole_order(redis_url):
     rows = json.loads(json.dumps(rows, default=list))
     per_org = json.loads(json.dumps(per_org, default=list))
     places = snap.read_charts([r["id"] for r in rows])
-    assert places == {r["id"]: {k: r.get(k) for k in ("pos", "state", "finish_s", "start_s", "p90_s")} for r in rows}
+    assert places == {r["id"]: {k: r.get(k) for k in ("pos", "state", "finish_s", "start_s", "p90_s", "due_s",
+                                                      "due_state", "slack_s")} for r in rows}
     for org, data in per_org.items():
         for i, r in enumerate(data["charts"]):
             if r.get("external_id"):

@@ -86,7 +86,7 @@ def test_json_accepts_a_list_or_an_object_with_charts():
     rows = parse_rows(json.dumps({"charts": doc}).encode(), "json")
     assert [r.error for r in rows] == [
         None, "must be an object with org and workflow, got int.",
-        "unknown field(s) color; the fields are org, workflow, external_id, payload, priority.",
+        "unknown field(s) color; the fields are org, workflow, external_id, payload, priority, due_at.",
     ]
 
 
@@ -261,3 +261,15 @@ def test_the_upload_form_refuses_an_empty_file(client):
     assert response.status_code == 200
     assert ImportJob.objects.count() == 0
     assert "empty" in response.content.decode()
+
+
+def test_an_import_carries_due_times_and_a_bad_one_is_reported_naming_the_field(acme, code):
+    data = _csv("org,workflow,external_id,due_at",
+                "acme-health,code,d-1,2030-01-01T17:00:00Z",
+                "acme-health,code,d-2,next week",
+                "acme-health,code,d-3,")
+    job = importing.import_run(import_create(filename="d.csv", data=data, batch_size=10).pk)
+    assert [(e["row"], e["message"].split()[0]) for e in job.errors] == [(2, "due_at")]
+    got = dict(Chart.objects.values_list("external_id", "due_explicit"))
+    assert got == {"d-1": True, "d-3": False}
+    assert Chart.objects.get(external_id="d-1").due_at.isoformat() == "2030-01-01T17:00:00+00:00"

@@ -32,7 +32,18 @@
     return tr;
   }
 
+  function renderDue(w) {
+    const el = document.getElementById("acc-due");
+    if (!el || !w || !w.finished) return;
+    const p = (x) => (x == null ? "—" : Math.round(x * 100) + "%");
+    const h = (s) => (s == null ? "—" : (s / 3600).toFixed(1) + " h");
+    el.textContent = `Due warnings, last ${w.finished} finished charts with a due time: ${w.missed} missed; ` +
+      `recall ${p(w.recall)} (missed charts warned at least ${h(w.lead_min_s)} ahead), ` +
+      `precision ${p(w.precision)} (of ${w.flagged} warned, the share that missed); median lead ${h(w.lead_median_s)}.`;
+  }
+
   function render(d) {
+    renderDue(d.due);
     document.getElementById("acc-n").textContent = d.n;
     if (!d.n) return;
     body.replaceChildren(row("all orgs", d, "total"));

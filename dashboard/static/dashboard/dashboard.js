@@ -222,6 +222,7 @@
   let renderQueued = false;
   function renderNow() {
     renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts(); renderActivity();
+    document.dispatchEvent(new CustomEvent("fairsched:state", {detail: {state: S, can, control}}));  // due.js
     F.tick();
   }
   function render() {
