@@ -9,7 +9,7 @@ from django.db import transaction
 from control import audit
 from fairsched.core.simulator import ETA_MODELS
 from control.models import SchedulerSettings
-from common.notify import notify
+from common.notify import SettingsNote, notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
 
@@ -28,7 +28,7 @@ def budget_set(*, budget: int, actor: Any = None) -> SchedulerSettings:
         before, obj.budget = obj.budget, budget
         obj.save()
         _record_budget(actor, before, budget)
-        notify("settings")
+        notify(SettingsNote())
     return obj
 
 
@@ -62,5 +62,5 @@ def scheduler_settings_set(
         obj.save()
         if obj.budget != before:
             _record_budget(actor, before, obj.budget)
-        notify("settings")
+        notify(SettingsNote())
     return obj

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from control import audit
-from common.notify import notify
+from common.notify import CostNote, OrgNote, notify
 from common.validation import MAX_COST, MAX_WEIGHT, require_int
 from fairsched.core.rules import HELD_WEIGHT, is_held
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
@@ -31,7 +31,7 @@ def org_create(*, name: str, weight: int = 1, slug: str = "") -> Org:
     org.full_clean(exclude=["slug"] if not slug else None)
     with transaction.atomic():
         org.save()
-        notify("org", id=org.pk)
+        notify(OrgNote(id=org.pk))
     return org
 
 
@@ -40,7 +40,7 @@ def org_announce(*, org: Org, actor: Any = None) -> None:
     outside org_create, such as the admin's add form)."""
     audit.record(actor=actor, action="org_add", org=org, summary=f"Added {org.name} (weight {org.weight})",
                  after={"weight": org.weight})
-    notify("org", id=org.pk)
+    notify(OrgNote(id=org.pk))
 
 
 def _apply_weight(locked: Org, weight: int, *, actor: Any, action: str) -> Org:
@@ -56,7 +56,7 @@ def _apply_weight(locked: Org, weight: int, *, actor: Any, action: str) -> Org:
                 + (": held" if is_held(weight) else ""))
     audit.record(actor=actor, action=action, org=locked, summary=summary,
                  before={"weight": before}, after={"weight": weight})
-    notify("org", id=locked.pk)
+    notify(OrgNote(id=locked.pk))
     return locked
 
 
@@ -118,7 +118,7 @@ def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int, ac
         audit.record(actor=actor, action="cost", org=locked,
                      summary=f"Set the cost of {wf.name} for {locked.name} to {cost} (was {before or 1})",
                      before={"workflow": wf.name, "cost": before}, after={"workflow": wf.name, "cost": cost})
-        notify("cost", org=locked.pk, workflow=wf_pk)
+        notify(CostNote(org=locked.pk, workflow=wf.pk))
     return row
 
 
@@ -135,4 +135,4 @@ def workflow_cost_delete(*, org: Org | int, workflow: Workflow | int, actor: Any
                      summary=f"Removed the cost of {row.workflow.name} for {row.org.name} (was {row.cost}; costs 1 again)",
                      before={"workflow": row.workflow.name, "cost": row.cost},
                      after={"workflow": row.workflow.name, "cost": None})
-        notify("cost", org=org_pk, workflow=wf_pk)
+        notify(CostNote(org=row.org_id, workflow=row.workflow_id))

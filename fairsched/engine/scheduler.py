@@ -65,6 +65,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from common.notify import Note
 from fairsched.core import RoundSaver
 from fairsched.engine import forked
 from fairsched.engine.dispatcher import Dispatcher
@@ -189,7 +190,7 @@ class Scheduler:
         self._stop_requested: tuple[float, str] | None = None  # (monotonic time, phase) of the stop request
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self._notes: list[dict[str, Any]] = []
+        self._notes: list[Note] = []
         self._finished: list[tuple[int, Outcome]] = []
         self._tasks: list[asyncio.Task] = []
         self._resync_requested = False
