@@ -1,6 +1,6 @@
 """Services notify the scheduler themselves: once, on commit, never for a rolled-back write,
 and no ``post_save`` receiver does it for them (a plain ``Chart.objects.create`` is read by
-the incremental resync instead)."""
+the incremental resync instead). The admin's org changes go through ``org_update``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -10,13 +10,15 @@ from unittest import mock
 
 import pytest
 from django.apps import apps
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.signals import post_save
+from django.urls import reverse
 from django.utils import timezone
 
 from charts import services as charts_services
 from charts.models import Chart, ChartState
-from control.models import SchedulerSettings
+from control.models import AuditEntry, SchedulerSettings
 from fairsched.engine import db
 from orgs import services as org_services
 from orgs.models import Org
@@ -80,6 +82,7 @@ def test_nothing_notifies_on_a_rolled_back_transaction(capture_notifications):
         charts_services.chart_rerun(chart=failed)
         charts_services.chart_pause(chart=queued)
         org_services.org_set_weight(org=org, weight=5)
+        org_services.org_update(org=org, name="Renamed", webhook_clear_margin_s=60)
         org_services.workflow_cost_set(org=org, workflow=wf, cost=3)
         raise Rollback
     assert capture_notifications == []
@@ -119,3 +122,101 @@ def test_a_plain_orm_create_sends_nothing_and_the_incremental_resync_reads_it(ca
     chart = Chart.objects.create(org=org, workflow=wf, payload={})
     assert capture_notifications == []
     assert chart.pk in [row.id for row in db.read_changes(since).charts]
+
+
+# --- org_update: the admin's one door ----------------------------------------------------------------
+
+
+def org_form(org: Org, **changes) -> dict:
+    data = {"name": org.name, "slug": org.slug, "weight": org.weight, "webhook_url": org.webhook_url,
+            "webhook_secret": org.webhook_secret, "webhook_clear_margin_s": org.webhook_clear_margin_s,
+            "costs-TOTAL_FORMS": 0, "costs-INITIAL_FORMS": 0, "costs-MIN_NUM_FORMS": 0,
+            "costs-MAX_NUM_FORMS": 1000, "_save": "Save"}
+    data.update(changes)
+    return data
+
+
+def test_an_admin_change_of_a_non_weight_field_is_audited_and_notified(admin_client, capture_notifications):
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    resp = admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]),
+                             org_form(org, name="Acme Health", webhook_clear_margin_s=120), follow=True)
+    assert resp.status_code == 200
+    org.refresh_from_db()
+    assert (org.name, org.webhook_clear_margin_s, org.weight) == ("Acme Health", 120, 2)
+    entry = AuditEntry.objects.get(org=org)
+    assert entry.action == "org_change" and entry.actor_name == "admin"
+    assert entry.before == {"name": "Acme", "webhook_clear_margin_s": 600}
+    assert entry.after == {"name": "Acme Health", "webhook_clear_margin_s": 120}
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+
+
+def test_an_admin_change_of_weight_and_webhook_is_one_notification_and_hides_the_secret(
+        admin_client, capture_notifications):
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]),
+                      org_form(org, weight=0, webhook_url="https://hooks.example.com/x",
+                               webhook_secret="s3cret-value"), follow=True)
+    org.refresh_from_db()
+    assert (org.weight, org.weight_before_hold, org.webhook_secret) == (0, 2, "s3cret-value")
+    entries = {e.action: e for e in AuditEntry.objects.filter(org=org)}
+    assert set(entries) == {"weight", "org_change"}
+    assert entries["weight"].before == {"weight": 2} and entries["weight"].after == {"weight": 0}
+    assert entries["org_change"].after == {"webhook_url": "https://hooks.example.com/x",
+                                           "webhook_secret": "(new secret)"}
+    assert "s3cret" not in str(entries["org_change"].before) + entries["org_change"].summary
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+
+
+def test_an_admin_save_with_nothing_changed_records_nothing(admin_client, capture_notifications):
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]), org_form(org), follow=True)
+    assert not AuditEntry.objects.exists() and capture_notifications == []
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"name": " "}, "name"),
+    ({"name": "A\x00B"}, "name"),
+    ({"name": "Taken"}, "name"),
+    ({"weight": -1}, "weight"),
+    ({"weight": True}, "weight"),
+    ({"webhook_clear_margin_s": "soon"}, "webhook_clear_margin_s"),
+    ({"webhook_url": "ftp://hooks.example.com", "webhook_secret": "k"}, "webhook_url"),
+    ({"webhook_url": "https://hooks.example.com"}, "webhook_secret"),
+    ({"webhook_secret": "whsec_!!"}, "webhook_secret"),
+    ({"members": [10**6]}, "members"),
+    ({"budget": 3}, "budget"),
+], ids=["blank-name", "nul-name", "taken-name", "negative-weight", "bool-weight", "margin-text", "ftp-url",
+        "url-without-secret", "bad-whsec", "unknown-member", "unknown-field"])
+def test_org_update_refuses_a_bad_value_naming_the_field_and_writes_nothing(changes, field,
+                                                                            capture_notifications):
+    org = make_org("Acme", weight=2)
+    make_org("Taken")
+    row = Org.objects.filter(pk=org.pk).values().get()
+    capture_notifications.clear()
+    with pytest.raises(ValidationError) as exc:
+        org_services.org_update(org=org, **{"name": "Acme Health", **changes})  # the good name is not written either
+    assert list(exc.value.message_dict) == [field]
+    assert all(m.startswith(field) for m in exc.value.message_dict[field]), exc.value.message_dict  # names it
+    assert Org.objects.filter(pk=org.pk).values().get() == row
+    assert not AuditEntry.objects.exists() and capture_notifications == []
+
+
+def test_org_update_records_members_by_username_and_a_blank_slug_becomes_the_names(capture_notifications):
+    from tests.factories import make_user
+
+    org, ann, bob = make_org("Acme"), make_user("ann"), make_user("bob")
+    org.members.add(ann)
+    capture_notifications.clear()
+    saved = org_services.org_update(org=org.pk, members=[bob, ann.pk], name="Acme Health", slug="")
+    assert saved.slug == "acme-health" and set(saved.members.all()) == {ann, bob}
+    entry = AuditEntry.objects.get()
+    assert entry.before == {"name": "Acme", "slug": "acme", "members": ["ann"]}
+    assert entry.after == {"name": "Acme Health", "slug": "acme-health", "members": ["ann", "bob"]}
+    assert entry.summary == "Changed name, slug, members of Acme Health (was Acme)"
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+    capture_notifications.clear()
+    org_services.org_update(org=org, members=[ann, bob], name="Acme Health")  # the same: no change
+    assert AuditEntry.objects.count() == 1 and capture_notifications == []
