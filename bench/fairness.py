@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fairsched.core import DEFAULT_AVG_S  # noqa: E402
 from fairsched.core.scenario import simulate  # noqa: E402
+from fairsched.core.simulator import POLICIES  # noqa: E402
 
-POLICIES = ("wrr", "fifo", "proportional")
 EARLY = 0.2  # the "early" column: share of the first 20% of all starts
 
 

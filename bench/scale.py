@@ -204,14 +204,14 @@ class PeakMemory:
 
 
 def create_probe(env: dict, fig: dict, name: str) -> int:
-    """One priority probe chart (cost 1) created through the ORM; its pk."""
+    """One priority probe chart (cost 1) submitted as a producer does (``chart_submit``: it
+    notifies the scheduler on commit); its pk."""
     code = f"""
 import django
 django.setup()
-from django.utils import timezone
-from charts.models import Chart
-c = Chart.objects.create(org_id={fig['probe_org']}, workflow_id={fig['probe_wf']}, payload={{"seconds": 0.2}},
-                         priority=True, prioritized_at=timezone.now(), external_id="{name}")
+from charts.services import chart_submit
+c = chart_submit(org={fig['probe_org']}, workflow={fig['probe_wf']}, payload={{"seconds": 0.2}},
+                 priority=True, external_id="{name}")
 print("PROBE", c.pk)
 """
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
@@ -258,12 +258,11 @@ def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str, 
         probe_code = f"""
 import django, time, json
 django.setup()
-from django.utils import timezone
-from charts.models import Chart
+from charts.services import chart_submit
 out = {{}}
 for i in range({PROBES}):
-    c = Chart.objects.create(org_id={fig['probe_org']}, workflow_id={fig['probe_wf']}, payload={{"seconds": 0.2}},
-                             priority=True, prioritized_at=timezone.now(), external_id=f"probe-{{i}}")
+    c = chart_submit(org={fig['probe_org']}, workflow={fig['probe_wf']}, payload={{"seconds": 0.2}},
+                     priority=True, external_id=f"probe-{{i}}")
     out[c.pk] = c.created_at.timestamp()
     time.sleep(1.0)
 print("PROBES", json.dumps(out))

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from charts.models import Chart, ChartState
 from common import snapshot as snap
-from common.notify import notify
+from common.notify import ChartsNote, notify
 from control import audit
 from orgs.models import Org
 
@@ -47,5 +47,5 @@ def charts_prioritize_at_risk(*, org: Org | int, actor: Any = None) -> list[int]
         audit.record(actor=actor, action="prioritize_at_risk", org=org_obj,
                      summary=f"Prioritised {len(todo)} at-risk or late chart(s) of {org_obj.name}: {shown}",
                      before={"charts": todo, "priority": False}, after={"charts": todo, "priority": True})
-        notify("charts", ids=todo[:1000], count=len(todo))
+        notify(ChartsNote.of(todo))
     return todo

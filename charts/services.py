@@ -3,7 +3,10 @@ scheduler's lifecycle transitions.
 
 Every state change is a compare-and-set (``filter(pk=..., state=...).update(...)``)
 so two writers racing on one chart (an operator pausing while the scheduler
-dispatches) cannot both win. Each write notifies the scheduler on commit.
+dispatches) cannot both win. Each write notifies the scheduler on commit itself
+(:func:`common.notify.notify`; no signal does it for them): a plain
+``Chart.objects.create`` sends nothing, and the scheduler's incremental resync reads it
+within seconds.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
 from control import audit
-from common.notify import notify
+from common.notify import ChartNote, ChartsNote, notify
 from common.validation import check_json_document, check_text, parse_bool, parse_due_at
 from orgs.models import Org, Workflow
 
@@ -119,7 +122,7 @@ def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, actor: A
             audit.record(actor=actor, action=action.replace(" ", "_"), chart=result,
                          summary=verb.format(audit.chart_label(result)),
                          before=before, after={k: getattr(result, k) for k in changes})
-        notify("chart", id=pk)
+        notify(ChartNote(id=result.pk))
     return result
 
 
@@ -158,11 +161,12 @@ def chart_submit(
     now = timezone.now()
     try:
         with transaction.atomic():
-            # post_save (charts.signals) notifies the scheduler on commit.
-            return Chart.objects.create(
+            chart = Chart.objects.create(
                 org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
                 priority=priority, prioritized_at=now if priority else None, due_at=due,
             )
+            notify(ChartNote(id=chart.pk))
+        return chart
     except IntegrityError as exc:
         existing = Chart.objects.filter(org=org_obj, external_id=ext).first() if ext is not None else None
         if existing is None:
@@ -253,7 +257,7 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
             batch = Chart.objects.bulk_create(fresh[start:start + BULK_BATCH])
             result.created.extend(c.pk for c in batch)  # SQLite and PostgreSQL return pks
         if fresh:
-            notify("charts", ids=result.created[:1000], count=len(result.created))
+            notify(ChartsNote.of(result.created))
     return result
 
 
@@ -432,6 +436,7 @@ def chart_rerun(*, chart: Chart | int, actor: Any = None) -> Chart:
                 audit.record(actor=actor, action="rerun", chart=original,
                              summary=f"Re-ran {audit.chart_label(original)} as chart #{new.pk}",
                              before={"state": original.state}, after={"rerun": new.pk, "external_id": new.external_id})
+                notify(ChartNote(id=new.pk))
             return new
         except IntegrityError:
             continue
@@ -475,7 +480,7 @@ def chart_fail_start(*, chart_id: int, error: str) -> bool:
             state=ChartState.FAILED, finished_at=now, error=error[:10_000], updated_at=now,
         )
         if updated:
-            notify("chart", id=chart_id)
+            notify(ChartNote(id=chart_id))
     return bool(updated)
 
 
@@ -517,7 +522,7 @@ def chart_record_outcome(
         start = started_at or chart.started_at
         if state == ChartState.SUCCEEDED and start is not None:
             _add_duration(chart.org_id, chart.workflow_id, max(0.0, (finished - start).total_seconds()))
-        notify("chart", id=chart_id)
+        notify(ChartNote(id=chart_id))
     return True
 
 
@@ -530,7 +535,7 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
             updated_at=timezone.now(),
         )
         if updated:
-            notify("chart", id=chart_id)
+            notify(ChartNote(id=chart_id))
     return bool(updated)
 
 

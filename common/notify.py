@@ -1,29 +1,47 @@
-"""Notifications to the scheduler, sent when the writing transaction commits.
+"""Notifications to the scheduler: their vocabulary, and the one way to send them, when the
+writing transaction commits.
 
-Every write goes through a service, and every service calls :func:`notify` inside
-its transaction. The message is published on the Redis channel
-:data:`CHANNEL` only after commit (Zulip's pattern), so the scheduler never
-sees a change that rolled back. Messages are hints, not the truth: the
-scheduler re-reads the rows they name, and a periodic resync catches anything
-that sent no message (bulk ORM writes, raw SQL, a Redis outage). Publishing
-never fails a write: a Redis error is logged and the resync repairs it.
+Every write goes through a service, and every service calls :func:`notify` with a typed
+note inside its transaction. The note is published on the Redis channel :data:`CHANNEL`
+only after commit (Zulip's pattern), so the scheduler never sees a change that rolled
+back. Notes are hints, not the truth: the scheduler re-reads what they name, and its
+incremental resync (every few seconds, the rows whose ``updated_at`` moved) catches
+anything that sent none (a plain ``Chart.objects.create``, bulk ORM writes, a Redis
+outage); the full resync (every 5 minutes) catches raw SQL. Publishing never fails a
+write: a Redis error is logged and the resync repairs it. The engine reads the vocabulary
+here (it imports no app).
 
-Message shapes (JSON objects)::
+Kinds (``kind`` on the wire; every note is the JSON object ``{"kind": ..., <its fields>}``)
+---------------------------------------------------------------------------------------------
 
-    {"kind": "chart", "id": 12}          a chart was created or changed
-    {"kind": "charts", "ids": [..]}      several charts (bulk submit)
-    {"kind": "org", "id": 3}             weight / hold / release
-    {"kind": "cost", "org": 3, "workflow": 2}
-    {"kind": "settings"}                 budget or intervals
-    {"kind": "resync"}                   re-read everything
+========= =============== =========================================================
+kind      fields          what changed (the scheduler re-reads it)
+========= =============== =========================================================
+chart     id              a chart was created or changed: its row
+charts    ids, count      charts submitted at once: the first :data:`CHARTS_NAMED`
+                          pks, and how many there were (more than named: a resync)
+org       id              an org: its weight, hold or release, name, webhook fields
+cost      org, workflow   an (org, workflow) cost was set or removed: the costs
+settings                  the budget, intervals or ETA model: the settings
+resync                    re-read whatever changed
+========= =============== =========================================================
+
+Ids are whole numbers (pks). :func:`from_wire` refuses an unknown kind
+(:class:`UnknownKind`) and a field missing, unknown or of the wrong type
+(:class:`MalformedNote`); the scheduler's intake (``fairsched.engine.notes.read_note``)
+reads any note it cannot parse as :class:`Resync`, so a newer sender's note is never
+lost, only read by the next resync.
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import redis
 from django.conf import settings
@@ -32,13 +50,148 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 CHANNEL = "fairsched:scheduler"
+CHARTS_NAMED = 1000  # the pks a ``charts`` note names at most
 
-_local = threading.local()
+
+class Kind(enum.StrEnum):
+    CHART = "chart"
+    CHARTS = "charts"
+    ORG = "org"
+    COST = "cost"
+    SETTINGS = "settings"
+    RESYNC = "resync"
+
+
+class MalformedNote(ValueError):
+    """A wire note that is not one this version can read: not an object, or a field
+    missing, unknown or of the wrong type."""
+
+
+class UnknownKind(MalformedNote):
+    """A wire note whose ``kind`` is none of :class:`Kind`."""
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require_ids(kind: Kind, **values: Any) -> None:
+    for name, value in values.items():
+        if not _is_id(value):
+            raise MalformedNote(f"{kind.value} note: {name} must be a whole number, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Note:
+    """One notification. Subclasses name their :class:`Kind` and declare their fields,
+    checked when made (a sender's bug fails at the sender, not in the scheduler)."""
+
+    kind: ClassVar[Kind]
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"kind": self.kind.value}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            wire[f.name] = list(value) if isinstance(value, tuple) else value
+        return wire
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChartNote(Note):
+    kind: ClassVar[Kind] = Kind.CHART
+    id: int
+
+    def __post_init__(self) -> None:
+        _require_ids(self.kind, id=self.id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChartsNote(Note):
+    """Charts submitted at once: ``ids`` names at most :data:`CHARTS_NAMED` of the ``count``
+    (make one with :meth:`of`)."""
+
+    kind: ClassVar[Kind] = Kind.CHARTS
+    ids: tuple[int, ...]
+    count: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ids, (list, tuple)):
+            raise MalformedNote(f"charts note: ids must be a list of whole numbers, got {self.ids!r}")
+        for i, pk in enumerate(self.ids):
+            _require_ids(self.kind, **{f"ids[{i}]": pk})
+        _require_ids(self.kind, count=self.count)
+        if self.count < len(self.ids):
+            raise MalformedNote(f"charts note: count {self.count} is less than the {len(self.ids)} ids named")
+        object.__setattr__(self, "ids", tuple(self.ids))
+
+    @classmethod
+    def of(cls, ids: Sequence[int]) -> "ChartsNote":
+        return cls(ids=tuple(ids[:CHARTS_NAMED]), count=len(ids))
+
+    @property
+    def complete(self) -> bool:
+        """Every chart is named (else the scheduler resyncs for the rest)."""
+        return self.count == len(self.ids)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrgNote(Note):
+    kind: ClassVar[Kind] = Kind.ORG
+    id: int
+
+    def __post_init__(self) -> None:
+        _require_ids(self.kind, id=self.id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostNote(Note):
+    kind: ClassVar[Kind] = Kind.COST
+    org: int
+    workflow: int
+
+    def __post_init__(self) -> None:
+        _require_ids(self.kind, org=self.org, workflow=self.workflow)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettingsNote(Note):
+    kind: ClassVar[Kind] = Kind.SETTINGS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resync(Note):
+    kind: ClassVar[Kind] = Kind.RESYNC
+
+
+NOTES: dict[Kind, type[Note]] = {cls.kind: cls for cls in (ChartNote, ChartsNote, OrgNote, CostNote,
+                                                            SettingsNote, Resync)}
+assert set(NOTES) == set(Kind), "every kind has its note class"
+
+
+def from_wire(wire: Any) -> Note:
+    """The note a wire dict stands for; :class:`UnknownKind` for a kind not in :class:`Kind`,
+    :class:`MalformedNote` for anything else this version cannot read."""
+    if not isinstance(wire, dict):
+        raise MalformedNote(f"a note is a JSON object, got {type(wire).__name__}")
+    try:
+        cls = NOTES[Kind(wire.get("kind"))]
+    except ValueError:
+        raise UnknownKind(f"unknown note kind {wire.get('kind')!r}") from None
+    fields = {k: v for k, v in wire.items() if k != "kind"}
+    try:
+        return cls(**fields)
+    except TypeError as exc:  # a field missing or unknown
+        raise MalformedNote(f"{cls.kind.value} note: {exc}") from None
+
+
+# --- sending -----------------------------------------------------------------------------
+
 _client_lock = threading.Lock()
 _client: redis.Redis | None = None
 _client_url: str | None = None
 
-# Test seam: when set, messages go here instead of Redis (see tests' capture_notifications).
+# Test seam: when set, notes go here, in their wire form, instead of Redis (tests'
+# capture_notifications).
 _capture: list[Callable[[dict[str, Any]], None]] = []
 
 
@@ -54,19 +207,22 @@ def redis_client() -> redis.Redis:
         return _client
 
 
-def publish(message: dict[str, Any]) -> None:
-    """Publish ``message`` now (outside any transaction). Never raises."""
+def publish(note: Note) -> None:
+    """Publish ``note`` now (outside any transaction). Never raises."""
+    wire = note.to_wire()
     if _capture:
         for sink in list(_capture):
-            sink(message)
+            sink(wire)
         return
     try:
-        redis_client().publish(CHANNEL, json.dumps(message))
+        redis_client().publish(CHANNEL, json.dumps(wire))
     except redis.RedisError as exc:
-        log.warning("scheduler notification not sent (%s); the periodic resync will catch up: %s", exc, message)
+        log.warning("scheduler notification not sent (%s); the periodic resync will catch up: %s", exc, wire)
 
 
-def notify(kind: str, **data: Any) -> None:
-    """Queue a notification to the scheduler for when the current transaction commits."""
-    message = {"kind": kind, **data}
-    transaction.on_commit(lambda: publish(message))
+def notify(note: Note) -> None:
+    """Send ``note`` to the scheduler when the current transaction commits (at once
+    outside one); nothing if it rolls back."""
+    if not isinstance(note, Note):
+        raise TypeError(f"notify() takes a common.notify.Note, got {type(note).__name__}")
+    transaction.on_commit(lambda: publish(note))

@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from fairsched.engine.forked import EtaPassIn  # the enum alone: forked.py imports no Django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FAIRSCHED_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -285,10 +287,11 @@ if FAIRSCHED_WORKER_CONCURRENCY < 1:
 # Where runscheduler runs its ETA pass and snapshot: "process" (a forked child, off the
 # dispatching loop's GIL; fairsched/engine/forked.py) or "thread" (in the scheduler's own
 # process, where fork is unavailable or unwanted). docs/architecture.md: the ETA pass.
-FAIRSCHED_ETA_PASS = os.environ.get("FAIRSCHED_ETA_PASS", "process")
-if FAIRSCHED_ETA_PASS not in ("process", "thread"):
+try:
+    FAIRSCHED_ETA_PASS = EtaPassIn(os.environ.get("FAIRSCHED_ETA_PASS", EtaPassIn.PROCESS.value))
+except ValueError:
     raise ImproperlyConfigured(
-        f"FAIRSCHED_ETA_PASS: 'process' or 'thread', got {FAIRSCHED_ETA_PASS!r}")
+        f"FAIRSCHED_ETA_PASS: 'process' or 'thread', got {os.environ['FAIRSCHED_ETA_PASS']!r}") from None
 
 # --- Security (production) -------------------------------------------------------
 

@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S
+from fairsched.core.modes import EtaModel
 
 
 class SchedulerSettings(models.Model):
@@ -29,7 +30,8 @@ class SchedulerSettings(models.Model):
         help_text="Seconds between reconciliations against Temporal.",
     )
     eta_model = models.CharField(
-        max_length=16, choices=[("forecast", "forecast"), ("lanes", "lanes")], default="forecast",
+        max_length=16, choices=[(m.value, m.value) for m in (EtaModel.FORECAST, EtaModel.LANES)],
+        default=EtaModel.FORECAST.value,
         help_text="ETAs: 'forecast' also expects the arrivals each org keeps sending and learns durations "
                   "from finished charts (bench/eta.py); 'lanes' simulates only the current order.",
     )

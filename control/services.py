@@ -7,9 +7,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from control import audit
+from fairsched.core.modes import EtaModel
 from fairsched.core.simulator import ETA_MODELS
 from control.models import SchedulerSettings
-from common.notify import notify
+from common.notify import SettingsNote, notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
 
@@ -28,13 +29,13 @@ def budget_set(*, budget: int, actor: Any = None) -> SchedulerSettings:
         before, obj.budget = obj.budget, budget
         obj.save()
         _record_budget(actor, before, budget)
-        notify("settings")
+        notify(SettingsNote())
     return obj
 
 
 def scheduler_settings_set(
     *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None,
-    eta_model: str | None = None, actor: Any = None,
+    eta_model: EtaModel | str | None = None, actor: Any = None,
 ) -> SchedulerSettings:
     """Set any of the dials at once (the admin's form)."""
     with transaction.atomic():
@@ -58,9 +59,9 @@ def scheduler_settings_set(
             if eta_model not in ETA_MODELS:
                 raise ValidationError({"eta_model": f"eta_model must be one of {', '.join(ETA_MODELS)}, "
                                                     f"got {eta_model!r}."})
-            obj.eta_model = eta_model
+            obj.eta_model = EtaModel(eta_model).value
         obj.save()
         if obj.budget != before:
             _record_budget(actor, before, obj.budget)
-        notify("settings")
+        notify(SettingsNote())
     return obj

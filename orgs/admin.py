@@ -94,23 +94,27 @@ class OrgAdmin(admin.ModelAdmin):
         return obj.n_running
 
     def save_model(self, request, obj: Org, form, change: bool) -> None:
-        """A new org and weight changes reach the scheduler: weight changes go through
-        org_set_weight; a new org is announced like org_create announces one."""
+        """A change (the form or the list's weight) is one ``org_update``: validated, audited
+        and notified there, members included; a new org is announced like org_create
+        announces one (its members are saved after, by save_related)."""
         if not change:
             super().save_model(request, obj, form, change)
             services.org_announce(org=obj, actor=request.user)
             return
-        new_weight = obj.weight
-        new_turnaround = obj.turnaround
-        other = [f for f in form.changed_data if f not in ("weight", "members", "turnaround")]
-        if other:
-            obj.weight, obj.turnaround = Org.objects.values_list("weight", "turnaround").get(pk=obj.pk)
-            obj.save()
-        if "weight" in form.changed_data:
-            services.org_set_weight(org=obj, weight=new_weight, actor=request.user)
-        if "turnaround" in form.changed_data:
-            services.org_set_turnaround(org=obj, turnaround=new_turnaround, actor=request.user)
+        changes = {f: form.cleaned_data[f] for f in form.changed_data if f in services.UPDATE_FIELDS}
+        try:
+            services.org_update(org=obj.pk, actor=request.user, **changes)
+        except ValidationError as exc:  # the form checked the same rules: a race (a name taken meanwhile)
+            _report(self, request, exc)
         obj.refresh_from_db()
+
+    def save_related(self, request, form, formsets, change: bool) -> None:
+        """On a change the members were set by ``org_update`` (recorded there): the form's
+        ``save_m2m`` would set them again, unrecorded, even after a refused update."""
+        if not change:
+            return super().save_related(request, form, formsets, change)
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
 
     def save_formset(self, request, form, formset, change: bool) -> None:
         if formset.model is not WorkflowCost:

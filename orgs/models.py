@@ -112,9 +112,13 @@ class Org(models.Model):
             except ValueError as exc:
                 raise ValidationError({"webhook_secret": f"webhook_secret: {exc}"}) from None
 
+    def default_slug(self) -> str:
+        """The slug a blank one becomes: the name's."""
+        return slugify(self.name)[:200] or f"org-{self.pk or 'new'}"
+
     def save(self, *args, **kwargs) -> None:
         if not self.slug:
-            self.slug = slugify(self.name)[:200] or f"org-{self.pk or 'new'}"
+            self.slug = self.default_slug()
         super().save(*args, **kwargs)
 
 

@@ -1,15 +1,20 @@
-"""Writes to orgs, workflows and costs. Each validates, writes in one transaction and
-notifies the scheduler on commit."""
+"""Writes to orgs, workflows and costs. Each validates, writes in one transaction, records
+an operator's change in the audit trail and notifies the scheduler on commit. Every change
+to an existing org goes through :func:`org_update` (or its weight alone through
+:func:`org_set_weight`, :func:`org_hold`, :func:`org_release`)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.contrib.auth import get_user_model
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
 
 from control import audit
-from common.notify import notify
-from common.validation import MAX_COST, MAX_WEIGHT, parse_turnaround, require_int
+from common.notify import CostNote, OrgNote, notify
+from common.validation import MAX_COST, MAX_ID, MAX_WEIGHT, check_text, parse_turnaround, require_int
 from fairsched.core.rules import HELD_WEIGHT, is_held
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
@@ -31,7 +36,7 @@ def org_create(*, name: str, weight: int = 1, slug: str = "") -> Org:
     org.full_clean(exclude=["slug"] if not slug else None)
     with transaction.atomic():
         org.save()
-        notify("org", id=org.pk)
+        notify(OrgNote(id=org.pk))
     return org
 
 
@@ -40,11 +45,12 @@ def org_announce(*, org: Org, actor: Any = None) -> None:
     outside org_create, such as the admin's add form)."""
     audit.record(actor=actor, action="org_add", org=org, summary=f"Added {org.name} (weight {org.weight})",
                  after={"weight": org.weight})
-    notify("org", id=org.pk)
+    notify(OrgNote(id=org.pk))
 
 
 def _apply_weight(locked: Org, weight: int, *, actor: Any, action: str) -> Org:
-    """Write a new weight to a locked row and record it (``weight``, ``hold`` or ``release``)."""
+    """Write a new weight to a locked row, record it (``weight``, ``hold`` or ``release``)
+    and notify the scheduler."""
     before = locked.weight
     if is_held(weight) and not is_held(locked.weight):
         locked.weight_before_hold = locked.weight
@@ -56,7 +62,7 @@ def _apply_weight(locked: Org, weight: int, *, actor: Any, action: str) -> Org:
                 + (": held" if is_held(weight) else ""))
     audit.record(actor=actor, action=action, org=locked, summary=summary,
                  before={"weight": before}, after={"weight": weight})
-    notify("org", id=locked.pk)
+    notify(OrgNote(id=locked.pk))
     return locked
 
 
@@ -68,6 +74,133 @@ def org_set_weight(*, org: Org | int, weight: int, actor: Any = None) -> Org:
         if locked.weight == weight:
             return locked
         return _apply_weight(locked, weight, actor=actor, action="weight")
+
+
+# What org_update changes: the org's fields an operator edits (the admin's form).
+ORG_FIELDS = ("name", "slug", "weight", "members", "webhook_url", "webhook_secret", "webhook_clear_margin_s")
+UPDATE_FIELDS = (*ORG_FIELDS, "turnaround")  # what org_update takes (the turnaround through _apply_turnaround)
+_UNCHANGED = object()
+MAX_MARGIN_S = 2**31 - 1  # fits a database integer on every backend
+SECRET_SHOWN, NEW_SECRET_SHOWN = "(secret)", "(new secret)"  # the audit trail never holds the secret
+
+
+def _text(field: str, value: Any, *, required: bool = False) -> str:
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValidationError({field: f"{field}: must be text, got {type(value).__name__}."})
+    value = check_text(field, value).strip()
+    if required and not value:
+        raise ValidationError({field: f"{field}: is required."})
+    return value
+
+
+def _member_pks(value: Any) -> set[int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValidationError({"members": f"members: must be a list of users or user ids, got {value!r}."})
+    pks = {require_int("members", getattr(u, "pk", u), minimum=1, maximum=MAX_ID) for u in value}
+    found = set(get_user_model().objects.filter(pk__in=pks).values_list("pk", flat=True))
+    if pks - found:
+        raise ValidationError({"members": f"members: no user {min(pks - found)} (was it deleted?)."})
+    return pks
+
+
+def _org_values(changes: dict[str, Any]) -> dict[str, Any]:
+    """The values ``org_update`` was given, each checked as its field allows (the model's
+    own rules are checked after, on the row: :meth:`Org.full_clean`)."""
+    unknown = sorted(set(changes) - set(UPDATE_FIELDS))
+    if unknown:
+        raise ValidationError({unknown[0]: f"{unknown[0]}: not a field an org update changes "
+                                           f"(one of {', '.join(UPDATE_FIELDS)})."})
+    out: dict[str, Any] = {}
+    for field, value in changes.items():
+        if field == "weight":
+            out[field] = require_int(field, value, minimum=0, maximum=MAX_WEIGHT)
+        elif field == "webhook_clear_margin_s":
+            out[field] = require_int(field, value, minimum=0, maximum=MAX_MARGIN_S)
+        elif field == "members":
+            out[field] = _member_pks(value)
+        else:
+            out[field] = _text(field, value, required=field == "name")
+    return out
+
+
+def _shown(field: str, value: Any, *, new: bool = False) -> Any:
+    if field == "webhook_secret":
+        return (NEW_SECRET_SHOWN if new else SECRET_SHOWN) if value else ""
+    return value
+
+
+def _usernames(pks: set[int]) -> list[str]:
+    return sorted(get_user_model().objects.filter(pk__in=pks).values_list("username", flat=True))
+
+
+def org_update(*, org: Org | int, actor: Any = None, **changes: Any) -> Org:
+    """Change an existing org: any of :data:`UPDATE_FIELDS`, given as keywords (the others are
+    left as they are). The admin's form and list come through here.
+
+    In one transaction, under the org's row lock:
+
+    - **validated**: each value as its field allows (whole numbers for ``weight`` and
+      ``webhook_clear_margin_s``, text without NUL for the rest, existing users for
+      ``members``), then the row as the model allows (``Org.full_clean``: a unique name
+      and slug, a URL, a secret with a webhook URL, a ``whsec_`` secret in base64). A field
+      not in :data:`ORG_FIELDS` is refused. An error (``ValidationError``) names the field,
+      and nothing is written;
+    - **audited**: a new turnaround as :func:`org_set_turnaround` records it (and applied to
+      the org's unfinished charts); a new weight as :func:`org_set_weight` records it (action ``weight``; 0
+      holds the org and remembers the weight to restore on release); every other field
+      that changed in one ``org_change`` entry, its values before and after (the webhook
+      secret as ``(secret)``/``(new secret)``, never its value; members by username);
+    - **notified**: one ``org`` note on commit, whatever changed.
+
+    A value equal to the current one is no change: nothing changed, nothing written,
+    recorded or sent. Returns the org as saved."""
+    turnaround = changes.pop("turnaround", _UNCHANGED)
+    if turnaround is not _UNCHANGED:
+        turnaround = parse_turnaround("turnaround", turnaround)
+    values = _org_values(changes)
+    with transaction.atomic():
+        locked = _locked_org(org)
+        new_turnaround = turnaround is not _UNCHANGED and _apply_turnaround(locked, turnaround, actor=actor)
+        weight = values.pop("weight", locked.weight)
+        members = values.pop("members", None)
+        old_members = set(locked.members.values_list("pk", flat=True)) if members is not None else None
+        changed = [f for f in ORG_FIELDS if f in values and values[f] != getattr(locked, f)]
+        if members is not None and members != old_members:
+            changed.append("members")
+        if not changed and weight == locked.weight:
+            if new_turnaround:
+                notify(OrgNote(id=locked.pk))
+            return locked
+        before = {f: _shown(f, getattr(locked, f)) for f in changed if f != "members"}
+        old_name = locked.name
+        fields = [f for f in changed if f != "members"]
+        for f in fields:
+            setattr(locked, f, values[f])
+        if "slug" in fields and not locked.slug:
+            locked.slug = locked.default_slug()  # before the uniqueness check, not in save()
+        if fields:
+            try:
+                locked.full_clean(exclude=[f for f in ORG_FIELDS if f not in fields and f != "members"])
+            except ValidationError as exc:
+                raise ValidationError({f: [m if f == NON_FIELD_ERRORS or m.startswith(f"{f}:") else f"{f}: {m}"
+                                           for m in msgs] for f, msgs in exc.message_dict.items()}) from None
+            locked.save(update_fields=[*fields, "updated_at"])
+        after = {f: _shown(f, getattr(locked, f), new=True) for f in fields}
+        if "members" in changed:
+            locked.members.set(members)
+            before["members"], after["members"] = _usernames(old_members), _usernames(members)
+        if changed:
+            was = f" (was {old_name})" if "name" in changed else ""
+            audit.record(actor=actor, action="org_change", org=locked,
+                         summary=f"Changed {', '.join(f.replace('_', ' ') for f in changed)} of {locked.name}{was}",
+                         before=before, after=after)
+        if weight != locked.weight:
+            _apply_weight(locked, weight, actor=actor, action="weight")
+        else:
+            notify(OrgNote(id=locked.pk))
+    return locked
 
 
 def org_hold(*, org: Org | int, actor: Any = None) -> Org:
@@ -90,23 +223,39 @@ def org_release(*, org: Org | int, actor: Any = None) -> Org:
 
 def org_set_turnaround(*, org: Org | int, turnaround: Any, actor: Any = None) -> Org:
     """Set (or clear, with None or "") an org's turnaround: its charts not finished yet and
-    without a due time of their own become due ``created_at`` + ``turnaround`` (applied by
-    ``charts.signals`` on the save, since charts sit above orgs)."""
+    without a due time of their own become due ``created_at`` + ``turnaround``, in the same
+    transaction (:func:`_apply_turnaround`). Audited and notified."""
     value = parse_turnaround("turnaround", turnaround)
     with transaction.atomic():
         locked = _locked_org(org)
-        before = locked.turnaround
-        if before == value:
-            return locked
-        locked.turnaround = value
-        locked.save(update_fields=["turnaround", "updated_at"])
-        shown = (lambda t: "none" if t is None else f"{t.total_seconds() / 3600:g} h")
-        audit.record(actor=actor, action="turnaround", org=locked,
-                     summary=f"Set the turnaround of {locked.name} to {shown(value)} (was {shown(before)})",
-                     before={"turnaround_s": before and before.total_seconds()},
-                     after={"turnaround_s": value and value.total_seconds()})
-        notify("org", id=locked.pk)
+        if _apply_turnaround(locked, value, actor=actor):
+            notify(OrgNote(id=locked.pk))
     return locked
+
+
+def _apply_turnaround(locked: Org, value: Any, *, actor: Any) -> bool:
+    """Write a new turnaround on a locked org and apply it to its unfinished charts without
+    a due time of their own: one UPDATE on ``(org, state)`` through the org's ``charts``
+    relation (the charts app sits above this one). ``updated_at`` is left alone: the
+    scheduler derives the same due time from the org's row (``fairsched.engine.due``), so
+    it re-reads no chart. Audited; the caller notifies. False: no change."""
+    before = locked.turnaround
+    if before == value:
+        return False
+    locked.turnaround = value
+    locked.save(update_fields=["turnaround", "updated_at"])
+    unfinished = locked.charts.filter(state__in=("queued", "running"), due_explicit=False)
+    if value:
+        unfinished.update(due_at=ExpressionWrapper(F("created_at") + Value(value, output_field=DurationField()),
+                                                   output_field=DateTimeField()))
+    else:
+        unfinished.update(due_at=None)
+    shown = (lambda t: "none" if t is None else f"{t.total_seconds() / 3600:g} h")
+    audit.record(actor=actor, action="turnaround", org=locked,
+                 summary=f"Set the turnaround of {locked.name} to {shown(value)} (was {shown(before)})",
+                 before={"turnaround_s": before and before.total_seconds()},
+                 after={"turnaround_s": value and value.total_seconds()})
+    return True
 
 
 def workflow_create(*, name: str, temporal_type: str = "", description: str = "",
@@ -139,7 +288,7 @@ def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int, ac
         audit.record(actor=actor, action="cost", org=locked,
                      summary=f"Set the cost of {wf.name} for {locked.name} to {cost} (was {before or 1})",
                      before={"workflow": wf.name, "cost": before}, after={"workflow": wf.name, "cost": cost})
-        notify("cost", org=locked.pk, workflow=wf_pk)
+        notify(CostNote(org=locked.pk, workflow=wf.pk))
     return row
 
 
@@ -156,4 +305,4 @@ def workflow_cost_delete(*, org: Org | int, workflow: Workflow | int, actor: Any
                      summary=f"Removed the cost of {row.workflow.name} for {row.org.name} (was {row.cost}; costs 1 again)",
                      before={"workflow": row.workflow.name, "cost": row.cost},
                      after={"workflow": row.workflow.name, "cost": None})
-        notify("cost", org=org_pk, workflow=wf_pk)
+        notify(CostNote(org=row.org_id, workflow=row.workflow_id))

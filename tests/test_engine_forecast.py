@@ -29,7 +29,7 @@ def small_history(s: LiveState) -> None:
 def test_lanes_model_is_the_lane_simulation():
     s = state(backlog(), eta_model="lanes")
     small_history(s)
-    assert s.eta_report(T0 + 3600).etas == s.queue.etas([], T0 + 3600, estimate=s.durations).etas
+    assert s.capture().eta_report(T0 + 3600).etas == s.queue.etas([], T0 + 3600, estimate=s.durations).etas
 
 
 def test_forecast_model_expects_the_small_org_to_keep_sending():
@@ -37,8 +37,8 @@ def test_forecast_model_expects_the_small_org_to_keep_sending():
     fore = state(backlog(), eta_model="forecast")
     small_history(fore)
     now = T0 + 3600
-    lane_eta = lanes.eta_report(now).etas["10"].finish_s
-    fore_eta = fore.eta_report(now).etas["10"].finish_s
+    lane_eta = lanes.capture().eta_report(now).etas["10"].finish_s
+    fore_eta = fore.capture().eta_report(now).etas["10"].finish_s
     # Small's next charts (about one a minute) each take a turn ahead of Big's later charts
     assert lane_eta == 11 * 60.0
     assert fore_eta > lane_eta + 4 * 60.0
@@ -79,7 +79,7 @@ def test_snapshot_rows_carry_the_90_percent_bound_and_first_etas_are_promises():
     for d in (30.0, 60.0, 120.0, 60.0):
         s.forecast.observe_finish("1", "code", d)
     now = T0 + 3600
-    report = s.eta_report(now)
+    report = s.capture().eta_report(now)
     _, rows, _ = build_snapshot(s, report, now, p90=s.forecast.p90_finisher())
     assert all(r["p90_s"] > r["finish_s"] for r in rows if r["org"] == 1)  # a spread is known for Big
     first = s.first_etas(report.etas, now, list(report.etas))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from common.notify import ChartNote
 from fairsched.engine import forked
 from tests.test_tick import rig  # noqa: F401 - a fixture
 
@@ -249,7 +250,7 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
 
     r.s.publisher.snapshot_stored = snapshot_stored
     r.store.add(10, 1)  # a change: the pass has something new to show
-    r.s._notes.append({"kind": "chart", "id": 10})
+    r.s._notes.append(ChartNote(id=10))
     await a_pass(r)
     assert "ETA pass died (exit code 9)" in caplog.text
     second = snapshot.read_snapshot()["seq"]

@@ -60,7 +60,7 @@ def test_a_captured_pass_is_unchanged_by_what_the_loop_does_meanwhile(model):
     live.apply_orgs([OrgRow(2, "Beta", "beta", 5)])
     live.finished(301, "succeeded", 30.0)
     assert build_snapshot(captured, captured.eta_report(now), now) == \
-        build_snapshot(twin, twin.eta_report(now), now)
+        build_snapshot(twin, twin.capture().eta_report(now), now)
 
 
 # --- pages ---------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def test_a_captured_pass_is_unchanged_by_what_the_loop_does_meanwhile(model):
 def test_a_published_page_equals_the_same_slice_of_the_full_order(redis_url):
     live = LiveState(world(1234))
     now = T0 + 500
-    snap, rows, per_org = build_snapshot(live, live.eta_report(now), now)
+    snap, rows, per_org = build_snapshot(live, live.capture().eta_report(now), now)
     snapshot.store(snap, rows, per_org)
     rows = json.loads(json.dumps(rows, default=list))  # as stored (Rows: made dicts as read)
     per_org = json.loads(json.dumps(per_org, default=list))
@@ -97,9 +97,9 @@ def test_a_newer_snapshot_replaces_the_pages_and_the_old_ones_expire(redis_url):
     import redis
 
     live = LiveState(world(50))
-    first = snapshot.store(*build_snapshot(live, live.eta_report(T0), T0))
+    first = snapshot.store(*build_snapshot(live, live.capture().eta_report(T0), T0))
     old = snapshot.read_snapshot()
-    second = snapshot.store(*build_snapshot(live, live.eta_report(T0 + 1), T0 + 1))
+    second = snapshot.store(*build_snapshot(live, live.capture().eta_report(T0 + 1), T0 + 1))
     assert second == first + 1
     client = redis.Redis.from_url(redis_url)
     assert 0 < client.ttl(old["pages"]["key"]) <= snapshot.OLD_PAGES_TTL_S
@@ -304,7 +304,7 @@ def test_a_snapshot_the_live_scheduler_confirms_stays_live(redis_url):
 
     live = LiveState(world(20))
     old = time.time() - 600
-    seq = snapshot.store(*build_snapshot(live, live.eta_report(old), old))
+    seq = snapshot.store(*build_snapshot(live, live.capture().eta_report(old), old))
     assert selectors.read_snapshot_with_age()[2] is True  # ten minutes old: stale
     client = redis.Redis.from_url(redis_url)
     client.set(snapshot.CURRENT_KEY, snapshot.current_value(seq - 1, time.time()))  # another snapshot's

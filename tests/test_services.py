@@ -132,12 +132,6 @@ def test_chart_submit_creates_a_queued_chart_and_notifies(capture_notifications)
     assert capture_notifications == [{"kind": "chart", "id": chart.pk}]
 
 
-def test_plain_orm_create_notifies_too(capture_notifications):
-    org, wf = make_org(), make_workflow()
-    chart = Chart.objects.create(org=org, workflow=wf, payload={})
-    assert {"kind": "chart", "id": chart.pk} in capture_notifications
-
-
 def test_nothing_is_sent_when_the_transaction_rolls_back(capture_notifications):
     from django.db import transaction
 

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
+from common.notify import ChartNote
 from fairsched.engine import db
 from fairsched.engine.ports import AlreadyStarted, StartFailed, WorkflowNotFound
 from fairsched.engine.scheduler import Scheduler
@@ -498,7 +499,7 @@ async def test_a_cancel_not_honoured_is_terminated_after_the_grace_period(rig):
     await r.lead()
     await r.tick()
     r.store.set(1, cancel_requested=True)  # the user cancels: the row says so, a notification names it
-    r.s._notes.append({"kind": "chart", "id": 1})
+    r.s._notes.append(ChartNote(id=1))
     await r.tick()
     assert r.temporal.cancels == [1] and r.running() == {1}
     r.clock.advance(59.0)
@@ -536,7 +537,7 @@ async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(
     r = rig(budget=1, charts=0)
     await r.lead()
     r.store.add(7, 1)  # created after the load; its notification names it
-    r.s._notes.append({"kind": "chart", "id": 7})
+    r.s._notes.append(ChartNote(id=7))
     await r.tick()
     assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
     assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
@@ -573,7 +574,7 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     assert r.temporal.start_calls == [1, 2]  # 3 is past the horizon: wait for the whole backlog
     r.store.rows[10] = ChartRow(10, 2, "code", "queued", T0 + 10, priority=True, prioritized_at=T0 + 10)
     r.store.payloads[10] = {}
-    s._notes.append({"kind": "chart", "id": 10})
+    s._notes.append(ChartNote(id=10))
     await r.tick()
     assert r.temporal.start_calls == [1, 2, 10]  # a priority chart needs no whole order
     r.temporal.close(10)
@@ -749,12 +750,13 @@ async def test_a_pass_that_stored_its_snapshot_and_failed_after_it_still_has_it_
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():
-    from fairsched.engine.notes import Reads
+    from common.notify import ChartsNote, CostNote, OrgNote, Resync, SettingsNote
+    from fairsched.engine.notes import Reads, read_note
 
-    reads = Reads.of([{"kind": "chart", "id": 1}, {"kind": "charts", "ids": [2, "x", 3]}, {"kind": "org", "id": 4},
-                      {"kind": "cost"}])
+    reads = Reads.of([ChartNote(id=1), ChartsNote.of([2, 3]), OrgNote(id=4), CostNote(org=4, workflow=1)])
     assert (reads.charts, reads.orgs, reads.costs, reads.settings, reads.resync) == ({1, 2, 3}, {4}, True, False,
                                                                                       False)
-    assert Reads.of([{"kind": "chart", "id": "5"}]).resync  # malformed: read everything changed instead
-    assert Reads.of([{"kind": "charts", "ids": [1], "count": 5}]).resync  # only some named: resync
-    assert Reads.of([{"kind": "settings"}]).settings and Reads.of([{"kind": "what"}]).resync
+    assert Reads.of([read_note(b'{"kind": "chart", "id": "5"}')]).resync  # malformed: read everything changed instead
+    assert Reads.of([ChartsNote(ids=(1,), count=5)]).resync  # only some named: resync
+    assert Reads.of([SettingsNote()]).settings and Reads.of([Resync()]).resync
+    assert Reads.of([read_note(b'{"kind": "what"}')]).resync

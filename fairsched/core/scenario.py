@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from fairsched import core
 from fairsched.core import DEFAULT_AVG_S, Durations, FairQueue, Plan, QueuedChart, RunningChart
+from fairsched.core.modes import EtaModel, Policy
 from fairsched.core.plan import gc_paused
 from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from fairsched.core.simulator import simulate as core_simulate
@@ -321,17 +322,18 @@ class Trace:
     durations: Durations
     arrivals: list[Arrival]
     events: list[Event]
-    eta_model: str = "lanes"
+    eta_model: EtaModel = EtaModel.LANES
 
 
 def parse_trace(d: Any) -> Trace:
     """Validate a trace dict and convert it to core values."""
     d = _obj(d, "trace")
     budget, weights, costs, durations = _parse_common(d)
-    eta_model = _str(d.get("eta_model", "lanes"), "eta_model")
+    eta_model = _str(d.get("eta_model", EtaModel.LANES.value), "eta_model")
     if eta_model not in ETA_MODELS:
         raise ScenarioError("eta_model", f"unknown ETA model {_show(eta_model)} "
                                          f"(expected one of {', '.join(ETA_MODELS)})")
+    eta_model = EtaModel(eta_model)
     ids: set[str] = set()
     arrivals = []
     for i, a in enumerate(_list(_get(d, "arrivals", ""), "arrivals")):
@@ -375,13 +377,13 @@ def sim_to_json(r: SimResult) -> dict:
     (a finish it should beat 9 times out of 10)."""
     charts = [{"id": c.id, "org": c.org, "arrive_s": c.arrive_s, "start_s": c.start_s,
                "finish_s": c.finish_s, "eta_at_arrival_s": c.eta_at_arrival_s} for c in r.charts]
-    if r.eta_model == "forecast":
+    if r.eta_model is EtaModel.FORECAST:
         for out, c in zip(charts, r.charts):
             out["eta_p90_at_arrival_s"] = c.eta_p90_at_arrival_s
-    return {"policy": r.policy, "eta_model": r.eta_model, "charts": charts, "summary": r.summary}
+    return {"policy": r.policy.value, "eta_model": r.eta_model.value, "charts": charts, "summary": r.summary}
 
 
-def simulate(trace: dict, policy: str = "wrr") -> dict:
+def simulate(trace: dict, policy: Policy | str = Policy.WRR) -> dict:
     """Replay a trace under ``policy`` (wrr, fifo, proportional); the result dict
     of docs/scheduling.md plus a ``summary`` of per-org fairness figures and the
     ``eta_model`` the trace chose (``"lanes"``, default, or ``"forecast"``)."""

@@ -18,14 +18,15 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .forecast import Forecaster, ForecastParams
 from .keys import fifo_key
+from .modes import EtaModel, Policy
 from .queue import FairQueue
 from .rules import ORDERED, head_of_line, is_held
 from .types import Durations, QueuedChart, RunningChart
 
-POLICIES = ("wrr", "fifo", "proportional")
+POLICIES = tuple(p.value for p in Policy)
 _cost = itemgetter(1)
 EVENT_KINDS = ("set_weight", "set_budget", "pause", "resume")
-ETA_MODELS = ("lanes", "forecast")
+ETA_MODELS = tuple(m.value for m in EtaModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +69,10 @@ class SimChart:
 class SimResult:
     """``charts`` in arrival (listing) order; ``summary`` see :func:`summarize`."""
 
-    policy: str
+    policy: Policy
     charts: list[SimChart]
     summary: dict = field(default_factory=dict)
-    eta_model: str = "lanes"
+    eta_model: EtaModel = EtaModel.LANES
 
 
 def simulate(
@@ -82,8 +83,8 @@ def simulate(
     weights: Mapping[str, int],
     costs: Mapping[tuple[str, str | None], int] | None = None,
     estimate: Callable[[str, str | None], float] = Durations(),
-    policy: str = "wrr",
-    eta_model: str = "lanes",
+    policy: Policy | str = Policy.WRR,
+    eta_model: EtaModel | str = EtaModel.LANES,
     forecast_params: ForecastParams | None = None,
 ) -> SimResult:
     """Run the trace to completion (or until nothing more can start).
@@ -95,7 +96,8 @@ def simulate(
         raise ValueError(f"unknown policy {policy!r}")
     if eta_model not in ETA_MODELS:
         raise ValueError(f"unknown eta_model {eta_model!r}")
-    fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model == "forecast" else None
+    policy, eta_model = Policy(policy), EtaModel(eta_model)
+    fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model is EtaModel.FORECAST else None
     sim = _Sim(arrivals, events, budget=budget, weights=weights, costs=costs, estimate=estimate,
                policy=policy, forecaster=fc)
     while True:
@@ -117,13 +119,13 @@ class _Sim:
     """The state of one :func:`simulate` run and its steps at each instant."""
 
     def __init__(self, arrivals: Sequence[Arrival], events: Sequence[Event], *, budget: int,
-                 weights: Mapping[str, int], costs, estimate: Callable, policy: str,
+                 weights: Mapping[str, int], costs, estimate: Callable, policy: Policy,
                  forecaster: Forecaster | None) -> None:
         self.arrivals, self.events = arrivals, events
         self.estimate, self.policy, self.fc = estimate, policy, forecaster
         self.by_id = {a.id: a for a in arrivals}
         self.q = FairQueue(budget=budget, weights=weights, costs=costs,
-                           policy="wrr" if policy == "wrr" else "fifo")
+                           policy=Policy.WRR if policy is Policy.WRR else Policy.FIFO)
         self.weights = dict(weights)
         self.arr_order = sorted(range(len(arrivals)), key=lambda i: arrivals[i].at_s)  # stable
         self.ev_order = sorted(range(len(events)), key=lambda i: events[i].at_s)
@@ -197,7 +199,7 @@ class _Sim:
         q = self.q
         free = q.budget - self.used
         demand = {o: q.ordered_count(o) for o in self.weights if q.ordered_count(o)}
-        if self.policy == "proportional":
+        if self.policy is Policy.PROPORTIONAL:
             started = _proportional(q, free, self.weights)
         else:
             started = q.dispatch(free)
@@ -223,13 +225,13 @@ class _Sim:
                 self.contended_starts[c.org] += 1
 
     def eta_at_arrival(self, t: float, arrived: list[str]) -> None:
-        if not arrived or self.policy == "proportional":
+        if not arrived or self.policy is Policy.PROPORTIONAL:
             return
         q, running = self.q, self.running
         want = {cid for cid in arrived if cid in running or q.state_of(cid) == ORDERED}
         if not want:
             return
-        forecast = self.fc is not None and self.policy == "wrr"
+        forecast = self.fc is not None and self.policy is Policy.WRR
         if forecast:
             rep = self.fc.etas(q, running.values(), t, stop_after=want)
         else:

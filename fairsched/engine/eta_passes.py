@@ -24,6 +24,7 @@ from common import live_updates
 from fairsched.core import Eta
 from fairsched.core.plan import gc_paused
 from fairsched.engine import forked
+from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Host, Part
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
@@ -101,12 +102,12 @@ class EtaPasses(Part):
     def _start_eta_pass(self) -> None:
         """Start an ETA pass in the background while the loop goes on dispatching: the pass
         computes the ETAs, builds the snapshot, encodes and stores it page by page. In a
-        forked child (``eta_pass_in="process"``), which sees the state as it was at the
+        forked child (``eta_pass_in`` :attr:`EtaPassIn.PROCESS`), which sees the state as it was at the
         fork; or in a thread, on a copy the loop takes first (:meth:`LiveState.capture`,
         milliseconds)."""
         self._eta_now = False
         now = self.clock.time()
-        captured = self.state.capture() if self.host.eta_pass_in == "thread" else None
+        captured = self.state.capture() if self.host.eta_pass_in is EtaPassIn.THREAD else None
         self._eta_due = math.inf  # the pass sets the next one when it ends
         self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
                                              name="eta-pass")
@@ -194,7 +195,7 @@ class EtaPasses(Part):
             p90 = captured.forecast.p90_finisher()
             due = due_pass(captured, report.etas, now, p90)
             snap, rows, per_org = build_snapshot(captured, report, now, p90=p90, due=due)
-            snap["eta_model"] = captured.eta_model
+            snap["eta_model"] = captured.eta_model.value
             seq = self.publisher.store_snapshot(snap, rows, per_org)
             forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
             etas = report.etas

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import enum
 import multiprocessing
 import os
 import signal
@@ -38,6 +39,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+class EtaPassIn(enum.StrEnum):
+    """Where the scheduler runs its ETA pass and snapshot (``FAIRSCHED_ETA_PASS``)."""
+
+    PROCESS = "process"  # a forked child (this module), off the dispatching loop's GIL
+    THREAD = "thread"    # a thread of the scheduler's own process, on a copy of the state
 
 _PR_SET_PDEATHSIG = 1
 

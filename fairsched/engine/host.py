@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from common.notify import Note
 from fairsched.core import RoundSaver
 from fairsched.engine.ports import Clock, Publisher, Store, TemporalPort
 from fairsched.engine.state import LiveState
@@ -53,7 +54,7 @@ class Host(Protocol):
     leading: bool
     phase: str
     _rounds: RoundSaver
-    _notes: list[dict[str, Any]]
+    _notes: list[Note]
     _finished: list
     _tasks: list[asyncio.Task]
     _stop: asyncio.Event

@@ -7,13 +7,14 @@ from dataclasses import replace
 from common import snapshot
 from fairsched.core import Plan
 from fairsched.core.forecast import Forecaster, PlanOrder
+from fairsched.core.modes import EtaModel
 from fairsched.engine import db
 from control.models import SchedulerSettings
 from fairsched.core.scenario import Scenario
 
 
-def configured_model() -> str:
-    return SchedulerSettings.get().eta_model
+def configured_model() -> EtaModel:
+    return EtaModel(SchedulerSettings.get().eta_model)
 
 
 def forecast_plan(s: Scenario, p: Plan, *, head: int | None = None,

@@ -41,6 +41,7 @@ import redis.asyncio as aredis
 from asgiref.sync import sync_to_async
 
 from common import live_updates
+from common.notify import Note
 from common import snapshot as snapshot_store
 from fairsched.core import RoundState
 from fairsched.engine import db
@@ -339,9 +340,10 @@ class LeasePort(Protocol):
 
 
 class Subscription(Protocol):
-    async def next_note(self, timeout_s: float) -> dict | None:
-        """The next notification (a malformed one reads ``{"kind": "resync"}``), None if none
-        came within ``timeout_s``; raises :class:`Unavailable`."""
+    async def next_note(self, timeout_s: float) -> Note | None:
+        """The next notification, parsed (one this version cannot read is a
+        :class:`~common.notify.Resync`: :func:`fairsched.engine.notes.read_note`), None if
+        none came within ``timeout_s``; raises :class:`Unavailable`."""
     async def aclose(self) -> None: ...
 
 

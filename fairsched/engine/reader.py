@@ -46,7 +46,7 @@ def compute_snapshot(captured: PassInput, now: float) -> tuple[EtaReport, dict, 
     ``(report, snapshot, order_rows, per_org)`` for :func:`common.snapshot.store`."""
     report = captured.eta_report(now)
     snap, rows, per_org = build_snapshot(captured, report, now, p90=captured.forecast.p90_finisher())
-    snap["eta_model"] = captured.eta_model
+    snap["eta_model"] = captured.eta_model.value
     return report, snap, rows, per_org
 
 

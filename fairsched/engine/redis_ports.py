@@ -6,13 +6,12 @@ imports ``redis``.
 """
 from __future__ import annotations
 
-import json
-
 import redis
 import redis.asyncio as aredis
 
-from common.notify import CHANNEL
+from common.notify import CHANNEL, Note
 from fairsched.engine.lease import LEASE_KEY, Lease, release_now
+from fairsched.engine.notes import read_note
 from fairsched.engine.ports import Unavailable
 
 _DOWN = (redis.RedisError, OSError)
@@ -83,18 +82,14 @@ class _Subscription:
     def __init__(self, pubsub) -> None:
         self.pubsub = pubsub
 
-    async def next_note(self, timeout_s: float) -> dict | None:
+    async def next_note(self, timeout_s: float) -> Note | None:
         try:
             message = await self.pubsub.get_message(timeout=timeout_s)
         except _DOWN as exc:
             raise Unavailable(str(exc)) from exc
         if message is None or message.get("type") != "message":
             return None
-        try:
-            note = json.loads(message["data"])
-        except (TypeError, ValueError):
-            note = {"kind": "resync"}
-        return note if isinstance(note, dict) else {"kind": "resync"}
+        return read_note(message["data"])
 
     async def aclose(self) -> None:
         await self.pubsub.aclose()

@@ -65,8 +65,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from common.notify import Note
 from fairsched.core import RoundSaver
 from fairsched.engine import forked
+from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.dispatcher import Dispatcher
 from fairsched.engine.eta_passes import EtaColumns, EtaPasses, PassOut  # noqa: F401 - their old home
 from fairsched.engine.host import Backoff
@@ -151,17 +153,19 @@ class Scheduler:
         temporal: TemporalPort | None = None,
         lease: LeasePort | None = None,
         notifications: NotificationSource | None = None,
-        eta_pass_in: str = "thread",
+        eta_pass_in: EtaPassIn | str = EtaPassIn.THREAD,
     ) -> None:
         """``clock``, ``store``, ``publisher``, ``temporal``, ``lease``, ``notifications``: the
         ports (:mod:`fairsched.engine.ports`), the real ones unless given (tests give fakes).
         ``eta_pass_in``: where the ETA pass runs, ``"process"`` (a forked child, off the loop's
         GIL: :mod:`fairsched.engine.forked`; ``runscheduler``'s default) or ``"thread"`` (in
         this process: a fake publisher sees what the pass publishes)."""
-        if eta_pass_in not in ("process", "thread"):
-            raise ValueError(f"eta_pass_in: 'process' or 'thread', not {eta_pass_in!r}")
-        if eta_pass_in == "process" and not forked.available():
-            eta_pass_in = "thread"
+        try:
+            eta_pass_in = EtaPassIn(eta_pass_in)
+        except ValueError:
+            raise ValueError(f"eta_pass_in: 'process' or 'thread', not {eta_pass_in!r}") from None
+        if eta_pass_in is EtaPassIn.PROCESS and not forked.available():
+            eta_pass_in = EtaPassIn.THREAD
         self.eta_pass_in = eta_pass_in
         self.temporal_address = temporal_address
         self.namespace = namespace
@@ -189,7 +193,7 @@ class Scheduler:
         self._stop_requested: tuple[float, str] | None = None  # (monotonic time, phase) of the stop request
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self._notes: list[dict[str, Any]] = []
+        self._notes: list[Note] = []
         self._finished: list[tuple[int, Outcome]] = []
         self._tasks: list[asyncio.Task] = []
         self._resync_requested = False

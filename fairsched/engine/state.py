@@ -8,8 +8,8 @@ these methods and carries out the :class:`Effects` they return (cancel a
 workflow, watch or stop watching a workflow's result, run the ETA pass now).
 
 Rows are the truth: :meth:`LiveState.apply_chart` makes memory agree with one
-re-read row, whatever it was before; :meth:`LiveState.apply_world` does that
-for everything (the periodic resync).
+re-read row (:mod:`fairsched.engine.rows`), whatever it was before;
+:meth:`LiveState.apply_world` does that for everything (the periodic resync).
 """
 from __future__ import annotations
 
@@ -17,88 +17,19 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
 from common import live_updates as lu
-from fairsched.core import Durations, Eta, EtaReport, FairQueue, QueuedChart, RoundState, RunningChart, is_held
+from fairsched.core import Durations, Eta, EtaReport, FairQueue, QueuedChart, RunningChart, is_held
 from fairsched.core.forecast import Forecaster
+from fairsched.core.modes import EtaModel
 from fairsched.core.plan import gc_paused
 from fairsched.engine.due import DueBook, DueInput
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World  # the rows it applies (their old home: here)
 
 log = logging.getLogger("fairsched.engine")
 
 QUEUED, RUNNING = "queued", "running"
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
-
-
-@dataclass(frozen=True, slots=True)
-class OrgRow:
-    id: int
-    name: str
-    slug: str
-    weight: int
-    turnaround_s: float | None = None  # Org.turnaround: a chart without its own due time is due created + this
-
-
-_ORG_KEYS: dict[int, str] = {}
-
-
-def _org_key(org: int) -> str:
-    """``str(org)``, one string per org shared by all its charts (memory at 1M charts)."""
-    key = _ORG_KEYS.get(org)
-    if key is None:
-        key = _ORG_KEYS[org] = str(org)
-    return key
-
-
-@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x (a million at start-up); never mutated
-class ChartRow:
-    """What the scheduler reads of one chart row (times as epoch seconds)."""
-
-    id: int
-    org: int
-    workflow: str
-    state: str
-    created_at: float
-    priority: bool = False
-    prioritized_at: float | None = None
-    paused: bool = False
-    front_at: float | None = None
-    cancel_requested: bool = False
-    external_id: str | None = None
-    started_at: float | None = None
-    dispatched_cost: int | None = None
-    run_id: str = ""
-    round: int | None = None  # the persisted round (Chart.fair_round); read only at load
-    due_at: float | None = None  # Chart.due_at; the scheduler keeps it only when due_explicit (engine/due.py)
-    due_explicit: bool = False
-    due_alert: str = ""          # the due warning in force (read only at load)
-
-    def queued_chart(self, with_round: bool = False) -> QueuedChart:
-        return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
-                           self.priority, self.prioritized_at, self.paused, self.front_at,
-                           self.round if with_round else None)
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    budget: int
-    eta_interval_s: float = 3.0
-    reconcile_interval_s: float = 5.0
-    eta_model: str = "forecast"
-
-
-@dataclass(frozen=True, slots=True)
-class World:
-    """One full read of the database (start-up and periodic resync)."""
-
-    config: Config
-    orgs: list[OrgRow]
-    costs: dict[tuple[str, str], int]
-    averages: dict[tuple[str, str | None], float]
-    charts: list[ChartRow]  # every queued and running chart
-    rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
-    read_at: datetime | None = None   # when the read began (the incremental resync's first watermark)
 
 
 @dataclass(slots=True)
@@ -153,7 +84,7 @@ class PassInput:
     queue: FairQueue              # FairQueue.frozen_copy(): read only
     forecast: Forecaster          # a copy of what was learned
     durations: Durations
-    eta_model: str
+    eta_model: EtaModel
     running: tuple[Running, ...]  # copies
     orgs: tuple[OrgRow, ...]
     external_ids: dict[int, str | None]
@@ -171,8 +102,9 @@ class PassInput:
         return [r.core() for r in self.running]
 
     def eta_report(self, now: float) -> EtaReport:
-        """The ETA pass of the configured model, on this copy."""
-        if self.eta_model == "forecast":
+        """The ETA pass of the configured model, on this copy (the only one: a pass reads a
+        copy, :meth:`LiveState.capture`)."""
+        if self.eta_model is EtaModel.FORECAST:
             return self.forecast.etas(self.queue, self.running_charts(), now)
         return self.queue.etas(self.running_charts(), now, estimate=self.durations)
 
@@ -297,12 +229,6 @@ class LiveState:
 
     def _prior(self, org: str, workflow: str | None) -> float:
         return self.durations(org, workflow)
-
-    def eta_report(self, now: float) -> EtaReport:
-        """The ETA pass of the configured model (``Config.eta_model``)."""
-        if self.config.eta_model == "forecast":
-            return self.forecast.etas(self.queue, self.running_charts(), now)
-        return self.queue.etas(self.running_charts(), now, estimate=self.durations)
 
     def running_charts(self) -> list[RunningChart]:
         return [r.core() for r in self.running.values()]

@@ -21,6 +21,7 @@ import dataclasses
 import logging
 from datetime import timedelta
 
+from common.notify import Note
 from fairsched.engine.host import Backoff, Host, Part
 from fairsched.engine.notes import Reads
 from fairsched.engine.ports import TemporalError, WorkflowNotFound
@@ -81,7 +82,7 @@ class Sync(Part):
             self.host._notes = notes + self.host._notes
             raise
 
-    async def _apply_note_batch(self, notes: list[dict]) -> Effects:
+    async def _apply_note_batch(self, notes: list[Note]) -> Effects:
         state = self.state
         fx = Effects()
         reads = Reads.of(notes)

@@ -157,7 +157,7 @@ def test_every_charts_own_fields_equal_its_row_of_the_whole_order(redis_url):
 
     live = LiveState(world(1234))
     now = T0 + 500
-    built, rows, per_org = build_snapshot(live, live.eta_report(now), now)
+    built, rows, per_org = build_snapshot(live, live.capture().eta_report(now), now)
     snap.store(built, rows, per_org)
     rows = json.loads(json.dumps(rows, default=list))
     per_org = json.loads(json.dumps(per_org, default=list))

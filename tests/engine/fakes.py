@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from fairsched.core import RoundSaver
+from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Backoff
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.state import LiveState, OrgRow
@@ -31,7 +32,7 @@ class FakeHost:
         self.phase = "test"
         self.task_queue = "q"
         self.watch_results = True
-        self.eta_pass_in = "thread"
+        self.eta_pass_in = EtaPassIn.THREAD
         self._rounds = RoundSaver(None)
         self._notes: list[dict] = []
         self._finished: list = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from common.notify import ChartNote, Note
 from fairsched.engine.leadership import Leadership
 from fairsched.engine.ports import Unavailable
 from tests.engine.fakes import FakeHost
@@ -76,7 +77,7 @@ class FakeSubscription:
 
 class FakeNotifications:
     def __init__(self) -> None:
-        self.queue: list[dict] = []
+        self.queue: list[Note] = []
         self.subscribed = 0
         self.fail_next = False
 
@@ -162,11 +163,11 @@ def test_a_lease_never_taken_is_not_released():
 async def test_the_listener_appends_notes_and_resyncs_after_a_reconnect():
     lead = leadership()
     source = lead.notifications
-    source.queue = [{"kind": "chart", "id": 1}]
+    source.queue = [ChartNote(id=1)]
     task = asyncio.create_task(lead._listen())
     for _ in range(20):
         await asyncio.sleep(0)
-    assert lead.host._notes == [{"kind": "chart", "id": 1}] and not lead.host._resync_requested
+    assert lead.host._notes == [ChartNote(id=1)] and not lead.host._resync_requested
     source.fail_next = True
     for _ in range(50):
         await asyncio.sleep(0)

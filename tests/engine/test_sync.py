@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from common.notify import ChartNote, SettingsNote
+from fairsched.engine.notes import read_note
 from fairsched.engine.state import ChartRow
 from fairsched.engine.sync import Sync
 from fairsched.temporal.client import Outcome
@@ -23,28 +25,28 @@ async def sync():
 async def test_a_note_naming_a_chart_reads_its_row_and_returns_the_change(sync):
     host = sync.host
     host.store.add(9, 1)
-    host._notes.append({"kind": "chart", "id": 9})
+    host._notes.append(ChartNote(id=9))
     fx = await sync._apply_notes()
     assert "9" in host.state.queue and [e["kind"] for e in fx.events] == ["queued"]
     assert host._notes == []
 
 
 async def test_a_note_this_version_does_not_know_asks_for_a_resync(sync):
-    sync.host._notes.append({"kind": "what"})
+    sync.host._notes.append(read_note(b'{"kind": "what"}'))
     await sync._apply_notes()
     assert sync.host._resync_requested
 
 
 async def test_a_failed_note_batch_keeps_its_notes_for_the_next_try(sync):
     host = sync.host
-    host._notes.append({"kind": "settings"})
+    host._notes.append(SettingsNote())
 
     async def down():
         raise OSError("database down")
     host.store.read_config = down
     with pytest.raises(OSError):
         await sync._apply_notes()
-    assert host._notes == [{"kind": "settings"}]
+    assert host._notes == [SettingsNote()]
 
 
 async def test_the_incremental_resync_applies_what_changed_and_moves_the_watermark(sync):

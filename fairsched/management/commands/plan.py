@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.core import Plan
+from fairsched.core.modes import EtaModel
 from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
 from fairsched.core.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
@@ -39,13 +40,13 @@ def read_json(path: str | None, stdin=None) -> object:
                            f"column {e.colno}", returncode=2) from None
 
 
-def live_plan(s) -> tuple[Plan, str]:
+def live_plan(s) -> tuple[Plan, EtaModel]:
     """The plan of a parsed live scenario with the ETAs of the model the scheduler is set
     to (``SchedulerSettings.eta_model``), and that model's name."""
 
     p = plan_scenario(s)
     model = configured_model()
-    if model == "forecast":
+    if model is EtaModel.FORECAST:
         head, rounds = live_rounds()
         p = forecast_plan(s, p, head=head, round_state=rounds)
     return p, model
@@ -66,7 +67,7 @@ def render_table(scenario: dict, live: bool = False) -> str:
     as time of day; then held / paused / blocked and the clear-time per org.
     ``live``: the ETAs of the live scheduler's model (named on the first line)."""
     s = parse_scenario(scenario)
-    p, model = live_plan(s) if live else (plan_scenario(s), "lanes")
+    p, model = live_plan(s) if live else (plan_scenario(s), EtaModel.LANES)
     now = datetime.fromisoformat(scenario["now"])
     charts = {c.id: c for c in s.queued}
     dispatch = set(p.dispatch)
@@ -140,7 +141,7 @@ class Command(BaseCommand):
                 s = parse_scenario(scenario)
                 if opts["live"]:
                     p, model = live_plan(s)
-                    out = {**plan_to_json(p, s.weights), "eta_model": model}
+                    out = {**plan_to_json(p, s.weights), "eta_model": model.value}
                 else:
                     out = plan_to_json(plan_scenario(s), s.weights)
                 self.stdout.write(json.dumps(out, indent=2))

@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.management.commands.plan import read_json
 from fairsched.core.scenario import ScenarioError, simulate
+from fairsched.core.modes import Policy
+from fairsched.core.simulator import POLICIES
 
 
 def _s(v, fmt="{:.0f}") -> str:
@@ -42,12 +44,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("file", nargs="?", help="trace JSON file, or - for stdin")
         # validated in handle(), so a bad value is one line and exit status 2
-        parser.add_argument("--policy", default="wrr", help="wrr (default), fifo or proportional")
+        parser.add_argument("--policy", default=Policy.WRR.value, help="wrr (default), fifo or proportional")
         parser.add_argument("--summary", action="store_true", help="a table per org instead of JSON")
 
     def handle(self, *args, **opts) -> None:
         try:
-            if opts["policy"] not in ("wrr", "fifo", "proportional"):
+            if opts["policy"] not in POLICIES:
                 simulate({}, opts["policy"])  # raises the one-line ScenarioError
             trace = read_json(opts["file"], self.stdin if hasattr(self, "stdin") else None)
             result = simulate(trace, opts["policy"])

@@ -1,0 +1,87 @@
+"""What the scheduler reads of the database (:mod:`fairsched.engine.db`, through the store
+port): the rows and settings it hands to :class:`~fairsched.engine.state.LiveState`.
+Plain values, no I/O; times are epoch seconds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from fairsched.core import QueuedChart, RoundState
+from fairsched.core.modes import EtaModel
+
+
+@dataclass(frozen=True, slots=True)
+class OrgRow:
+    id: int
+    name: str
+    slug: str
+    weight: int
+    turnaround_s: float | None = None  # Org.turnaround: a chart without its own due time is due created + this
+
+
+_ORG_KEYS: dict[int, str] = {}
+
+
+def _org_key(org: int) -> str:
+    """``str(org)``, one string per org shared by all its charts (memory at 1M charts)."""
+    key = _ORG_KEYS.get(org)
+    if key is None:
+        key = _ORG_KEYS[org] = str(org)
+    return key
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x (a million at start-up); never mutated
+class ChartRow:
+    """What the scheduler reads of one chart row (times as epoch seconds)."""
+
+    id: int
+    org: int
+    workflow: str
+    state: str
+    created_at: float
+    priority: bool = False
+    prioritized_at: float | None = None
+    paused: bool = False
+    front_at: float | None = None
+    cancel_requested: bool = False
+    external_id: str | None = None
+    started_at: float | None = None
+    dispatched_cost: int | None = None
+    run_id: str = ""
+    round: int | None = None  # the persisted round (Chart.fair_round); read only at load
+    due_at: float | None = None  # Chart.due_at; the scheduler keeps it only when due_explicit (engine/due.py)
+    due_explicit: bool = False
+    due_alert: str = ""          # the due warning in force (read only at load)
+
+    def queued_chart(self, with_round: bool = False) -> QueuedChart:
+        return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
+                           self.priority, self.prioritized_at, self.paused, self.front_at,
+                           self.round if with_round else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    budget: int
+    eta_interval_s: float = 3.0
+    reconcile_interval_s: float = 5.0
+    eta_model: EtaModel = EtaModel.FORECAST  # given as the settings row's text, kept as the enum
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "eta_model", EtaModel(self.eta_model))
+        except ValueError:
+            raise ValueError(f"eta_model: {self.eta_model!r} is not one of "
+                             f"{', '.join(m.value for m in EtaModel)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """One full read of the database (start-up and periodic resync)."""
+
+    config: Config
+    orgs: list[OrgRow]
+    costs: dict[tuple[str, str], int]
+    averages: dict[tuple[str, str | None], float]
+    charts: list[ChartRow]  # every queued and running chart
+    rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
+    read_at: datetime | None = None   # when the read began (the incremental resync's first watermark)

@@ -1,0 +1,222 @@
+"""Services notify the scheduler themselves: once, on commit, never for a rolled-back write,
+and no ``post_save`` receiver does it for them (a plain ``Chart.objects.create`` is read by
+the incremental resync instead). The admin's org changes go through ``org_update``."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.urls import reverse
+from django.utils import timezone
+
+from charts import services as charts_services
+from charts.models import Chart, ChartState
+from control.models import AuditEntry, SchedulerSettings
+from fairsched.engine import db
+from orgs import services as org_services
+from orgs.models import Org
+from tests.factories import make_chart, make_cost, make_org, make_workflow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROJECT_APPS = ("charts", "orgs", "control", "dashboard", "jobs", "fairsched")
+
+
+class Rollback(Exception):
+    pass
+
+
+def _submit(org, wf, failed):
+    return charts_services.chart_submit(org=org, workflow=wf, external_id="mrn-1").pk
+
+
+def _submit_many(org, wf, failed):
+    return charts_services.chart_submit_many(charts=[{"org": org, "workflow": wf}] * 3).created
+
+
+def _rerun(org, wf, failed):
+    return charts_services.chart_rerun(chart=failed).pk
+
+
+@contextmanager
+def no_post_save_receivers() -> Iterator[None]:
+    """Every ``post_save`` receiver disconnected for the block: what a service sends, it sends itself."""
+    with mock.patch.object(post_save, "receivers", []):
+        post_save.sender_receivers_cache.clear()
+        try:
+            yield
+        finally:
+            post_save.sender_receivers_cache.clear()
+
+
+@pytest.mark.parametrize("write", [_submit, _submit_many, _rerun], ids=["submit", "submit_many", "rerun"])
+def test_a_submit_notifies_exactly_once_on_commit(write, capture_notifications):
+    """The service itself, with no ``post_save`` receiver to notify for it."""
+    org, wf = make_org(), make_workflow()
+    failed = make_chart(org, wf, state=ChartState.FAILED)
+    capture_notifications.clear()
+    with no_post_save_receivers(), transaction.atomic():
+        made = write(org, wf, failed)
+        assert capture_notifications == []  # not before the commit
+    if isinstance(made, list):
+        assert capture_notifications == [{"kind": "charts", "ids": made, "count": 3}]
+    else:
+        assert capture_notifications == [{"kind": "chart", "id": made}]
+
+
+def test_nothing_notifies_on_a_rolled_back_transaction(capture_notifications):
+    org, wf = make_org(weight=2), make_workflow()
+    failed = make_chart(org, wf, state=ChartState.FAILED)
+    queued = make_chart(org, wf)
+    capture_notifications.clear()
+    with pytest.raises(Rollback), transaction.atomic():
+        _submit(org, wf, failed)
+        _submit_many(org, wf, failed)
+        charts_services.chart_rerun(chart=failed)
+        charts_services.chart_pause(chart=queued)
+        org_services.org_set_weight(org=org, weight=5)
+        org_services.org_update(org=org, name="Renamed", webhook_clear_margin_s=60)
+        org_services.workflow_cost_set(org=org, workflow=wf, cost=3)
+        raise Rollback
+    assert capture_notifications == []
+    assert Chart.objects.count() == 2 and Org.objects.get(pk=org.pk).name == org.name
+
+
+def _project_instances() -> list:
+    org, wf = make_org(), make_workflow()
+    return [make_chart(org, wf), org, wf, make_cost(org, wf, 2), SchedulerSettings.get()]
+
+
+def test_no_post_save_receiver_notifies(capture_notifications):
+    """Django's signal registry sends ``post_save`` for a row of each model the scheduler
+    reads to every receiver connected: none of them notifies."""
+    instances = _project_instances()
+    capture_notifications.clear()
+    for obj in instances:
+        post_save.send(sender=type(obj), instance=obj, created=True, raw=False, using="default", update_fields=None)
+        post_save.send(sender=type(obj), instance=obj, created=False, raw=False, using="default",
+                       update_fields=None)
+    assert capture_notifications == []
+
+
+def test_the_project_connects_no_post_save_receiver():
+    """The registry itself: no model of the project's apps has a ``post_save`` receiver, so a
+    save notifies nothing behind a service's back (services notify; resyncs catch the rest)."""
+    models = [m for config in apps.get_app_configs() if config.name.split(".")[0] in PROJECT_APPS
+              for m in config.get_models()]
+    assert {m.__name__ for m in models} >= {"Chart", "Org", "WorkflowCost", "SchedulerSettings"}
+    assert [m.__name__ for m in models if post_save.has_listeners(m)] == []
+
+
+def test_a_plain_orm_create_sends_nothing_and_the_incremental_resync_reads_it(capture_notifications):
+    org, wf = make_org(), make_workflow()
+    since = timezone.now() - timedelta(seconds=1)
+    capture_notifications.clear()
+    chart = Chart.objects.create(org=org, workflow=wf, payload={})
+    assert capture_notifications == []
+    assert chart.pk in [row.id for row in db.read_changes(since).charts]
+
+
+# --- org_update: the admin's one door ----------------------------------------------------------------
+
+
+def org_form(org: Org, **changes) -> dict:
+    data = {"name": org.name, "slug": org.slug, "weight": org.weight, "webhook_url": org.webhook_url,
+            "webhook_secret": org.webhook_secret, "webhook_clear_margin_s": org.webhook_clear_margin_s,
+            "costs-TOTAL_FORMS": 0, "costs-INITIAL_FORMS": 0, "costs-MIN_NUM_FORMS": 0,
+            "costs-MAX_NUM_FORMS": 1000, "_save": "Save"}
+    data.update(changes)
+    return data
+
+
+def test_an_admin_change_of_a_non_weight_field_is_audited_and_notified(admin_client, capture_notifications):
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    resp = admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]),
+                             org_form(org, name="Acme Health", webhook_clear_margin_s=120), follow=True)
+    assert resp.status_code == 200
+    org.refresh_from_db()
+    assert (org.name, org.webhook_clear_margin_s, org.weight) == ("Acme Health", 120, 2)
+    entry = AuditEntry.objects.get(org=org)
+    assert entry.action == "org_change" and entry.actor_name == "admin"
+    assert entry.before == {"name": "Acme", "webhook_clear_margin_s": 600}
+    assert entry.after == {"name": "Acme Health", "webhook_clear_margin_s": 120}
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+
+
+def test_an_admin_change_of_weight_and_webhook_is_one_notification_and_hides_the_secret(
+        admin_client, capture_notifications):
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]),
+                      org_form(org, weight=0, webhook_url="https://hooks.example.com/x",
+                               webhook_secret="s3cret-value"), follow=True)
+    org.refresh_from_db()
+    assert (org.weight, org.weight_before_hold, org.webhook_secret) == (0, 2, "s3cret-value")
+    entries = {e.action: e for e in AuditEntry.objects.filter(org=org)}
+    assert set(entries) == {"weight", "org_change"}
+    assert entries["weight"].before == {"weight": 2} and entries["weight"].after == {"weight": 0}
+    assert entries["org_change"].after == {"webhook_url": "https://hooks.example.com/x",
+                                           "webhook_secret": "(new secret)"}
+    assert "s3cret" not in str(entries["org_change"].before) + entries["org_change"].summary
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+
+
+def test_an_admin_save_with_nothing_changed_records_nothing(admin_client, capture_notifications):
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]), org_form(org), follow=True)
+    assert not AuditEntry.objects.exists() and capture_notifications == []
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"name": " "}, "name"),
+    ({"name": "A\x00B"}, "name"),
+    ({"name": "Taken"}, "name"),
+    ({"weight": -1}, "weight"),
+    ({"weight": True}, "weight"),
+    ({"webhook_clear_margin_s": "soon"}, "webhook_clear_margin_s"),
+    ({"webhook_url": "ftp://hooks.example.com", "webhook_secret": "k"}, "webhook_url"),
+    ({"webhook_url": "https://hooks.example.com"}, "webhook_secret"),
+    ({"webhook_secret": "whsec_!!"}, "webhook_secret"),
+    ({"members": [10**6]}, "members"),
+    ({"budget": 3}, "budget"),
+], ids=["blank-name", "nul-name", "taken-name", "negative-weight", "bool-weight", "margin-text", "ftp-url",
+        "url-without-secret", "bad-whsec", "unknown-member", "unknown-field"])
+def test_org_update_refuses_a_bad_value_naming_the_field_and_writes_nothing(changes, field,
+                                                                            capture_notifications):
+    org = make_org("Acme", weight=2)
+    make_org("Taken")
+    row = Org.objects.filter(pk=org.pk).values().get()
+    capture_notifications.clear()
+    with pytest.raises(ValidationError) as exc:
+        org_services.org_update(org=org, **{"name": "Acme Health", **changes})  # the good name is not written either
+    assert list(exc.value.message_dict) == [field]
+    assert all(m.startswith(field) for m in exc.value.message_dict[field]), exc.value.message_dict  # names it
+    assert Org.objects.filter(pk=org.pk).values().get() == row
+    assert not AuditEntry.objects.exists() and capture_notifications == []
+
+
+def test_org_update_records_members_by_username_and_a_blank_slug_becomes_the_names(capture_notifications):
+    from tests.factories import make_user
+
+    org, ann, bob = make_org("Acme"), make_user("ann"), make_user("bob")
+    org.members.add(ann)
+    capture_notifications.clear()
+    saved = org_services.org_update(org=org.pk, members=[bob, ann.pk], name="Acme Health", slug="")
+    assert saved.slug == "acme-health" and set(saved.members.all()) == {ann, bob}
+    entry = AuditEntry.objects.get()
+    assert entry.before == {"name": "Acme", "slug": "acme", "members": ["ann"]}
+    assert entry.after == {"name": "Acme Health", "slug": "acme-health", "members": ["ann", "bob"]}
+    assert entry.summary == "Changed name, slug, members of Acme Health (was Acme)"
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+    capture_notifications.clear()
+    org_services.org_update(org=org, members=[ann, bob], name="Acme Health")  # the same: no change
+    assert AuditEntry.objects.count() == 1 and capture_notifications == []
