@@ -22,6 +22,7 @@ LAYERS = [
     "fairsched.management",  # the commands
     "jobs",
     "dashboard",
+    "monitoring",            # the Prometheus scrape target /metrics
     "config",                # the Django project
 ]
 TOP = {name.split(".")[0] for name in LAYERS}
