@@ -212,33 +212,43 @@ def eta_pass_done(seconds: float) -> None:
 
 
 # --------------------------------------------------------------------- reads (the web)
-def read_histograms(client: redis.Redis | None = None) -> dict[str, dict[str, tuple[list[int], float]]]:
-    """``{name: {label: (counts per bucket, last is +Inf; sum)}}`` of every histogram, one
-    round trip."""
-    client = client or _redis()
-    pipe = client.pipeline(transaction=False)
+def redis_client() -> redis.Redis:
+    """This process's client for the metrics' keys (short timeouts)."""
+    return _redis()
+
+
+def queue_reads(pipe) -> None:
+    """Add the reads of every histogram and of the API counter to ``pipe`` (one round trip
+    with the caller's own reads); :func:`parse_reads` reads their answers."""
     for h in HISTOGRAMS:
         pipe.hgetall(h.key)
-    out: dict[str, dict[str, tuple[list[int], float]]] = {}
-    for h, raw in zip(HISTOGRAMS, pipe.execute()):
+    pipe.hgetall(API_KEY)
+
+
+def parse_reads(answers: list) -> tuple[dict[str, dict[str, tuple[list[int], float]]], dict[tuple[str, str], int]]:
+    """``({name: {label: (counts per bucket, the last +Inf; sum)}}, {(endpoint, code): requests})``
+    from the answers to :func:`queue_reads`."""
+    hists: dict[str, dict[str, tuple[list[int], float]]] = {}
+    for h, raw in zip(HISTOGRAMS, answers):
         per: dict[str, tuple[list[int], float]] = {}
-        for field, value in raw.items():
-            label, _, part = field.decode().rpartition("|")
+        for fld, value in raw.items():
+            label, _, part = fld.decode().rpartition("|")
             counts, total = per.get(label, ([0] * (len(h.bounds) + 1), 0.0))
             if part == "sum":
                 total = float(value)
             elif part.isdigit() and int(part) <= len(h.bounds):
                 counts[int(part)] += int(value)
             per[label] = (counts, total)
-        out[h.name] = per
-    return out
+        hists[h.name] = per
+    api = {}
+    for fld, value in answers[len(HISTOGRAMS)].items():
+        endpoint, _, code = fld.decode().rpartition("|")
+        api[(endpoint, code)] = int(value)
+    return hists, api
 
 
-def read_api_requests(client: redis.Redis | None = None) -> dict[tuple[str, str], int]:
-    """``{(endpoint, code): requests}``."""
-    raw = (client or _redis()).hgetall(API_KEY)
-    out = {}
-    for field, value in raw.items():
-        endpoint, _, code = field.decode().rpartition("|")
-        out[(endpoint, code)] = int(value)
-    return out
+def read_histograms() -> dict[str, dict[str, tuple[list[int], float]]]:
+    """Every histogram (tests, tools)."""
+    pipe = _redis().pipeline(transaction=False)
+    queue_reads(pipe)
+    return parse_reads(pipe.execute())[0]

@@ -7,6 +7,7 @@ The imports of other apps' models are all here (one place to move with them).
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from django.db.models import Count, Sum
 
 from charts.models import Chart, ChartState, FinishedCount
 from common import metrics
-from dashboard.selectors import read_snapshot_with_age
+from common import snapshot as snap
+from dashboard.selectors import stale_after_s
 from fairsched.core.rules import is_held
 from fairsched.models import SchedulerSettings
 from orgs.models import Org
@@ -44,20 +46,41 @@ class Reading:
 def read() -> Reading:
     rows = list(Org.objects.order_by("id").values_list("id", "slug", "weight"))
     orgs = [(o, slug) for o, slug, _ in rows]
-    s, age, stale = read_snapshot_with_age()
-    if s is not None and not stale:
-        reading = _from_snapshot(orgs, s)
-    else:
-        reading = _from_db(orgs, {o for o, _, weight in rows if is_held(weight)})
-    reading.snapshot_age_s = age
-    reading.scheduler_up = s is not None and not stale
+    s, age, hists, api = _read_redis()
+    live = s is not None and age is not None and age <= stale_after_s()
+    reading = _from_snapshot(orgs, s) if live else _from_db(orgs, {o for o, _, weight in rows if is_held(weight)})
+    reading.snapshot_age_s, reading.scheduler_up = age, live
     reading.finished = {(o, st): n for o, st, n in FinishedCount.objects.values_list("org_id", "state", "count")}
-    try:
-        reading.histograms = metrics.read_histograms()
-        reading.api = metrics.read_api_requests()
-    except Exception as exc:  # noqa: BLE001 - Redis down: the rest is still served
-        log.warning("metrics: cannot read the histograms from Redis: %s", exc)
+    reading.histograms, reading.api = hists, api
     return reading
+
+
+def _read_redis() -> tuple[dict[str, Any] | None, float | None, dict, dict]:
+    """The snapshot, its age, the histograms and the API counter: one round trip. The age is
+    the pages' (``dashboard.selectors.snapshot_age_s``): since the scheduler published the
+    snapshot or last confirmed it current (``common.snapshot.confirmed_at``)."""
+    try:
+        pipe = metrics.redis_client().pipeline(transaction=False)
+        pipe.get(snap.SNAPSHOT_KEY)
+        pipe.get(snap.CURRENT_KEY)
+        metrics.queue_reads(pipe)
+        answers = pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - Redis down: the database's counts are still served
+        log.warning("metrics: cannot read Redis: %s", exc)
+        return None, None, {}, {}
+    hists, api = metrics.parse_reads(answers[2:])
+    s = json.loads(answers[0]) if answers[0] else None
+    if not isinstance(s, dict):
+        return None, None, hists, api
+    current = json.loads(answers[1]) if answers[1] else None
+    try:
+        at = float(s.get("now"))
+        if isinstance(current, dict) and current.get("seq") == s.get("seq") and isinstance(current.get("at"), (int, float)):
+            at = max(at, float(current["at"]))
+        age = max(0.0, time.time() - at)
+    except (TypeError, ValueError):
+        age = None
+    return s, age, hists, api
 
 
 def _from_snapshot(orgs: list[tuple[int, str]], s: dict[str, Any]) -> Reading:
