@@ -179,3 +179,23 @@ class DurationStat(models.Model):
     def avg_s(self) -> float | None:
         """The estimate (the decaying mean), None before the first finish."""
         return self.mean_s if self.count else None
+
+
+class FinishedCount(models.Model):
+    """How many charts of an org reached each final state: ``fairsched_charts_finished_total``.
+
+    Added to in the transaction that makes a chart final (``charts.services``: a cancel of a
+    queued chart, a start that can never succeed, a recorded outcome), so it is exactly the
+    database's count without counting the finished charts on every scrape (one UPDATE per
+    finish, as :class:`DurationStat`). A chart made final around the services (raw SQL) is not
+    counted. Migration ``0009`` filled it from the charts already finished."""
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="finished_counts")
+    state = models.CharField(max_length=16, choices=ChartState.choices)
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "state"], name="finishedcount_unique_org_state")]
+
+    def __str__(self) -> str:
+        return f"{self.org_id} {self.state}: {self.count}"

@@ -22,7 +22,8 @@ from django.db.models import Case, DateTimeField, F, FloatField, Value, When
 from django.db.models.functions import Cast, Coalesce, Greatest
 from django.utils import timezone
 
-from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
+from charts.models import FINAL_STATES, Chart, ChartState, DurationStat, FinishedCount
+from common import metrics
 from control import audit
 from common.notify import ChartNote, ChartsNote, notify
 from common.validation import check_json_document, check_text, parse_bool, parse_due_at
@@ -118,6 +119,8 @@ def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, actor: A
                           f"{' and paused' if current.paused else ''} (needs {wanted})."}
             )
         result = Chart.objects.select_related("org").get(pk=pk)
+        if changes.get("state") in FINAL_STATES:
+            _count_finish(result.org_id, changes["state"])
         if verb:
             audit.record(actor=actor, action=action.replace(" ", "_"), chart=result,
                          summary=verb.format(audit.chart_label(result)),
@@ -480,6 +483,7 @@ def chart_fail_start(*, chart_id: int, error: str) -> bool:
             state=ChartState.FAILED, finished_at=now, error=error[:10_000], updated_at=now,
         )
         if updated:
+            _count_finish(Chart.objects.filter(pk=chart_id).values_list("org_id", flat=True).get(), ChartState.FAILED)
             notify(ChartNote(id=chart_id))
     return bool(updated)
 
@@ -522,6 +526,10 @@ def chart_record_outcome(
         start = started_at or chart.started_at
         if state == ChartState.SUCCEEDED and start is not None:
             _add_duration(chart.org_id, chart.workflow_id, max(0.0, (finished - start).total_seconds()))
+        _count_finish(chart.org_id, state)
+        if state == ChartState.SUCCEEDED and chart.eta_first_at is not None:
+            first_eta = chart.eta_first_at.timestamp()
+            transaction.on_commit(lambda: metrics.chart_succeeded(first_eta, finished.timestamp()))
         notify(ChartNote(id=chart_id))
     return True
 
@@ -537,6 +545,17 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
         if updated:
             notify(ChartNote(id=chart_id))
     return bool(updated)
+
+
+def _count_finish(org_id: int, state: str) -> None:
+    """One more chart of the org in final ``state`` (:class:`FinishedCount`), in the caller's
+    transaction: one UPDATE, reading nothing first, so concurrent finishes never lose one."""
+    if not FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1):
+        try:
+            with transaction.atomic():
+                FinishedCount.objects.create(org_id=org_id, state=state, count=1)
+        except IntegrityError:
+            FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1)
 
 
 def _add_duration(org_id: int, workflow_id: int, seconds: float) -> None:

@@ -233,6 +233,14 @@ for _name in ("FAIRSCHED_API_BURST", "FAIRSCHED_API_BATCH_MAX", "FAIRSCHED_API_B
 FAIRSCHED_STALE_INTERVALS = env_int("FAIRSCHED_STALE_INTERVALS", 3)
 FAIRSCHED_STALE_MIN_S = env_int("FAIRSCHED_STALE_MIN_S", 10)
 
+# Prometheus metrics at /metrics (docs/metrics.md). With a token, only requests bearing it are
+# answered; without one, only loopback clients that came through no proxy.
+FAIRSCHED_METRICS_TOKEN = os.environ.get("FAIRSCHED_METRICS_TOKEN", "")
+# The org label's cardinality: the first this many orgs (by id) by slug, the rest summed as "other".
+FAIRSCHED_METRICS_MAX_ORGS = env_int("FAIRSCHED_METRICS_MAX_ORGS", 50)
+# Behind a reverse proxy (also trusts X-Forwarded-Proto in production: see Security below).
+FAIRSCHED_BEHIND_PROXY = env_bool("DJANGO_BEHIND_PROXY", False)
+
 # Background jobs (jobs/): bulk import and webhooks.
 FAIRSCHED_IMPORT_BATCH = env_int("FAIRSCHED_IMPORT_BATCH", 500)
 FAIRSCHED_IMPORT_MAX_BYTES = env_int("FAIRSCHED_IMPORT_MAX_BYTES", 50 * 1024 * 1024)
@@ -300,12 +308,13 @@ X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]  # Prometheus scrapes a web process directly over http
     SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    if env_bool("DJANGO_BEHIND_PROXY", False):
+    if FAIRSCHED_BEHIND_PROXY:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- Logging -------------------------------------------------------------------

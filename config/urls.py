@@ -7,6 +7,7 @@ from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 from api.views import api as api_v1
 from config import views
 from jobs.permissions import rq_admin_required
+from monitoring.views import metrics_view
 
 # django-rq's views only check is_staff: every one of them is wrapped in rq_admin_required.
 rq_urlpatterns = get_api_urlpatterns() + get_admin_urlpatterns(view_wrapper=rq_admin_required)
@@ -16,6 +17,7 @@ for _pattern in rq_urlpatterns[: len(get_api_urlpatterns())]:
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/metrics.md)
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/rq/", include((rq_urlpatterns, "django_rq"))),

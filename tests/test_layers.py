@@ -23,6 +23,7 @@ LAYERS = [
     "jobs",
     "dashboard",
     "api",                   # the producer API (/api/v1/): nothing imports it but config
+    "monitoring",            # the Prometheus scrape target /metrics
     "config",                # the Django project
 ]
 TOP = {name.split(".")[0] for name in LAYERS}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from common import metrics
 from fairsched.engine.db import StartRow
 from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.eta_passes import EtaPasses
@@ -172,6 +173,7 @@ class Dispatcher(Part):
         ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at))
                                              for r in new if r.id not in starts.closed], save)
         self.host._rounds.written(save)
+        metrics.charts_started([(r.org, plan.rows[r.id].row.created_at) for r in new if ran.get(r.id)], at)
         free = plan.free_before
         for r in new:
             free -= r.cost

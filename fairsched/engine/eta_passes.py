@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Iterable
 from itertools import islice
 
-from common import live_updates
+from common import live_updates, metrics
 from fairsched.core import Eta
 from fairsched.core.plan import gc_paused
 from fairsched.engine import forked
@@ -120,6 +120,8 @@ class EtaPasses(Part):
         failed = False
         try:
             failed = not await self.host._guarded("eta", lambda: self._eta_pass(captured, now))
+            if not failed:
+                metrics.eta_pass_done(self.clock.monotonic() - started)
             if failed and self._published_seq == before:
                 # No snapshot from this pass: the last one no longer says what this scheduler
                 # knows (something changed, or the pass would not have run). It is not

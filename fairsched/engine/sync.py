@@ -21,6 +21,7 @@ import dataclasses
 import logging
 from datetime import timedelta
 
+from common import metrics
 from common.notify import Note
 from fairsched.engine.host import Backoff, Host, Part
 from fairsched.engine.notes import Reads
@@ -258,6 +259,8 @@ class Sync(Part):
                    if outcome.finished_at and outcome.started_at else None)
         fx = self.state.finished(chart_id, outcome.state, seconds,
                                  outcome.finished_at.timestamp() if outcome.finished_at else None)
+        if r is not None:  # its cost is free: the turn of the charts it makes room for (docs/metrics.md)
+            metrics.budget_freed(outcome.finished_at.timestamp() if outcome.finished_at else self.clock.time())
         took = (f" after {(outcome.finished_at - outcome.started_at).total_seconds():.1f} s"
                 if outcome.finished_at and outcome.started_at else "")
         if wrote and source not in ("result", "escalation"):
