@@ -34,7 +34,7 @@ app = URLRouter(websocket_urlpatterns)
 async def _connect(user, path: str = "/ws/dashboard/") -> tuple[WebsocketCommunicator, bool]:
     comm = WebsocketCommunicator(app, path)
     comm.scope["user"] = user
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     return comm, connected
 
 
@@ -65,9 +65,9 @@ async def test_anonymous_socket_is_refused():
 
     comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=[(b"origin", b"http://localhost"),
                                                                           (b"host", b"localhost")])
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert not connected
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_foreign_origin_is_refused_even_when_logged_in(viewer):
@@ -76,14 +76,14 @@ async def test_foreign_origin_is_refused_even_when_logged_in(viewer):
     cookie = await database_sync_to_async(_session_cookie)(viewer)
     good = WebsocketCommunicator(application, "/ws/dashboard/", headers=[
         (b"origin", b"http://localhost"), (b"host", b"localhost"), (b"cookie", cookie)])
-    ok, _ = await good.connect()
+    ok, _ = await good.connect(timeout=10)
     assert ok, "a logged-in viewer from our own origin gets in (the control case)"
-    await good.disconnect()
+    await good.disconnect(timeout=10)
     evil = WebsocketCommunicator(application, "/ws/dashboard/", headers=[
         (b"origin", b"http://evil.example"), (b"host", b"localhost"), (b"cookie", cookie)])
-    connected, _ = await evil.connect()
+    connected, _ = await evil.connect(timeout=10)
     assert not connected
-    await evil.disconnect()
+    await evil.disconnect(timeout=10)
 
 
 def _session_cookie(user) -> bytes:
@@ -105,7 +105,7 @@ async def test_non_staff_cannot_open_the_dashboard_socket(two_orgs, who):
             await database_sync_to_async(user.save)()
     comm, connected = await _connect(user)
     assert not connected
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 # --- snapshot, numbering, refetch, coalescing --------------------------------------------------------
@@ -119,7 +119,7 @@ async def test_snapshot_on_connect_from_the_db_without_a_scheduler(two_orgs, vie
         assert first["state"]["counters"]["queued"] == 5
         assert first["order"]["known"] is False
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_snapshot_then_numbered_updates(two_orgs, viewer, redis_url):
@@ -138,7 +138,7 @@ async def test_snapshot_then_numbered_updates(two_orgs, viewer, redis_url):
         await _send(live_updates.SnapshotStored(seq=seq2))
         assert await comm.receive_nothing(timeout=0.4)
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 @pytest.mark.parametrize("ask", ["refetch", "resync"])  # "resync": pages loaded before the rename
@@ -152,7 +152,7 @@ async def test_refetch_request_gets_a_fresh_snapshot(two_orgs, viewer, redis_url
         assert (again["type"], again["n"]) == ("snapshot", 2)
         assert again["order"]["rows"] == first["order"]["rows"]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_a_group_message_of_an_unknown_kind_is_ignored(two_orgs, viewer, redis_url):
@@ -167,7 +167,7 @@ async def test_a_group_message_of_an_unknown_kind_is_ignored(two_orgs, viewer, r
         ev = await comm.receive_json_from(timeout=2)
         assert (ev["type"], ev["n"], ev["events"]) == ("events", 2, [{"kind": "dispatch", "chart": 1, "org": 1, "cost": 1}])
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_updates_are_coalesced_to_five_per_second(two_orgs, viewer, redis_url):
@@ -185,7 +185,7 @@ async def test_updates_are_coalesced_to_five_per_second(two_orgs, viewer, redis_
         assert received[-1]["counters"] == {"running": 49}
         assert [m["n"] for m in received] == list(range(2, 2 + len(received)))
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_view_pages_the_order(two_orgs, viewer, redis_url):
@@ -204,7 +204,7 @@ async def test_view_pages_the_order(two_orgs, viewer, redis_url):
         snap = await comm.receive_json_from(timeout=2)
         assert [r["external_id"] for r in snap["order"]["rows"]] == ["b-0", "b-1"]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 # --- controls ------------------------------------------------------------------------------------------------
@@ -270,8 +270,8 @@ async def test_control_with_permission_applies_and_reaches_other_dashboards(
         entry = next(e for e in events if e.get("kind") == "audit")["entry"]
         assert entry["by"] == "operator" and entry["summary"]
     finally:
-        await actor.disconnect()
-        await other.disconnect()
+        await actor.disconnect(timeout=10)
+        await other.disconnect(timeout=10)
 
 
 @pytest.mark.parametrize("action,setup,fields,check", CONTROLS, ids=[c[0] for c in CONTROLS])
@@ -290,7 +290,7 @@ async def test_control_without_permission_is_refused(two_orgs, viewer, redis_url
         assert not await database_sync_to_async(check)(chart, org)
         assert await comm.receive_nothing(timeout=0.3)  # nothing was broadcast
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_refused_control_reports_the_services_message(two_orgs, operator, redis_url):
@@ -307,7 +307,7 @@ async def test_refused_control_reports_the_services_message(two_orgs, operator, 
         await comm.send_json_to({"type": "control", "req": 4, "action": "explode"})
         assert "Unknown action" in (await comm.receive_json_from(timeout=3))["message"]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_permission_revoked_after_connecting_is_honoured(two_orgs, operator, redis_url):
@@ -322,7 +322,7 @@ async def test_permission_revoked_after_connecting_is_honoured(two_orgs, operato
         result = await comm.receive_json_from(timeout=3)
         assert result["ok"] is False and "permission" in result["errors"]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_socket_of_a_user_whose_access_was_revoked_is_closed(two_orgs, viewer, redis_url, monkeypatch):
@@ -337,8 +337,8 @@ async def test_socket_of_a_user_whose_access_was_revoked_is_closed(two_orgs, vie
         for comm in (staff, member):
             assert await comm.receive_output(timeout=3) == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}
     finally:
-        await staff.disconnect()
-        await member.disconnect()
+        await staff.disconnect(timeout=10)
+        await member.disconnect(timeout=10)
 
 
 async def test_socket_of_a_user_who_keeps_access_stays_open(two_orgs, viewer, redis_url, monkeypatch):
@@ -349,7 +349,7 @@ async def test_socket_of_a_user_who_keeps_access_stays_open(two_orgs, viewer, re
         await _send(_dispatch(1), {"running": 1})
         assert (await comm.receive_json_from(timeout=3))["type"] == "events"
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 # --- the org socket --------------------------------------------------------------------------------------------
@@ -370,10 +370,10 @@ async def test_org_socket_is_member_scoped(two_orgs, redis_url):
         await comm.send_json_to({"type": "control", "req": 1, "action": "pause", "chart": two_orgs["charts_a"][0].pk})
         assert (await comm.receive_json_from(timeout=2))["ok"] is False
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
     other, connected = await _connect(two_orgs["alice"], "/ws/orgs/beta/")
     assert not connected
-    await other.disconnect()
+    await other.disconnect(timeout=10)
 
 
 async def test_min_interval_is_five_per_second():
@@ -415,5 +415,5 @@ async def test_a_members_socket_hears_an_operators_control_without_the_operators
             assert "zelda" not in frame, frame
         assert all("by" not in e for e in events), events
     finally:
-        await actor.disconnect()
-        await member.disconnect()
+        await actor.disconnect(timeout=10)
+        await member.disconnect(timeout=10)

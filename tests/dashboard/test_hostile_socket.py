@@ -31,7 +31,7 @@ app = URLRouter(websocket_urlpatterns)
 async def _open(user, path: str = "/ws/dashboard/") -> tuple[WebsocketCommunicator, dict]:
     comm = WebsocketCommunicator(app, path)
     comm.scope["user"] = user
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     return comm, await comm.receive_json_from(timeout=5)
 
@@ -84,7 +84,7 @@ async def test_a_malformed_frame_gets_an_error_and_the_socket_stays_open(two_org
         await _still_open(comm)
         assert "Traceback" not in caplog.text and not [r for r in caplog.records if r.exc_info]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_a_good_view_after_a_bad_one_still_pages(two_orgs, viewer, redis_url):
@@ -97,7 +97,7 @@ async def test_a_good_view_after_a_bad_one_still_pages(two_orgs, viewer, redis_u
         page = await comm.receive_json_from(timeout=5)
         assert page["type"] == "order" and [r["external_id"] for r in page["order"]["rows"]] == ["b-0", "a-1"]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 # --- numbers out of range in controls ------------------------------------------------------------------
@@ -125,7 +125,7 @@ async def test_out_of_range_controls_over_the_socket_are_refused_naming_the_fiel
         assert result["type"] == "control.result" and result["ok"] is False and field in result["errors"], result
         await _still_open(comm)
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
     assert await database_sync_to_async(lambda: SchedulerSettings.get().budget)() == 4
     assert await database_sync_to_async(lambda: Org.objects.get(pk=two_orgs["a"].pk).weight)() == 1
     assert not await database_sync_to_async(WorkflowCost.objects.exists)()
@@ -139,7 +139,7 @@ async def test_a_control_with_infinity_in_the_frame_is_refused(two_orgs, operato
         assert result["ok"] is False and "budget" in result["errors"]
         await _still_open(comm)
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 # --- the control rate ---------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ async def test_controls_beyond_the_rate_are_refused_with_a_message(two_orgs, ope
         later = await _results(comm, 11)
         assert [("rate" in r["errors"]) for r in later] == [False] * 10 + [True]
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 # --- origin: scheme, host and port ----------------------------------------------------------------------------
@@ -213,9 +213,9 @@ async def test_the_origin_check_compares_scheme_host_and_port(viewer, origin, ho
     headers = [(b"host", host), (b"cookie", cookie)] + ([(b"origin", origin)] if origin is not None else [])
     comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
     comm.scope["scheme"] = scheme
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected is allowed
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_a_listed_origin_may_open_the_socket(viewer, settings):
@@ -227,9 +227,9 @@ async def test_a_listed_origin_may_open_the_socket(viewer, settings):
                        (b"https://ops.example.com:8443", False), (b"http://ops.example.com", False)]:
         comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=[
             (b"origin", origin), (b"host", b"127.0.0.1:8000"), (b"cookie", cookie)])
-        connected, _ = await comm.connect()
+        connected, _ = await comm.connect(timeout=10)
         assert connected is ok, origin
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 # --- stale snapshots ---------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ async def test_a_socket_on_a_stale_snapshot_says_so(two_orgs, viewer, redis_url)
         assert first["state"]["source"] == "db" and first["state"]["stale"] is True
         assert first["state"]["age_s"] >= 3500 and first["order"]["known"] is False
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_a_live_snapshot_that_is_not_followed_turns_stale_on_the_open_socket(two_orgs, viewer, redis_url,
@@ -260,4 +260,4 @@ async def test_a_live_snapshot_that_is_not_followed_turns_stale_on_the_open_sock
         nxt = await comm.receive_json_from(timeout=15)
         assert nxt["type"] == "snapshot" and nxt["state"]["stale"] is True and nxt["state"]["source"] == "db"
     finally:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
