@@ -60,6 +60,20 @@ class FakeClock:
             self.advance(timeout_s)
         return event.is_set()
 
+    async def wait_tasks(self, tasks, timeout_s: float) -> bool:
+        """The tasks get a moment of real time to end (a cancelled one ends at its next
+        await); past that the fake time moves on by the whole timeout."""
+        tasks = set(tasks)
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=min(timeout_s, 1.0))
+        if pending:
+            self.advance(timeout_s)
+        return not pending
+
+    async def wait_for(self, awaitable, timeout_s: float):
+        return await asyncio.wait_for(awaitable, timeout=min(timeout_s, 5.0))
+
 
 class FakeStore:
     """Chart rows in memory; writes are compare-and-set like ``charts.services``."""
@@ -760,3 +774,27 @@ def test_a_batch_of_notifications_names_what_to_read_again():
     assert Reads.of([ChartsNote(ids=(1,), count=5)]).resync  # only some named: resync
     assert Reads.of([SettingsNote()]).settings and Reads.of([Resync()]).resync
     assert Reads.of([read_note(b'{"kind": "what"}')]).resync
+
+
+async def test_a_step_down_waits_for_a_task_that_ignores_its_cancel_through_the_clock(rig):
+    """Every wait goes through the injected clock (issue 22): a background task that ignores
+    its cancel is waited for at most STOP_WAIT_S of the clock's time, then left behind."""
+    r = rig(budget=1, charts=1)
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue  # ignores its cancel
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)  # it runs up to its wait (a task cancelled before it starts just ends)
+    r.s._tasks.append(task)
+    before = r.clock.monotonic()
+    await r.s._step_down()
+    assert r.clock.monotonic() - before == r.s.STOP_WAIT_S
+    assert not task.done() and r.s._tasks == []
+    release.set()
+    await task

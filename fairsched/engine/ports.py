@@ -68,6 +68,10 @@ class Clock(Protocol):
         """Sleep in a thread of its own (the lease keeper)."""
     async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
         """Wait for ``event``, at most ``timeout_s``: True if it was set."""
+    async def wait_tasks(self, tasks: Iterable[asyncio.Future], timeout_s: float) -> bool:
+        """Wait for ``tasks`` to end, at most ``timeout_s``: True if they all did."""
+    async def wait_for(self, awaitable: Any, timeout_s: float) -> Any:
+        """``await awaitable``, at most ``timeout_s`` (``asyncio.TimeoutError`` past it)."""
 
 
 class SystemClock:
@@ -91,6 +95,16 @@ class SystemClock:
         except asyncio.TimeoutError:
             return False
         return True
+
+    async def wait_tasks(self, tasks: Iterable[asyncio.Future], timeout_s: float) -> bool:
+        tasks = set(tasks)
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
+
+    async def wait_for(self, awaitable: Any, timeout_s: float) -> Any:
+        return await asyncio.wait_for(awaitable, timeout=timeout_s)
 
 
 class Unavailable(Exception):

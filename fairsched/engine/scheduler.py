@@ -258,7 +258,7 @@ class Scheduler:
                 closing.append(self.publisher.aclose())
             for close in closing:
                 try:
-                    await asyncio.wait_for(close, timeout=self.STOP_WAIT_S)
+                    await self.clock.wait_for(close, self.STOP_WAIT_S)
                 except (Unavailable, OSError, asyncio.TimeoutError):
                     pass
             self.phase = "stopped"
@@ -280,12 +280,12 @@ class Scheduler:
         try:
             await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if not task.done() and self.phase == "dispatch":  # spare the next leader an adoption
-                await asyncio.wait({task}, timeout=grace_s)
+                await self.clock.wait_tasks({task}, grace_s)
             if not task.done():
                 if grace_s:
                     log.info("stop: cancelling the current step (%s)", self.phase)
                 task.cancel()
-                await asyncio.wait({task}, timeout=self.STOP_WAIT_S)
+                await self.clock.wait_tasks({task}, self.STOP_WAIT_S)
         finally:
             stopping.cancel()
             if not task.done():
@@ -341,7 +341,7 @@ class Scheduler:
             task.cancel()
         tasks = self._tasks + self.sync.stop_watching()
         if tasks:
-            await asyncio.wait(tasks, timeout=self.STOP_WAIT_S)  # one that ignores its cancel is left behind
+            await self.clock.wait_tasks(tasks, self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self._tasks = []
         self.etas._published_seq = None  # a leader again confirms only what its own passes store
         self.state = None
