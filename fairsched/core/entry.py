@@ -25,7 +25,7 @@ class _Entry:
     """Mutable internal record of a queued chart (never handed out)."""
 
     __slots__ = ("id", "org", "workflow", "pair", "created_at", "seq", "priority",
-                 "prioritized_at", "paused", "front_at", "round", "key", "state", "cost")
+                 "prioritized_at", "paused", "front_at", "round", "key", "state", "cost", "est", "share")
 
     def __init__(self, c: QueuedChart) -> None:
         self.id = c.id
@@ -43,8 +43,10 @@ class _Entry:
         self.key: tuple | None = None
         self.state = ""
         self.cost = 1  # its pair's cost when last placed (every cost change re-places)
+        self.est = c.est_s  # share "work": its estimate at arrival (set when it enters)
+        self.share = 1 if c.share is None else c.share  # its part of its org's turn in its round
 
     def chart(self) -> QueuedChart:
         return QueuedChart(self.id, self.org, self.workflow, self.created_at, self.seq,
                            self.priority, self.prioritized_at, self.paused, self.front_at,
-                           self.round)
+                           self.round, self.est, self.share if self.est is not None else None)

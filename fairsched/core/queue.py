@@ -30,15 +30,28 @@ from .plan import gc_paused
 from .queue_dispatch import QueueDispatch
 from .queue_etas import QueueEtas
 from .queue_views import QueueViews
-from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify
+from .reserve import DEFAULT_DEPTH
+from .rules import (BLOCKED, DEFAULT_QUANTUM_S, DISPATCHES, HELD, MIN_EST_S, ORDERED, PAUSED, SHARES, arrival_round,
+                    arrival_turn, classify)
 from .sortedkeys import SortedKeys
-from .types import OrgRounds, QueuedChart, RoundState
+from .types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
 
 __all__ = ["FairQueue", "NeedsWholeBacklog", "POLICIES", "first_head_of_backlog", "head_of_backlog"]
 
 _seq_id = attrgetter("seq", "id")
 
 POLICIES = ("wrr", "fifo")
+
+
+def check_policies(share: str, quantum_s: float, dispatch: str) -> None:
+    """ValueError naming the field for a bad ``share``, ``quantum_s`` or ``dispatch``."""
+    if share not in SHARES:
+        raise ValueError(f"share: {share!r} is not one of {', '.join(SHARES)}")
+    if dispatch not in DISPATCHES:
+        raise ValueError(f"dispatch: {dispatch!r} is not one of {', '.join(DISPATCHES)}")
+    if isinstance(quantum_s, bool) or not isinstance(quantum_s, (int, float)) \
+            or not math.isfinite(quantum_s) or quantum_s <= 0:
+        raise ValueError(f"quantum_s: {quantum_s!r} must be a number above 0")
 
 
 class FairQueue(QueueViews, QueueDispatch, QueueEtas):
@@ -55,6 +68,12 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
     prioritised (it still holds it); it gives it back when cancelled
     (``remove``) and loses it when its org is re-ranked while it is not
     eligible. Dispatched charts keep counting for their round.
+
+    The policies (docs/scheduling.md): ``share`` ``"charts"`` (a turn is ``weight``
+    charts) or ``"work"`` (a turn is ``weight x quantum_s`` budget-seconds, a chart's work
+    its cost x ``estimate`` at arrival: ``used`` counts budget-seconds); ``dispatch``
+    ``"strict"`` (head-of-line) or ``"backfill"`` (conservative backfill over the first
+    ``depth`` charts, :mod:`.reserve`; ``bound`` gives a chart's 90% bound).
     """
 
     def __init__(
@@ -65,10 +84,24 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
         track_rounds: bool = False,
+        share: str = "charts",
+        quantum_s: float = DEFAULT_QUANTUM_S,
+        dispatch: str = "strict",
+        estimate: Estimate = Durations(),
+        bound: Estimate | None = None,
+        depth: int = DEFAULT_DEPTH,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
+        check_policies(share, quantum_s, dispatch)
         self.policy = policy
+        self.share = share
+        self.quantum_s = float(quantum_s)
+        self.dispatch_policy = dispatch
+        self._work = share == "work" and policy == "wrr"
+        self._estimate = estimate
+        self._bound = bound
+        self.depth = int(depth)
         self._budget = int(budget)
         self._weights: dict[str, int] = dict(weights)
         self._costs: dict = dict(costs or {})
@@ -78,9 +111,9 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         self._aside: dict[str, dict[str, _Entry]] = {HELD: {}, PAUSED: {}, BLOCKED: {}}
         self._head = 0
         self._last: dict[str, int] = {}
-        self._used: dict[str, int] = {}
+        self._used: dict[str, float] = {}  # charts, or budget-seconds under "work"
         self._disp_round: dict[str, int] = {}
-        self._disp_count: dict[str, int] = {}
+        self._disp_count: dict[str, float] = {}
         self._ordered_n: dict[str, int] = dict.fromkeys(self._weights, 0)
         # queued charts whose round changed (take_round_changes); only the live scheduler,
         # which persists them, pays for the bookkeeping
@@ -107,6 +140,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
         track_rounds: bool = False,
+        **policies,
     ) -> "FairQueue":
         """Rebuild at start-up from the static backlog: the static plan's rounds,
         ``head = 0`` (docs/scheduling.md). Its order equals :func:`plan`'s.
@@ -114,11 +148,11 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         round changes (:meth:`take_round_changes`) to persist them."""
         with gc_paused():
             return cls._from_backlog(queued, budget=budget, weights=weights, costs=costs,
-                                     policy=policy, track_rounds=track_rounds)
+                                     policy=policy, track_rounds=track_rounds, **policies)
 
     @classmethod
-    def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False) -> "FairQueue":
-        q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds)
+    def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False, **policies) -> "FairQueue":
+        q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds, **policies)
         keys = []
         q._enter(queued)
         for org in q._weights:
@@ -136,6 +170,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
         horizon: tuple | None = None,
+        **policies,
     ) -> "FairQueue":
         """Resume after a restart or a failover from what :meth:`export_rounds` and
         :meth:`take_round_changes` persisted (contracts/simulate.md: the order after a
@@ -157,7 +192,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         if horizon is not None and horizon[0] < state.head:
             raise NeedsWholeBacklog("the head alone may hide charts below the head round")
         with gc_paused():
-            q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True)
+            q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
             q._head = int(state.head)
             for org in q._weights:
                 s = state.orgs.get(org)
@@ -169,7 +204,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
                     q._disp_round[org], q._disp_count[org] = q._head, s.in_head
             q._enter(queued, with_round=True)
             keys = []
-            rerank_all = state.budget != q._budget
+            rerank_all = state.budget != q._budget or tuple(state.share) != q.share_key
             for org, w in q._weights.items():
                 s = state.orgs.get(org)
                 if rerank_all or (s is not None and s.weight != w) or q._stale(org):
@@ -193,6 +228,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         budget: int,
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
+        **policies,
     ) -> "FairQueue":
         """A first start's head (no round was ever saved): ``queued`` holds the whole
         priority tier and, of each org, a prefix of its rank order (``org_rank_key``);
@@ -207,7 +243,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         smallest such round (a truncated org with no ordered chart read: none at all), and
         logs what it takes out for :meth:`replay` on the whole backlog's queue.
         :func:`first_head_of_backlog` says which charts the head holds."""
-        q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True)
+        q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
         bound = None
         truncated = set(truncated)
         for org in truncated:
@@ -217,7 +253,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             if last is None:
                 top = -1  # its unread charts may take round 0
             else:  # its next chart takes ``last`` again while fewer than its weight hold it
-                top = last if q._used.get(org, 0) >= q._weights[org] else last - 1
+                top = last if q._used.get(org, 0) >= q._turn(org) else last - 1
             bound = top if bound is None else min(bound, top)
         if truncated:  # partial even if only held orgs were cut: the whole backlog must follow
             q._horizon = (TIER_NORMAL, math.inf if bound is None else bound, math.inf)  # a round <= bound
@@ -237,6 +273,8 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             if c.org not in weights:
                 raise KeyError(f"unknown org {c.org!r}")
             e = _Entry(c)
+            if e.est is None and self._work:
+                e.est = float(self._estimate(c.org, c.workflow))  # fixed at arrival
             if with_round:
                 e.round = c.round
             entries[c.id] = e
@@ -275,7 +313,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             last = self._last.get(org)
             in_head = self._disp_count.get(org, 0) if self._disp_round.get(org) == head else 0
             orgs[org] = OrgRounds(last, self._used.get(org, 0) if last is not None else 0, in_head, w)
-        return RoundState(head, self._budget, orgs)
+        return RoundState(head, self._budget, orgs, self.share_key)
 
     def take_round_changes(self) -> dict[str, int | None]:
         """The queued charts whose round changed since the last call (arrivals,
@@ -296,6 +334,8 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         orgs, workflows, and the key tuples). Never change the copy; it cannot ``get``."""
         q = FairQueue.__new__(FairQueue)
         q.policy = self.policy
+        q.share, q.quantum_s, q.dispatch_policy, q._work = self.share, self.quantum_s, self.dispatch_policy, self._work
+        q._estimate, q._bound, q.depth = self._estimate, self._bound, self.depth
         q._budget = self._budget
         q._weights = dict(self._weights)
         q._costs = dict(self._costs)
@@ -336,7 +376,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             self.gone_log.append((e.org, e.round))
         self._take_out(e)
         if e.round is not None and self._last.get(e.org) == e.round:
-            self._used[e.org] -= 1
+            self._used[e.org] -= e.share
         return e.chart()
 
     def pause(self, chart_id: str) -> bool:
@@ -468,8 +508,12 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             return None
         if self.policy == "wrr" and not e.priority and (arrive or e.round is None):
             # the arrival rule: e takes its org's next round
-            r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
-                                               self._weights[org])
+            if self._work:
+                r, self._used[org], e.share = arrival_turn(
+                    self._head, self._last.get(org), self._used.get(org, 0), self._turn(org), self._work_of(e, cost))
+            else:
+                r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
+                                                   self._weights[org])
             self._last[org] = e.round = r
         key = self._key(e)
         e.key = key
@@ -483,8 +527,8 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         charts arrive again, oldest first (moved-to-front first). Returns keys."""
         if self.reranked_log is not None:
             self.reranked_log.add(org)
-        if self._disp_round.get(org) == self._head and org in self._disp_round:
-            self._last[org] = self._head
+        if org in self._disp_round and self._disp_round[org] >= self._head:  # (> only under backfill)
+            self._last[org] = self._disp_round[org]
             self._used[org] = self._disp_count[org]
         else:
             self._last.pop(org, None)
@@ -503,6 +547,40 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             if e.round != r:  # a re-rank mostly gives the same rounds back: nothing to write
                 changed.add(e.id)
         return keys
+
+    def _turn(self, org: str) -> float:
+        """An org's turn in a round: its weight (charts), or weight x quantum_s (work)."""
+        w = self._weights[org]
+        return w * self.quantum_s if self._work else w
+
+    def _work_of(self, e: _Entry, cost: int) -> float:
+        """A chart's work: its cost x its estimate at arrival, budget-seconds."""
+        if e.est is None:
+            e.est = float(self._estimate(e.org, e.workflow))
+        return cost * (e.est if e.est > MIN_EST_S else MIN_EST_S)
+
+    @property
+    def share_key(self) -> tuple:
+        """(share, quantum_s) the rounds are given under (quantum None under "charts")."""
+        return (self.share, self.quantum_s if self.share == "work" else None)
+
+    def set_policies(self, share: str | None = None, quantum_s: float | None = None,
+                     dispatch: str | None = None) -> bool:
+        """Switch the policies live. A change of ``share`` (or of ``quantum_s`` under
+        ``work``) re-ranks every org in listed order, as a budget change does; ``dispatch``
+        changes only how the order starts. Returns whether anything changed."""
+        share = self.share if share is None else share
+        quantum_s = self.quantum_s if quantum_s is None else float(quantum_s)
+        dispatch = self.dispatch_policy if dispatch is None else dispatch
+        check_policies(share, quantum_s, dispatch)
+        before = (self.share_key, self.dispatch_policy)
+        rerank = (share, quantum_s if share == "work" else None) != self.share_key
+        self.share, self.quantum_s, self.dispatch_policy = share, quantum_s, dispatch
+        self._work = share == "work" and self.policy == "wrr"
+        if rerank:
+            for org in self._weights:
+                self._rerank(org)
+        return (self.share_key, self.dispatch_policy) != before
 
     def _rerank(self, org: str) -> None:
         for e in self._by_org[org].values():

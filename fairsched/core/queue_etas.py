@@ -2,12 +2,13 @@
 queue's): the lane simulation of docs/scheduling.md over the running charts and the order."""
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, islice
 from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
 from .keys import QueueKey, TIER_NORMAL
 from .plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
+from .reserve import P90_RATIO, Profile, reserve_walk
 from .rules import lane_pass
 from .types import Durations, Eta, EtaReport, Plan, RunningChart
 
@@ -66,21 +67,56 @@ class QueueEtas:
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+        skip = 0
+        if self.dispatch_policy == "backfill":
+            # the reservations of the first ``depth`` charts, as dispatch makes them; the
+            # strict walk after them from the lanes they leave
+            lanes, skip = self._reserve_head(running, etas, org_clear, budget, estimate, cap, pending)
+            if skip < self.depth or (pending is not None and not pending):
+                return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
         if pending is None:
             # the full pass, vectorised: C-level gathers around one tight heap loop
             with gc_paused():
-                return self._full_pass(lanes, etas, org_clear, estimate)
+                return self._full_pass(lanes, etas, org_clear, estimate, skip)
         # a partial pass (the simulator's ETA at arrival): the same lane walk, a
         # stretch of the order at a time, until every pending chart has its ETA
-        return self._partial_pass(lanes, etas, org_clear, estimate, pending)
+        return self._partial_pass(lanes, etas, org_clear, estimate, pending, skip)
 
-    def _partial_pass(self, lanes, etas, org_clear, estimate, pending) -> EtaReport:
+    def _reserve_head(self, running, etas, org_clear, budget, estimate, cap, pending) -> tuple[list, int]:
+        """Backfill's ETAs of the first ``depth`` charts (:func:`.reserve.reserve_walk`,
+        the reservations dispatch makes), added to ``etas`` and ``org_clear`` (and taken
+        from ``pending``). Returns the lanes they leave (a heap) and how many were walked."""
+        bound = self._bound
+        profile = Profile(budget, [(etas[r.id].finish_s, r.cost) for r in running])
+        keys = list(islice(self._order, self.depth))
+        costs = self._costs
+        items = []
+        for k in keys:
+            org, wf = k.pair
+            d = float(estimate(org, wf))
+            items.append((costs.get(k.pair, 1), d, float(bound(org, wf)) if bound is not None else d * P90_RATIO))
+        starts, fins = reserve_walk(items, profile)
+        collect_etas([k.id for k in keys], [k.pair[0] for k in keys], starts, fins, etas, org_clear)
+        if pending is not None:
+            pending.difference_update(k.id for k, f in zip(keys, fins) if f is not None)
+        return profile.lanes(cap), len(keys)
+
+    def _sublists_from(self, skip: int):
+        """The order's sublists, the first ``skip`` keys left out."""
+        for keys in self._order.sublists():
+            if skip >= len(keys):
+                skip -= len(keys)
+                continue
+            yield keys[skip:] if skip else keys
+            skip = 0
+
+    def _partial_pass(self, lanes, etas, org_clear, estimate, pending, skip: int = 0) -> EtaReport:
         """:func:`.rules.lane_pass` over the order one stretch (a sublist of the sorted
         keys) at a time, stopping after the chart that gives the last of ``pending``
         its ETA: ETAs and clear-times cover the order up to there."""
         costs = self._costs
         info: dict = {}  # (org, workflow) -> (cost, estimate), once per pass
-        for keys in self._order.sublists():
+        for keys in self._sublists_from(skip):
             cost_est = []
             for k in keys:
                 pair = k.pair
@@ -107,9 +143,11 @@ class QueueEtas:
         costs = self._costs
         return sum(costs.get(k.entry.pair, 1) for k in chain.from_iterable(self._order.sublists()))
 
-    def _full_pass(self, lanes, etas, org_clear, estimate) -> EtaReport:
+    def _full_pass(self, lanes, etas, org_clear, estimate, skip: int = 0) -> EtaReport:
         costs = self._costs
         keys = list(chain.from_iterable(self._order.sublists()))
+        if skip:
+            del keys[:skip]
         pairs = list(map(_kpair, keys))
         info = {pair: (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
                 for pair in set(pairs)}
@@ -134,7 +172,7 @@ class QueueEtas:
             order.append(k.id)
             if k.tier == TIER_NORMAL and k.entry.round is not None:
                 rounds[k.id] = k.entry.round
-        return Plan(order=order, dispatch=self.peek(free), held=self.held,
+        return Plan(order=order, dispatch=self.peek(free, running, now, estimate), held=self.held,
                     paused=self.paused, blocked=self.blocked, etas=rep.etas,
                     org_clear_s=rep.org_clear_s, clear_s=rep.clear_s, rounds=rounds,
                     org_unplanned=rep.org_unplanned)
