@@ -536,15 +536,15 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         charts = sorted(self._by_org[org].values(),
                         key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
         keys = []
-        old = [e.round for e in charts]
+        old = [(e.round, e.share) for e in charts]
         for e in charts:
             e.round = None
             k = self._place(e, arrive=True, insert=insert)
             if k is not None:
                 keys.append(k)
         changed = self._changed
-        for e, r in zip(charts, old):
-            if e.round != r:  # a re-rank mostly gives the same rounds back: nothing to write
+        for e, (r, share) in zip(charts, old):
+            if e.round != r or e.share != share:  # a re-rank mostly gives the same back: nothing to write
                 changed.add(e.id)
         return keys
 

@@ -69,6 +69,11 @@ class QueueViews:
         e = self._entries.get(chart_id)
         return e.org if e is not None else None
 
+    def share_of(self, chart_id: str) -> float | None:
+        """A queued chart's part of its org's turn in its round (1 under "charts")."""
+        e = self._entries.get(chart_id)
+        return e.share if e else None
+
     def round_of(self, chart_id: str) -> int | None:
         """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
         e = self._entries.get(chart_id)

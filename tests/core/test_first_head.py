@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fairsched.core import FairQueue, QueuedChart, RoundSaver, first_head_of_backlog
+from tests.core.twins import WorkFairQueue
 from fairsched.core.keys import org_rank_key
 
 ORGS = ("o1", "o2", "o3", "o4")
@@ -70,6 +71,7 @@ def test_a_truncated_org_with_no_ordered_chart_read_stops_the_normal_tier():
 
 
 class FirstStartMachine(RuleBasedStateMachine):
+    Q = FairQueue  # WorkFairQueue: the same machine under the share "work"
     """A first start: ``live`` is the head (``FairQueue.first_head``), saved by a
     :class:`RoundSaver` into ``rows`` and ``saved`` (the database) as the scheduler does,
     until the whole backlog takes over (its queue replays what the head took out; the
@@ -85,7 +87,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.t = max(c.created_at for c in self.charts)
         self.ref = whole_of(self.charts)
         head_charts, truncated = head_of(self.charts, k)
-        self.live = FairQueue.first_head(head_charts, truncated=truncated, budget=3, weights=WEIGHTS, costs=COSTS)
+        self.live = self.Q.first_head(head_charts, truncated=truncated, budget=3, weights=WEIGHTS, costs=COSTS)
         self.head_phase = self.live.partial
         self.saver = RoundSaver(None)
         self.saver.start_backfill(self.live, lambda: (), 1, keep_written=self.head_phase)
@@ -173,7 +175,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         else:
             queued = [replace(self.ref.get(cid), round=self.rows.get(cid))
                       for cid in sorted(self.ref._entries, key=lambda c: int(c[1:]))]
-            restored = FairQueue.restore(queued, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS)
+            restored = self.Q.restore(queued, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS)
         assert restored.order() == self.ref.order()
         assert {cid: restored.round_of(cid) for cid in self.ref._entries} == \
                {cid: self.ref.round_of(cid) for cid in self.ref._entries}
@@ -194,6 +196,14 @@ class FirstStartMachine(RuleBasedStateMachine):
 
 FirstStartMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)
 TestFirstStartMachine = FirstStartMachine.TestCase
+
+
+class FirstStartMachineWork(FirstStartMachine):
+    Q = WorkFairQueue
+
+
+FirstStartMachineWork.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
+TestFirstStartMachineWork = FirstStartMachineWork.TestCase
 
 
 def test_the_whole_backlogs_backfill_goes_on_after_what_the_head_wrote():
