@@ -539,6 +539,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         old = [(e.round, e.share) for e in charts]
         for e in charts:
             e.round = None
+            e.share = 1  # a share means something only with a round: the arrival rule sets it
             k = self._place(e, arrive=True, insert=insert)
             if k is not None:
                 keys.append(k)

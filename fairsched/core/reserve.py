@@ -26,12 +26,17 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Iterable, Sequence
 
-DEFAULT_DEPTH = 200
+DEFAULT_DEPTH = 100
 """How many charts of the order are reserved (the rest take the strict lane walk)."""
 
 P90_RATIO = 1.5
 """A chart's 90% bound when the caller gives none: 1.5 x its estimate (a log-normal run
 time with sigma 0.4 has its 90th percentile at 1.54 x its mean)."""
+
+
+OVERRUN_S = 1e-6
+"""When a running chart past its estimate frees its cost, in a profile: not now (it still
+holds it, so nothing is started in its place), but at once after."""
 
 
 class Profile:
@@ -45,10 +50,9 @@ class Profile:
         used = 0
         for rem, cost in running:
             used += cost
-            if rem > 0.0:
-                ends[rem] = ends.get(rem, 0) + cost
-            else:
-                used -= cost  # finishing now: free at once
+            if rem <= 0.0:
+                rem = OVERRUN_S  # past its estimate: it holds its cost now, frees any moment
+            ends[rem] = ends.get(rem, 0) + cost
         free = budget - used
         self.times = [0.0]
         self.free = [free]

@@ -420,7 +420,8 @@ def policy_figures(charts: Sequence[SimChart], arrivals: Sequence[Arrival], cost
     """The figures that compare the policies (docs/scheduling.md, "Comparing the policies"):
 
     - ``budget_use_while_waiting``: the budget-seconds used over those offered, counted
-      only while at least one chart waited in the order (1: no budget idle while work waits);
+      only while at least one chart waited in the order (1: no budget idle while work waits),
+      and ``budget_idle_while_waiting_s`` the budget-seconds left idle then;
     - ``budget_jain``: Jain's index, over the orgs with weight, of each org's share of the
       budget-seconds divided by its weight's share, in the window from when every such org
       had charts in the order until the first had none (``budget_window_s``; None if there
@@ -428,6 +429,7 @@ def policy_figures(charts: Sequence[SimChart], arrivals: Sequence[Arrival], cost
     - per org ``wait_p50_s`` and ``wait_p95_s`` (nearest rank)."""
     used, offered = used_while_waiting
     out: dict = {"budget_use_while_waiting": used / offered if offered else None,
+                 "budget_idle_while_waiting_s": offered - used,
                  "budget_window_s": None, "budget_jain": None}
     waits: dict[str, list[float]] = {}
     for c in charts:

@@ -9,7 +9,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, rule
 
 from fairsched.core import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
-from tests.core.twins import ORGS, TwinQueues
+from tests.core.twins import ORGS, TwinQueues, WorkFairQueue
 
 
 class BackfillMachine(TwinQueues):
@@ -59,7 +59,10 @@ class BackfillMachine(TwinQueues):
             self.rows = earlier.take_round_changes()
         for c in charts[first:]:
             self.ref.add(c)
-        backlog = [replace(c, round=self.rows.get(c.id)) for c in charts if c.id not in started]
+        # a saved chart is read back with what was saved with its round (under "work": its
+        # estimate at arrival and its share)
+        kept = {cid: earlier.get(cid) for cid in self.rows if cid in earlier}
+        backlog = [replace(kept.get(c.id, c), round=self.rows.get(c.id)) for c in charts if c.id not in started]
         if self.saved is None:
             self.live = self.Q.from_backlog(backlog, budget=budget, weights=self.weights, costs=self.costs,
                                                track_rounds=True)

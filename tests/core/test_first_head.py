@@ -10,7 +10,6 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fairsched.core import FairQueue, QueuedChart, RoundSaver, first_head_of_backlog
-from tests.core.twins import WorkFairQueue
 from fairsched.core.keys import org_rank_key
 
 ORGS = ("o1", "o2", "o3", "o4")
@@ -34,8 +33,8 @@ def head_of(charts: list[QueuedChart], k: int) -> tuple[list[QueuedChart], set[s
     return first_head_of_backlog(charts, k)
 
 
-def whole_of(charts) -> FairQueue:
-    return FairQueue.from_backlog(charts, budget=3, weights=WEIGHTS, costs=COSTS, track_rounds=True)
+def whole_of(charts, Q=FairQueue) -> FairQueue:
+    return Q.from_backlog(charts, budget=3, weights=WEIGHTS, costs=COSTS, track_rounds=True)
 
 
 flags_st = st.lists(st.tuples(st.sampled_from(ORGS), st.integers(0, 2), st.integers(0, 9)), min_size=1, max_size=60)
@@ -71,7 +70,7 @@ def test_a_truncated_org_with_no_ordered_chart_read_stops_the_normal_tier():
 
 
 class FirstStartMachine(RuleBasedStateMachine):
-    Q = FairQueue  # WorkFairQueue: the same machine under the share "work"
+    Q = FairQueue
     """A first start: ``live`` is the head (``FairQueue.first_head``), saved by a
     :class:`RoundSaver` into ``rows`` and ``saved`` (the database) as the scheduler does,
     until the whole backlog takes over (its queue replays what the head took out; the
@@ -85,7 +84,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.charts = backlog(flags)
         self.seq = len(self.charts)
         self.t = max(c.created_at for c in self.charts)
-        self.ref = whole_of(self.charts)
+        self.ref = whole_of(self.charts, self.Q)
         head_charts, truncated = head_of(self.charts, k)
         self.live = self.Q.first_head(head_charts, truncated=truncated, budget=3, weights=WEIGHTS, costs=COSTS)
         self.head_phase = self.live.partial
@@ -133,7 +132,7 @@ class FirstStartMachine(RuleBasedStateMachine):
     def build_whole(self):
         """The whole backlog (read in the head's snapshot) is built, and its backfill
         prepared, as a thread does while the head goes on dispatching and writing."""
-        self.whole = whole_of(self.charts)
+        self.whole = whole_of(self.charts, self.Q)
         self.prepared = RoundSaver.prepare(self.whole, lambda: (), 1, dict(self.saver.written_rounds or {}),
                                            self.saver.saved)
 
@@ -170,7 +169,7 @@ class FirstStartMachine(RuleBasedStateMachine):
     def kill_9(self):
         """A new scheduler reads back what was committed: the order must be ``ref``'s."""
         if self.saved is None:  # nothing committed: a first start again
-            restored = whole_of([replace(c) for c in self.charts if c.id in self.ref._entries])
+            restored = whole_of([replace(c) for c in self.charts if c.id in self.ref._entries], self.Q)
             assert not self.running
         else:
             queued = [replace(self.ref.get(cid), round=self.rows.get(cid))
@@ -197,13 +196,6 @@ class FirstStartMachine(RuleBasedStateMachine):
 FirstStartMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)
 TestFirstStartMachine = FirstStartMachine.TestCase
 
-
-class FirstStartMachineWork(FirstStartMachine):
-    Q = WorkFairQueue
-
-
-FirstStartMachineWork.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
-TestFirstStartMachineWork = FirstStartMachineWork.TestCase
 
 
 def test_the_whole_backlogs_backfill_goes_on_after_what_the_head_wrote():

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
                             head_of_backlog, plan)
 from fairsched.core.simulator import Arrival, simulate
-from tests.core.twins import TwinQueues
+from tests.core.twins import TwinQueues, WorkFairQueue
 from fairsched.core.scenario import dump_scenario, plan as plan_json
 
 ORGS = ["o1", "o2", "o3", "o4"]
