@@ -86,3 +86,32 @@ def test_eta_model_forecast_and_a_bad_one_exits_2(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "eta_model: unknown ETA model 'crystal-ball'" in lines[0]
+
+
+@pytest.mark.parametrize("field,value,line", [
+    ("share", "bytes", "share: unknown share 'bytes' (expected one of charts, work)"),
+    ("dispatch", "eager", "dispatch: unknown dispatch 'eager' (expected one of strict, backfill)"),
+    ("quantum_s", 0, "quantum_s: must be > 0, got 0"),
+])
+def test_a_bad_policy_exits_2_naming_the_field(tmp_path, field, value, line):
+    """``plan`` and ``simulate`` refuse a bad ``share``, ``dispatch`` or ``quantum_s``."""
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({**HEADLINE, field: value}))
+    r = run("simulate", str(t))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(line)
+    s = tmp_path / "s.json"
+    s.write_text(json.dumps({**json.loads((Path(__file__).parent.parent / "examples" / "seed_example.json")
+                                          .read_text()), field: value}))
+    r = run("plan", str(s))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(line)
+
+
+def test_the_policies_summary(trace_file, tmp_path):
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({**HEADLINE, "share": "work", "dispatch": "backfill"}))
+    r = run("simulate", str(t), "--summary")
+    assert r.returncode == 0, r.stderr
+    assert "share work (quantum 600 s), dispatch backfill: budget use while charts wait 100.0%" in r.stdout
+    assert "wait p50 s" in r.stdout

@@ -59,7 +59,7 @@ class RoundBackfill:
     """
 
     def __init__(self, rounds: Mapping[str, int], org_of: Mapping[str, str],
-                 saved: Mapping[str, tuple[int | None, int]]) -> None:
+                 saved: Mapping[str, tuple[int | None, float]], shares: Mapping[str, float] | None = None) -> None:
         ids: dict[str, list[str]] = {}
         for cid in rounds:
             ids.setdefault(org_of[cid], []).append(cid)
@@ -68,6 +68,8 @@ class RoundBackfill:
         for org, charts in ids.items():
             charts.sort(key=rounds.__getitem__)  # stable; inside a round any order will do
             self._rounds[org] = [rounds[c] for c in charts]
+        # share "work": each chart's part of its org's turn in its round (None: 1 each)
+        self._shares = None if shares is None else {org: [shares[c] for c in charts] for org, charts in ids.items()}
         self._done: dict[str, int] = dict.fromkeys(ids, 0)  # each org's written prefix
         self._saved = {org: saved.get(org, (None, 0)) for org in ids}
         self._left = len(rounds)
@@ -95,7 +97,8 @@ class RoundBackfill:
             return self._saved[org]
         rounds = self._rounds[org]
         r = rounds[n - 1]
-        used = n - bisect_left(rounds, r)
+        first = bisect_left(rounds, r)
+        used = n - first if self._shares is None else sum(self._shares[org][first:n])
         last, saved_used = self._saved[org]
         return r, used + (saved_used if last == r else 0)
 
@@ -110,7 +113,7 @@ class RoundBackfill:
             if s is not None:
                 last, used = self.cursor(org)
                 orgs[org] = OrgRounds(last, used if last is not None else 0, s.in_head, s.weight)
-        return RoundState(rounds.head, rounds.budget, orgs)
+        return RoundState(rounds.head, rounds.budget, orgs, rounds.share)
 
     # ----------------------------------------------------------------- moves
     def next_chunk(self, n: int) -> dict[str, int]:
@@ -233,7 +236,8 @@ class RoundSaver:
             return PreparedBackfill(new, {}, None, written)
         cursors = {org: (o.last, o.used) for org, o in saved.orgs.items()} if saved else {}
         rest = {cid: r for cid, r in new.items() if cid not in rounds} if whole else {}
-        return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors), written)
+        shares = {cid: queue.share_of(cid) for cid in rounds} if queue.share == "work" else None
+        return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors, shares), written)
 
     def adopt(self, queue: "FairQueue", prepared: "PreparedBackfill", *, keep_written: bool = False) -> int:
         """Run the backfill :meth:`prepare` made (O(what was written since), on the loop).

@@ -15,6 +15,8 @@ caller giving two charts the same ``seq`` ever reaches.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 TIER_PRIORITY = 0
 TIER_NORMAL = 1
 
@@ -55,16 +57,32 @@ def fifo_key(created_at: float, seq: int) -> tuple:
     return (created_at, seq)
 
 
-def queue_key(tier: int, key: tuple, chart_id: str, entry, pair) -> tuple:
-    """Key of a chart in the live order (:class:`FairQueue`): flat, ``(tier, *key,
-    chart_id, entry, pair)``.
+class QueueKey(NamedTuple):
+    """Key of a chart in the live order (:class:`FairQueue`): a flat tuple, compared as one
+    (a NamedTuple is a tuple: same ordering, same speed; the names are for the reader).
 
-    # 1: tier (priority before normal)
-    # 2-4: ``key``: priority tier: priority_key; normal tier: normal_key;
-    #      fifo baseline: (0, *fifo_key) (one round)
-    # 5: chart id (only if a caller repeats a seq)
-    The trailing ``entry`` and ``pair`` (org, workflow) are payload; the id is
-    unique so they are never compared.
+    # 1: ``tier`` (priority before normal)
+    # 2-4: ``lead``, ``created_at``, ``seq``: priority tier: :func:`priority_key` (``lead``
+    #      is prioritized_at); normal tier: :func:`normal_key` (``lead`` is the round); fifo
+    #      baseline: ``(0, *fifo_key)`` (one round)
+    # 5: ``id``, the chart id (only if a caller repeats a seq)
+    The trailing ``entry`` (the queue's record of the chart) and ``pair`` ((org, workflow))
+    are payload; the id is unique so they are never compared.
     """
+
+    tier: int
+    lead: Any
+    created_at: float
+    seq: int
+    id: str
+    entry: Any
+    pair: tuple
+
+
+_new_key = tuple.__new__
+
+
+def queue_key(tier: int, key: tuple, chart_id: str, entry, pair) -> QueueKey:
+    """The :class:`QueueKey` ``(tier, *key, chart_id, entry, pair)``."""
     k1, k2, k3 = key  # unpacked: cheaper than (tier, *key, ...) for a million keys
-    return (tier, k1, k2, k3, chart_id, entry, pair)
+    return _new_key(QueueKey, (tier, k1, k2, k3, chart_id, entry, pair))

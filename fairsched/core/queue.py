@@ -20,133 +20,41 @@ Complexity (n queued charts, k of one org, B the budget):
 from __future__ import annotations
 
 import math
-from itertools import chain, islice, takewhile
-from operator import attrgetter, itemgetter
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
+from typing import Iterable, Mapping
 
-from .keys import TIER_NORMAL, TIER_PRIORITY, fifo_key, normal_key, org_rank_key, priority_key, queue_key
-from .plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
-from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, lane_pass
+from .entry import _UNTRACKED, _Entry, _Untracked
+from .heads import NeedsWholeBacklog, first_head_of_backlog, head_of_backlog
+from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, fifo_key, normal_key, org_rank_key, priority_key, queue_key
+from .plan import gc_paused
+from .queue_dispatch import QueueDispatch
+from .queue_etas import QueueEtas
+from .queue_views import QueueViews
+from .reserve import DEFAULT_DEPTH
+from .rules import (BLOCKED, DEFAULT_QUANTUM_S, DISPATCHES, HELD, MIN_EST_S, ORDERED, PAUSED, SHARES, arrival_round,
+                    arrival_turn, classify)
 from .sortedkeys import SortedKeys
-from .types import Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
+from .types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
 
-_payload = itemgetter(5)
-_kid = itemgetter(4)
-_kpair = itemgetter(6)
-_pair = attrgetter("pair")
-_ecost = attrgetter("cost")
-_org = attrgetter("org")
+__all__ = ["FairQueue", "NeedsWholeBacklog", "POLICIES", "first_head_of_backlog", "head_of_backlog"]
+
 _seq_id = attrgetter("seq", "id")
 
 POLICIES = ("wrr", "fifo")
 
 
-def _costs_in_order(sublists: list[list[tuple]], free: int) -> Iterator[int]:
-    """The cost of each chart of the order (its keys' ``sublists``), lazily from the
-    head, for the head-of-line stop within ``free``. Every cost is at least 1, so at
-    most ``free`` charts start: when the first sublist is longer, it holds the stop."""
-    if sublists and free < len(sublists[0]):
-        return map(_ecost, map(_payload, sublists[0]))
-    return map(_ecost, map(_payload, chain.from_iterable(sublists)))
+def check_policies(share: str, quantum_s: float, dispatch: str) -> None:
+    """ValueError naming the field for a bad ``share``, ``quantum_s`` or ``dispatch``."""
+    if share not in SHARES:
+        raise ValueError(f"share: {share!r} is not one of {', '.join(SHARES)}")
+    if dispatch not in DISPATCHES:
+        raise ValueError(f"dispatch: {dispatch!r} is not one of {', '.join(DISPATCHES)}")
+    if isinstance(quantum_s, bool) or not isinstance(quantum_s, (int, float)) \
+            or not math.isfinite(quantum_s) or quantum_s <= 0:
+        raise ValueError(f"quantum_s: {quantum_s!r} must be a number above 0")
 
 
-def head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], tuple | None]:
-    """The head of a saved order, what a restart loads first: every priority chart, every
-    chart without a round, and of each org the ``k`` first charts with a round by
-    ``(round, created_at, seq)`` (the normal key). With them, the horizon: the smallest
-    normal key of an org's ``k``-th chart (its later charts may sort after it), None if
-    no org had ``k`` (the head is the whole backlog). The database reads the same rows
-    with one indexed query per org (``fairsched.engine.db.read_head``)."""
-    head: list[QueuedChart] = []
-    ranked: dict[str, list[QueuedChart]] = {}
-    for c in queued:
-        if c.priority or c.round is None:
-            head.append(c)
-        else:
-            ranked.setdefault(c.org, []).append(c)
-    bounds = []
-    for charts in ranked.values():
-        charts.sort(key=lambda c: (c.round, c.created_at, c.seq))
-        head.extend(charts[:k])
-        if len(charts) >= k:
-            c = charts[k - 1]
-            bounds.append(normal_key(c.round, c.created_at, c.seq))
-    return head, min(bounds) if bounds else None
-
-
-def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], set[str]]:
-    """A first start's head (no round saved), what :meth:`FairQueue.first_head` takes:
-    every priority chart, every chart moved to the front, and of each org its ``k`` first
-    others by ``(created_at, seq)``; with them, the orgs that have more. Together the
-    first charts of each org's rank order (``org_rank_key``). The database reads the same
-    rows with a few indexed queries per org (``fairsched.engine.db.read_head``)."""
-    head: list[QueuedChart] = []
-    rest: dict[str, list[QueuedChart]] = {}
-    for c in queued:
-        if c.priority or c.front_at is not None:
-            head.append(c)
-        else:
-            rest.setdefault(c.org, []).append(c)
-    truncated = set()
-    for org, charts in rest.items():
-        charts.sort(key=lambda c: (c.created_at, c.seq))
-        head.extend(charts[:k])
-        if len(charts) > k:
-            truncated.add(org)
-    return head, truncated
-
-
-class NeedsWholeBacklog(Exception):
-    """The head of the order cannot be restored alone (:meth:`FairQueue.restore`)."""
-
-
-class _Untracked:
-    """Stands in for the set of changed rounds when nobody persists them (the simulator,
-    a plan): adding and discarding cost a no-op call, nothing is kept."""
-
-    __slots__ = ()
-
-    def add(self, _: str) -> None:
-        pass
-
-    def discard(self, _: str) -> None:
-        pass
-
-
-_UNTRACKED = _Untracked()
-_PAIRS: dict[tuple, tuple] = {}  # (org, workflow) pairs, shared by every entry (memory at 1M charts)
-
-
-class _Entry:
-    """Mutable internal record of a queued chart (never handed out)."""
-
-    __slots__ = ("id", "org", "workflow", "pair", "created_at", "seq", "priority",
-                 "prioritized_at", "paused", "front_at", "round", "key", "state", "cost")
-
-    def __init__(self, c: QueuedChart) -> None:
-        self.id = c.id
-        self.org = c.org
-        self.workflow = c.workflow
-        pair = (c.org, c.workflow)
-        self.pair = _PAIRS.setdefault(pair, pair)  # one tuple per (org, workflow), not per chart
-        self.created_at = c.created_at
-        self.seq = c.seq
-        self.priority = c.priority
-        self.prioritized_at = c.prioritized_at
-        self.paused = c.paused
-        self.front_at = c.front_at
-        self.round: int | None = None
-        self.key: tuple | None = None
-        self.state = ""
-        self.cost = 1  # its pair's cost when last placed (every cost change re-places)
-
-    def chart(self) -> QueuedChart:
-        return QueuedChart(self.id, self.org, self.workflow, self.created_at, self.seq,
-                           self.priority, self.prioritized_at, self.paused, self.front_at,
-                           self.round)
-
-
-class FairQueue:
+class FairQueue(QueueViews, QueueDispatch, QueueEtas):
     """The queued charts of every org in their fair order.
 
     ``weights`` lists the orgs in their listed order (a budget change re-ranks
@@ -160,6 +68,12 @@ class FairQueue:
     prioritised (it still holds it); it gives it back when cancelled
     (``remove``) and loses it when its org is re-ranked while it is not
     eligible. Dispatched charts keep counting for their round.
+
+    The policies (docs/scheduling.md): ``share`` ``"charts"`` (a turn is ``weight``
+    charts) or ``"work"`` (a turn is ``weight x quantum_s`` budget-seconds, a chart's work
+    its cost x ``estimate`` at arrival: ``used`` counts budget-seconds); ``dispatch``
+    ``"strict"`` (head-of-line) or ``"backfill"`` (conservative backfill over the first
+    ``depth`` charts, :mod:`.reserve`; ``bound`` gives a chart's 90% bound).
     """
 
     def __init__(
@@ -170,10 +84,24 @@ class FairQueue:
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
         track_rounds: bool = False,
+        share: str = "charts",
+        quantum_s: float = DEFAULT_QUANTUM_S,
+        dispatch: str = "strict",
+        estimate: Estimate = Durations(),
+        bound: Estimate | None = None,
+        depth: int = DEFAULT_DEPTH,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
+        check_policies(share, quantum_s, dispatch)
         self.policy = policy
+        self.share = share
+        self.quantum_s = float(quantum_s)
+        self.dispatch_policy = dispatch
+        self._work = share == "work" and policy == "wrr"
+        self._estimate = estimate
+        self._bound = bound
+        self.depth = int(depth)
         self._budget = int(budget)
         self._weights: dict[str, int] = dict(weights)
         self._costs: dict = dict(costs or {})
@@ -183,9 +111,9 @@ class FairQueue:
         self._aside: dict[str, dict[str, _Entry]] = {HELD: {}, PAUSED: {}, BLOCKED: {}}
         self._head = 0
         self._last: dict[str, int] = {}
-        self._used: dict[str, int] = {}
+        self._used: dict[str, float] = {}  # charts, or budget-seconds under "work"
         self._disp_round: dict[str, int] = {}
-        self._disp_count: dict[str, int] = {}
+        self._disp_count: dict[str, float] = {}
         self._ordered_n: dict[str, int] = dict.fromkeys(self._weights, 0)
         # queued charts whose round changed (take_round_changes); only the live scheduler,
         # which persists them, pays for the bookkeeping
@@ -212,6 +140,7 @@ class FairQueue:
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
         track_rounds: bool = False,
+        **policies,
     ) -> "FairQueue":
         """Rebuild at start-up from the static backlog: the static plan's rounds,
         ``head = 0`` (docs/scheduling.md). Its order equals :func:`plan`'s.
@@ -219,11 +148,11 @@ class FairQueue:
         round changes (:meth:`take_round_changes`) to persist them."""
         with gc_paused():
             return cls._from_backlog(queued, budget=budget, weights=weights, costs=costs,
-                                     policy=policy, track_rounds=track_rounds)
+                                     policy=policy, track_rounds=track_rounds, **policies)
 
     @classmethod
-    def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False) -> "FairQueue":
-        q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds)
+    def _from_backlog(cls, queued, *, budget, weights, costs, policy, track_rounds=False, **policies) -> "FairQueue":
+        q = cls(budget=budget, weights=weights, costs=costs, policy=policy, track_rounds=track_rounds, **policies)
         keys = []
         q._enter(queued)
         for org in q._weights:
@@ -241,6 +170,7 @@ class FairQueue:
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
         horizon: tuple | None = None,
+        **policies,
     ) -> "FairQueue":
         """Resume after a restart or a failover from what :meth:`export_rounds` and
         :meth:`take_round_changes` persisted (contracts/simulate.md: the order after a
@@ -262,7 +192,7 @@ class FairQueue:
         if horizon is not None and horizon[0] < state.head:
             raise NeedsWholeBacklog("the head alone may hide charts below the head round")
         with gc_paused():
-            q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True)
+            q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
             q._head = int(state.head)
             for org in q._weights:
                 s = state.orgs.get(org)
@@ -274,7 +204,7 @@ class FairQueue:
                     q._disp_round[org], q._disp_count[org] = q._head, s.in_head
             q._enter(queued, with_round=True)
             keys = []
-            rerank_all = state.budget != q._budget
+            rerank_all = state.budget != q._budget or tuple(state.share) != q.share_key
             for org, w in q._weights.items():
                 s = state.orgs.get(org)
                 if rerank_all or (s is not None and s.weight != w) or q._stale(org):
@@ -298,6 +228,7 @@ class FairQueue:
         budget: int,
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
+        **policies,
     ) -> "FairQueue":
         """A first start's head (no round was ever saved): ``queued`` holds the whole
         priority tier and, of each org, a prefix of its rank order (``org_rank_key``);
@@ -312,7 +243,7 @@ class FairQueue:
         smallest such round (a truncated org with no ordered chart read: none at all), and
         logs what it takes out for :meth:`replay` on the whole backlog's queue.
         :func:`first_head_of_backlog` says which charts the head holds."""
-        q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True)
+        q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
         bound = None
         truncated = set(truncated)
         for org in truncated:
@@ -322,7 +253,7 @@ class FairQueue:
             if last is None:
                 top = -1  # its unread charts may take round 0
             else:  # its next chart takes ``last`` again while fewer than its weight hold it
-                top = last if q._used.get(org, 0) >= q._weights[org] else last - 1
+                top = last if q._used.get(org, 0) >= q._turn(org) else last - 1
             bound = top if bound is None else min(bound, top)
         if truncated:  # partial even if only held orgs were cut: the whole backlog must follow
             q._horizon = (TIER_NORMAL, math.inf if bound is None else bound, math.inf)  # a round <= bound
@@ -342,6 +273,8 @@ class FairQueue:
             if c.org not in weights:
                 raise KeyError(f"unknown org {c.org!r}")
             e = _Entry(c)
+            if e.est is None and self._work:
+                e.est = float(self._estimate(c.org, c.workflow))  # fixed at arrival
             if with_round:
                 e.round = c.round
             entries[c.id] = e
@@ -380,7 +313,7 @@ class FairQueue:
             last = self._last.get(org)
             in_head = self._disp_count.get(org, 0) if self._disp_round.get(org) == head else 0
             orgs[org] = OrgRounds(last, self._used.get(org, 0) if last is not None else 0, in_head, w)
-        return RoundState(head, self._budget, orgs)
+        return RoundState(head, self._budget, orgs, self.share_key)
 
     def take_round_changes(self) -> dict[str, int | None]:
         """The queued charts whose round changed since the last call (arrivals,
@@ -393,67 +326,6 @@ class FairQueue:
         self._changed = set()
         return out
 
-    # ------------------------------------------------------------- properties
-    @property
-    def head(self) -> int:
-        """The round of the last normal-tier chart dispatched (0 at start)."""
-        return self._head
-
-    def round_state(self) -> dict[str, tuple[int, int]]:
-        """Per org ``(last, used)``: its highest assigned round and how many of its charts,
-        queued *or dispatched*, hold it (simulate.md). With :attr:`head` this is all the
-        arrival rule needs, so a reader can place charts that arrived after a publication."""
-        return {org: (last, self._used[org]) for org, last in self._last.items()}
-
-    @property
-    def budget(self) -> int:
-        return self._budget
-
-    @property
-    def weights(self) -> dict[str, int]:
-        """Copy of the weights, in the orgs' listed order."""
-        return dict(self._weights)
-
-    @property
-    def costs(self) -> dict:
-        """Copy of the (org, workflow) -> cost table."""
-        return dict(self._costs)
-
-    def ordered_count(self, org: str) -> int:
-        """How many of ``org``'s charts are in the order, O(1)."""
-        return self._ordered_n.get(org, 0)
-
-    def cost_of(self, org: str, workflow: str | None) -> int:
-        """The current cost of (org, workflow): 1 if not set."""
-        return self._costs.get((org, workflow), 1)
-
-    def __len__(self) -> int:
-        """Number of queued charts (ordered, held, paused and blocked)."""
-        return len(self._entries)
-
-    def __contains__(self, chart_id: str) -> bool:
-        return chart_id in self._entries
-
-    def get(self, chart_id: str) -> QueuedChart | None:
-        """The queued chart (with its current round), None if not queued."""
-        e = self._entries.get(chart_id)
-        return e.chart() if e else None
-
-    def state_of(self, chart_id: str) -> str | None:
-        """``"ordered"``, ``"held"``, ``"paused"``, ``"blocked"`` or None."""
-        e = self._entries.get(chart_id)
-        return e.state if e else None
-
-    def org_of(self, chart_id: str) -> str | None:
-        """The org of a queued chart (None: not queued). O(1), no copy."""
-        e = self._entries.get(chart_id)
-        return e.org if e is not None else None
-
-    def round_of(self, chart_id: str) -> int | None:
-        """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
-        e = self._entries.get(chart_id)
-        return e.round if e else None
-
     def frozen_copy(self) -> "FairQueue":
         """A read-only copy for an ETA pass in another thread, while this queue keeps
         changing: the order, the charts set aside, rounds, weights, costs and budget are
@@ -462,6 +334,8 @@ class FairQueue:
         orgs, workflows, and the key tuples). Never change the copy; it cannot ``get``."""
         q = FairQueue.__new__(FairQueue)
         q.policy = self.policy
+        q.share, q.quantum_s, q.dispatch_policy, q._work = self.share, self.quantum_s, self.dispatch_policy, self._work
+        q._estimate, q._bound, q.depth = self._estimate, self._bound, self.depth
         q._budget = self._budget
         q._weights = dict(self._weights)
         q._costs = dict(self._costs)
@@ -477,71 +351,6 @@ class FairQueue:
         q._ordered_n = dict(self._ordered_n)
         q._changed = set()
         return q
-
-    # ------------------------------------------------------------------ order
-    @property
-    def order_len(self) -> int:
-        """Number of charts in the order."""
-        return len(self._order)
-
-    def __iter__(self) -> Iterator[str]:
-        """Chart ids of the order, lazily from the head. Do not modify while iterating."""
-        return (k[4] for k in self._order)
-
-    def order(self) -> list[str]:
-        """Snapshot of the order as chart ids, O(n)."""
-        return [k[4] for k in self._order]
-
-    def walk(self) -> Iterator[tuple[str, tuple, int | None]]:
-        """``(chart id, (org, workflow), round)`` of the order from the head, the
-        round None in the priority tier: what a forecast pass needs, without
-        building a :class:`QueuedChart` per chart."""
-        for k in chain.from_iterable(self._order.sublists()):
-            yield k[4], k[6], (k[1] if k[0] == TIER_NORMAL else None)
-
-    def iter_charts(self) -> Iterator[QueuedChart]:
-        """The ordered charts (with their rounds) lazily from the head; slice it
-        with ``itertools.islice`` for a dashboard's first page."""
-        return (k[5].chart() for k in self._order)
-
-    def position(self, chart_id: str) -> int | None:
-        """0-based position in the order, None if not in it. O(n / 512 + log n)."""
-        e = self._entries.get(chart_id)
-        if e is None or e.key is None:
-            return None
-        return self._order.index(e.key)
-
-    def _aside_ids(self, state: str) -> list[str]:
-        return [e.id for e in sorted(self._aside[state].values(), key=lambda e: (e.seq, e.id))]
-
-    @property
-    def held(self) -> list[str]:
-        """Ids of charts of orgs with weight 0, in arrival order."""
-        return self._aside_ids(HELD)
-
-    @property
-    def paused(self) -> list[str]:
-        """Ids of paused charts (of orgs not held), in arrival order."""
-        return self._aside_ids(PAUSED)
-
-    @property
-    def blocked(self) -> list[str]:
-        """Ids of charts whose cost exceeds the whole budget, in arrival order."""
-        return self._aside_ids(BLOCKED)
-
-    def backlog(self) -> list[QueuedChart]:
-        """Every queued chart in arrival order, each ordered normal-tier chart
-        with its current ``round`` (for a dump that replays to the same order)."""
-        out = []
-        for e in sorted(self._entries.values(), key=lambda e: (e.seq, e.id)):
-            c = e.chart()
-            if e.state != ORDERED or (e.key is not None and e.key[0] == TIER_PRIORITY) \
-                    or self.policy != "wrr":
-                if c.round is not None:
-                    c = QueuedChart(c.id, c.org, c.workflow, c.created_at, c.seq, c.priority,
-                                    c.prioritized_at, c.paused, c.front_at, None)
-            out.append(c)
-        return out
 
     # ---------------------------------------------------------------- changes
     def add(self, chart: QueuedChart) -> None:
@@ -567,7 +376,7 @@ class FairQueue:
             self.gone_log.append((e.org, e.round))
         self._take_out(e)
         if e.round is not None and self._last.get(e.org) == e.round:
-            self._used[e.org] -= 1
+            self._used[e.org] -= e.share
         return e.chart()
 
     def pause(self, chart_id: str) -> bool:
@@ -666,217 +475,6 @@ class FairQueue:
             self._rerank(org)
         return True
 
-    # --------------------------------------------------------------- dispatch
-    def _startable(self, free: int) -> int:
-        """How many charts at the head start within ``free``: the head-of-line walk, and
-        in a partial queue (:meth:`restore` with a horizon) none past the horizon."""
-        n = head_of_line(_costs_in_order(self._order.sublists(), free), free)
-        if self._horizon is not None and n:
-            h = self._horizon
-            n = sum(1 for _ in takewhile(lambda k: k[:4] <= h, islice(self._order, n)))
-        return n
-
-    @property
-    def partial(self) -> bool:
-        """True for the head of the order restored alone (:meth:`restore` with a horizon)."""
-        return self._horizon is not None
-
-    def close_horizon(self, everything: bool = False) -> None:
-        """Dispatch nothing more of the normal tier (``everything``: nothing at all):
-        something changed that the head alone cannot place."""
-        if self._horizon is not None:
-            self._horizon = (TIER_PRIORITY - 0.5,) if everything else (TIER_NORMAL - 0.5,)
-
-    def peek(self, free: int) -> list[str]:
-        """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
-        return [k[4] for k in islice(self._order, self._startable(free))]
-
-    def dispatch(self, free: int) -> list[QueuedChart]:
-        """Head-of-line walk within ``free`` (may be negative): start each chart
-        at the head that fits, stop at the first that does not. The started
-        charts leave the queue; each normal-tier one sets ``head`` to its round.
-        Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a
-        later ``set_cost`` does not touch in-flight work)."""
-        started = []
-        log = self.start_log
-        for k in self._order.pop_head(self._startable(free)):
-            e = k[5]
-            self._ordered_n[e.org] -= 1
-            self._forget(e)
-            e.key = None
-            e.state = ""
-            normal = k[0] == TIER_NORMAL
-            self._dispatched(e.org, normal, e.round)
-            if log is not None:
-                log.append(("dispatch", e.id, normal, e.round))
-            started.append(e.chart())
-        return started
-
-    def _forget(self, e: _Entry) -> None:
-        del self._entries[e.id]
-        del self._by_org[e.org][e.id]
-        self._changed.discard(e.id)
-        if self.gone_log is not None:
-            self.gone_log.append((e.org, e.round))
-
-    def _touched(self, e: _Entry) -> None:
-        if self.touched_log is not None:
-            self.touched_log.append((e.org, e.round))
-
-    def _dispatched(self, org: str, normal: bool, r: int | None) -> None:
-        """A chart of ``org`` holding round ``r`` was dispatched: a normal-tier one sets
-        ``head`` to its round (and keeps counting for it)."""
-        if not normal or r is None:
-            return
-        self._head = r
-        if self._disp_round.get(org) == r:
-            self._disp_count[org] += 1
-        else:
-            self._disp_round[org] = r
-            self._disp_count[org] = 1
-
-    def replay(self, log: Iterable[tuple]) -> list[tuple[str, str]]:
-        """Take out what a partial queue (the head of this order, restored from the same
-        saved state) dispatched and removed, as it did: ``head`` and the rounds move
-        exactly as they moved there. A chart this queue does not hold arrived after its
-        read: a priority chart (no round to count) or one already gone. Returns the
-        ``(id, org)`` of each chart taken out."""
-        out = []
-        for kind, cid, *rest in log:
-            e = self._entries.get(cid)
-            if kind == "remove":
-                if self.remove(cid) is not None:
-                    out.append((cid, e.org))
-                continue
-            if e is None:
-                continue
-            normal, r = rest
-            self._take_out(e)
-            self._forget(e)
-            self._dispatched(e.org, normal, r)
-            out.append((cid, e.org))
-        return out
-
-    # ------------------------------------------------------------------- ETAs
-    def etas(
-        self,
-        running: Iterable[RunningChart],
-        now: float,
-        budget: int | None = None,
-        estimate: Callable[[str, str | None], float] = Durations(),
-        *,
-        stop_after: "set[str] | frozenset[str] | None" = None,
-    ) -> EtaReport:
-        """The full ETA pass, the lane simulation of docs/scheduling.md over
-        the running charts and the whole order, O(n log budget).
-        ``budget`` defaults to the queue's. ``org_clear_s`` has every listed org.
-        ``stop_after``: stop the walk once every one of these ids has its ETA
-        (a partial pass: clear-times then cover only the walked prefix).
-        An org with no chart running or in the order whose queued charts are all
-        held, paused or blocked gets ``org_clear_s`` None (scenario contract v2)
-        and is counted in ``org_unplanned``."""
-        running = list(running)
-        rep = self._etas(running, now, budget, estimate, stop_after)
-        unplanned = self.unplanned_by_org()
-        if not unplanned:
-            return rep
-        return unplanned_clear(rep, unplanned, {r.org for r in running} | {
-            o for o, n in self._ordered_n.items() if n})
-
-    def unplanned_by_org(self) -> dict[str, int]:
-        """Per org, how many of its queued charts are held, paused or blocked
-        (orgs with at least one only). O(those charts)."""
-        out: dict[str, int] = {}
-        for aside in self._aside.values():
-            for e in aside.values():
-                out[e.org] = out.get(e.org, 0) + 1
-        return out
-
-    def _etas(self, running, now, budget, estimate, stop_after) -> EtaReport:
-        if budget is None:
-            budget = self._budget
-        etas: dict[str, Eta] = {}
-        running = list(running)
-        cap = lane_count(budget, sum(r.cost for r in running), self.order_len, self._ordered_cost)
-        lanes = initial_lanes(running, now, budget, estimate, etas, cap)
-        org_clear: dict[str, float] = dict.fromkeys(self._weights, 0.0)
-        running_clear(running, etas, org_clear)
-        pending = set(stop_after) - etas.keys() if stop_after is not None else None
-        if pending is not None and not pending:
-            return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-        if pending is None:
-            # the full pass, vectorised: C-level gathers around one tight heap loop
-            with gc_paused():
-                return self._full_pass(lanes, etas, org_clear, estimate)
-        # a partial pass (the simulator's ETA at arrival): the same lane walk, a
-        # stretch of the order at a time, until every pending chart has its ETA
-        return self._partial_pass(lanes, etas, org_clear, estimate, pending)
-
-    def _partial_pass(self, lanes, etas, org_clear, estimate, pending) -> EtaReport:
-        """:func:`.rules.lane_pass` over the order one stretch (a sublist of the sorted
-        keys) at a time, stopping after the chart that gives the last of ``pending``
-        its ETA: ETAs and clear-times cover the order up to there."""
-        costs = self._costs
-        info: dict = {}  # (org, workflow) -> (cost, estimate), once per pass
-        for keys in self._order.sublists():
-            cost_est = []
-            for k in keys:
-                pair = k[6]
-                ce = info.get(pair)
-                if ce is None:
-                    ce = info[pair] = (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
-                cost_est.append(ce)
-            starts, fins = lane_pass(cost_est, lanes)
-            n = len(keys)
-            for i, k in enumerate(keys):
-                if fins[i] is not None and k[4] in pending:
-                    pending.discard(k[4])
-                    if not pending:
-                        n = i + 1
-                        break
-            collect_etas([k[4] for k in keys[:n]], [k[6][0] for k in keys[:n]], starts[:n], fins[:n],
-                         etas, org_clear)
-            if not pending:
-                break
-        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-
-    def _ordered_cost(self) -> int:
-        """The total cost of the charts in the order (O(n); see :func:`lane_count`)."""
-        costs = self._costs
-        return sum(costs.get(k[5].pair, 1) for k in chain.from_iterable(self._order.sublists()))
-
-    def _full_pass(self, lanes, etas, org_clear, estimate) -> EtaReport:
-        costs = self._costs
-        keys = list(chain.from_iterable(self._order.sublists()))
-        pairs = list(map(_kpair, keys))
-        info = {pair: (costs.get(pair, 1), float(estimate(pair[0], pair[1])))
-                for pair in set(pairs)}
-        starts, fins = lane_pass(list(map(info.__getitem__, pairs)), lanes)
-        collect_etas(list(map(_kid, keys)), (), starts, fins, etas, org_clear, pairs)
-        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-
-    def plan(
-        self,
-        running: Sequence[RunningChart],
-        now: float,
-        estimate: Callable[[str, str | None], float] = Durations(),
-    ) -> Plan:
-        """The plan of the live state (``manage.py plan --live``): the same
-        fields as :func:`fairsched.core.plan` on a dump of this queue."""
-        running = list(running)
-        free = self._budget - sum(r.cost for r in running)
-        rep = self.etas(running, now, self._budget, estimate)
-        order = []
-        rounds = {}
-        for k in self._order:
-            order.append(k[4])
-            if k[0] == TIER_NORMAL and k[5].round is not None:
-                rounds[k[4]] = k[5].round
-        return Plan(order=order, dispatch=self.peek(free), held=self.held,
-                    paused=self.paused, blocked=self.blocked, etas=rep.etas,
-                    org_clear_s=rep.org_clear_s, clear_s=rep.clear_s, rounds=rounds,
-                    org_unplanned=rep.org_unplanned)
-
     # -------------------------------------------------------------- internals
     def _state(self, e: _Entry) -> str:
         """:func:`.rules.classify` of ``e`` now."""
@@ -910,8 +508,12 @@ class FairQueue:
             return None
         if self.policy == "wrr" and not e.priority and (arrive or e.round is None):
             # the arrival rule: e takes its org's next round
-            r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
-                                               self._weights[org])
+            if self._work:
+                r, self._used[org], e.share = arrival_turn(
+                    self._head, self._last.get(org), self._used.get(org, 0), self._turn(org), self._work_of(e, cost))
+            else:
+                r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
+                                                   self._weights[org])
             self._last[org] = e.round = r
         key = self._key(e)
         e.key = key
@@ -925,8 +527,8 @@ class FairQueue:
         charts arrive again, oldest first (moved-to-front first). Returns keys."""
         if self.reranked_log is not None:
             self.reranked_log.add(org)
-        if self._disp_round.get(org) == self._head and org in self._disp_round:
-            self._last[org] = self._head
+        if org in self._disp_round and self._disp_round[org] >= self._head:  # (> only under backfill)
+            self._last[org] = self._disp_round[org]
             self._used[org] = self._disp_count[org]
         else:
             self._last.pop(org, None)
@@ -934,19 +536,55 @@ class FairQueue:
         charts = sorted(self._by_org[org].values(),
                         key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
         keys = []
-        old = [e.round for e in charts]
+        old = [(e.round, e.share) for e in charts]
         for e in charts:
             e.round = None
+            e.share = 1  # a share means something only with a round: the arrival rule sets it
             k = self._place(e, arrive=True, insert=insert)
             if k is not None:
                 keys.append(k)
         changed = self._changed
-        for e, r in zip(charts, old):
-            if e.round != r:  # a re-rank mostly gives the same rounds back: nothing to write
+        for e, (r, share) in zip(charts, old):
+            if e.round != r or e.share != share:  # a re-rank mostly gives the same back: nothing to write
                 changed.add(e.id)
         return keys
+
+    def _turn(self, org: str) -> float:
+        """An org's turn in a round: its weight (charts), or weight x quantum_s (work)."""
+        w = self._weights[org]
+        return w * self.quantum_s if self._work else w
+
+    def _work_of(self, e: _Entry, cost: int) -> float:
+        """A chart's work: its cost x its estimate at arrival, budget-seconds."""
+        if e.est is None:
+            e.est = float(self._estimate(e.org, e.workflow))
+        return cost * (e.est if e.est > MIN_EST_S else MIN_EST_S)
+
+    @property
+    def share_key(self) -> tuple:
+        """(share, quantum_s) the rounds are given under (quantum None under "charts")."""
+        return (self.share, self.quantum_s if self.share == "work" else None)
+
+    def set_policies(self, share: str | None = None, quantum_s: float | None = None,
+                     dispatch: str | None = None) -> bool:
+        """Switch the policies live. A change of ``share`` (or of ``quantum_s`` under
+        ``work``) re-ranks every org in listed order, as a budget change does; ``dispatch``
+        changes only how the order starts. Returns whether anything changed."""
+        share = self.share if share is None else share
+        quantum_s = self.quantum_s if quantum_s is None else float(quantum_s)
+        dispatch = self.dispatch_policy if dispatch is None else dispatch
+        check_policies(share, quantum_s, dispatch)
+        before = (self.share_key, self.dispatch_policy)
+        rerank = (share, quantum_s if share == "work" else None) != self.share_key
+        self.share, self.quantum_s, self.dispatch_policy = share, quantum_s, dispatch
+        self._work = share == "work" and self.policy == "wrr"
+        if rerank:
+            for org in self._weights:
+                self._rerank(org)
+        return (self.share_key, self.dispatch_policy) != before
 
     def _rerank(self, org: str) -> None:
         for e in self._by_org[org].values():
             self._take_out(e)
         self._rank(org)
+

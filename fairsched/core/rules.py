@@ -9,6 +9,7 @@ key and its tie-breaks) are in :mod:`fairsched.core.keys`.
 - :func:`classify`: held, paused, blocked or in the order.
 - :func:`arrival_round`: the round a chart takes when it arrives (persistent
   round-robin).
+- :func:`arrival_turn`: the same rule under the share ``work`` (deficit round-robin).
 - :func:`head_of_line`: the head-of-line stop (dispatch within the free budget).
 - :func:`lane_pass`: the lane walk (ETAs).
 
@@ -18,6 +19,7 @@ chart would cost more than the work it does on a backlog of 10**5 charts.
 from __future__ import annotations
 
 from heapq import heappop, heappush, heapreplace
+from math import ceil
 from typing import Iterable
 
 ORDERED, HELD, PAUSED, BLOCKED = "ordered", "held", "paused", "blocked"
@@ -57,6 +59,42 @@ def arrival_round(head: int, last: int | None, used: int, weight: int) -> tuple[
             return r, used + 1
         r += 1
     return r, 1
+
+
+SHARES = ("charts", "work")
+DISPATCHES = ("strict", "backfill")
+DEFAULT_QUANTUM_S = 600.0
+"""``quantum_s``'s default: one cost-1 chart of the default estimate (600 s), so a turn of
+weight w is w such charts, and with the default estimate ``work`` gives the ``charts``
+order exactly (docs/scheduling.md, "Share by work")."""
+MIN_EST_S = 0.001
+"""A chart's work counts at least this many seconds (an estimate of 0 still takes a turn)."""
+_EPS = 1e-9
+
+
+def arrival_turn(head: int, last: int | None, used: float, turn: float, work: float
+                 ) -> tuple[int, float, float]:
+    """The arrival rule under the share ``work``, deficit round-robin: an org's turn in
+    each round is ``turn`` (weight x quantum_s) budget-seconds; a chart of ``work``
+    budget-seconds takes the first round in which the org's allowance, counted from where
+    it entered, covers its work. ``used`` is the work counted in round ``last``.
+
+    Where the org counts from: ``head`` if it has no round or fell behind the head (an
+    org that empties starts afresh, no saved credit); the next round if ``last`` is full
+    (``used >= turn``); else round ``last``, with ``used`` already counted. Returns
+    ``(r, used, share)``: the round, the work counted in it now, and the chart's part of
+    it. With ``work == 1`` and ``turn == weight`` this is :func:`arrival_round`."""
+    if last is None or last < head:
+        base, total = head, work
+    elif used >= turn:
+        base, total = last + 1, work
+    else:
+        base, total = last, used + work
+    n = ceil(total / turn - _EPS)
+    if n < 1:
+        n = 1
+    used_now = total - (n - 1) * turn
+    return base + n - 1, used_now, (work if work < used_now else used_now)
 
 
 def head_of_line(costs: Iterable[int], free: int) -> int:

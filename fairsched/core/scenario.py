@@ -18,6 +18,7 @@ from fairsched import core
 from fairsched.core import DEFAULT_AVG_S, Durations, FairQueue, Plan, QueuedChart, RunningChart
 from fairsched.core.modes import EtaModel, Policy
 from fairsched.core.plan import gc_paused
+from fairsched.core.rules import DEFAULT_QUANTUM_S, DISPATCHES, SHARES
 from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from fairsched.core.simulator import simulate as core_simulate
 
@@ -131,6 +132,26 @@ class Scenario:
     durations: Durations
     running: list[RunningChart]
     queued: list[QueuedChart]
+    policies: dict | None = None  # share, quantum_s, dispatch when any is given
+
+
+def parse_policies(d: Mapping) -> dict | None:
+    """The optional ``share`` ("charts" | "work"), ``quantum_s`` (> 0) and ``dispatch``
+    ("strict" | "backfill") of a scenario or trace (docs/scheduling.md); None when none is
+    given (version 2 exactly). A bad value is a :class:`ScenarioError` naming the field."""
+    if not any(k in d for k in ("share", "quantum_s", "dispatch")):
+        return None
+    share = _str(d.get("share", "charts"), "share")
+    if share not in SHARES:
+        raise ScenarioError("share", f"unknown share {_show(share)} (expected one of {', '.join(SHARES)})")
+    dispatch = _str(d.get("dispatch", "strict"), "dispatch")
+    if dispatch not in DISPATCHES:
+        raise ScenarioError("dispatch", f"unknown dispatch {_show(dispatch)} "
+                                        f"(expected one of {', '.join(DISPATCHES)})")
+    quantum = _num(d.get("quantum_s", DEFAULT_QUANTUM_S), "quantum_s", 0)
+    if not quantum > 0 or not math.isfinite(quantum):
+        raise ScenarioError("quantum_s", f"must be > 0, got {_show(d.get('quantum_s'))}")
+    return {"share": share, "quantum_s": float(quantum), "dispatch": dispatch}
 
 
 def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
@@ -224,7 +245,7 @@ def parse_scenario(d: Any) -> Scenario:
                     append(QueuedChart(cid, org, wf, dt.timestamp(), i, prio, None, paused, None, None))
                     continue
         append(_queued_chart(c, i, new_id, weights))
-    return Scenario(now, budget, weights, costs, durations, running, queued)
+    return Scenario(now, budget, weights, costs, durations, running, queued, parse_policies(d))
 
 
 def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedChart:
@@ -263,9 +284,20 @@ def plan_to_json(p: Plan, weights: Iterable[str] = ()) -> dict:
 
 
 def plan_scenario(s: Scenario) -> Plan:
-    """The core plan of a parsed scenario."""
+    """The core plan of a parsed scenario. With policies (``share``, ``quantum_s``,
+    ``dispatch``), the live order's plan of the same backlog under them (rounds given by
+    the arrival rule from ``head = 0``; a dump's saved rounds are not read)."""
+    if s.policies is not None:
+        q = FairQueue.from_backlog([c if c.round is None else _no_round(c) for c in s.queued], budget=s.budget,
+                                   weights=s.weights, costs=s.costs, estimate=s.durations, **s.policies)
+        return q.plan(s.running, s.now, s.durations)
     return core.plan(s.queued, s.running, budget=s.budget, weights=s.weights,
                      costs=s.costs, estimate=s.durations, now=s.now)
+
+
+def _no_round(c: QueuedChart) -> QueuedChart:
+    return QueuedChart(c.id, c.org, c.workflow, c.created_at, c.seq, c.priority, c.prioritized_at, c.paused,
+                       c.front_at)
 
 
 def plan(scenario: dict) -> dict:
@@ -323,6 +355,7 @@ class Trace:
     arrivals: list[Arrival]
     events: list[Event]
     eta_model: EtaModel = EtaModel.LANES
+    policies: dict | None = None
 
 
 def parse_trace(d: Any) -> Trace:
@@ -369,7 +402,7 @@ def parse_trace(d: Any) -> Trace:
             events.append(Event(at, kind, value=_int(v, f"{p}.set_budget", 0)))
         else:
             events.append(Event(at, kind, chart=_str(v, f"{p}.{kind}")))
-    return Trace(budget, weights, costs, durations, arrivals, events, eta_model)
+    return Trace(budget, weights, costs, durations, arrivals, events, eta_model, parse_policies(d))
 
 
 def sim_to_json(r: SimResult) -> dict:
@@ -383,6 +416,13 @@ def sim_to_json(r: SimResult) -> dict:
     return {"policy": r.policy.value, "eta_model": r.eta_model.value, "charts": charts, "summary": r.summary}
 
 
+def _with_policies(out: dict, policies: dict | None) -> dict:
+    if policies is not None:
+        out["share"], out["quantum_s"], out["dispatch"] = (policies["share"], policies["quantum_s"],
+                                                           policies["dispatch"])
+    return out
+
+
 def simulate(trace: dict, policy: Policy | str = Policy.WRR) -> dict:
     """Replay a trace under ``policy`` (wrr, fifo, proportional); the result dict
     of docs/scheduling.md plus a ``summary`` of per-org fairness figures and the
@@ -392,5 +432,6 @@ def simulate(trace: dict, policy: Policy | str = Policy.WRR) -> dict:
                                       f"(expected one of {', '.join(POLICIES)})")
     t = parse_trace(trace)
     r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights,
-                      costs=t.costs, estimate=t.durations, policy=policy, eta_model=t.eta_model)
-    return sim_to_json(r)
+                      costs=t.costs, estimate=t.durations, policy=policy, eta_model=t.eta_model,
+                      **(t.policies or {}))
+    return _with_policies(sim_to_json(r), t.policies)

@@ -20,7 +20,8 @@ from .forecast import Forecaster, ForecastParams
 from .keys import fifo_key
 from .modes import EtaModel, Policy
 from .queue import FairQueue
-from .rules import ORDERED, head_of_line, is_held
+from .reserve import DEFAULT_DEPTH
+from .rules import DEFAULT_QUANTUM_S, ORDERED, head_of_line, is_held
 from .types import Durations, QueuedChart, RunningChart
 
 POLICIES = tuple(p.value for p in Policy)
@@ -86,6 +87,10 @@ def simulate(
     policy: Policy | str = Policy.WRR,
     eta_model: EtaModel | str = EtaModel.LANES,
     forecast_params: ForecastParams | None = None,
+    share: str = "charts",
+    quantum_s: float = DEFAULT_QUANTUM_S,
+    dispatch: str = "strict",
+    depth: int = DEFAULT_DEPTH,
 ) -> SimResult:
     """Run the trace to completion (or until nothing more can start).
 
@@ -99,19 +104,23 @@ def simulate(
     policy, eta_model = Policy(policy), EtaModel(eta_model)
     fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model is EtaModel.FORECAST else None
     sim = _Sim(arrivals, events, budget=budget, weights=weights, costs=costs, estimate=estimate,
-               policy=policy, forecaster=fc)
+               policy=policy, forecaster=fc, share=share, quantum_s=quantum_s, dispatch=dispatch, depth=depth)
     while True:
         t = sim.next_instant()
         if t is None:
             break
+        sim.account(t)
         sim.finish(t)                 # 1. finishes free their cost
         sim.apply_events(t)           # 2. events, in listing order
         arrived = sim.arrive(t)       # 3. arrivals, in listing order
         sim.dispatch(t)               # 4. dispatch
+        sim.backlogged(t)
         sim.eta_at_arrival(t, arrived)  # 5. ETA at arrival
     charts = [SimChart(a.id, a.org, float(a.at_s), sim.start.get(a.id), sim.finish_at.get(a.id),
                        sim.eta.get(a.id), sim.p90.get(a.id)) for a in arrivals]
     summary = summarize(charts, dict(weights), sim.entitled, sim.contended_starts)
+    summary.update(policy_figures(charts, arrivals, sim.cost_at_start, dict(weights), budget, sim.used_while_waiting,
+                                  sim.window))
     return SimResult(policy, charts, summary, eta_model)
 
 
@@ -120,12 +129,14 @@ class _Sim:
 
     def __init__(self, arrivals: Sequence[Arrival], events: Sequence[Event], *, budget: int,
                  weights: Mapping[str, int], costs, estimate: Callable, policy: Policy,
-                 forecaster: Forecaster | None) -> None:
+                 forecaster: Forecaster | None, share: str = "charts", quantum_s: float = DEFAULT_QUANTUM_S,
+                 dispatch: str = "strict", depth: int = DEFAULT_DEPTH) -> None:
         self.arrivals, self.events = arrivals, events
         self.estimate, self.policy, self.fc = estimate, policy, forecaster
         self.by_id = {a.id: a for a in arrivals}
         self.q = FairQueue(budget=budget, weights=weights, costs=costs,
-                           policy=Policy.WRR if policy is Policy.WRR else Policy.FIFO)
+                           policy=Policy.WRR if policy is Policy.WRR else Policy.FIFO, share=share, quantum_s=quantum_s,
+                           dispatch=dispatch, estimate=estimate, depth=depth)
         self.weights = dict(weights)
         self.arr_order = sorted(range(len(arrivals)), key=lambda i: arrivals[i].at_s)  # stable
         self.ev_order = sorted(range(len(events)), key=lambda i: events[i].at_s)
@@ -141,6 +152,12 @@ class _Sim:
         # fairness bookkeeping (see summarize): per org, entitled share while backlogged
         self.entitled: dict[str, float] = dict.fromkeys(weights, 0.0)
         self.contended_starts: dict[str, int] = dict.fromkeys(weights, 0)
+        # policy figures (see policy_figures): budget-seconds used / offered while charts
+        # waited in the order, and the window until the first org drained
+        self.cost_at_start: dict[str, int] = {}
+        self.used_while_waiting = [0.0, 0.0]
+        self.window: list = [None, None]  # [every org backlogged since, the first drain]
+        self._last_t = None
 
     def next_instant(self) -> float | None:
         """The next time anything happens (a finish, an event, an arrival); None: the end."""
@@ -152,6 +169,28 @@ class _Sim:
         if self.ei < len(self.ev_order):
             t = min(t, self.events[self.ev_order[self.ei]].at_s)
         return None if t == math.inf else t
+
+    def account(self, t: float) -> None:
+        """Budget use while charts wait in the order, over [the last instant, t)."""
+        last = self._last_t
+        self._last_t = t
+        if last is None or t <= last or not self.q.order_len:
+            return
+        self.used_while_waiting[0] += min(self.used, self.q.budget) * (t - last)
+        self.used_while_waiting[1] += self.q.budget * (t - last)
+
+    def backlogged(self, t: float) -> None:
+        """The window of the Jain figure: from when every org with weight had charts in
+        the order until the first of them had none."""
+        if self.window[1] is not None:
+            return
+        active = [o for o, w in self.weights.items() if w > 0]
+        full = bool(active) and all(self.q.ordered_count(o) for o in active)
+        if self.window[0] is None:
+            if full:
+                self.window[0] = t
+        elif not full:
+            self.window[1] = t
 
     def finish(self, t: float) -> None:
         finishing = self.finishing
@@ -202,11 +241,12 @@ class _Sim:
         if self.policy is Policy.PROPORTIONAL:
             started = _proportional(q, free, self.weights)
         else:
-            started = q.dispatch(free)
+            started = q.dispatch(free, self.running.values(), t, self.estimate)
         if started and demand:
             self._entitle(started, demand)
         for c in started:
             cost = q.cost_of(c.org, c.workflow)
+            self.cost_at_start[c.id] = cost
             self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, cost)
             self.used += cost
             self.start[c.id] = float(t)
@@ -351,3 +391,66 @@ def summarize(charts: Sequence[SimChart], weights: Mapping[str, int],
             "fair_ratio": ratio,
         }
     return {"orgs": per, "jain": jain(ratios), "contended_starts": n_contended}
+
+
+def _nearest(xs: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile of ``xs`` (None if empty)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
+
+
+def budget_shares(charts: Sequence[SimChart], arrivals: Sequence[Arrival], cost_at_start: Mapping[str, int],
+                  t0: float, t1: float) -> dict[str, float]:
+    """Each org's budget-seconds (cost x time running) inside the window [t0, t1)."""
+    out: dict[str, float] = {}
+    for c in charts:
+        if c.start_s is None:
+            continue
+        a, b = max(c.start_s, t0), min(c.finish_s if c.finish_s is not None else t1, t1)
+        if b > a:
+            out[c.org] = out.get(c.org, 0.0) + cost_at_start.get(c.id, 1) * (b - a)
+    for a in arrivals:
+        out.setdefault(a.org, 0.0)
+    return out
+
+
+def policy_figures(charts: Sequence[SimChart], arrivals: Sequence[Arrival], cost_at_start: Mapping[str, int],
+                   weights: Mapping[str, int], budget: int, used_while_waiting: Sequence[float],
+                   window: Sequence[float | None]) -> dict:
+    """The figures that compare the policies (docs/scheduling.md, "Comparing the policies"):
+
+    - ``budget_use_while_waiting``: the budget-seconds used over those offered, counted
+      only while at least one chart waited in the order (1: no budget idle while work waits),
+      and ``budget_idle_while_waiting_s`` the budget-seconds left idle then;
+    - ``budget_jain``: Jain's index, over the orgs with weight, of each org's share of the
+      budget-seconds divided by its weight's share, in the window from when every such org
+      had charts in the order until the first had none (``budget_window_s``; None if there
+      was no such window), and per org ``budget_share`` / ``weight_share`` in it;
+    - per org ``wait_p50_s`` and ``wait_p95_s`` (nearest rank)."""
+    used, offered = used_while_waiting
+    out: dict = {"budget_use_while_waiting": used / offered if offered else None,
+                 "budget_idle_while_waiting_s": offered - used,
+                 "budget_window_s": None, "budget_jain": None}
+    waits: dict[str, list[float]] = {}
+    for c in charts:
+        if c.start_s is not None:
+            waits.setdefault(c.org, []).append(c.start_s - c.arrive_s)
+    per = {o: {"wait_p50_s": _nearest(w, 0.5), "wait_p95_s": _nearest(w, 0.95)} for o, w in waits.items()}
+    t0, t1 = window
+    active = [o for o, w in weights.items() if w > 0]
+    if t0 is not None and t1 is not None and t1 > t0 and active:
+        got = budget_shares(charts, arrivals, cost_at_start, t0, t1)
+        total = sum(got.get(o, 0.0) for o in active)
+        wsum = sum(weights[o] for o in active)
+        ratios = []
+        for o in active:
+            bs = got.get(o, 0.0) / total if total else 0.0
+            ws = weights[o] / wsum
+            per.setdefault(o, {}).update(budget_share=bs, weight_share=ws)
+            ratios.append(bs / ws)
+        out["budget_window_s"] = t1 - t0
+        out["budget_jain"] = jain(ratios)
+    out["policy_orgs"] = per
+    return out

@@ -89,6 +89,15 @@ class SortedKeys:
         """The smallest key; IndexError if empty."""
         return self._lists[0][0]
 
+    def first_from(self, key):
+        """The smallest key >= ``key`` (None: none), O(log n)."""
+        maxes = self._maxes
+        pos = bisect_left(maxes, key)
+        if pos == len(maxes):
+            return None
+        lst = self._lists[pos]
+        return lst[bisect_left(lst, key)]
+
     def pop_first(self):
         lst = self._lists[0]
         key = lst.pop(0)

@@ -34,6 +34,8 @@ class QueuedChart:
     paused: bool = False
     front_at: float | None = None
     round: int | None = None
+    est_s: float | None = None  # share "work": its estimated duration when it arrived
+    share: float | None = None  # share "work": its part of its org's turn in its round
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +191,8 @@ class OrgRounds:
     changed while no scheduler ran is re-ranked on restore, as a live change would."""
 
     last: int | None
-    used: int
-    in_head: int
+    used: float  # charts (share "charts"), budget-seconds (share "work")
+    in_head: float
     weight: int
 
 
@@ -203,3 +205,4 @@ class RoundState:
     head: int
     budget: int
     orgs: Mapping[str, OrgRounds] = field(default_factory=dict)
+    share: tuple = ("charts", None)  # (share, quantum_s) the rounds were given under

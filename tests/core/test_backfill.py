@@ -9,7 +9,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, rule
 
 from fairsched.core import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
-from tests.core.twins import ORGS, TwinQueues
+from tests.core.twins import ORGS, TwinQueues, WorkFairQueue
 
 
 class BackfillMachine(TwinQueues):
@@ -46,8 +46,8 @@ class BackfillMachine(TwinQueues):
             self.t += f % 2
             charts.append(self._chart(org, "big" if f == 3 else "w", priority=f == 0, paused=f == 1))
         self.budget = budget
-        self.ref = FairQueue(budget=budget, weights=self.weights, costs=self.costs)
-        earlier = FairQueue(budget=budget, weights=self.weights, costs=self.costs, track_rounds=True)
+        self.ref = self.Q(budget=budget, weights=self.weights, costs=self.costs)
+        earlier = self.Q(budget=budget, weights=self.weights, costs=self.costs, track_rounds=True)
         for c in charts[:first]:
             self.ref.add(c)
             earlier.add(c)
@@ -59,12 +59,15 @@ class BackfillMachine(TwinQueues):
             self.rows = earlier.take_round_changes()
         for c in charts[first:]:
             self.ref.add(c)
-        backlog = [replace(c, round=self.rows.get(c.id)) for c in charts if c.id not in started]
+        # a saved chart is read back with what was saved with its round (under "work": its
+        # estimate at arrival and its share)
+        kept = {cid: earlier.get(cid) for cid in self.rows if cid in earlier}
+        backlog = [replace(kept.get(c.id, c), round=self.rows.get(c.id)) for c in charts if c.id not in started]
         if self.saved is None:
-            self.live = FairQueue.from_backlog(backlog, budget=budget, weights=self.weights, costs=self.costs,
+            self.live = self.Q.from_backlog(backlog, budget=budget, weights=self.weights, costs=self.costs,
                                                track_rounds=True)
         else:
-            self.live = FairQueue.restore(backlog, state=self.saved, budget=budget, weights=self.weights,
+            self.live = self.Q.restore(backlog, state=self.saved, budget=budget, weights=self.weights,
                                           costs=self.costs)
         self._start()
 
@@ -94,7 +97,7 @@ class BackfillMachine(TwinQueues):
     def restart(self):
         """kill -9 right after a save; a new scheduler reads the rows back."""
         self.save()
-        self.live = FairQueue.restore(self._read_back(self.rows), state=self.saved, budget=self.live.budget,
+        self.live = self.Q.restore(self._read_back(self.rows), state=self.saved, budget=self.live.budget,
                                       weights=self.live.weights, costs=self.live.costs)
         self._start()
         self.restarts += 1
@@ -113,6 +116,16 @@ class BackfillMachine(TwinQueues):
 
 BackfillMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestBackfillMachine = BackfillMachine.TestCase
+
+
+class BackfillMachineWork(BackfillMachine):
+    """The same chunked writes under the share "work" (a cursor counts budget-seconds)."""
+
+    Q = WorkFairQueue
+
+
+BackfillMachineWork.TestCase.settings = BackfillMachine.TestCase.settings
+TestBackfillMachineWork = BackfillMachineWork.TestCase
 
 
 def test_each_chunk_is_a_prefix_of_every_org_in_round_order_with_its_cursor():

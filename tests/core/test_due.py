@@ -59,15 +59,17 @@ def test_the_level_rises_at_once_and_never_below_the_state(level, due, finish, e
 @given(due=st.floats(min_value=0, max_value=1e6, allow_nan=False), spread=spans,
        wobble=st.lists(st.floats(min_value=-1, max_value=1, allow_nan=False), min_size=2, max_size=60))
 def test_an_eta_wandering_less_than_the_margin_warns_once(due, spread, wobble):
-    # ETAs around the threshold (the bound crossing the due time), moving by less than the margin
+    # ETAs around the threshold (the bound crossing the due time), moving by less than the
+    # margin: each level is warned of once. (With a spread under the margin the ETA crosses
+    # the due time too, so at risk then late are two warnings, never one again.)
     m = margin_s(due)
-    level, rises = 0, 0
+    level, highest, flaps = 0, 0, 0
     for w in wobble:
         finish = due - spread + 0.49 * m * w
         new = next_level(level, due, finish, finish + spread)
-        rises += new > level
-        level = new
-    assert rises <= 1
+        flaps += new > level and new <= highest  # a warning raised again after it fell
+        level, highest = new, max(highest, new)
+    assert flaps == 0
 
 
 @given(due=st.floats(min_value=0, max_value=1e5, allow_nan=False))

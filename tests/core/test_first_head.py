@@ -33,8 +33,8 @@ def head_of(charts: list[QueuedChart], k: int) -> tuple[list[QueuedChart], set[s
     return first_head_of_backlog(charts, k)
 
 
-def whole_of(charts) -> FairQueue:
-    return FairQueue.from_backlog(charts, budget=3, weights=WEIGHTS, costs=COSTS, track_rounds=True)
+def whole_of(charts, Q=FairQueue) -> FairQueue:
+    return Q.from_backlog(charts, budget=3, weights=WEIGHTS, costs=COSTS, track_rounds=True)
 
 
 flags_st = st.lists(st.tuples(st.sampled_from(ORGS), st.integers(0, 2), st.integers(0, 9)), min_size=1, max_size=60)
@@ -70,6 +70,7 @@ def test_a_truncated_org_with_no_ordered_chart_read_stops_the_normal_tier():
 
 
 class FirstStartMachine(RuleBasedStateMachine):
+    Q = FairQueue
     """A first start: ``live`` is the head (``FairQueue.first_head``), saved by a
     :class:`RoundSaver` into ``rows`` and ``saved`` (the database) as the scheduler does,
     until the whole backlog takes over (its queue replays what the head took out; the
@@ -83,9 +84,9 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.charts = backlog(flags)
         self.seq = len(self.charts)
         self.t = max(c.created_at for c in self.charts)
-        self.ref = whole_of(self.charts)
+        self.ref = whole_of(self.charts, self.Q)
         head_charts, truncated = head_of(self.charts, k)
-        self.live = FairQueue.first_head(head_charts, truncated=truncated, budget=3, weights=WEIGHTS, costs=COSTS)
+        self.live = self.Q.first_head(head_charts, truncated=truncated, budget=3, weights=WEIGHTS, costs=COSTS)
         self.head_phase = self.live.partial
         self.saver = RoundSaver(None)
         self.saver.start_backfill(self.live, lambda: (), 1, keep_written=self.head_phase)
@@ -131,7 +132,7 @@ class FirstStartMachine(RuleBasedStateMachine):
     def build_whole(self):
         """The whole backlog (read in the head's snapshot) is built, and its backfill
         prepared, as a thread does while the head goes on dispatching and writing."""
-        self.whole = whole_of(self.charts)
+        self.whole = whole_of(self.charts, self.Q)
         self.prepared = RoundSaver.prepare(self.whole, lambda: (), 1, dict(self.saver.written_rounds or {}),
                                            self.saver.saved)
 
@@ -168,12 +169,12 @@ class FirstStartMachine(RuleBasedStateMachine):
     def kill_9(self):
         """A new scheduler reads back what was committed: the order must be ``ref``'s."""
         if self.saved is None:  # nothing committed: a first start again
-            restored = whole_of([replace(c) for c in self.charts if c.id in self.ref._entries])
+            restored = whole_of([replace(c) for c in self.charts if c.id in self.ref._entries], self.Q)
             assert not self.running
         else:
             queued = [replace(self.ref.get(cid), round=self.rows.get(cid))
                       for cid in sorted(self.ref._entries, key=lambda c: int(c[1:]))]
-            restored = FairQueue.restore(queued, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS)
+            restored = self.Q.restore(queued, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS)
         assert restored.order() == self.ref.order()
         assert {cid: restored.round_of(cid) for cid in self.ref._entries} == \
                {cid: self.ref.round_of(cid) for cid in self.ref._entries}
@@ -194,6 +195,7 @@ class FirstStartMachine(RuleBasedStateMachine):
 
 FirstStartMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)
 TestFirstStartMachine = FirstStartMachine.TestCase
+
 
 
 def test_the_whole_backlogs_backfill_goes_on_after_what_the_head_wrote():

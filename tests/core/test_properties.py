@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
                             head_of_backlog, plan)
 from fairsched.core.simulator import Arrival, simulate
-from tests.core.twins import TwinQueues
+from tests.core.twins import TwinQueues, WorkFairQueue
 from fairsched.core.scenario import dump_scenario, plan as plan_json
 
 ORGS = ["o1", "o2", "o3", "o4"]
@@ -325,8 +325,8 @@ class RestartMachine(TwinQueues):
         super().__init__()
         self.weights = {"o1": 2, "o2": 1, "o3": 1}
         costs = {("o1", "big"): 2}
-        self.ref = FairQueue(budget=3, weights=self.weights, costs=costs)
-        self.live = FairQueue(budget=3, weights=self.weights, costs=costs, track_rounds=True)
+        self.ref = self.Q(budget=3, weights=self.weights, costs=costs)
+        self.live = self.Q(budget=3, weights=self.weights, costs=costs, track_rounds=True)
         self.saved_rounds: dict[str, int | None] = {}  # the charts' persisted rounds
         self.saved_state = self.live.export_rounds()
         self.running: dict[str, int] = {}
@@ -362,7 +362,7 @@ class RestartMachine(TwinQueues):
         """kill -9 right after a save, and a new scheduler reads the rows back."""
         self.save()
         rows = self._read_back(self.saved_rounds)
-        self.live = FairQueue.restore(rows, state=self.saved_state, budget=self.live.budget,
+        self.live = self.Q.restore(rows, state=self.saved_state, budget=self.live.budget,
                                       weights=self.live.weights, costs=self.live.costs)
         self.restarts += 1
 
@@ -379,7 +379,7 @@ class RestartMachine(TwinQueues):
         head, horizon = head_of_backlog(rows, k)
         arrived = []
         try:
-            part = FairQueue.restore(head, state=self.saved_state, budget=self.live.budget,
+            part = self.Q.restore(head, state=self.saved_state, budget=self.live.budget,
                                      weights=self.live.weights, costs=self.live.costs,
                                      horizon=horizon or (math.inf,))
         except NeedsWholeBacklog:
@@ -402,7 +402,7 @@ class RestartMachine(TwinQueues):
                 self.ref.add(c)
                 part.add(c)
                 arrived.append(c)
-        whole = FairQueue.restore(rows, state=self.saved_state, budget=self.live.budget,
+        whole = self.Q.restore(rows, state=self.saved_state, budget=self.live.budget,
                                   weights=self.live.weights, costs=self.live.costs)
         whole.replay(part.start_log)
         for c in arrived:  # newer than the whole backlog's read: the resync after the swap
@@ -422,11 +422,21 @@ class RestartMachine(TwinQueues):
         self.weights[org] = w
         self.ref.set_weight(org, w)
         self.ref.set_budget(b)
-        self.live = FairQueue.restore(rows, state=self.saved_state, budget=b, weights=self.weights,
+        self.live = self.Q.restore(rows, state=self.saved_state, budget=b, weights=self.weights,
                                       costs=self.live.costs)
 
 RestartMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
 TestRestartMachine = RestartMachine.TestCase
+
+
+class RestartMachineWork(RestartMachine):
+    """The same restarts under the share "work" (each chart's work and share saved with it)."""
+
+    Q = WorkFairQueue
+
+
+RestartMachineWork.TestCase.settings = RestartMachine.TestCase.settings
+TestRestartMachineWork = RestartMachineWork.TestCase
 
 
 def _a_and_b(weights: dict[str, int], *, budget: int, a: int, b: int) -> FairQueue:

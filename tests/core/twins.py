@@ -10,10 +10,26 @@ from dataclasses import replace
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from fairsched.core import Durations, FairQueue
+
 ORGS = ("o1", "o2", "o3")
+# share "work": estimates that differ by workflow and a quantum smaller than the big
+# charts' work, so charts share a turn and span several (tests/core/test_policies.py)
+WORK_ESTIMATE = Durations({("o1", "big"): 900.0, (None, "big"): 700.0, (None, "w"): 300.0})
+
+
+class WorkFairQueue(FairQueue):
+    """A FairQueue under the share "work" (quantum 450 s), for the state machines."""
+
+    def __init__(self, **kw):
+        kw.setdefault("share", "work")
+        kw.setdefault("quantum_s", 450.0)
+        kw.setdefault("estimate", WORK_ESTIMATE)
+        super().__init__(**kw)
 
 
 class TwinQueues(RuleBasedStateMachine):
+    Q = FairQueue  # the queue class; WorkFairQueue runs the same machine under "work"
     ref: object
     live: object
     running: dict[str, int]

@@ -35,7 +35,25 @@ def render_summary(result: dict) -> str:
         lines.append(f"ETA at arrival ({result.get('eta_model', 'lanes')}): mean absolute error "
                      f"{sum(map(abs, errs)) / len(errs):.0f} s, bias {sum(errs) / len(errs):+.0f} s "
                      f"over {len(errs)} charts")
+    lines += _policy_lines(result)
     return "\n".join(lines)
+
+
+def _policy_lines(result: dict) -> list[str]:
+    """The policy figures (docs/scheduling.md, "Comparing the policies")."""
+    summ = result["summary"]
+    if "budget_use_while_waiting" not in summ:
+        return []
+    share = result.get("share", "charts")
+    q = f" (quantum {result['quantum_s']:.0f} s)" if share == "work" else ""
+    lines = [f"share {share}{q}, dispatch {result.get('dispatch', 'strict')}: budget use while charts wait "
+             f"{_s(summ['budget_use_while_waiting'], '{:.1%}')}; Jain of budget share / weight share "
+             f"{_s(summ['budget_jain'], '{:.3f}')} over {_s(summ['budget_window_s'])} s until the first org drained",
+             f"{'org':<12} {'wait p50 s':>10} {'wait p95 s':>10} {'budget share':>12} {'weight share':>12}"]
+    for org, o in summ["policy_orgs"].items():
+        lines.append(f"{org:<12} {_s(o.get('wait_p50_s')):>10} {_s(o.get('wait_p95_s')):>10} "
+                     f"{_s(o.get('budget_share'), '{:.1%}'):>12} {_s(o.get('weight_share'), '{:.1%}'):>12}")
+    return lines
 
 
 class Command(BaseCommand):

@@ -1,0 +1,190 @@
+"""Dispatch from :class:`~fairsched.core.queue.FairQueue` (a mixin; the state is the
+queue's): the head-of-line walk, a partial queue's horizon, and the replay of what it took."""
+from __future__ import annotations
+
+import math
+from itertools import chain, islice, takewhile
+from operator import attrgetter, itemgetter
+from typing import Iterable, Iterator
+
+from .entry import _Entry
+from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
+from .reserve import P90_RATIO, Profile, startable_now
+from .rules import head_of_line
+from .types import Estimate, QueuedChart, RunningChart
+
+_FOREVER = 1e18  # a running chart of unknown finish
+
+
+def _item(k, estimate: Estimate, bound: Estimate | None) -> tuple[int, float, float]:
+    """(cost, estimate, 90% bound) of the chart of key ``k``, for a reservation."""
+    org, wf = k.pair
+    d = float(estimate(org, wf))
+    return k.entry.cost, d, float(bound(org, wf)) if bound is not None else d * P90_RATIO
+
+_payload = itemgetter(QueueKey._fields.index("entry"))  # C speed, by the field's position
+_ecost = attrgetter("cost")
+
+
+def _costs_in_order(sublists: list[list[tuple]], free: int) -> Iterator[int]:
+    """The cost of each chart of the order (its keys' ``sublists``), lazily from the
+    head, for the head-of-line stop within ``free``. Every cost is at least 1, so at
+    most ``free`` charts start: when the first sublist is longer, it holds the stop."""
+    if sublists and free < len(sublists[0]):
+        return map(_ecost, map(_payload, sublists[0]))
+    return map(_ecost, map(_payload, chain.from_iterable(sublists)))
+
+
+class QueueDispatch:
+    """Starting charts from the head of the order."""
+
+    # --------------------------------------------------------------- dispatch
+    def _startable(self, free: int) -> int:
+        """How many charts at the head start within ``free``: the head-of-line walk, and
+        in a partial queue (:meth:`restore` with a horizon) none past the horizon."""
+        n = head_of_line(_costs_in_order(self._order.sublists(), free), free)
+        if self._horizon is not None and n:
+            h = self._horizon
+            n = sum(1 for _ in takewhile(lambda k: k[:4] <= h, islice(self._order, n)))
+        return n
+
+    @property
+    def partial(self) -> bool:
+        """True for the head of the order restored alone (:meth:`restore` with a horizon)."""
+        return self._horizon is not None
+
+    def close_horizon(self, everything: bool = False) -> None:
+        """Dispatch nothing more of the normal tier (``everything``: nothing at all):
+        something changed that the head alone cannot place."""
+        if self._horizon is not None:
+            self._horizon = (TIER_PRIORITY - 0.5,) if everything else (TIER_NORMAL - 0.5,)
+
+    def peek(self, free: int, running: Iterable[RunningChart] | None = None, now: float = 0.0,
+             estimate: Estimate | None = None) -> list[str]:
+        """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
+        if self.dispatch_policy == "backfill":
+            return [k.id for k in self._backfill_keys(free, running, now, estimate)]
+        return [k.id for k in islice(self._order, self._startable(free))]
+
+    def dispatch(self, free: int, running: Iterable[RunningChart] | None = None, now: float = 0.0,
+                 estimate: Estimate | None = None) -> list[QueuedChart]:
+        """Start what the dispatch policy starts within ``free`` (may be negative).
+
+        ``strict``: the head-of-line walk: start each chart at the head that fits, stop at
+        the first that does not. ``backfill``: the charts whose reservation is now
+        (:mod:`.reserve`), given the ``running`` charts (their estimated finishes, by
+        ``estimate``, default the queue's, from ``now``): O(depth x profile), whatever the
+        backlog. The started charts leave the queue; each normal-tier one sets ``head`` to
+        its round (under backfill, never past the smallest round still in the order).
+        Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a later
+        ``set_cost`` does not touch in-flight work)."""
+        if self.dispatch_policy == "backfill":
+            keys = self._backfill_keys(free, running, now, estimate)
+            for k in keys:
+                self._order.remove(k)
+        else:
+            keys = self._order.pop_head(self._startable(free))
+        started = []
+        log = self.start_log
+        for k in keys:
+            e = k.entry
+            self._ordered_n[e.org] -= 1
+            self._forget(e)
+            e.key = None
+            e.state = ""
+            normal = k.tier == TIER_NORMAL
+            self._dispatched(e, normal, e.round)
+            if log is not None:
+                log.append(("dispatch", e.id, normal, e.round, self._head))
+            started.append(e.chart())
+        return started
+
+    def _backfill_keys(self, free: int, running, now: float, estimate) -> list:
+        """The keys whose reservation is now: the first ``depth`` charts of the order (in a
+        partial queue, none past the horizon) reserved by :func:`.reserve.startable_now`,
+        then those of the strict walk after them that start now too."""
+        estimate = estimate or self._estimate
+        bound = self._bound
+        running = list(running or ())
+        rem = [(max(0.0, r.started_at + estimate(r.org, r.workflow) - now), r.cost) for r in running]
+        used = sum(r.cost for r in running)
+        if not running and free < self._budget:
+            rem = [(_FOREVER, self._budget - free)]  # nothing known of the running: never frees
+            used = self._budget - free
+        profile = Profile(free + used, rem)
+        if profile.now_free() < 1:
+            return []
+        keys = list(islice(self._order, self.depth))
+        if self._horizon is not None:
+            h = self._horizon
+            keys = list(takewhile(lambda k: k[:4] <= h, keys))
+        items = [_item(k, estimate, bound) for k in keys]
+        picked = [keys[i] for i in startable_now(items, profile)]
+        if len(keys) == self.depth and self._horizon is None and profile.now_free() >= 1:
+            # the strict walk after the reserved charts starts now what fits in the budget
+            # free for good from now: the head-of-line walk within it
+            tail = list(islice(self._order, self.depth, self.depth + max(0, profile.now_free())))
+            picked += tail[:head_of_line((k.entry.cost for k in tail), min(profile.free))]
+        return picked
+
+    def _next_normal_round(self) -> float:
+        """The smallest round of the normal tier still in the order (inf: none)."""
+        k = self._order.first_from((TIER_NORMAL,))
+        return math.inf if k is None or k.tier != TIER_NORMAL or k.entry.round is None else k.lead
+
+    def _forget(self, e: _Entry) -> None:
+        del self._entries[e.id]
+        del self._by_org[e.org][e.id]
+        self._changed.discard(e.id)
+        if self.gone_log is not None:
+            self.gone_log.append((e.org, e.round))
+
+    def _touched(self, e: _Entry) -> None:
+        if self.touched_log is not None:
+            self.touched_log.append((e.org, e.round))
+
+    def _dispatched(self, e: _Entry, normal: bool, r: int | None, head: int | None = None) -> None:
+        """A chart ``e`` holding round ``r`` was dispatched: a normal-tier one sets ``head``
+        to its round (and keeps counting for it: 1, or its share under "work"). Under
+        backfill the head never passes the smallest round still in the order, and never
+        goes back: a chart started ahead of its round leaves the head where it is.
+        ``head``: the head to set (a replay of what a partial queue did)."""
+        if not normal or r is None:
+            return
+        if head is not None:
+            self._head = head
+        elif self.dispatch_policy == "backfill":
+            m = self._next_normal_round()
+            h = r if r < m else m
+            if h > self._head:
+                self._head = int(h)
+        else:
+            self._head = r
+        org = e.org
+        if self._disp_round.get(org) == r:
+            self._disp_count[org] += e.share
+        elif r >= self._disp_round.get(org, r):
+            self._disp_round[org] = r
+            self._disp_count[org] = e.share
+
+    def replay(self, log: Iterable[tuple]) -> list[tuple[str, str]]:
+        """Take out what a partial queue (the head of this order, restored from the same
+        saved state) dispatched and removed, as it did: ``head`` and the rounds move
+        exactly as they moved there. A chart this queue does not hold arrived after its
+        read: a priority chart (no round to count) or one already gone. Returns the
+        ``(id, org)`` of each chart taken out."""
+        out = []
+        for kind, cid, *rest in log:
+            e = self._entries.get(cid)
+            if kind == "remove":
+                if self.remove(cid) is not None:
+                    out.append((cid, e.org))
+                continue
+            if e is None:
+                continue
+            normal, r, *head = rest
+            self._take_out(e)
+            self._forget(e)
+            self._dispatched(e, normal, r, head[0] if head else None)
+            out.append((cid, e.org))
+        return out

@@ -1,0 +1,269 @@
+"""The policies of issue 23 (docs/scheduling.md, "Share by work" and "Backfill"):
+properties over the pure core and the simulator. The restart, take-over and first-start
+state machines run under both shares in test_properties.py, test_backfill.py and
+test_first_head.py (``...Work``)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsched.core import Durations, FairQueue, QueuedChart
+from fairsched.core.rules import arrival_round, arrival_turn
+from fairsched.core.simulator import Arrival, simulate
+
+ORGS = ("a", "b", "c", "d")
+
+
+@given(head=st.integers(0, 5), last=st.one_of(st.none(), st.integers(0, 8)), used=st.integers(0, 4),
+       weight=st.integers(1, 4))
+def test_arrival_turn_with_unit_work_is_the_arrival_rule(head, last, used, weight):
+    """A turn of ``weight`` charts of work 1 each: deficit round-robin is the arrival rule."""
+    r, u = arrival_round(head, last, used, weight)
+    r2, u2, share = arrival_turn(head, last, used, weight, 1)
+    assert (r2, u2, share) == (r, u, 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(charts=st.lists(st.tuples(st.sampled_from(ORGS), st.integers(1, 4)), min_size=1, max_size=60),
+       weights=st.tuples(*[st.integers(0, 3)] * 4), budget=st.integers(1, 6),
+       ops=st.lists(st.tuples(st.sampled_from(["dispatch", "arrive", "remove", "weight"]),
+                              st.sampled_from(ORGS), st.integers(0, 3)), max_size=30))
+def test_work_with_equal_work_and_a_quantum_of_it_is_the_charts_order(charts, weights, budget, ops):
+    """Every chart's work equal (cost x estimate = 1200) and quantum_s 1200: under "work"
+    the order, the rounds and every dispatch are exactly those of "charts", through
+    arrivals, dispatches, removals and weight changes."""
+    w = dict(zip(ORGS, weights))
+    costs = {(o, f"c{c}"): c for o in ORGS for c in range(1, 5)}
+    est = Durations({(None, f"c{c}"): 1200.0 / c for c in range(1, 5)})
+    backlog = [QueuedChart(f"x{i}", o, f"c{c}", float(i // 3), i) for i, (o, c) in enumerate(charts)]
+    ref = FairQueue.from_backlog(backlog, budget=budget, weights=w, costs=costs)
+    work = FairQueue.from_backlog(backlog, budget=budget, weights=w, costs=costs, share="work",
+                                  quantum_s=1200.0, estimate=est)
+    assert work.order() == ref.order()
+    running = 0
+    seq = len(backlog)
+    for op, org, n in ops:
+        if op == "dispatch":
+            a, b = ref.dispatch(budget - running), work.dispatch(budget - running)
+            assert [c.id for c in a] == [c.id for c in b]
+            running = min(running + sum(ref.cost_of(c.org, c.workflow) for c in a), budget)
+            running = max(0, running - n)  # some finish
+        elif op == "arrive":
+            c = QueuedChart(f"x{seq}", org, f"c{n + 1}", float(seq), seq)
+            seq += 1
+            ref.add(c)
+            work.add(c)
+        elif op == "remove" and ref.order():
+            cid = ref.order()[n % len(ref.order())]
+            ref.remove(cid)
+            work.remove(cid)
+        elif op == "weight":
+            ref.set_weight(org, n)
+            work.set_weight(org, n)
+        assert work.order() == ref.order()
+        assert work.head == ref.head
+        assert {c: work.round_of(c) for c in ref.order()} == {c: ref.round_of(c) for c in ref.order()}
+
+
+def _backlog_trace(data, orgs, depth_rounds: int):
+    """Every org backlogged from 0: its charts' work adds up to at least ``depth_rounds``
+    turns of its weight, durations equal to their estimates (per org and workflow)."""
+    weights = {o: data.draw(st.integers(1, 3), label=f"w_{o}") for o in orgs}
+    costs, averages, arrivals = {}, {}, []
+    quantum = 600.0
+    for o in orgs:
+        wf = "job"
+        cost = data.draw(st.integers(1, 4), label=f"cost_{o}")
+        est = float(data.draw(st.sampled_from([60, 300, 900, 2400]), label=f"est_{o}"))
+        costs[(o, wf)] = cost
+        averages[(o, wf)] = est
+        n = int(depth_rounds * weights[o] * quantum / (cost * est)) + 2
+        arrivals += [Arrival(f"{o}{i}", o, wf, 0.0, est) for i in range(n)]
+    return weights, costs, Durations(averages), arrivals
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), n_orgs=st.integers(2, 5), budget=st.integers(4, 12))
+def test_work_gives_each_org_its_weights_share_of_the_budget(data, n_orgs, budget):
+    """Every org backlogged, durations equal to their estimates: under "work" each org's
+    share of the budget-seconds over its weight's share has Jain's index >= 0.98 over the
+    window until the first org drains (and "charts" does not promise it)."""
+    orgs = ORGS[:n_orgs] if n_orgs <= 4 else ORGS + ("e",)
+    weights, costs, est, arrivals = _backlog_trace(data, orgs, depth_rounds=100)
+    res = simulate(arrivals, budget=budget, weights=weights, costs=costs, estimate=est, share="work")
+    assert res.summary["budget_window_s"] and res.summary["budget_window_s"] > 0
+    assert res.summary["budget_jain"] >= 0.98, res.summary
+
+
+def test_the_issues_six_orgs_are_fair_by_work_and_not_by_charts():
+    """Issue 23's deep backlog: budget 12, cost-4 40-min audits, cost-2 15-min code reviews,
+    cost-1 5-min reviews, two orgs each, weight 1."""
+    kinds = {"audit": (4, 2400.0), "code": (2, 900.0), "review": (1, 300.0)}
+    orgs = {"A1": "audit", "A2": "audit", "C1": "code", "C2": "code", "R1": "review", "R2": "review"}
+    costs = {(o, k): kinds[k][0] for o, k in orgs.items()}
+    est = Durations({(o, k): kinds[k][1] for o, k in orgs.items()})
+    arrivals = [Arrival(f"{o}-{i}", o, k, 0.0, kinds[k][1]) for o, k in orgs.items()
+                for i in range(int(8 * 3600 / kinds[k][1]))]
+    w = dict.fromkeys(orgs, 1)
+    charts = simulate(arrivals, budget=12, weights=w, costs=costs, estimate=est)
+    work = simulate(arrivals, budget=12, weights=w, costs=costs, estimate=est, share="work")
+    assert charts.summary["budget_jain"] < 0.6
+    assert work.summary["budget_jain"] >= 0.98
+
+
+def _static(data, n_max=40):
+    n_orgs = data.draw(st.integers(1, 3))
+    orgs = ORGS[:n_orgs]
+    weights = {o: data.draw(st.integers(1, 3)) for o in orgs}
+    budget = data.draw(st.integers(1, 8))
+    wfs = {f"w{c}": c for c in range(1, 5)}
+    costs = {(o, wf): min(c, budget) for o in orgs for wf, c in wfs.items()}
+    averages = {(o, wf): float(data.draw(st.integers(1, 20)) * 30) for o in orgs for wf in wfs}
+    picks = data.draw(st.lists(st.tuples(st.sampled_from(orgs), st.sampled_from(sorted(wfs))),
+                               min_size=1, max_size=n_max))
+    arrivals = [Arrival(f"x{i}", o, wf, 0.0, averages[(o, wf)]) for i, (o, wf) in enumerate(picks)]
+    return weights, budget, costs, Durations(averages), arrivals
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), share=st.sampled_from(["charts", "work"]))
+def test_backfill_on_a_static_backlog_starts_nothing_later_and_keeps_every_eta(data, share):
+    """A static backlog, every duration equal to its estimate: under backfill no chart
+    starts later than under strict, every chart finishes exactly at its ETA at arrival,
+    and it leaves no more budget idle while charts wait than strict does."""
+    weights, budget, costs, est, arrivals = _static(data)
+    kw = dict(budget=budget, weights=weights, costs=costs, estimate=est, share=share)
+    strict = simulate(arrivals, **kw)
+    bf = simulate(arrivals, dispatch="backfill", **kw)
+    s_by = {c.id: c for c in strict.charts}
+    for c in bf.charts:
+        assert c.start_s <= s_by[c.id].start_s + 1e-9, (c, s_by[c.id])
+        assert c.finish_s == pytest.approx(c.eta_at_arrival_s, abs=1e-6), c
+    # the budget left idle while charts wait: never more than strict leaves (the share of
+    # the budget used in those moments may be lower: backfill shortens the busy ones)
+    assert bf.summary["budget_idle_while_waiting_s"] <= strict.summary["budget_idle_while_waiting_s"] + 1e-6
+    assert max(c.finish_s for c in bf.charts) <= max(c.finish_s for c in strict.charts) + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_backfill_beyond_the_depth_still_starts_nothing_later(data):
+    """With the reservations capped at a depth smaller than the backlog, no chart starts
+    later than under strict either (the charts past the depth take the strict walk)."""
+    weights, budget, costs, est, arrivals = _static(data, n_max=60)
+    kw = dict(budget=budget, weights=weights, costs=costs, estimate=est)
+    strict = simulate(arrivals, **kw)
+    bf = simulate(arrivals, dispatch="backfill", depth=data.draw(st.integers(1, 6)), **kw)
+    s_by = {c.id: c for c in strict.charts}
+    for c in bf.charts:
+        assert c.start_s <= s_by[c.id].start_s + 1e-9
+
+
+def test_backfill_fills_the_hole_before_a_wide_chart():
+    """Budget 4, a cost-1 chart runs 600 s; the order is a cost-4 chart then three cost-1
+    charts of 300 s. Strict: the wide chart waits for 600 s and the three behind it with
+    it. Backfill: the three start now in the 3 free units and end at 300 s, before the
+    wide chart's reservation at 600 s."""
+    est = Durations({(None, "wide"): 1000.0, (None, "short"): 300.0, (None, "long"): 600.0})
+    costs = {("a", "wide"): 4}
+    arrivals = [Arrival("r", "c", "long", 0.0, 600.0), Arrival("W", "a", "wide", 1.0, 1000.0)] + \
+        [Arrival(f"s{i}", "b", "short", 1.0, 300.0) for i in range(3)]
+    kw = dict(budget=4, weights={"a": 1, "b": 1, "c": 1}, costs=costs, estimate=est)
+    strict = {c.id: c for c in simulate(arrivals, **kw).charts}
+    bf = {c.id: c for c in simulate(arrivals, dispatch="backfill", **kw).charts}
+    # strict: the order is W s0 s1 s2 (round 0: W, then s0; s1, s2 rounds 1, 2): all wait for W
+    assert [strict[f"s{i}"].start_s for i in range(3)] == [1600.0] * 3  # W holds all 4 from 600 s
+    assert [bf[f"s{i}"].start_s for i in range(3)] == [1.0, 1.0, 1.0]
+    assert bf["W"].start_s == strict["W"].start_s == 600.0
+
+
+def test_the_guard_keeps_a_chart_whose_bound_would_delay_a_reservation():
+    """The same hole, but the short charts' 90% bound (1.5 x 300 = 450 s) would run past
+    the wide chart's reservation at 400 s: they are not backfilled."""
+    est = Durations({(None, "wide"): 1000.0, (None, "short"): 300.0, (None, "long"): 400.0})
+    costs = {("a", "wide"): 4}
+    arrivals = [Arrival("r", "c", "long", 0.0, 400.0), Arrival("W", "a", "wide", 0.0, 1000.0),
+                Arrival("s0", "b", "short", 0.0, 300.0)]
+    kw = dict(budget=4, weights={"a": 1, "b": 1, "c": 1}, costs=costs, estimate=est)
+    bf = {c.id: c for c in simulate(arrivals, dispatch="backfill", **kw).charts}
+    assert bf["s0"].start_s >= bf["W"].start_s
+    short = {c.id: c for c in simulate(arrivals[:2] + [Arrival("s0", "b", "short", 0.0, 200.0)], dispatch="backfill",
+                                       **{**kw, "estimate": Durations({**est.averages, (None, "short"): 200.0})}).charts}
+    assert short["s0"].start_s == 0.0  # 1.5 x 200 = 300 s ends before 400 s: backfilled
+
+# ------------------------------------------------------------------ the contract
+def _example(name):
+    import json
+    from pathlib import Path
+    return json.loads((Path(__file__).resolve().parents[2] / "examples" / f"{name}.json").read_text())
+
+
+def _etas(p):
+    return {k: (v["start_s"], v["finish_s"]) for k, v in p["etas"].items()}
+
+
+def test_the_work_example_of_the_docs():
+    """docs/scheduling.md, "Share by work": A's audits (cost 2 x 900 s = 1800, three turns
+    of 600) take rounds 2 and 5; B's reviews (300 each, two per turn) rounds 0, 0, 1, 1."""
+    from fairsched.core.scenario import plan
+    s = _example("work_example")
+    p = plan(s)
+    assert p["order"] == ["B1", "B2", "B3", "B4", "A1", "A2"]
+    assert p["dispatch"] == ["B1", "B2"]
+    assert _etas(p) == {"B1": (0.0, 300.0), "B2": (0.0, 300.0), "B3": (300.0, 600.0), "B4": (300.0, 600.0),
+                        "A1": (600.0, 1500.0), "A2": (1500.0, 2400.0)}
+    del s["share"]  # the seed's share: one chart a turn
+    p = plan(s)
+    assert p["order"] == ["A1", "B1", "A2", "B2", "B3", "B4"]
+    assert _etas(p)["B1"] == (900.0, 1200.0)
+
+
+def test_the_backfill_example_of_the_docs():
+    """docs/scheduling.md, "Backfill": S1 and S2 start now in the hole before W's
+    reservation; M (500 s, bound 750 s) would fit by its estimate but not by its bound."""
+    from fairsched.core.scenario import plan
+    s = _example("backfill_example")
+    p = plan(s)
+    assert p["order"] == ["W", "S1", "M", "S2", "L"]
+    assert p["dispatch"] == ["S1", "S2"]
+    assert _etas(p) == {"R": (0.0, 600.0), "W": (600.0, 1600.0), "S1": (0.0, 300.0), "S2": (0.0, 300.0),
+                        "M": (1600.0, 2100.0), "L": (1600.0, 2500.0)}
+    del s["dispatch"]
+    p = plan(s)
+    assert p["dispatch"] == []
+    assert _etas(p)["S1"] == (1600.0, 1900.0)
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("share", "bytes", "share: unknown share 'bytes'"),
+    ("share", 3, "share: expected"),
+    ("dispatch", "eager", "dispatch: unknown dispatch 'eager'"),
+    ("quantum_s", 0, "quantum_s: must be > 0"),
+    ("quantum_s", -5, "quantum_s: must be >= 0"),
+    ("quantum_s", "600", "quantum_s: expected a number"),
+])
+def test_a_bad_policy_is_refused_naming_the_field(field, value, needle):
+    from fairsched.core.scenario import ScenarioError, plan, simulate
+    s = {**_example("work_example"), field: value}
+    with pytest.raises(ScenarioError) as e:
+        plan(s)
+    assert needle in str(e.value)
+    trace = {"budget": 1, "orgs": [{"id": "A", "weight": 1}], "arrivals": [], field: value}
+    with pytest.raises(ScenarioError) as e:
+        simulate(trace)
+    assert needle in str(e.value)
+
+
+def test_simulate_reports_the_policy_figures():
+    from fairsched.core.scenario import simulate
+    trace = {"budget": 2, "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 1}],
+             "share": "work", "dispatch": "backfill",
+             "arrivals": [{"id": f"{o}{i}", "org": o, "workflow": None, "at_s": 0, "actual_s": 600}
+                          for o in "AB" for i in range(4)]}
+    out = simulate(trace)
+    assert (out["share"], out["quantum_s"], out["dispatch"]) == ("work", 600.0, "backfill")
+    s = out["summary"]
+    assert s["budget_use_while_waiting"] == 1.0
+    assert s["budget_jain"] == pytest.approx(1.0)
+    assert s["policy_orgs"]["A"]["wait_p50_s"] == 600.0 and s["policy_orgs"]["A"]["wait_p95_s"] == 1800.0  # waits 0, 600, 1200, 1800
+    assert "share" not in simulate({k: v for k, v in trace.items() if k not in ("share", "dispatch")})
