@@ -40,6 +40,14 @@ class Chart(models.Model):
         null=True, blank=True, editable=False,
         help_text="The round the live scheduler gave this queued chart (persisted so a restart resumes the order).",
     )
+    fair_est_s = models.FloatField(
+        null=True, blank=True, editable=False,
+        help_text="Share 'work': its estimated duration when it arrived (its work is cost x this, fixed).",
+    )
+    fair_share = models.FloatField(
+        null=True, blank=True, editable=False,
+        help_text="Share 'work': its part of its org's turn in its round, budget-seconds.",
+    )
     eta_first_at = models.DateTimeField(null=True, blank=True, help_text="The first ETA published for it.")
     eta_dispatch_at = models.DateTimeField(
         null=True, blank=True, help_text="The ETA in force when it was dispatched.")

@@ -7,6 +7,24 @@ from django.db import models
 
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S
 from fairsched.core.modes import EtaModel
+from fairsched.core.rules import DEFAULT_QUANTUM_S
+
+MIN_QUANTUM_S = 1.0
+MAX_QUANTUM_S = 86_400.0
+
+
+class Share(models.TextChoices):
+    """How a round's turn is counted (docs/scheduling.md, "Share by work")."""
+
+    CHARTS = "charts", "charts (weight charts per round)"
+    WORK = "work", "work (weight x quantum_s budget-seconds per round)"
+
+
+class Dispatch(models.TextChoices):
+    """How the order starts (docs/scheduling.md, "Backfill")."""
+
+    STRICT = "strict", "strict (head-of-line)"
+    BACKFILL = "backfill", "backfill (conservative, ETA-safe)"
 
 
 class SchedulerSettings(models.Model):
@@ -34,6 +52,21 @@ class SchedulerSettings(models.Model):
         default=EtaModel.FORECAST.value,
         help_text="ETAs: 'forecast' also expects the arrivals each org keeps sending and learns durations "
                   "from finished charts (bench/eta.py); 'lanes' simulates only the current order.",
+    )
+    share = models.CharField(
+        max_length=8, choices=Share.choices, default=Share.CHARTS,
+        help_text="Fair share: 'charts' gives each org weight charts per round; 'work' gives it weight x "
+                  "quantum_s budget-seconds (cost x estimated duration) per round. A change re-ranks every org.",
+    )
+    quantum_s = models.FloatField(
+        default=DEFAULT_QUANTUM_S, validators=[MinValueValidator(MIN_QUANTUM_S), MaxValueValidator(MAX_QUANTUM_S)],
+        help_text=f"Under share 'work': budget-seconds per unit of weight per round ({MIN_QUANTUM_S:g} to "
+                  f"{MAX_QUANTUM_S:g}; default {DEFAULT_QUANTUM_S:g}: one cost-1 chart of the default estimate).",
+    )
+    dispatch = models.CharField(
+        max_length=8, choices=Dispatch.choices, default=Dispatch.STRICT,
+        help_text="'strict' stops at the first chart that does not fit; 'backfill' starts a later chart when "
+                  "that delays no earlier chart's reservation (its 90% bound must end before it).",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -65,6 +98,9 @@ class RoundState(models.Model):
 
     head = models.BigIntegerField(default=0)
     budget = models.PositiveIntegerField(help_text="The budget the rounds were computed under.")
+    share = models.CharField(max_length=8, default="charts", help_text="The share the rounds were computed under.")
+    quantum_s = models.FloatField(null=True, blank=True,
+                                  help_text="The quantum the rounds were computed under (share 'work' only).")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -77,13 +113,14 @@ class RoundState(models.Model):
 class OrgRoundState(models.Model):
     """One org's round-robin state: ``last`` (its highest assigned round, null: none),
     ``used`` (its charts, queued or dispatched, holding ``last``), ``in_head`` (its
-    charts dispatched in round ``head``) and the weight they were computed under."""
+    charts dispatched in round ``head``) and the weight they were computed under. Under
+    the share ``work`` ``used`` and ``in_head`` count budget-seconds (floats)."""
 
     org = models.OneToOneField("orgs.Org", on_delete=models.CASCADE, primary_key=True,
                                related_name="round_state")
     last = models.BigIntegerField(null=True, blank=True)
-    used = models.PositiveIntegerField(default=0)
-    in_head = models.PositiveIntegerField(default=0)
+    used = models.FloatField(default=0)
+    in_head = models.FloatField(default=0)
     weight = models.PositiveIntegerField(default=0)
 
     class Meta:
