@@ -211,10 +211,12 @@ class FakeStore:
     async def legacy_active(self, ids):
         return any(ids.is_legacy(pk) for pk, r in self.rows.items() if r.state in ("queued", "running"))
 
-    async def save_rounds(self, state, changes):
+    async def save_rounds(self, state, changes, work=None):
         self.saved = state
         for cid, r in changes.items():
             self.set(int(cid), round=r)
+        for cid, (est, share) in (work or {}).items():
+            self.set(int(cid), est_s=est, share=share)
 
 
 class FakeTemporal:

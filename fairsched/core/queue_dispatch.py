@@ -84,6 +84,23 @@ class QueueDispatch:
                 self._order.remove(k)
         else:
             keys = self._order.pop_head(self._startable(free))
+        return self._started(keys)
+
+    def dispatch_ids(self, ids: Iterable[str]) -> list[QueuedChart]:
+        """Start exactly these charts of the order (those :meth:`peek` gave, which the caller
+        really started), as :meth:`dispatch` starts them: the live scheduler's commit under
+        backfill, where what started is not a prefix of the order. Ids not in the order
+        are skipped. O(k log n)."""
+        keys = []
+        for cid in ids:
+            e = self._entries.get(cid)
+            if e is not None and e.key is not None:
+                keys.append(e.key)
+        for k in keys:
+            self._order.remove(k)
+        return self._started(keys)
+
+    def _started(self, keys: list) -> list[QueuedChart]:
         started = []
         log = self.start_log
         for k in keys:

@@ -34,7 +34,7 @@ from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 CHART_FIELDS = (
     "id", "org_id", "workflow__name", "state", "created_at", "priority", "prioritized_at", "paused",
     "moved_to_front_at", "cancel_requested", "external_id", "started_at", "dispatched_cost", "temporal_run_id",
-    "fair_round", "due_at", "due_explicit", "due_alert",
+    "fair_round", "due_at", "due_explicit", "due_alert", "fair_est_s", "fair_share",
 )
 ACTIVE = (ChartState.QUEUED, ChartState.RUNNING)
 
@@ -89,11 +89,11 @@ _NAMES: dict[str, str] = {}  # workflow names and states: one string each, not o
 
 def _row(v: tuple) -> ChartRow:
     (pk, org, wf, state, created, prio, prio_at, paused, front, cancel, ext, started, cost, run_id, rnd,
-     due_at, due_explicit, due_alert) = v
+     due_at, due_explicit, due_alert, est_s, share) = v
     wf, state = _NAMES.setdefault(wf, wf), _NAMES.setdefault(state, state)
     return ChartRow(pk, org, wf, state, _ts(created), bool(prio), _ts(prio_at), bool(paused), _ts(front),
                     bool(cancel), ext, _ts(started), cost, run_id or "", rnd,
-                    _ts(due_at) if due_explicit else None, bool(due_explicit), due_alert or "")
+                    _ts(due_at) if due_explicit else None, bool(due_explicit), due_alert or "", est_s, share)
 
 
 def _active_rows(batch: int = 20_000) -> list[ChartRow]:
@@ -113,7 +113,7 @@ def read_config() -> Config:
     close_old_connections()
     s = SchedulerSettings.get()
     return Config(budget=s.budget, eta_interval_s=s.eta_interval_s, reconcile_interval_s=s.reconcile_interval_s,
-                  eta_model=s.eta_model)
+                  eta_model=s.eta_model, share=s.share, quantum_s=s.quantum_s, dispatch=s.dispatch)
 
 
 def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
@@ -152,20 +152,30 @@ def round_state() -> CoreRoundState | None:
     row = RoundState.objects.filter(pk=1).first()
     if row is None:
         return None
-    orgs = {str(o.org_id): OrgRounds(o.last, o.used, o.in_head, o.weight) for o in OrgRoundState.objects.all()}
-    return CoreRoundState(row.head, row.budget, orgs)
+    work = row.share == "work"
+    # under "charts" used and in_head count charts: ints, as the core gives them
+    orgs = {str(o.org_id): OrgRounds(o.last, o.used if work else int(o.used), o.in_head if work else int(o.in_head),
+                                     o.weight) for o in OrgRoundState.objects.all()}
+    return CoreRoundState(row.head, row.budget, orgs, (row.share, row.quantum_s if work else None))
 
 
-def save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
-    """Write the round state and the queued charts' changed rounds, in one transaction
-    (a crash leaves either the old save or the new one, never a mix)."""
+Work = dict[str, tuple[float | None, float | None]]
+"""Share "work": per chart whose round is written, (its estimate at arrival, its share)."""
+
+
+def save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
+    """Write the round state and the queued charts' changed rounds (and under the share
+    ``work`` their estimate at arrival and share), in one transaction (a crash leaves
+    either the old save or the new one, never a mix)."""
     close_old_connections()
     with transaction.atomic():
-        _save_rounds(state, changes)
+        _save_rounds(state, changes, work)
 
 
-def _save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
-    RoundState.objects.update_or_create(pk=1, defaults={"head": state.head, "budget": state.budget})
+def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
+    share, quantum = tuple(state.share)
+    RoundState.objects.update_or_create(pk=1, defaults={"head": state.head, "budget": state.budget,
+                                                        "share": share, "quantum_s": quantum})
     current = {str(o.org_id): o for o in OrgRoundState.objects.all()}
     for org, s in state.orgs.items():
         o = current.get(org)
@@ -177,6 +187,17 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None]) -> None:
             OrgRoundState.objects.filter(pk=o.pk).update(**values)
     if changes:
         _write_chart_rounds(changes)
+    if work:
+        _write_chart_work(work)
+
+
+def _write_chart_work(work: Work) -> None:
+    """Write the charts' ``fair_est_s`` and ``fair_share`` (share "work"): few per save
+    (arrivals, a re-rank), so one UPDATE per chart."""
+    table = connection.ops.quote_name(Chart._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"UPDATE {table} SET fair_est_s = %s, fair_share = %s WHERE id = %s",
+                           [(est, share, int(cid)) for cid, (est, share) in sorted(work.items(), key=lambda i: int(i[0]))])
 
 
 def _write_chart_rounds(changes: dict[str, int | None], batch: int = 20_000) -> None:
@@ -279,9 +300,13 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
     ``chart_org_head``: one short query each). None when more than ``roundless_max``
     charts have no round (charts created while no scheduler ran: ranking them needs every
     org's charts). When no round state was ever saved, a first start's head instead
-    (:func:`_read_first_head`)."""
+    (:func:`_read_first_head`), except under the share ``work``: a first start then ranks
+    the whole backlog before it dispatches (None; docs/scheduling.md, "The live scheduler
+    and the policies")."""
     rounds = read_round_state()
     if rounds is None:
+        if SchedulerSettings.get().share == "work":
+            return None
         return _read_first_head(per_org)
     read_at = timezone_now()
     rows = Chart.objects.values_list(*CHART_FIELDS)

@@ -61,7 +61,7 @@ class Dispatcher(Part):
         moved are applied into ``fx`` and the plan made again). None: nothing to start now."""
         state = self.state
         for _ in range(self.PLAN_ATTEMPTS):
-            planned = state.to_start()
+            planned = state.to_start(self.clock.time())
             if not planned:
                 return None
             rows = await self.store.read_for_start([int(c) for c in planned])
@@ -170,8 +170,10 @@ class Dispatcher(Part):
             return fx
         new = self.state.commit_dispatch(planned, started)
         save = self.host._rounds.next(self.state.queue)
+        work = self.state.work_of(save[1]) if save is not None else None
         ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at))
-                                             for r in new if r.id not in starts.closed], save)
+                                             for r in new if r.id not in starts.closed],
+                                            (*save, work) if work else save)
         self.host._rounds.written(save)
         metrics.charts_started([(r.org, plan.rows[r.id].row.created_at) for r in new if ran.get(r.id)], at)
         free = plan.free_before

@@ -138,7 +138,8 @@ class Store(Protocol):
         """This deployment's workflow ids (the legacy cut fixed once: the scheduler leads)."""
     async def legacy_active(self, ids: WorkflowIds) -> bool:
         """Is a queued or running chart one that keeps its legacy id ``chart-<pk>``?"""
-    async def save_rounds(self, state: RoundState, changes: dict[str, int | None]) -> None: ...
+    async def save_rounds(self, state: RoundState, changes: dict[str, int | None],
+                          work: dict[str, tuple[float | None, float | None]] | None = None) -> None: ...
 
 
 def _in_db_thread(name: str) -> Callable:

@@ -8,6 +8,8 @@ from datetime import datetime
 
 from fairsched.core import QueuedChart, RoundState
 from fairsched.core.modes import EtaModel
+from fairsched.core.queue import check_policies
+from fairsched.core.rules import DEFAULT_QUANTUM_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +54,16 @@ class ChartRow:
     due_at: float | None = None  # Chart.due_at; the scheduler keeps it only when due_explicit (engine/due.py)
     due_explicit: bool = False
     due_alert: str = ""          # the due warning in force (read only at load)
+    est_s: float | None = None   # share "work": Chart.fair_est_s, its estimate at arrival (read only at load)
+    share: float | None = None   # share "work": Chart.fair_share, its part of its round (read only at load)
 
     def queued_chart(self, with_round: bool = False) -> QueuedChart:
+        if not with_round:
+            return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
+                               self.priority, self.prioritized_at, self.paused, self.front_at)
         return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
                            self.priority, self.prioritized_at, self.paused, self.front_at,
-                           self.round if with_round else None)
+                           self.round, self.est_s, self.share if self.round is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +72,17 @@ class Config:
     eta_interval_s: float = 3.0
     reconcile_interval_s: float = 5.0
     eta_model: EtaModel = EtaModel.FORECAST  # given as the settings row's text, kept as the enum
+    share: str = "charts"        # the policies (docs/scheduling.md): FairQueue's share, quantum_s, dispatch
+    quantum_s: float = DEFAULT_QUANTUM_S
+    dispatch: str = "strict"
+
+    @property
+    def policies(self) -> dict:
+        """The keyword arguments of :class:`FairQueue` (and ``set_policies``) for these settings."""
+        return {"share": self.share, "quantum_s": self.quantum_s, "dispatch": self.dispatch}
 
     def __post_init__(self) -> None:
+        check_policies(self.share, self.quantum_s, self.dispatch)
         try:
             object.__setattr__(self, "eta_model", EtaModel(self.eta_model))
         except ValueError:

@@ -490,5 +490,6 @@ class Scheduler:
         new scheduler resumes exactly this order (one transaction, O(changes))."""
         save = self._rounds.next(self.state.queue)
         if save is not None:
-            await self.store.save_rounds(*save)
+            work = self.state.work_of(save[1])  # share "work": estimates at arrival and shares
+            await self.store.save_rounds(*save, work) if work else await self.store.save_rounds(*save)
             self._rounds.written(save)

@@ -104,8 +104,10 @@ class PassInput:
     def eta_report(self, now: float) -> EtaReport:
         """The ETA pass of the configured model, on this copy (the only one: a pass reads a
         copy, :meth:`LiveState.capture`)."""
-        if self.eta_model is EtaModel.FORECAST:
+        if self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy != "backfill":
             return self.forecast.etas(self.queue, self.running_charts(), now)
+        # lanes, and always under backfill: the reservations dispatch makes, same depth and
+        # durations (docs/scheduling.md, "Backfill": ETA and dispatch agree)
         return self.queue.etas(self.running_charts(), now, estimate=self.durations)
 
 
@@ -144,23 +146,26 @@ class LiveState:
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
         queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
+        self.durations = Durations(dict(world.averages))
+        # the policies; under share "work" a chart's work is its cost x this estimate when it
+        # arrives (then fixed: persisted as Chart.fair_est_s); backfill reserves by it too
+        policies = dict(world.config.policies, estimate=self._estimate)
         if world.rounds is not None:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
                 (c.queued_chart(with_round=True) for c in queued), state=world.rounds,
-                budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon,
+                budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon, **policies,
             )
         elif truncated:
             self.queue = FairQueue.first_head(
                 (c.queued_chart() for c in queued), truncated=truncated, budget=world.config.budget,
-                weights=weights, costs=dict(world.costs),
+                weights=weights, costs=dict(world.costs), **policies,
             )
         else:
             self.queue = FairQueue.from_backlog(
                 (c.queued_chart() for c in queued), budget=world.config.budget, weights=weights,
-                costs=dict(world.costs), track_rounds=True,
+                costs=dict(world.costs), track_rounds=True, **policies,
             )
-        self.durations = Durations(dict(world.averages))
         # The forecast's statistics: each org's arrivals (O(1) per arrival) and finished
         # durations (O(1) per finish); its prior is the historical means above.
         self.forecast = Forecaster(self._prior)
@@ -193,6 +198,22 @@ class LiveState:
     def free(self) -> int:
         """Free budget; negative after the budget was lowered under running work."""
         return self.budget - self.used
+
+    def _estimate(self, org: str, workflow: str | None) -> float:
+        """The ETA model's estimate now (the durations in force: apply_averages replaces them)."""
+        return self.durations(org, workflow)
+
+    def work_of(self, changes) -> dict[str, tuple[float | None, float | None]]:
+        """Share "work": for each chart of ``changes`` (a round save's) still queued, its
+        estimate at arrival and its share, to persist beside its round (Chart.fair_est_s,
+        fair_share). Empty under "charts" when no chart carries an estimate."""
+        out = {}
+        get = self.queue.get
+        for cid in changes:
+            q = get(cid)
+            if q is not None and (q.est_s is not None or q.share is not None):
+                out[cid] = (q.est_s, q.share)
+        return out
 
     def learn_history(self, arrivals, durations, promises=()) -> None:
         """Start the forecast afresh from the database's recent history: ``arrivals``
@@ -273,6 +294,10 @@ class LiveState:
             log.info("budget set to %d (running cost %d; running work is never stopped)", config.budget, self.used)
             fx.eta_now = True
             fx.events.append(lu.Budget(budget=config.budget).to_wire())
+        if self.queue.set_policies(**config.policies):  # a share or quantum change re-ranks every org
+            log.info("policies set to share %s (quantum %gs), dispatch %s", config.share, config.quantum_s,
+                     config.dispatch)
+            fx.eta_now = True
         self.config = config
         return fx
 
@@ -467,10 +492,17 @@ class LiveState:
         return fx
 
     # ------------------------------------------------------------- dispatch
-    def to_start(self) -> list[str]:
-        """The head of the order that fits in the free budget (not yet removed)."""
+    def to_start(self, now: float = 0.0) -> list[str]:
+        """What the dispatch policy starts in the free budget (not yet removed): under
+        ``strict`` the head of the order that fits; under ``backfill`` the charts whose
+        reservation is now, given the running charts' estimated finishes from ``now`` (epoch
+        seconds) by the durations in force, the ETA pass's (docs/scheduling.md, "Backfill")."""
         free = self.free
-        return self.queue.peek(free) if free > 0 else []
+        if free <= 0:
+            return []
+        if self.queue.dispatch_policy == "backfill":
+            return self.queue.peek(free, self.running_charts(), now, self.durations)
+        return self.queue.peek(free)
 
     def commit_dispatch(self, planned: list[str], started: dict[str, tuple[str, float]]) -> list[Running]:
         """Charts of ``planned`` (from :meth:`to_start`) that really started on Temporal
@@ -489,8 +521,11 @@ class LiveState:
             prefix += 1
         costs = {cid: self.queue.cost_of(q.org, q.workflow)
                  for cid in started if (q := self.queue.get(cid)) is not None}
-        charts = {c.id: c for c in self.queue.dispatch(prefix_cost)} if prefix else {}
-        if list(charts) != planned[:prefix]:  # never expected: the order did not change in between
+        if self.queue.dispatch_policy == "backfill":  # not a prefix of the order: exactly what started
+            charts = {c.id: c for c in self.queue.dispatch_ids([cid for cid in planned if cid in started])}
+        else:
+            charts = {c.id: c for c in self.queue.dispatch(prefix_cost)} if prefix else {}
+        if self.queue.dispatch_policy != "backfill" and list(charts) != planned[:prefix]:  # never expected: the order did not change in between
             log.error("dispatch mismatch: planned %s, core dispatched %s", planned[:prefix], list(charts))
         for cid in started:
             if cid not in charts:
