@@ -10,9 +10,10 @@ from control.services import scheduler_settings_set
 
 @admin.register(SchedulerSettings)
 class SchedulerSettingsAdmin(admin.ModelAdmin):
-    """The budget dial and the intervals: one row, edited through the service."""
+    """The budget dial, the intervals and the policies: one row, edited through the service."""
 
-    fields = ("budget", "eta_interval_s", "reconcile_interval_s", "eta_model", "updated_at")
+    fields = ("budget", "eta_interval_s", "reconcile_interval_s", "eta_model", "share", "quantum_s", "dispatch",
+              "updated_at")
     readonly_fields = ("updated_at",)
 
     def has_add_permission(self, request) -> bool:
@@ -28,7 +29,8 @@ class SchedulerSettingsAdmin(admin.ModelAdmin):
     def save_model(self, request, obj: SchedulerSettings, form, change: bool) -> None:
         scheduler_settings_set(
             budget=obj.budget, eta_interval_s=obj.eta_interval_s, reconcile_interval_s=obj.reconcile_interval_s,
-            eta_model=obj.eta_model, actor=request.user,
+            eta_model=obj.eta_model, share=obj.share, quantum_s=obj.quantum_s, dispatch=obj.dispatch,
+            actor=request.user,
         )
 
 

@@ -9,7 +9,7 @@ from django.db import transaction
 from control import audit
 from fairsched.core.modes import EtaModel
 from fairsched.core.simulator import ETA_MODELS
-from control.models import SchedulerSettings
+from control.models import MAX_QUANTUM_S, MIN_QUANTUM_S, Dispatch, SchedulerSettings, Share
 from common.notify import SettingsNote, notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
@@ -33,14 +33,63 @@ def budget_set(*, budget: int, actor: Any = None) -> SchedulerSettings:
     return obj
 
 
+POLICY_FIELDS = ("share", "quantum_s", "dispatch")
+
+
+def _policies(obj: SchedulerSettings) -> dict[str, Any]:
+    return {f: getattr(obj, f) for f in POLICY_FIELDS}
+
+
+def _check_policies(obj: SchedulerSettings, share: Any, quantum_s: Any, dispatch: Any) -> None:
+    """Set the policies on ``obj``; ValidationError naming the field for a bad value."""
+    for field, value, choices in (("share", share, Share), ("dispatch", dispatch, Dispatch)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or value not in choices.values:
+            raise ValidationError({field: f"{field} must be one of {', '.join(choices.values)}, got {value!r}."})
+        setattr(obj, field, value)
+    if quantum_s is not None:
+        try:
+            if isinstance(quantum_s, bool):
+                raise TypeError
+            value = float(quantum_s)
+        except (TypeError, ValueError, OverflowError):
+            raise ValidationError({"quantum_s": f"quantum_s must be a number of seconds, got {quantum_s!r}."}) from None
+        if not MIN_QUANTUM_S <= value <= MAX_QUANTUM_S:  # NaN fails too
+            raise ValidationError({"quantum_s": f"quantum_s must be between {MIN_QUANTUM_S:g} and "
+                                                f"{MAX_QUANTUM_S:g} s, got {quantum_s!r}."})
+        obj.quantum_s = value
+
+
+def _record_policies(actor: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
+    changed = {k: v for k, v in after.items() if before[k] != v}
+    summary = "Set the policies: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in changed.items())
+    audit.record(actor=actor, action="policies", summary=summary,
+                 before={k: before[k] for k in changed}, after=changed)
+
+
+def policies_set(*, share: str | None = None, quantum_s: float | None = None, dispatch: str | None = None,
+                 actor: Any = None) -> SchedulerSettings:
+    """Switch the scheduling policies live (docs/scheduling.md): the running scheduler
+    re-ranks every org on a ``share`` (or, under ``work``, ``quantum_s``) change, and a
+    ``dispatch`` change applies from its next dispatch. Audited and notified like the budget."""
+    return scheduler_settings_set(share=share, quantum_s=quantum_s, dispatch=dispatch, actor=actor)
+
+
 def scheduler_settings_set(
     *, budget: int | None = None, eta_interval_s: float | None = None, reconcile_interval_s: float | None = None,
-    eta_model: EtaModel | str | None = None, actor: Any = None,
+    eta_model: EtaModel | str | None = None, share: str | None = None, quantum_s: float | None = None,
+    dispatch: str | None = None, actor: Any = None,
 ) -> SchedulerSettings:
-    """Set any of the dials at once (the admin's form)."""
+    """Set any of the dials at once (the admin's form). A change of the budget or of the
+    policies (``share``, ``quantum_s``, ``dispatch``) is audited; any change notifies the
+    scheduler. Bad input: ValidationError naming the field, nothing written."""
     with transaction.atomic():
         obj = SchedulerSettings.get()
         before = obj.budget
+        policies_before = _policies(obj)
+        _check_policies(obj, share, quantum_s, dispatch)
         if budget is not None:
             obj.budget = require_int("budget", budget, minimum=0, maximum=MAX_BUDGET)
         for field, value in (("eta_interval_s", eta_interval_s), ("reconcile_interval_s", reconcile_interval_s)):
@@ -63,5 +112,7 @@ def scheduler_settings_set(
         obj.save()
         if obj.budget != before:
             _record_budget(actor, before, obj.budget)
+        if _policies(obj) != policies_before:
+            _record_policies(actor, policies_before, _policies(obj))
         notify(SettingsNote())
     return obj

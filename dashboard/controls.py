@@ -44,6 +44,7 @@ PERMS = {
     "set_weight": "orgs.change_org",
     "set_cost": "orgs.change_workflowcost",
     "set_budget": "fairsched.change_schedulersettings",
+    "set_policies": "fairsched.change_schedulersettings",
     "rerun": "charts.add_chart",
     "prioritize_at_risk": "charts.change_chart",
 }
@@ -139,5 +140,11 @@ def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
         selectors.invalidate_costs()
         return Outcome(True, action, event=live_updates.Cost(action=action, org=row.org_id,
                                                              workflow=row.workflow_id, cost=row.cost))
+    if action == "set_policies":  # any of share, quantum_s, dispatch; the scheduler applies it live
+        given = {k: data.get(k) for k in ("share", "quantum_s", "dispatch") if data.get(k) not in (None, "")}
+        if not given:
+            raise ValidationError({"share": ["Give share, quantum_s or dispatch."]})
+        control_services.policies_set(**given, actor=user)
+        return Outcome(True, action)
     obj = control_services.budget_set(budget=data.get("budget"), actor=user)
     return Outcome(True, action, event=live_updates.Budget(action=action, budget=obj.budget))

@@ -229,7 +229,8 @@ def _db_org_rows(orgs: list[Org], used_total: int) -> list[dict[str, Any]]:
 def db_state() -> dict[str, Any]:
     """The snapshot's shape computed from the database (no order, no ETAs)."""
     now = timezone.now()
-    budget = SchedulerSettings.get().budget
+    settings = SchedulerSettings.get()
+    budget = settings.budget
     orgs = _db_orgs()
     counters = _db_counters(orgs, budget)
     running = _db_running_rows(now)
@@ -237,6 +238,7 @@ def db_state() -> dict[str, Any]:
     return {
         "version": 1, "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
         "budget": budget, "used": used_total, "counters": counters,
+        "policies": {"share": settings.share, "quantum_s": settings.quantum_s, "dispatch": settings.dispatch},
         "clear_s": None, "clear_at": None,
         "orgs": _db_org_rows(orgs, used_total),
         "running": running,

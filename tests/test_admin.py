@@ -170,15 +170,35 @@ def test_chart_admin_refuses_malformed_payload(admin_client):
     assert not Chart.objects.exists()
 
 
+POLICIES = {"share": "charts", "quantum_s": 600, "dispatch": "strict"}
+
+
+def test_policies_in_admin_are_audited_and_bounded(admin_client, capture_notifications):
+    from control.models import AuditEntry
+    s = SchedulerSettings.get()
+    url = reverse("admin:fairsched_schedulersettings_change", args=[s.pk])
+    base = {"budget": 4, "eta_interval_s": 3, "reconcile_interval_s": 5, "eta_model": "forecast", "_save": "Save"}
+    admin_client.post(url, {**base, "share": "work", "quantum_s": 120, "dispatch": "backfill"})
+    s = SchedulerSettings.get()
+    assert (s.share, s.quantum_s, s.dispatch) == ("work", 120.0, "backfill")
+    entry = AuditEntry.objects.get(action="policies")
+    assert entry.after == {"share": "work", "quantum_s": 120.0, "dispatch": "backfill"}
+    assert entry.before == {"share": "charts", "quantum_s": 600.0, "dispatch": "strict"}
+    assert {"kind": "settings"} in capture_notifications
+    resp = admin_client.post(url, {**base, "share": "work", "quantum_s": 0.5, "dispatch": "backfill"})
+    assert "Ensure this value is greater than or equal to 1" in resp.content.decode()
+    assert SchedulerSettings.get().quantum_s == 120.0
+
+
 def test_budget_dial_in_admin(admin_client, capture_notifications):
     s = SchedulerSettings.get()
     url = reverse("admin:fairsched_schedulersettings_change", args=[s.pk])
     admin_client.post(url, {"budget": 9, "eta_interval_s": 3, "reconcile_interval_s": 5, "eta_model": "forecast",
-                            "_save": "Save"})
+                            **POLICIES, "_save": "Save"})
     assert SchedulerSettings.get().budget == 9
     assert {"kind": "settings"} in capture_notifications
     resp = admin_client.post(url, {"budget": -1, "eta_interval_s": 3, "reconcile_interval_s": 5,
-                                   "eta_model": "forecast", "_save": "Save"})
+                                   "eta_model": "forecast", **POLICIES, "_save": "Save"})
     assert "Ensure this value is greater than or equal to 0" in resp.content.decode()
     assert SchedulerSettings.get().budget == 9
     resp = admin_client.get(reverse("admin:fairsched_schedulersettings_changelist"))

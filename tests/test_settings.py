@@ -110,3 +110,45 @@ def test_channel_layer_reads_outlast_its_blocking_receive():
     pool = create_pool(hosts[0])
     timeout = pool.connection_class(**pool.connection_kwargs).socket_timeout  # not connected: no I/O
     assert timeout is None or timeout > RedisChannelLayer.brpop_timeout + 5
+
+
+# ---------------------------------------------------------------- the policies (issue 23)
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kw, field", [
+    ({"share": "bytes"}, "share"), ({"share": 1}, "share"), ({"dispatch": "eager"}, "dispatch"),
+    ({"quantum_s": 0}, "quantum_s"), ({"quantum_s": "nan"}, "quantum_s"), ({"quantum_s": True}, "quantum_s"),
+    ({"quantum_s": 1e9}, "quantum_s"), ({"quantum_s": "ten"}, "quantum_s"),
+])
+@pytest.mark.django_db(transaction=True)
+def test_policies_set_refuses_bad_values_naming_the_field(kw, field):
+    from django.core.exceptions import ValidationError
+    from control.models import AuditEntry, SchedulerSettings
+    from control.services import policies_set
+    with pytest.raises(ValidationError) as exc:
+        policies_set(**kw)
+    assert list(exc.value.message_dict) == [field] and field in exc.value.message_dict[field][0]
+    s = SchedulerSettings.get()
+    assert (s.share, s.quantum_s, s.dispatch) == ("charts", 600.0, "strict")
+    assert not AuditEntry.objects.filter(action="policies").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_policies_set_audits_only_a_change(capture_notifications):
+    from control.models import AuditEntry
+    from control.services import policies_set
+    policies_set(dispatch="backfill")
+    policies_set(dispatch="backfill")
+    entries = list(AuditEntry.objects.filter(action="policies"))
+    assert len(entries) == 1 and entries[0].after == {"dispatch": "backfill"}
+    assert entries[0].summary == "Set the policies: dispatch backfill"
+    assert {"kind": "settings"} in capture_notifications
+
+
+@pytest.mark.django_db(transaction=True)
+def test_read_config_carries_the_policies():
+    from control.services import policies_set
+    from fairsched.engine import db
+    policies_set(share="work", quantum_s=90, dispatch="backfill")
+    c = db.read_config()
+    assert c.policies == {"share": "work", "quantum_s": 90.0, "dispatch": "backfill"}

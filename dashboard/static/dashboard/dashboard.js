@@ -87,6 +87,19 @@
   }
 
   // ---------------------------------------------------------------- rendering
+  /* The policies in force (the snapshot's, or the database's before one): the text, and the
+   * form's fields unless the operator is changing them. */
+  function renderPolicies(p) {
+    if (!p) return;
+    $("policy-text").textContent = `policy: share ${p.share}` +
+      (p.share === "work" ? ` (quantum ${p.quantum_s} s)` : "") + `, dispatch ${p.dispatch}`;
+    const form = $("policies-form");
+    if (form.dataset.dirty) return;
+    $("share-select").value = p.share;
+    $("dispatch-select").value = p.dispatch;
+    $("quantum-input").value = p.quantum_s;
+  }
+
   function renderSummary() {
     const live = S.source === "scheduler";
     $("waiting").hidden = live;
@@ -101,6 +114,7 @@
     $("dial-text").textContent = `${fmt(used)} / ${fmt(budget)}`;
     const inp = $("budget-input");
     if (!inp.dataset.dirty) { inp.value = budget; inp.defaultValue = String(budget); }
+    renderPolicies(S.policies);
     const c = S.counters || {};
     ["queued", "ordered", "running", "held", "paused", "blocked"].forEach((k) => {
       const el = document.querySelector(`[data-counter="${k}"]`);
@@ -423,6 +437,15 @@
       const b = el.closest("tr").querySelector("button[data-action=set_weight]");
       if (b) b.click();
     }
+  });
+
+  $("policies-form").addEventListener("input", () => { $("policies-form").dataset.dirty = "1"; });
+  $("policies-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const form = $("policies-form");
+    delete form.dataset.dirty;
+    control({action: "set_policies", share: $("share-select").value, quantum_s: $("quantum-input").value,
+             dispatch: $("dispatch-select").value}, $("quantum-input"));
   });
 
   $("budget-form").addEventListener("submit", (ev) => {
