@@ -88,6 +88,7 @@ class FakeStore:
         self.marked: list[tuple] = []  # every mark_running item
         self.saved = None  # the round state saved last
         self.whole_gate = asyncio.Event()  # a streamed start reads the whole backlog once set
+        self.averages: dict = {}  # (org, workflow) -> mean seconds: the Durations estimates
 
     def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
         self.rows[pk] = ChartRow(pk, org, workflow, "queued", T0 + pk, external_id=f"x-{pk}")
@@ -103,7 +104,7 @@ class FakeStore:
         return [r for r in self.rows.values() if r.state not in FINAL]
 
     async def read_world(self) -> World:
-        return World(self.config, list(self.orgs.values()), dict(self.costs), {}, self._active(),
+        return World(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages), self._active(),
                      rounds=self.saved, read_at=datetime.now(UTC))
 
     async def read_streamed(self, per_org, roundless_max, on_head):
@@ -112,6 +113,9 @@ class FakeStore:
         world = await self.read_world()
         running = [r for r in world.charts if r.state == "running"]
         queued = {str(r.id): r for r in world.charts if r.state == "queued"}
+        if self.saved is None and self.config.share == "work":  # db.read_head: the whole backlog first
+            on_head(None)
+            return world
         if self.saved is None:  # a first start: each org's first charts by rank
             head, truncated = first_head_of_backlog([r.queued_chart() for r in queued.values()], per_org)
             charts = sorted(running + [queued[c.id] for c in head], key=lambda r: r.id)
@@ -160,7 +164,8 @@ class FakeStore:
         return dict(self.costs)
 
     async def read_changes(self, since):
-        return db.Changes(self.config, list(self.orgs.values()), dict(self.costs), {}, list(self.rows.values()),
+        return db.Changes(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages),
+                          list(self.rows.values()),
                           datetime.now(UTC))
 
     async def read_active_chunk(self, after_pk, limit):

@@ -1,0 +1,139 @@
+"""The policies (issue 23) in the live scheduler, ``tick()`` driven with the fakes of
+tests/test_tick.py: switching ``share`` and ``dispatch`` live, and a restart under ``work``
+keeping the order (each chart's estimate at arrival and share are persisted)."""
+from __future__ import annotations
+
+import dataclasses
+
+from common.notify import OrgNote, SettingsNote
+from fairsched.core import FairQueue
+from fairsched.engine.scheduler import Scheduler
+from tests.test_tick import rig, settle  # noqa: F401 - the fixture
+
+ORDER_WORK = ["2", "1", "4", "6", "3", "8", "5", "7"]
+"""Two orgs of weight 1, org 1's charts (odd) of 1200 s, org 2's (even) of 600 s, quantum
+600 s: org 1's take rounds 1 3 5 7 (two turns each), org 2's 0 1 2 3."""
+
+
+def long_and_short(r) -> None:
+    r.store.averages = {("1", "code"): 1200.0, ("2", "code"): 600.0}
+
+
+def switch(r, **policies) -> None:
+    """What the admin or the dashboard does: the settings row changes, the scheduler is told."""
+    r.store.config = dataclasses.replace(r.store.config, **policies)
+    r.s._notes.append(SettingsNote())
+
+
+async def test_share_work_switched_on_live_reranks_and_dispatch_follows_the_work_order(rig):
+    r = rig(budget=1, charts=8, weights=(1, 1))
+    long_and_short(r)
+    await r.lead()
+    assert r.s.state.queue.order() == ["1", "2", "3", "4", "5", "6", "7", "8"]  # charts: alternating
+    switch(r, share="work", quantum_s=600.0)
+    await r.tick()
+    assert r.s.state.queue.share == "work"
+    assert r.temporal.start_calls == [2]  # the work order's head, not chart 1
+    assert r.s.state.queue.order() == ORDER_WORK[1:]
+    for expected in ORDER_WORK[1:4]:
+        r.temporal.close(int(r.temporal.start_calls[-1]))
+        await settle()
+        await r.tick()
+        assert r.temporal.start_calls[-1] == int(expected)
+        assert r.s.state.used <= 1
+    # estimates at arrival and shares are persisted beside the rounds
+    queued = [row for row in r.store.rows.values() if row.state == "queued"]
+    assert queued and all(row.est_s in (600.0, 1200.0) and row.share is not None for row in queued)
+    assert r.store.saved.share == ("work", 600.0)
+
+
+async def test_share_switched_back_to_charts_live_gives_the_charts_order_again(rig):
+    r = rig(budget=1, charts=8, weights=(1, 1))
+    long_and_short(r)
+    r.store.config = dataclasses.replace(r.store.config, share="work")
+    await r.lead()
+    assert r.s.state.queue.order() == ORDER_WORK
+    switch(r, share="charts")
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+    assert r.s.state.queue.order() == ["2", "3", "4", "5", "6", "7", "8"]
+    assert r.store.saved.share == ("charts", None)
+
+
+async def test_dispatch_backfill_switched_on_live_starts_a_short_chart_past_a_blocked_head(rig):
+    """Budget 3, org 1 (weight 2): chart 1 costs 2 and chart 2 costs 3, 100 s each; org 2's
+    chart 3 costs 1 and takes 50 s. Strict: 1 starts, 2 waits for 3 units, 3 waits behind it.
+    Backfill: 3 ends (even at its 90% bound, 75 s) before 2's reservation at 100 s: it starts."""
+    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
+    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
+        r.store.add(pk, org, wf)
+    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 50.0}
+    await r.lead()
+    await r.tick()
+    assert r.temporal.start_calls == [1]  # strict: head-of-line
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+    switch(r, dispatch="backfill")
+    await r.tick()
+    assert r.s.state.queue.dispatch_policy == "backfill"
+    assert r.temporal.start_calls == [1, 3]
+    assert r.s.state.used == 3 and r.s.state.queue.order() == ["2"]
+    r.temporal.close(3)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 3]  # 2 needs 3 units: only after chart 1 ends
+    r.temporal.close(1)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 3, 2] and r.s.state.used == 3
+
+
+async def test_backfill_never_starts_a_chart_whose_bound_would_delay_the_reservation(rig):
+    """As above, but chart 3 takes 80 s: its 90% bound (120 s) ends after chart 2's
+    reservation (100 s), so backfill leaves it behind chart 2, as strict does."""
+    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
+    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
+        r.store.add(pk, org, wf)
+    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 80.0}
+    r.store.config = dataclasses.replace(r.store.config, dispatch="backfill")
+    await r.lead()
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+
+
+async def test_a_restart_under_work_keeps_the_order_and_each_charts_work_at_arrival(rig):
+    """Under work, a scheduler restarts after the estimates moved: the charts keep their
+    rounds, and a re-rank after the restart (a weight change) counts each chart's work by its
+    estimate at arrival (persisted), exactly as the scheduler that never stopped does."""
+    r = rig(budget=1, charts=8, weights=(1, 1))
+    long_and_short(r)
+    r.store.config = dataclasses.replace(r.store.config, share="work")
+    await r.lead()
+    assert not r.s.state.partial  # a first start under work ranks the whole backlog
+    await r.tick()
+    assert r.temporal.start_calls == [2]
+    await r.tick()  # the rounds are saved
+    before: FairQueue = r.s.state.queue
+    order, rounds = before.order(), before.export_rounds()
+    await r.s._step_down()
+
+    r.store.averages = {("1", "code"): 60.0, ("2", "code"): 6000.0}  # the estimates moved meanwhile
+    s2 = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                   clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    r.s = s2
+    await r.lead()
+    for _ in range(50):
+        await settle()
+        if not s2.state.partial:
+            break
+    assert s2.state.queue.order() == order
+    assert s2.state.queue.export_rounds() == rounds
+    # a weight change re-ranks org 2 by the work its charts had at arrival
+    before.set_weight("2", 2)
+    r.store.orgs[2] = dataclasses.replace(r.store.orgs[2], weight=2)
+    s2._notes.append(OrgNote(id=2))
+    await r.tick()
+    assert r.temporal.start_calls == [2]  # chart 2 still runs: nothing more fits
+    assert s2.state.queue.order() == before.order()
+    assert {c: s2.state.queue.round_of(c) for c in before.order()} == {c: before.round_of(c) for c in before.order()}
+    assert s2.state.queue.export_rounds() == before.export_rounds()
