@@ -1,0 +1,67 @@
+"""What the scheduler writes and reads of the policies (issue 23) in the database: the
+settings it runs under, and under the share ``work`` what a restart needs (the round
+state's share and quantum, budget-second ``used``, each chart's estimate at arrival and
+share), on SQLite and PostgreSQL."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from control.models import OrgRoundState, RoundState
+from control.services import policies_set
+from fairsched.engine import db
+from fairsched.engine.state import LiveState
+from tests.factories import make_chart, make_org, make_workflow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_restart_under_work_reads_back_the_order_and_the_work_of_each_chart():
+    policies_set(share="work", quantum_s=600)
+    a, b = make_org("A"), make_org("B")
+    wf = make_workflow("code")
+    for _ in range(4):
+        make_chart(a, wf)
+        make_chart(b, wf)
+    world = db.read_world()
+    # the estimates when they arrived: A's charts 1200 s (two turns each), B's the default 600 s
+    state = LiveState(dataclasses.replace(world, averages={(str(a.pk), "code"): 1200.0}))
+    assert state.queue.share == "work" and state.queue.quantum_s == 600.0
+    changes = state.queue.take_round_changes()
+    work = state.work_of(changes)
+    assert {est for est, _ in work.values()} == {600.0, 1200.0}
+    db.save_rounds(state.queue.export_rounds(), changes, work)
+    row = RoundState.objects.get()
+    assert (row.share, row.quantum_s) == ("work", 600.0)
+    assert any(o.used != int(o.used) or o.used > 1 for o in OrgRoundState.objects.all())  # budget-seconds
+
+    again = LiveState(db.read_world())  # a restart: the default estimates again (600 s each)
+    assert again.queue.order() == state.queue.order()
+    assert again.queue.export_rounds() == state.queue.export_rounds()
+    for cid in state.queue.order():
+        assert again.queue.get(cid).est_s == state.queue.get(cid).est_s
+        assert again.queue.share_of(cid) == state.queue.share_of(cid)
+    # a re-rank after the restart counts each chart's work at arrival, not today's estimate
+    for q in (state.queue, again.queue):
+        q.set_weight(str(a.pk), 3)
+    assert again.queue.order() == state.queue.order()
+
+
+def test_a_first_start_under_work_reads_the_whole_backlog_before_it_dispatches():
+    org = make_org("A")
+    make_chart(org, make_workflow("code"))
+    assert db.read_head(per_org=1, roundless_max=10) is not None  # charts: a first start's head
+    policies_set(share="work")
+    assert db.read_head(per_org=1, roundless_max=10) is None      # work: the whole backlog
+
+
+def test_the_round_state_under_charts_reads_back_whole_numbers():
+    org = make_org("A", weight=2)
+    make_chart(org, make_workflow("code"))
+    state = LiveState(db.read_world())
+    db.save_rounds(state.queue.export_rounds(), state.queue.take_round_changes())
+    saved = db.read_round_state()
+    assert saved.share == ("charts", None)
+    assert all(isinstance(o.used, int) and isinstance(o.in_head, int) for o in saved.orgs.values())
+    assert saved == state.queue.export_rounds()
