@@ -1,0 +1,61 @@
+"""The policies (issue 23) switched live: a real scheduler and worker on a Temporal dev
+server and Redis. While a chart runs, the operator switches to ``share = work`` and
+``dispatch = backfill``; the scheduler re-ranks, dispatch follows the new order, and the
+running cost Temporal saw never exceeds the budget."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from charts.models import Chart, ChartState, DurationStat
+from control.models import AuditEntry
+from control.services import policies_set
+from fairsched.temporal.shared import workflow_id
+from tests.factories import make_chart, make_org, make_workflow
+from tests.integration.conftest import wait_until
+from tests.integration.test_scheduler_live import (all_final, closed_in_temporal, configure, max_concurrent_cost,
+                                                    states)
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def test_switching_to_work_and_backfill_while_charts_run_reorders_dispatch_within_the_budget(live, temporal):
+    configure(budget=1)
+    a, b = make_org("Acme", weight=1), make_org("Beta", weight=1)
+    slow = make_workflow("slow", temporal_type="DemoChart")
+    quick = make_workflow("quick", temporal_type="DemoChart")
+    # the estimates (the ETA model's means): Acme's charts 12 s, Beta's 3 s (they run shorter:
+    # only the ratios and the quantum matter to the order)
+    DurationStat.objects.create(org=a, workflow=slow, count=1000, total_s=12000.0, mean_s=12.0)
+    DurationStat.objects.create(org=b, workflow=quick, count=1000, total_s=3000.0, mean_s=3.0)
+    start = timezone.now() - timedelta(hours=1)
+    a_charts = [make_chart(a, slow, created_at=start + timedelta(seconds=i), payload={"seconds": 4 if i == 0 else 0.3})
+                for i in range(4)]
+    b_charts = [make_chart(b, quick, created_at=start + timedelta(seconds=10 + i), payload={"seconds": 0.2})
+                for i in range(6)]
+    a1, a2, a3, a4 = (c.pk for c in a_charts)
+    b1, b2, b3, b4, b5, b6 = (c.pk for c in b_charts)
+    ids = [a1, a2, a3, a4, b1, b2, b3, b4, b5, b6]
+
+    live.worker()
+    sched = live.scheduler()
+    # share charts: A1 B1 A2 B2 ...; A1 (4 s) starts first and holds the whole budget
+    wait_until(lambda: Chart.objects.get(pk=a1).state == ChartState.RUNNING, timeout=30, what="A1 running")
+    assert Chart.objects.filter(state=ChartState.RUNNING).count() == 1
+    policies_set(share="work", quantum_s=3, dispatch="backfill")
+    sched.saw("policies set to share work (quantum 3s), dispatch backfill")
+    assert Chart.objects.get(pk=a1).state == ChartState.RUNNING, "the switch must land while A1 runs"
+    assert AuditEntry.objects.filter(action="policies").count() == 1
+
+    wait_until(lambda: all_final(ids), timeout=90, what="all charts final")
+    assert set(states(ids).values()) == {"succeeded"}, sched.log()[-3000:]
+    # work, quantum 3 s, the turn of weight 1: Beta's charts (3 s) take rounds 0 1 2 3 4 5;
+    # Acme's (12 s, four turns each) from the turn A1 took: A2 round 4, A3 8, A4 12
+    started = {c: d.start_time.timestamp() for c, d in closed_in_temporal(temporal, ids).items()}
+    assert sorted(ids, key=started.get) == [a1, b1, b2, b3, b4, a2, b5, b6, a3, a4], sched.log()[-3000:]
+    intervals = [(d.start_time.timestamp(), d.close_time.timestamp(), 1)
+                 for d in closed_in_temporal(temporal, ids).values()]
+    assert max_concurrent_cost(intervals) == 1  # the budget, never more
+    assert {len(temporal.executions(workflow_id(c))) for c in ids} == {1}
