@@ -137,6 +137,27 @@ def test_control_post_shows_the_services_refusal(two_orgs, operator, redis_url):
     assert bad.status_code == 400 and bad.json()["errors"] == {"budget": ["budget must be at least 0, got -1."]}
 
 
+def test_set_policies_control_switches_them_audited_and_refuses_a_bad_value_naming_it(two_orgs, viewer, operator,
+                                                                                     redis_url):
+    from control.models import AuditEntry
+    body = {"action": "set_policies", "share": "work", "quantum_s": "120", "dispatch": "backfill"}
+    refused = _client(viewer).post("/dashboard/control/", body)
+    assert refused.status_code == 403
+    c = _client(operator)
+    ok = c.post("/dashboard/control/", json.dumps(body), content_type="application/json")
+    assert ok.status_code == 200 and ok.json()["ok"] is True
+    assert ok.json()["message"] == "Set the policies: share work, quantum_s 120, dispatch backfill"
+    s = SchedulerSettings.get()
+    assert (s.share, s.quantum_s, s.dispatch) == ("work", 120.0, "backfill")
+    assert AuditEntry.objects.get(action="policies").actor_name == "operator"
+    bad = c.post("/dashboard/control/", json.dumps({"action": "set_policies", "dispatch": "eager"}),
+                 content_type="application/json")
+    assert bad.status_code == 400 and list(bad.json()["errors"]) == ["dispatch"]
+    assert SchedulerSettings.get().dispatch == "backfill"
+    page = c.get("/dashboard/").content.decode()
+    assert 'id="policies-form"' in page and "policy: share work (quantum 120 s), dispatch backfill" in page
+
+
 def test_control_post_needs_csrf(two_orgs, operator, redis_url):
     c = Client(enforce_csrf_checks=True)
     c.force_login(operator)
