@@ -37,10 +37,10 @@ def test_admin_edits_it(admin_client):
     page = admin_client.get(url).content.decode()
     assert 'name="eta_model"' in page and "forecast" in page
     admin_client.post(url, {"budget": 4, "eta_interval_s": 3, "reconcile_interval_s": 5, "eta_model": "lanes",
-                            "_save": "Save"})
+                            "share": "charts", "quantum_s": 600, "dispatch": "strict", "_save": "Save"})
     assert SchedulerSettings.get().eta_model == "lanes"
     resp = admin_client.post(url, {"budget": 4, "eta_interval_s": 3, "reconcile_interval_s": 5, "eta_model": "x",
-                                   "_save": "Save"})
+                                   "share": "charts", "quantum_s": 600, "dispatch": "strict", "_save": "Save"})
     assert "Select a valid choice" in resp.content.decode()
     assert SchedulerSettings.get().eta_model == "lanes"
 
