@@ -161,3 +161,34 @@ async def test_the_eta_pass_under_backfill_gives_the_reservations_dispatch_makes
     cap = r.s.state.capture()
     snap = _snapshot(cap, cap.eta_report(now), now, r.s.state.used, [], [])
     assert snap["policies"] == {"share": "charts", "quantum_s": 600.0, "dispatch": "backfill"}
+
+
+async def test_a_restart_under_charts_after_a_work_period_counts_each_chart_as_one(rig):
+    """Shares written under work stay in the rows after a switch back to charts; a restart
+    under charts must count every chart as 1 (a cancelled chart gives back 1, not its old
+    budget-seconds), as the scheduler that never stopped does."""
+    r = rig(budget=1, charts=8, weights=(1, 1))
+    long_and_short(r)
+    r.store.config = dataclasses.replace(r.store.config, share="work")
+    await r.lead()
+    await r.tick()
+    await r.tick()
+    assert any(row.share not in (None, 1) for row in r.store.rows.values() if row.state == "queued")
+    switch(r, share="charts")
+    await r.tick()
+    await r.tick()
+    before: FairQueue = r.s.state.queue
+    await r.s._step_down()
+    s2 = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                   clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    r.s = s2
+    await r.lead()
+    for _ in range(50):
+        await settle()
+        if not s2.state.partial:
+            break
+    assert s2.state.queue.order() == before.order()
+    last = before.order()[-1]  # it holds its org's last round
+    for q in (before, s2.state.queue):
+        q.remove(last)
+    assert s2.state.queue.export_rounds() == before.export_rounds()

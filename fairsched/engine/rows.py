@@ -57,13 +57,16 @@ class ChartRow:
     est_s: float | None = None   # share "work": Chart.fair_est_s, its estimate at arrival (read only at load)
     share: float | None = None   # share "work": Chart.fair_share, its part of its round (read only at load)
 
-    def queued_chart(self, with_round: bool = False) -> QueuedChart:
+    def queued_chart(self, with_round: bool = False, work: bool = True) -> QueuedChart:
+        """The core's chart. ``with_round``: with its persisted round, estimate at arrival and
+        (``work``: under the share "work" only; under "charts" every chart's share is 1 and a
+        stale one from an earlier "work" period must not count) its share."""
         if not with_round:
             return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
                                self.priority, self.prioritized_at, self.paused, self.front_at)
         return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
                            self.priority, self.prioritized_at, self.paused, self.front_at,
-                           self.round, self.est_s, self.share if self.round is not None else None)
+                           self.round, self.est_s, self.share if work and self.round is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

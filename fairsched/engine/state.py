@@ -153,7 +153,8 @@ class LiveState:
         if world.rounds is not None:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
-                (c.queued_chart(with_round=True) for c in queued), state=world.rounds,
+                (c.queued_chart(with_round=True, work=world.config.share == "work") for c in queued),
+                state=world.rounds,
                 budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon, **policies,
             )
         elif truncated:
@@ -206,8 +207,11 @@ class LiveState:
     def work_of(self, changes) -> dict[str, tuple[float | None, float | None]]:
         """Share "work": for each chart of ``changes`` (a round save's) still queued, its
         estimate at arrival and its share, to persist beside its round (Chart.fair_est_s,
-        fair_share). Empty under "charts" when no chart carries an estimate."""
-        out = {}
+        fair_share). Empty under "charts": a chart's share there is 1, its row's is not read
+        (``ChartRow.queued_chart``), and its estimate at arrival is written when it was set."""
+        out: dict[str, tuple[float | None, float | None]] = {}
+        if self.queue.share != "work":
+            return out
         get = self.queue.get
         for cid in changes:
             q = get(cid)
