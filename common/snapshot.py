@@ -8,6 +8,8 @@ every open dashboard (``common.live_updates.SnapshotStored``):
     {"version": 1, "seq": 41, "generated_at": "2026-11-29T12:00:00+00:00",
      "now": 1796040000.0,                 # epoch seconds the ETAs count from
      "budget": 4, "used": 3,
+     # the policies in force (docs/scheduling.md, "The live scheduler and the policies")
+     "policies": {"share": "charts", "quantum_s": 600.0, "dispatch": "strict"},
      "counters": {"queued": 1210, "ordered": 1100, "running": 3,
                   "held": 100, "paused": 5, "blocked": 2},
      "clear_s": 5400.0, "clear_at": "2026-11-29T13:30:00+00:00",
