@@ -10,6 +10,7 @@ import redis
 import redis.asyncio as aredis
 
 from common.notify import CHANNEL, Note
+from common.previews import REQUEST_TTL_S, REQUESTS, answer_key
 from fairsched.engine.lease import LEASE_KEY, Lease, release_now
 from fairsched.engine.notes import read_note
 from fairsched.engine.ports import Unavailable
@@ -136,8 +137,6 @@ class RedisPreviews:
         return self._client
 
     async def next_request(self, timeout_s: float) -> bytes | None:
-        from common.previews import REQUESTS
-
         try:
             got = await self._c().blpop([REQUESTS], timeout=timeout_s)
         except _DOWN as exc:
@@ -145,8 +144,6 @@ class RedisPreviews:
         return None if got is None else got[1]
 
     async def answer(self, request_id: str, body: str) -> None:
-        from common.previews import REQUEST_TTL_S, answer_key
-
         key = answer_key(request_id)
         try:
             pipe = self._c().pipeline()
