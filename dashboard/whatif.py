@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from datetime import datetime
+
 import redis
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -35,7 +38,7 @@ def redis_client() -> redis.Redis:
 
 
 WAIT_S = previews.WAIT_S  # (tests shorten it)
-PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold")
+PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold", "clear_by", "meet_due")
 
 
 class Bad(ValueError):
@@ -52,12 +55,32 @@ def _int(request: HttpRequest, key: str, *, minimum: int, maximum: int) -> int:
         raise Bad(key, " ".join(exc.messages)) from None
 
 
+def _time(request: HttpRequest, key: str) -> float:
+    raw = request.GET.get(key, "").strip()
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise Bad(key, f"{key}: an ISO 8601 time (2030-01-01T09:00:00Z), got {raw[:40]!r}.") from None
+    if when.tzinfo is None:
+        when = timezone.make_aware(when)
+    return when.timestamp()
+
+
 def change_of(request: HttpRequest) -> dict[str, Any]:
     """The change the query asks for, in the scheduler's terms (:class:`fairsched.engine.whatif.Change`)."""
     given = [k for k in PARAMS if k in request.GET]
     unknown = sorted(set(request.GET) - set(PARAMS))
     if unknown:
         raise Bad(unknown[0], f"{unknown[0]}: unknown parameter; one of {', '.join(PARAMS)}.")
+    if "clear_by" in given or "meet_due" in given:
+        extra = [k for k in given if k not in ("clear_by", "meet_due")] or given[1:]
+        if len(given) > 1:
+            raise Bad(extra[0], f"{extra[0]}: the planner takes clear_by=<ISO time> or meet_due=1 alone.")
+        if "meet_due" in given:
+            if request.GET["meet_due"] != "1":
+                raise Bad("meet_due", f"meet_due: 1, got {request.GET['meet_due'][:40]!r}.")
+            return {"kind": "plan", "clear_by": None, "meet_due": True}
+        return {"kind": "plan", "clear_by": _time(request, "clear_by"), "meet_due": False}
     if "budget" in given:
         if len(given) > 1:
             raise Bad(given[1], f"{given[1]}: a budget preview takes budget alone.")

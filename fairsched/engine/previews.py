@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any, Protocol
 
-from fairsched.engine import forked, whatif
+from fairsched.engine import forked, planner, whatif
 from fairsched.engine.host import Host, Part
 from fairsched.engine.ports import Unavailable
 
@@ -66,7 +66,10 @@ class Previews(Part):
                 log.info("previews: the answer could not be sent (%s)", exc)
 
     async def preview(self, change_json: dict[str, Any]) -> dict[str, Any]:
-        """The preview of one change (its JSON), or ``{"error", "param"?}``."""
+        """The preview of one change (its JSON), or ``{"error", "param"?}``; a ``plan`` (the
+        capacity planner, :mod:`.planner`) in one forked child."""
+        if change_json.get("kind") == "plan":
+            return await self.plan(change_json)
         try:
             change = whatif.Change.from_json(change_json)
         except whatif.ChangeError as exc:
@@ -87,3 +90,24 @@ class Previews(Part):
             log.warning("a what-if preview failed: %s", exc)
             return {"error": "the preview failed in the scheduler (see its log)", "unavailable": True}
         return whatif.answer(change, before, after)
+
+    async def plan(self, ask: dict[str, Any]) -> dict[str, Any]:
+        """The smallest budget for ``{"kind": "plan", "clear_by": epoch | None, "meet_due": bool}``."""
+        state = self.state
+        if state is None or state.partial:
+            return {"error": "the scheduler is still loading the backlog", "unavailable": True}
+        if not forked.available():
+            return {"error": "the planner needs fork (POSIX)", "unavailable": True}
+        clear_by = ask.get("clear_by")
+        meet_due = bool(ask.get("meet_due"))
+        if (clear_by is None) == (not meet_due) or not (clear_by is None or isinstance(clear_by, (int, float))):
+            return {"error": "clear_by: a time, or meet_due=1", "param": "clear_by"}
+        now = self.clock.time()
+        try:
+            out = await forked.run_forked(
+                lambda: planner.plan_budget(state, now, clear_by=clear_by, meet_due=meet_due).to_json(now),
+                name="capacity planner", timeout_s=self.TIMEOUT_S * 3, nice=self.host.ETA_PASS_NICE)
+        except forked.ChildFailed as exc:
+            log.warning("the capacity planner failed: %s", exc)
+            return {"error": "the planner failed in the scheduler (see its log)", "unavailable": True}
+        return {"change": ask, "now": whatif._iso(now, 0.0), **out}

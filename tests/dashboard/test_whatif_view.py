@@ -122,3 +122,28 @@ def test_a_cost_preview_names_the_workflow_to_the_scheduler(world):
     r = world["client"].get(f"/dashboard/whatif.json?org={acme.pk}&workflow={world['audit'].pk}&cost=3")
     assert r.status_code == 200, r.content
     assert responder.seen[0]["change"] == {"kind": "cost", "org": acme.pk, "workflow": "audit", "value": 3}
+
+
+@pytest.mark.parametrize("query, param", [
+    ("clear_by=tomorrow", "clear_by"), ("clear_by=", "clear_by"), ("meet_due=2", "meet_due"),
+    ("clear_by=2030-01-01T00:00:00Z&budget=3", "budget"),
+])
+def test_the_planners_bad_values_are_a_400_naming_the_parameter(world, query, param):
+    r = world["client"].get("/dashboard/whatif.json?" + query)
+    assert r.status_code == 400 and list(r.json()["errors"]) == [param], r.content
+
+
+def test_the_planner_is_asked_of_the_scheduler(world):
+    got: list = []
+
+    def answer():
+        req = json.loads(world["redis"].blpop([previews.REQUESTS], timeout=10)[1])
+        got.append(req)
+        from fairsched.engine.planner import plan_budget
+        out = plan_budget(read_state(), req["at"], clear_by=req["change"]["clear_by"]).to_json(req["at"])
+        world["redis"].rpush(previews.answer_key(req["id"]), json.dumps({"change": req["change"], **out}))
+    threading.Thread(target=answer, daemon=True).start()
+    r = world["client"].get("/dashboard/whatif.json?clear_by=2099-01-01T00:00:00Z")
+    assert r.status_code == 200, r.content
+    assert got[0]["change"]["kind"] == "plan" and got[0]["change"]["clear_by"] == 4070908800.0
+    assert r.json()["budget"] == 2 and r.json()["goal"] == "clear_by"  # the largest cost (audit: 2 for Acme)

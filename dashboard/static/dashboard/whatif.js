@@ -92,6 +92,37 @@
     later(inp, () => preview(out, query, label));
   });
 
+  // The capacity planner (the budget card): the smallest budget for a clear-by time, or the due times.
+  function plan(query, label) {
+    const out = document.getElementById("plan-result");
+    if (!out) return;
+    out.hidden = false;
+    out.dataset.state = "loading";
+    out.textContent = `Planning (${label})…`;
+    fetch(URL_ + "?" + new URLSearchParams(query), {credentials: "same-origin"})
+      .then((r) => r.json().then((b) => ({...b, status: r.status})))
+      .catch(() => ({error: "the request failed", status: 0}))
+      .then((b) => {
+        if (b.status !== 200) {
+          out.dataset.state = b.status === 503 ? "unavailable" : "error";
+          out.textContent = (b.status === 503 ? "Plan unavailable: " : "") + (b.detail || b.error);
+          return;
+        }
+        out.dataset.state = "ready";
+        out.textContent = b.budget == null ? b.message
+          : `${b.message}; clear-time then ${when(b.clear_after)} (searched in ${b.probes} ETA passes).`;
+      });
+  }
+  const pf = document.getElementById("plan-form");
+  if (pf) {
+    pf.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const v = document.getElementById("plan-clear-by").value;
+      if (v) plan({clear_by: new Date(v).toISOString()}, "clear by " + when(new Date(v).toISOString()));
+    });
+    document.getElementById("plan-meet-due").addEventListener("click", () => plan({meet_due: "1"}, "every due time"));
+  }
+
   // The admin's org change form: the org's id from the URL (/admin/orgs/org/<id>/change/).
   const m = location.pathname.match(/\/admin\/orgs\/org\/(\d+)\/change\/$/);
   if (m) document.body.dataset.whatifOrg = m[1];
