@@ -12,6 +12,7 @@ from typing import Any
 from charts.models import FINAL_STATES, Chart, ChartState
 from common import snapshot as snap
 from dashboard import selectors
+from fairsched.core.due import finished_state
 
 WAITING = "waiting for the scheduler's next pass to place it"  # the chart page's words
 ASIDE = {  # common/clear_notes.py's words, for one chart
@@ -51,12 +52,17 @@ def describe(charts: list[Chart], *, placed: bool = True) -> list[dict[str, Any]
     base = float((snapshot or {}).get("now") or 0.0)
     out = []
     for c in charts:
-        position = eta = p90 = None
+        position = eta = p90 = due_state = slack = None
         reason: str | None = None
         if c.state in FINAL_STATES:
             reason = f"{c.state}: no longer in the order"
+            if c.due_at is not None and c.finished_at is not None:
+                due_state = finished_state(c.due_at.timestamp(), c.finished_at.timestamp(),
+                                           c.state == ChartState.SUCCEEDED)
         else:
             row = places.get(c.pk) if c.state == ChartState.QUEUED else running.get(c.pk)
+            if row is not None and c.due_at is not None:  # the pass's per-chart due fields
+                due_state, slack = row.get("due_state"), row.get("slack_s")
             if row is None:
                 reason = WAITING
             elif row.get("state") in ASIDE:
@@ -71,6 +77,7 @@ def describe(charts: list[Chart], *, placed: bool = True) -> list[dict[str, Any]
             "priority": c.priority, "paused": c.paused, "cancel_requested": c.cancel_requested,
             "position": position, "eta": eta, "eta_p90": p90, "no_eta": reason,
             "created_at": _iso(c.created_at), "started_at": _iso(c.started_at), "finished_at": _iso(c.finished_at),
-            "error": c.error or None, "rerun_of": c.rerun_of_id, "url": url(c.pk),
+            "error": c.error or None, "rerun_of": c.rerun_of_id,
+            "due_at": _iso(c.due_at), "due_state": due_state, "slack_s": slack, "url": url(c.pk),
         })
     return out

@@ -21,6 +21,9 @@ ExternalId = Annotated[Any, WithJsonSchema({"type": ["string", "null"], "maxLeng
     "chart already submitted; with a different workflow or payload it is refused.")})]
 Priority = Annotated[Any, WithJsonSchema({"type": "boolean", "default": False,
                                           "description": "Into the priority tier (FIFO before the round-robin)."})]
+DueAt = Annotated[Any, WithJsonSchema({"type": ["string", "null"], "format": "date-time", "description": (
+    "Its own due time (ISO 8601 with a zone, e.g. 2030-01-01T09:00:00Z). Without it the chart is due its "
+    "creation plus its org's turnaround, if the org has one."), "examples": ["2030-01-01T09:00:00Z"]})]
 
 
 class ChartIn(Schema):
@@ -30,6 +33,7 @@ class ChartIn(Schema):
     payload: Payload = None
     external_id: ExternalId = None
     priority: Priority = False
+    due_at: DueAt = None
 
 
 _CHART_ITEM = {k: v for k, v in ChartIn.model_json_schema().items() if k != "title"}
@@ -62,6 +66,13 @@ class ChartOut(Schema):
     finished_at: datetime | None
     error: str | None
     rerun_of: int | None
+    due_at: datetime | None = Field(description="When it is due: its own due_at, or its creation plus its "
+                                                "org's turnaround; null when it has no due time.")
+    due_state: str | None = Field(description=(
+        "on_time, at_risk or late (queued or running, from the scheduler's latest pass), met or missed (finished); "
+        "null without a due time or before the scheduler placed it."))
+    slack_s: float | None = Field(description="The due time minus the ETA, in seconds (negative: late); null "
+                                              "without a due time or an ETA.")
     url: str
 
 

@@ -204,7 +204,8 @@ def submit(request: HttpRequest, chart: ChartIn, idempotency_key: str | None = I
         before = timezone.now()
         try:
             row = chart_services.chart_submit(org=org, workflow=chart.workflow, payload=chart.payload,
-                                              external_id=chart.external_id, priority=chart.priority)
+                                              external_id=chart.external_id, priority=chart.priority,
+                                              due_at=chart.due_at)
         except ValidationError as exc:
             raise from_validation(exc) from None
         fresh = row.created_at >= before
@@ -231,7 +232,7 @@ def submit_batch(request: HttpRequest, batch: BatchIn, idempotency_key: str | No
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise ValidationError({f"charts[{i}]": f"charts[{i}]: must be an object with workflow."})
-            unknown = sorted(set(item) - {"workflow", "payload", "external_id", "priority"})
+            unknown = sorted(set(item) - {"workflow", "payload", "external_id", "priority", "due_at"})
             if unknown:
                 field = f"charts[{i}].{unknown[0]}"
                 words = "the org is the key's" if unknown[0] == "org" else "unknown field"

@@ -2,7 +2,7 @@
 staff dashboard and the org pages share the ``dashboard`` namespace."""
 from django.urls import path
 
-from dashboard import cockpit, views
+from dashboard import cockpit, views, whatif
 
 app_name = "dashboard"
 urlpatterns = [
@@ -13,6 +13,7 @@ urlpatterns = [
     path("dashboard/accuracy.json", views.accuracy_json, name="accuracy"),
     path("dashboard/activity.json", views.activity_json, name="activity"),
     path("dashboard/capacity.json", views.capacity_json, name="capacity"),
+    path("dashboard/whatif.json", whatif.whatif_json, name="whatif"),
     path("dashboard/control/", views.control, name="control"),
     path("dashboard/history/", cockpit.history_view, name="history"),
     path("dashboard/search/", cockpit.search_view, name="search"),

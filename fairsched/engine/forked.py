@@ -156,3 +156,39 @@ def _receive(recv: Any, reports: list[Any]) -> tuple[str, Any]:
         if status != "report":
             return status, value
         reports.append(value)
+
+
+async def run_forked_pair(fa: Callable[[], T], fb: Callable[[], Any], *, name: str, timeout_s: float,
+                          nice: int = 0) -> tuple[T, Any]:
+    """``fa()`` and ``fb()`` in two forked children started back to back, with no await
+    between the forks: both see the same state (a preview's before and after, computed
+    side by side on two cores). Raises :class:`ChildFailed` as :func:`run_forked` does."""
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for fn in (fa, fb):
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice), name=name, daemon=True)
+            proc.start()
+            send.close()
+            pipes.append(recv)
+            procs.append(proc)
+    try:
+        got = await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(_receive, r, []) for r in pipes)),
+                                     timeout_s)
+    except asyncio.TimeoutError:
+        raise ChildFailed(f"{name} took more than {timeout_s:.1f} s: killed") from None
+    except EOFError:
+        raise ChildFailed(f"{name} died") from None
+    finally:
+        for proc, recv in zip(procs, pipes):
+            if proc.is_alive():
+                proc.kill()
+            await asyncio.to_thread(proc.join, 5)
+            recv.close()
+            proc.close()
+    for status, value in got:
+        if status != "ok":
+            raise ChildFailed(f"{name} failed:\n{value}")
+    return got[0][1], got[1][1]

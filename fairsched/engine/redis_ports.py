@@ -10,6 +10,7 @@ import redis
 import redis.asyncio as aredis
 
 from common.notify import CHANNEL, Note
+from common.previews import REQUEST_TTL_S, REQUESTS, answer_key
 from fairsched.engine.lease import LEASE_KEY, Lease, release_now
 from fairsched.engine.notes import read_note
 from fairsched.engine.ports import Unavailable
@@ -115,6 +116,42 @@ class RedisNotifications:
                 pass
             raise Unavailable(str(exc)) from exc
         return _Subscription(pubsub)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+
+class RedisPreviews:
+    """The what-if previews' requests and answers (:mod:`common.previews`), on a connection of
+    their own (a blocking pop must not hold the notifications' or the lease's)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._client: aredis.Redis | None = None
+
+    def _c(self) -> aredis.Redis:
+        if self._client is None:
+            self._client = aredis.Redis.from_url(self.url, socket_connect_timeout=1, socket_timeout=None)
+        return self._client
+
+    async def next_request(self, timeout_s: float) -> bytes | None:
+        try:
+            got = await self._c().blpop([REQUESTS], timeout=timeout_s)
+        except _DOWN as exc:
+            raise Unavailable(str(exc)) from exc
+        return None if got is None else got[1]
+
+    async def answer(self, request_id: str, body: str) -> None:
+        key = answer_key(request_id)
+        try:
+            pipe = self._c().pipeline()
+            pipe.rpush(key, body)
+            pipe.expire(key, REQUEST_TTL_S)
+            await pipe.execute()
+        except _DOWN as exc:
+            raise Unavailable(str(exc)) from exc
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -86,7 +86,8 @@ from fairsched.engine.ports import (
     TemporalPort,
     Unavailable,
 )
-from fairsched.engine.redis_ports import RedisLease, RedisNotifications
+from fairsched.engine.previews import PreviewPort, Previews
+from fairsched.engine.redis_ports import RedisLease, RedisNotifications, RedisPreviews
 from fairsched.engine.startup import Startup
 from fairsched.engine.state import Effects, LiveState
 from fairsched.engine.sync import CANCEL_NOT_HONOURED, Sync  # noqa: F401 - its old home
@@ -154,6 +155,7 @@ class Scheduler:
         lease: LeasePort | None = None,
         notifications: NotificationSource | None = None,
         eta_pass_in: EtaPassIn | str = EtaPassIn.THREAD,
+        previews: PreviewPort | None = None,
     ) -> None:
         """``clock``, ``store``, ``publisher``, ``temporal``, ``lease``, ``notifications``: the
         ports (:mod:`fairsched.engine.ports`), the real ones unless given (tests give fakes).
@@ -212,6 +214,7 @@ class Scheduler:
         self.etas = EtaPasses(self)
         self.dispatcher = Dispatcher(self, self.sync, self.etas)
         self.startup = Startup(self, self.sync, self.etas)
+        self.previews = Previews(self, previews if previews is not None else RedisPreviews(redis_url))
 
     @property
     def starts(self) -> int:
@@ -302,7 +305,8 @@ class Scheduler:
         self.leading = True
         self.leadership.lost = False
         self._tasks = [asyncio.create_task(self.leadership._keep_lease(), name="lease"),
-                       asyncio.create_task(self.leadership._listen(), name="notifications")]
+                       asyncio.create_task(self.leadership._listen(), name="notifications"),
+                       asyncio.create_task(self.previews.serve(), name="previews")]
         if not await self._take_over():
             return
         while not self._stop.is_set():

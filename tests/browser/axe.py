@@ -20,18 +20,19 @@ def axe_source() -> str:
     return AXE_JS.read_text()
 
 
-def violations(page) -> list[dict]:
-    """axe-core's violations on what ``page`` shows now: ``[{id, impact, help, nodes: [{target, summary}]}]``.
+def violations(page, within: str | None = None) -> list[dict]:
+    """axe-core's violations on what ``page`` shows now: ``[{id, impact, help, nodes: [{target, summary}]}]``;
+    ``within``: a CSS selector, only what is inside it (a panel's own).
 
     The script is added through the DevTools protocol (``page.add_script_tag`` would be an
     inline script, which the pages' Content-Security-Policy refuses)."""
     if not page.evaluate("typeof window.axe === 'object'"):
         page.evaluate(axe_source())  # evaluated by DevTools, outside the page's CSP
-    return page.evaluate("""async (tags) => {
-        const r = await axe.run(document, {runOnly: {type: "tag", values: tags}, resultTypes: ["violations"]});
+    return page.evaluate("""async ([tags, within]) => {
+        const r = await axe.run(within ? {include: [[within]]} : document, {runOnly: {type: "tag", values: tags}, resultTypes: ["violations"]});
         return r.violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,
             nodes: v.nodes.map((n) => ({target: n.target.join(" "), summary: n.failureSummary}))}));
-    }""", TAGS)
+    }""", [TAGS, within])
 
 
 def count(found: list[dict]) -> int:

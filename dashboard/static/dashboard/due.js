@@ -29,7 +29,7 @@
       .map((o) => `<tr data-org-id="${o.id}"><td><a href="/orgs/${esc(o.slug)}/">${esc(o.name)}</a></td>
         <td class="num">${o.due.on_time || 0}</td><td class="num">${o.due.at_risk || 0}</td><td class="num">${o.due.late || 0}</td>
         <td>${can && can.has("prioritize_at_risk") && (o.due.at_risk || o.due.late)
-          ? `<button type="button" data-due-action="prioritize_at_risk" aria-label="Prioritise the at-risk and late charts of ${esc(o.name)}">Prioritise at risk</button>` : ""}</td></tr>`)
+          ? `<button type="button" data-due-action="prioritize_at_risk" aria-label="Prioritise at risk: ${esc(o.name)}, its at-risk and late charts">Prioritise at risk</button>` : ""}</td></tr>`)
       .join("");
     $("due-charts-body").innerHTML = charts.map((r) => {
       const o = names.get(r.org) || {name: String(r.org)};

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
+import time as _time
 from datetime import datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from fairsched.core import Plan
 from fairsched.core.modes import EtaModel
+from fairsched.engine.planner import plan_budget
+from fairsched.engine.reader import read_state
 from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
 from fairsched.core.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
@@ -115,6 +119,10 @@ class Command(BaseCommand):
         parser.add_argument("--live", action="store_true", help="plan the live database state")
         parser.add_argument("--dump", action="store_true",
                             help="print the live state as a scenario (replayable)")
+        parser.add_argument("--clear-by", metavar="ISO",
+                            help="with --live: the smallest budget that clears the backlog by this time")
+        parser.add_argument("--meet-due", action="store_true",
+                            help="with --live: the smallest budget that keeps every due time")
 
     def handle(self, *args, **opts) -> None:
         from django.db import DatabaseError
@@ -127,6 +135,8 @@ class Command(BaseCommand):
                                returncode=1) from None
 
     def _handle(self, opts) -> None:
+        if opts.get("clear_by") is not None or opts.get("meet_due"):
+            return self._capacity(opts)
         try:
             if opts["dump"]:
                 self.stdout.write(json.dumps(live_scenario(), indent=2))
@@ -147,3 +157,25 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(out, indent=2))
         except ScenarioError as e:
             raise CommandError(str(e), returncode=2) from None
+
+    def _capacity(self, opts) -> None:
+        """``--live --clear-by ISO`` / ``--live --meet-due``: the capacity planner
+        (fairsched/engine/planner.py) over the database's state, read as the scheduler reads it."""
+        if not opts["live"]:
+            raise CommandError("--clear-by/--meet-due: plan the live state (add --live)", returncode=2)
+        if opts.get("clear_by") is not None and opts.get("meet_due"):
+            raise CommandError("--meet-due: give --clear-by or --meet-due, not both", returncode=2)
+        clear_by = None
+        if opts.get("clear_by") is not None:
+            raw = opts["clear_by"].strip()
+            try:
+                when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            except ValueError:
+                raise CommandError(f"--clear-by: an ISO 8601 time (2030-01-01T09:00:00Z), got {raw!r}",
+                                   returncode=2) from None
+            clear_by = (when if when.tzinfo else timezone.make_aware(when)).timestamp()
+        now = _time.time()
+        if clear_by is not None and clear_by <= now:
+            raise CommandError(f"--clear-by: {opts['clear_by']} is not in the future", returncode=2)
+        answer = plan_budget(read_state(), now, clear_by=clear_by, meet_due=bool(opts.get("meet_due")))
+        self.stdout.write(json.dumps(answer.to_json(now), indent=2))

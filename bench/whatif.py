@@ -1,0 +1,123 @@
+"""What a what-if preview and the capacity planner cost at a large backlog, against an ETA
+pass of the same state measured in the same run.
+
+A 50-org backlog (skewed: org i has weight 1 or 2 and a share ~1/i of the charts; three
+workflows, cost 1 or 2; half the orgs promise a 24 h turnaround), built in memory as the
+scheduler loads it (``LiveState``). Measured, each the median of ``--repeat`` runs:
+
+- **ETA pass**: the configured model's pass over a capture, its 90% bounds and due states
+  (``due_pass``): what the scheduler computes before each snapshot (the baseline);
+- **preview**: ``Previews``' path: the loop forks two children back to back
+  (``run_forked_pair``), one measures the state, the other makes the change (a budget: a
+  re-rank of every org; a weight: one org) and measures, both at the same ``now``;
+  wall time seen by the loop, and the loop's own share (the forks);
+- **planner**: ``plan_budget`` for a clear-by time 80% of the current clear-time away
+  (it must search), and for "keep every due time".
+
+    .venv/bin/python bench/whatif.py                      # 100k queued, forecast model
+    .venv/bin/python bench/whatif.py --charts 20000 --model lanes
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from fairsched.engine import forked, planner, whatif  # noqa: E402
+from fairsched.engine.due import due_pass  # noqa: E402
+from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World  # noqa: E402
+
+WFS = ("review", "code", "audit")
+
+
+def build(n: int, model: str, budget: int) -> LiveState:
+    rng = random.Random(7)
+    orgs = [OrgRow(i, f"Org {i}", f"org-{i}", 1 + (i % 3 == 0), 24 * 3600.0 if i % 2 else None) for i in range(1, 51)]
+    org_of = rng.choices(range(1, 51), [1 / i for i in range(1, 51)], k=n)
+    t0 = time.time() - 3600
+    rows = [ChartRow(i + 1, org_of[i], WFS[i % 3], "queued", t0 + i * 0.01) for i in range(n)]
+    costs = {(str(o.id), wf): 1 + (wf == "audit") for o in orgs for wf in WFS}
+    avg = {(str(o.id), wf): 60.0 + 30 * (wf == "audit") for o in orgs for wf in WFS}
+    return LiveState(World(Config(budget=budget, eta_model=model), orgs, costs, avg, rows))
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def eta_pass(state: LiveState, now: float):
+    cap = state.capture()
+    report = cap.eta_report(now)
+    p90 = cap.forecast.p90_finisher()
+    due_pass(cap, report.etas, now, p90)
+    return report
+
+
+def preview(state: LiveState, change: whatif.Change, now: float):
+    async def go():
+        t = time.perf_counter()
+        task = asyncio.ensure_future(forked.run_forked_pair(
+            lambda: whatif.before_of(state, now), lambda: whatif.after_of(state, change, now),
+            name="bench preview", timeout_s=120))
+        await asyncio.sleep(0)  # the forks happen in the task's first step
+        forks = time.perf_counter() - t
+        out = await task
+        return forks, out
+    return asyncio.run(go())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--charts", type=int, default=100_000)
+    ap.add_argument("--model", choices=("forecast", "lanes"), default="forecast")
+    ap.add_argument("--budget", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    t = time.perf_counter()
+    state = build(a.charts, a.model, a.budget)
+    print(f"{a.charts:,} queued, 50 orgs, budget {a.budget}, ETA model {a.model} (built in {time.perf_counter() - t:.1f} s)")
+    now = time.time()
+    base, report = timed(lambda: eta_pass(state, now), a.repeat)
+    print(f"{'ETA pass (baseline)':<34} {base:7.3f} s   1.00x")
+    for label, change in (("preview: budget 50 -> 60", whatif.Change("budget", a.budget + 10)),
+                          ("preview: org 1 weight 1 -> 3", whatif.Change("weight", 3, org=1))):
+        walls, forks = [], []
+        for _ in range(a.repeat):
+            t = time.perf_counter()
+            f, _ = preview(state, change, now)
+            walls.append(time.perf_counter() - t)
+            forks.append(f)
+        wall = statistics.median(walls)
+        print(f"{label:<34} {wall:7.3f} s   {wall / base:4.2f}x   (the loop's own part, the forks: "
+              f"{statistics.median(forks) * 1000:.0f} ms)")
+    clear_by = now + 0.8 * report.clear_s
+
+    def fresh_plan(**kw):
+        s = build(a.charts, a.model, a.budget)
+        t = time.perf_counter()
+        out = planner.plan_budget(s, now, **kw)
+        return time.perf_counter() - t, out
+    for label, kw in (("planner: clear by 80% of now's", {"clear_by": clear_by}), ("planner: every due time", {"meet_due": True})):
+        took, out = fresh_plan(**kw)
+        print(f"{label:<34} {took:7.3f} s   {took / base:4.2f}x   budget {out.budget} in {out.probes} passes: {out.why}")
+
+
+if __name__ == "__main__":
+    main()

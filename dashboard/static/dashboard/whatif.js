@@ -1,0 +1,134 @@
+/* What-if previews (/dashboard/whatif.json): each org's clear-time and at-risk count before and
+ * after a change, shown while the operator types, before "Set" (the dashboard) or "Save" (the
+ * admin's org and settings forms). Changes nothing: the scheduler computes it on a copy.
+ * Static and standalone (the admin loads it without live.js); no inline script (CSP). */
+(function () {
+  "use strict";
+  const URL_ = "/dashboard/whatif.json";
+  const esc = (v) => String(v == null ? "" : v).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+  const when = (iso) => {
+    if (iso == null) return "no clear-time";
+    const d = new Date(iso), now = new Date();
+    const t = d.toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
+    return d.toDateString() === now.toDateString() ? t : d.toLocaleDateString([], {month: "short", day: "numeric"}) + " " + t;
+  };
+  const names = () => {
+    const m = new Map();
+    document.querySelectorAll("[data-org-id][data-org-name]").forEach((el) => m.set(String(el.dataset.orgId), el.dataset.orgName));
+    return m;
+  };
+  const timers = new WeakMap();
+  let seq = 0;
+
+  function region(id, after) {
+    let el = document.getElementById(id);
+    if (!el && after) {
+      el = document.createElement("div");
+      el.id = id;
+      el.className = "whatif";
+      el.setAttribute("role", "status");
+      el.setAttribute("aria-live", "polite");
+      el.hidden = true;
+      after.insertAdjacentElement("afterend", el);
+    }
+    return el;
+  }
+
+  function render(out, body, label) {
+    if (body.error || body.title) {
+      out.innerHTML = `<p class="whatif-error"><strong>Preview unavailable.</strong> ${esc(body.detail || body.error)}</p>`;
+      out.dataset.state = body.status === 503 ? "unavailable" : "error";
+      return;
+    }
+    const n = names();
+    const rows = Object.entries(body.orgs)
+      .filter(([, r]) => r.clear_before !== r.clear_after || r.at_risk_before !== r.at_risk_after)
+      .map(([id, r]) => `<tr data-preview-org="${esc(id)}"><td>${esc(n.get(id) || "org " + id)}</td><td>${when(r.clear_before)} → ${when(r.clear_after)}</td>
+        <td class="num">${r.at_risk_before} → ${r.at_risk_after}</td></tr>`).join("");
+    out.innerHTML = `<p><strong>Preview</strong> (${esc(label)}, not applied): clear-time <span data-preview="clear">${when(body.clear_before)} → ${when(body.clear_after)}</span>;
+      at risk <span data-preview="at-risk">${body.at_risk_before} → ${body.at_risk_after}</span>.</p>` +
+      (rows ? `<table class="t whatif-orgs"><caption>Orgs that change</caption><thead><tr><th scope="col">org</th><th scope="col">clear-time</th><th scope="col" class="num">at risk</th></tr></thead><tbody>${rows}</tbody></table>`
+            : `<p class="muted">No org's clear-time or at-risk count changes.</p>`);
+    out.dataset.state = "ready";
+  }
+
+  function preview(out, query, label) {
+    const mine = ++seq;
+    out.hidden = false;
+    out.dataset.state = "loading";
+    out.innerHTML = `<p class="muted">Previewing ${esc(label)}…</p>`;
+    fetch(URL_ + "?" + new URLSearchParams(query), {credentials: "same-origin"})
+      .then((r) => r.json().then((b) => ({...b, status: r.status})))
+      .catch(() => ({error: "the request failed", status: 0}))
+      .then((body) => { if (mine === seq) render(out, body, label); });
+  }
+
+  function later(inp, fn) {
+    clearTimeout(timers.get(inp));
+    timers.set(inp, setTimeout(fn, 400));
+  }
+
+  function clear(out) { if (out) { out.hidden = true; out.innerHTML = ""; } }
+
+  document.addEventListener("input", (ev) => {
+    const inp = ev.target;
+    if (!(inp instanceof HTMLInputElement)) return;
+    const v = inp.value.trim();
+    let out = null, query = null, label = "";
+    if (inp.id === "budget-input" || inp.id === "id_budget") {
+      out = region("whatif-budget", inp.id === "budget-input" ? document.getElementById("budget-form") : inp.closest(".form-row") || inp);
+      query = {budget: v}; label = `budget ${v}`;
+    } else if (inp.matches("input[data-field=weight]") || (inp.id === "id_weight" && document.body.dataset.whatifOrg)) {
+      const row = inp.closest("[data-org-id]");
+      const org = row ? row.dataset.orgId : document.body.dataset.whatifOrg;
+      out = region("whatif-orgs", row ? document.getElementById("orgs") : inp.closest(".form-row") || inp);
+      query = {org, weight: v}; label = `weight ${v}` + (row && row.dataset.orgName ? ` for ${row.dataset.orgName}` : "");
+    } else if (inp.matches("input[data-field=cost]")) {
+      const row = inp.closest("[data-org-id]");
+      out = region("whatif-orgs", document.getElementById("orgs"));
+      query = {org: row.dataset.orgId, workflow: inp.dataset.workflow, cost: v}; label = `cost ${v}`;
+    } else return;
+    if (v === "" || v === inp.defaultValue) { clearTimeout(timers.get(inp)); clear(out); return; }
+    later(inp, () => preview(out, query, label));
+  });
+
+  // The capacity planner (the budget card): the smallest budget for a clear-by time, or the due times.
+  function plan(query, label) {
+    const out = document.getElementById("plan-result");
+    if (!out) return;
+    out.hidden = false;
+    out.dataset.state = "loading";
+    out.textContent = `Planning (${label})…`;
+    fetch(URL_ + "?" + new URLSearchParams(query), {credentials: "same-origin"})
+      .then((r) => r.json().then((b) => ({...b, status: r.status})))
+      .catch(() => ({error: "the request failed", status: 0}))
+      .then((b) => {
+        if (b.status !== 200) {
+          out.dataset.state = b.status === 503 ? "unavailable" : "error";
+          out.textContent = (b.status === 503 ? "Plan unavailable: " : "") + (b.detail || b.error);
+          return;
+        }
+        out.dataset.state = "ready";
+        out.textContent = b.budget == null ? b.message
+          : `${b.message}; clear-time then ${when(b.clear_after)} (searched in ${b.probes} ETA passes).`;
+      });
+  }
+  const pf = document.getElementById("plan-form");
+  if (pf) {
+    pf.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const v = document.getElementById("plan-clear-by").value;
+      if (v) plan({clear_by: new Date(v).toISOString()}, "clear by " + when(new Date(v).toISOString()));
+    });
+    document.getElementById("plan-meet-due").addEventListener("click", () => plan({meet_due: "1"}, "every due time"));
+  }
+
+  // The admin's org change form: the org's id from the URL (/admin/orgs/org/<id>/change/).
+  const m = location.pathname.match(/\/admin\/orgs\/org\/(\d+)\/change\/$/);
+  if (m) document.body.dataset.whatifOrg = m[1];
+  // After "Set" the preview is spent: the next snapshot shows the real thing.
+  document.addEventListener("submit", (ev) => { if (ev.target.id === "budget-form") clear(document.getElementById("whatif-budget")); });
+  document.addEventListener("click", (ev) => {
+    if (ev.target.closest && ev.target.closest("button[data-action=set_weight]")) clear(document.getElementById("whatif-orgs"));
+  });
+})();

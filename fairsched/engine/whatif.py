@@ -1,0 +1,197 @@
+"""What-if previews: each org's clear-time and at-risk count before and after one change
+(a budget, an org's weight or hold, a cost), by the same ETA model on the same state.
+
+Pure and synchronous: :func:`apply_change` makes the change on a :class:`LiveState` *that
+is the caller's to spoil* (the scheduler runs it in a forked child, whose memory is its
+own: :mod:`fairsched.engine.previews`); :func:`measure` is the ETA pass, its 90% bounds and
+the due states (:func:`fairsched.engine.due.due_pass`) of a captured state, summed per org.
+Nothing here writes, audits or touches the live order.
+
+A change is applied exactly as the live queue applies it (:class:`FairQueue`'s
+``set_weight``, ``set_cost``, ``set_budget``): a budget change re-ranks every org, done
+here in bulk (the same keys as ``set_budget``'s org-by-org re-rank, which takes out and
+re-inserts each key: seconds at 100k, against a sort here; ``tests/engine/test_whatif.py``
+checks they agree).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from fairsched.core.plan import gc_paused, unplanned_clear
+from fairsched.core.queue import FairQueue
+from fairsched.core.sortedkeys import SortedKeys
+from fairsched.engine.state import LiveState, PassInput
+
+KINDS = ("budget", "weight", "cost")
+
+
+class ChangeError(ValueError):
+    """A change the state cannot take (an unknown org): the message names the parameter."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change: ``budget`` (``value``), an org's ``weight`` (0 holds it) or the ``cost`` of
+    (``org``, ``workflow`` by name)."""
+
+    kind: str
+    value: int
+    org: int | None = None
+    workflow: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "value": self.value}
+        if self.org is not None:
+            out["org"] = self.org
+        if self.workflow is not None:
+            out["workflow"] = self.workflow
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Change:
+        kind = d.get("kind")
+        if kind not in KINDS:
+            raise ChangeError(f"kind: one of {', '.join(KINDS)}, not {kind!r}")
+        value, org = d.get("value"), d.get("org")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ChangeError(f"value: a whole number >= 0, not {value!r}")
+        if kind != "budget" and (not isinstance(org, int) or isinstance(org, bool)):
+            raise ChangeError(f"org: an org id, not {org!r}")
+        wf = d.get("workflow")
+        if kind == "cost" and (not isinstance(wf, str) or value < 1):
+            raise ChangeError("workflow: a workflow name, and a cost of at least 1")
+        return cls(kind, value, org if kind != "budget" else None, wf if kind == "cost" else None)
+
+
+def rerank_all(queue: FairQueue) -> None:
+    """Re-rank every org of ``queue`` at once, as ``set_budget`` does one org at a time: each
+    org's charts arrive again oldest first from what its dispatched charts imply, and the
+    order is rebuilt by one sort. Spoils nothing a preview reads; never call it on the live
+    queue's entries from another thread (they are shared with its frozen copies)."""
+    q = queue
+    for e in q._entries.values():
+        e.key = None
+        e.state = ""
+    for aside in q._aside.values():
+        aside.clear()
+    q._ordered_n = dict.fromkeys(q._weights, 0)
+    keys: list[tuple] = []
+    for org in q._weights:
+        keys.extend(q._rank(org, insert=False))
+    q._order = SortedKeys()
+    q._order.bulk_load(keys)
+
+
+def apply_change(state: LiveState, change: Change) -> None:
+    """Make ``change`` on ``state``'s queue (the caller's own copy), as the live queue would."""
+    q = state.queue
+    if change.kind == "budget":
+        if change.value != q.budget:
+            q._budget = change.value
+            rerank_all(q)
+        return
+    org = str(change.org)
+    if org not in q.weights:
+        raise ChangeError(f"org: no org {change.org} in the scheduler's state")
+    if change.kind == "weight":
+        q.set_weight(org, change.value)
+    else:
+        q.set_cost(org, change.workflow, change.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One pass's answer to the preview's question: per org (id string) its clear-time
+    (seconds from ``now``; None: its queued work is all held, paused or blocked) and how
+    many of its charts are at risk or late; the whole backlog's clear-time."""
+
+    now: float
+    clear_s: float | None
+    orgs: dict[str, tuple[float | None, int]]
+
+
+def measure(captured: PassInput, now: float) -> Measure:
+    """The configured ETA model's pass over ``captured`` at ``now``, with its 90% bounds and
+    due states, summed per org (what the scheduler's ETA pass computes before its snapshot)."""
+    with gc_paused():
+        report = captured.eta_report(now)
+        unplanned = captured.queue.unplanned_by_org()
+        if unplanned:  # both models: an org whose work is all set aside has no clear-time, never 0
+            report = unplanned_clear(report, unplanned, {str(r.org) for r in captured.running} | {
+                o for o, n in captured.queue._ordered_n.items() if n})
+        p90 = captured.forecast.p90_finisher()
+        risky = at_risk_counts(captured, report.etas, now, p90)
+    orgs: dict[str, tuple[float | None, int]] = {}
+    for o in captured.orgs:
+        key = str(o.id)
+        orgs[key] = (report.org_clear_s.get(key, 0.0), risky.get(key, 0))
+    unplanned = any(v[0] is None for v in orgs.values())
+    return Measure(now, None if unplanned and not report.clear_s else report.clear_s, orgs)
+
+
+def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str, int]:
+    """Per org, its charts ``at_risk`` or ``late`` (:func:`fairsched.core.due.due_state`: the
+    90% bound, or the ETA, after the due time; no ETA at all), without the warning levels
+    :func:`~fairsched.engine.due.due_pass` also moves: the counts only, in one lean loop.
+    ``tests/engine/test_whatif.py`` checks it against ``due_pass``'s counts."""
+    due = captured.due
+    out: dict[str, int] = {}
+    if due is None or not (due.explicit or due.turnaround):
+        return out
+    explicit, turnaround = due.explicit, due.turnaround
+    get_eta = etas.get
+
+    def one(i: int, org: str, wf, created: float, eta) -> None:
+        at = explicit.get(i)
+        if at is None:
+            t = turnaround.get(org)
+            if t is None:
+                return
+            at = created + t
+        due_s = at - now
+        if eta is not None:
+            if eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
+                return
+        out[org] = out.get(org, 0) + 1
+
+    for keys in captured.queue._order.sublists():  # the keys: (.., id, entry, (org, workflow))
+        for k in keys:
+            pair = k[6]
+            one(int(k[4]), pair[0], pair[1], k[5].created_at, get_eta(k[4]))
+    for kind in captured.aside.values():
+        for q in kind:
+            one(int(q.id), q.org, q.workflow, q.created_at, None)
+    for r in captured.running:
+        one(r.id, str(r.org), r.workflow, r.created_at, get_eta(str(r.id)))
+    return out
+
+
+def before_of(state: LiveState, now: float) -> Measure:
+    return measure(state.capture(), now)
+
+
+def after_of(state: LiveState, change: Change, now: float) -> Measure:
+    """``change`` made on ``state`` (spoiled: the caller's copy), then measured."""
+    apply_change(state, change)
+    return measure(state.capture(), now)
+
+
+def _iso(now: float, s: float | None) -> str | None:
+    return None if s is None else datetime.fromtimestamp(now + s, tz=timezone.utc).isoformat()
+
+
+def answer(change: Change, before: Measure, after: Measure) -> dict[str, Any]:
+    """The preview's JSON (``/dashboard/whatif.json``): ISO times or null."""
+    now = before.now
+    orgs = {}
+    for key in sorted(set(before.orgs) | set(after.orgs), key=int):
+        b = before.orgs.get(key, (0.0, 0))
+        a = after.orgs.get(key, (0.0, 0))
+        orgs[key] = {"clear_before": _iso(now, b[0]), "clear_after": _iso(now, a[0]),
+                     "at_risk_before": b[1], "at_risk_after": a[1]}
+    return {"change": change.to_json(), "now": _iso(now, 0.0), "orgs": orgs,
+            "clear_before": _iso(now, before.clear_s), "clear_after": _iso(now, after.clear_s),
+            "at_risk_before": sum(v[1] for v in before.orgs.values()),
+            "at_risk_after": sum(v[1] for v in after.orgs.values())}
