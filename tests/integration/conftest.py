@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,14 @@ class Proc:
                 raise AssertionError(f"{self.name} never logged {text!r}; its log ends:\n{self.log()[-3000:]}")
             time.sleep(0.1)
         return True
+
+    def logged_at(self, text: str, timeout: float = 10.0) -> float:
+        """When (epoch seconds, to the millisecond) this process logged its first line with
+        ``text``, waiting for it as :meth:`saw` does: the moment of the event itself, not the
+        moment the test noticed it (a wait for "something after X" then starts at X)."""
+        self.saw(text, timeout)
+        line = next(line for line in self.log().splitlines() if text in line)
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 @dataclass
