@@ -338,8 +338,7 @@ def _workflow_status(address: str, chart_id: int) -> str:
 
 
 @pytest.mark.integration
-@pytest.mark.slow
-@pytest.mark.slow
+@pytest.mark.slow(50)
 def test_make_run_serves_runs_the_demo_on_temporal_resumes_and_stops_without_leftovers(tmp_path):
     available = subprocess.run([PY, "manage.py", "help", "--commands"], cwd=ROOT, capture_output=True, text=True,
                                env=_env()).stdout.split()

@@ -86,7 +86,7 @@ def first_two_started(names: dict[str, str]) -> None:
     wait_until(lambda: running() == ["a0", "a1"], timeout=60, what="a0 and a1 to start")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(12)
 def test_order_before_a_kill_9_equals_the_order_after_the_restart(live):
     names = backlog()
     live.worker()

@@ -118,7 +118,7 @@ def test_a_cancel_the_workflow_ignores_escalates_to_terminate_after_the_grace(li
                      "of the cancel; terminated")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(48)
 def test_chaos_poison_charts_and_sigkills_lose_nothing_repeat_nothing_and_never_exceed_the_budget(live, temporal):
     """160 short charts of three orgs (costs 1 and 2) with poison charts mixed
     in, while the scheduler and the worker are SIGKILLed and restarted three times."""

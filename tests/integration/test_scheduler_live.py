@@ -292,7 +292,7 @@ def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
         own.stop()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(31)
 def test_temporal_killed_and_restarted_under_a_running_system_loses_and_repeats_nothing(live):
     from fairsched.runtime import embedded
     from tests.integration.conftest import TemporalFacade
@@ -419,6 +419,7 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
     assert sched.saw(f"dispatch chart #{first.pk} skipped: workflow chart-{first.pk} already closed")
 
 
+@pytest.mark.slow(16)
 def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
     from fairsched.runtime import embedded
 

@@ -86,7 +86,7 @@ def assert_stopped(proc: Proc, redis_url: str, temporal, charts: int) -> tuple[s
     return f"{found.group(4)} (forced)", float(found.group(3))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(42)
 def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal, redis_url):
     """8 SIGTERMs into one 30k backlog: mid-load, just after it, and anywhere in the
     first seconds of leading (reconcile, dispatch, ETA pass, resync, finishing, the whole
@@ -208,7 +208,7 @@ def test_sigterm_while_the_backlog_load_waits_on_a_locked_database(live, tempora
     assert phase == "loading the backlog"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(25)
 def test_runworker_sigterm_with_activities_in_flight_and_while_temporal_is_unreachable(live, temporal, redis_url):
     """In-flight activities get their grace, then are cancelled; the worker exits within the
     bound, and Temporal runs the cut-short charts again on the next worker, once each."""

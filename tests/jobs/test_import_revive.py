@@ -50,6 +50,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(10)
 
 
+@pytest.mark.slow(23)
 def test_a_worker_killed_mid_import_is_resumed_by_the_sweep_and_no_row_is_imported_twice(
     test_db_url, redis_url, run_jobs
 ):
