@@ -89,7 +89,7 @@ def first_two_started(names: dict[str, str]) -> None:
 @pytest.mark.slow(12)
 def test_order_before_a_kill_9_equals_the_order_after_the_restart(live):
     names = backlog()
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     first_two_started(names)
     before = plan_live(live, names)
@@ -112,7 +112,7 @@ def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
     it dispatches from that head while the whole backlog loads, then the whole backlog
     takes over; the order after is the order before."""
     names = backlog()
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     first_two_started(names)
     before = plan_live(live, names)
@@ -133,7 +133,7 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     names = backlog()
     gate = tmp_path / "no-chunks"
     gate.touch()
-    live.worker()
+    live.shared_worker()
     sched = live.faulty_scheduler("--backfill-min", "1", "--backfill-gate", str(gate))
     sched.saw("writing 9 charts' rounds", timeout=60)
     first_two_started(names)
@@ -159,7 +159,7 @@ def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_ke
     names = backlog()
     gate = tmp_path / "no-whole"
     gate.touch()
-    live.worker()
+    live.shared_worker()
     sched = live.faulty_scheduler("--head-per-org", "2", "--whole-gate", str(gate))
     sched.saw("loaded the head of the backlog (a first start): 4 queued", timeout=60)
     first_two_started(names)
@@ -179,7 +179,7 @@ def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_ke
 
 def test_order_before_a_standby_takeover_equals_the_order_after(live):
     names = backlog()
-    live.worker()
+    live.shared_worker()
     one = live.scheduler("--lease-ttl", "2")
     two = live.scheduler("--lease-ttl", "2")
     first_two_started(names)

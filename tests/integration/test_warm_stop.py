@@ -99,7 +99,7 @@ def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal,
     rnd = random.Random(seed)
     configure(budget=6)
     charts = seed_backlog(BACKLOG)
-    live.worker()
+    live.shared_worker()
     moments = ["mid-load", "after the load", "anywhere"] * 2 + ["mid-load", "anywhere"]
     seen: list[tuple[str, str, float]] = []
     for i, moment in enumerate(moments):
