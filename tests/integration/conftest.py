@@ -122,6 +122,14 @@ class SharedWorker:
             self.proc = Proc(name, ["runworker"], {**env, "FAIRSCHED_TASK_QUEUE": self.task_queue}, log).start()
         return self.proc
 
+    def stop(self) -> None:
+        """For a test that must be alone on the database: the worker keeps a connection open
+        (its start-up's), which keeps SQLite's exclusive lock from being taken. The next test
+        that asks starts another."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc = None
+
 
 @dataclass
 class Live:

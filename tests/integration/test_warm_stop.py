@@ -173,9 +173,10 @@ def test_sigterm_after_temporal_went_away_under_a_leading_scheduler(live, redis_
 
 
 @contextmanager
-def database_locked():
+def database_locked(live):
     """Every query of another connection waits (SQLite: its busy timeout, 30 s; PostgreSQL: for ever)."""
-    connection.close()  # this process's own connection would keep SQLite's lock from being taken
+    live.shared.stop()  # the shared worker's open connection would keep SQLite's lock from being taken,
+    connection.close()  # and so would this process's own
     if connection.vendor == "sqlite":
         locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
         locker.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -199,7 +200,7 @@ def test_sigterm_while_the_backlog_load_waits_on_a_locked_database(live, tempora
     """The load waits on the database (a lock held elsewhere): the stop does not wait with it."""
     configure(budget=2)
     charts = seed_backlog(50)
-    with database_locked():
+    with database_locked(live):
         sched = live.scheduler()
         sched.saw("acquired", timeout=60)
         time.sleep(1.0)  # connected to Temporal; the load's first query now waits on the lock
