@@ -92,12 +92,13 @@ class Proc:
         return True
 
     def logged_at(self, text: str, timeout: float = 10.0) -> float:
-        """When (epoch seconds, to the millisecond) this process logged its first line with
-        ``text``, waiting for it as :meth:`saw` does: the moment of the event itself, not the
-        moment the test noticed it (a wait for "something after X" then starts at X)."""
+        """When (epoch seconds) this process logged its first line with ``text``, waiting for
+        it as :meth:`saw` does: the moment of the event itself, not the moment the test noticed
+        it (a wait for "something after X" then starts at X). The end of the millisecond the
+        line shows, so that nothing before the line counts as after it."""
         self.saw(text, timeout)
         line = next(line for line in self.log().splitlines() if text in line)
-        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() + 0.001
 
 
 @dataclass
