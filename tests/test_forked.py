@@ -144,7 +144,7 @@ def test_the_child_dies_with_its_parent(tmp_path):
     """)
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
-        assert wait_for(pidfile.exists), "the child never started"
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text()), "the child never started"
         child = int(pidfile.read_text())
         assert not gone(child)
         parent.kill()
@@ -152,7 +152,7 @@ def test_the_child_dies_with_its_parent(tmp_path):
         assert wait_for(lambda: gone(child), timeout=5), "the child outlived its parent"
     finally:
         parent.kill()
-        if pidfile.exists() and not gone(int(pidfile.read_text())):
+        if pidfile.exists() and pidfile.read_text() and not gone(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 

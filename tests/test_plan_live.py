@@ -1,5 +1,7 @@
 """``manage.py plan --live`` and ``--dump`` on a real database: the worked example built with
-the ORM plans to the contract's order, and a plan of the dump agrees exactly with the live plan."""
+the ORM plans to the contract's order, and a plan of the dump agrees exactly with the live plan.
+The live plan runs as a real process on the test database; the dump and its replay in this
+process (tests/cli.py: the same entry point, without a Django start-up each)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import manage as run
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import database_url
 
@@ -45,9 +48,9 @@ def test_live_plan_of_the_worked_example_and_its_dump_agree(redis_url):
     assert [names[i] for i in live_plan["order"]] == ["A", "B", "C", "F", "D", "E", "G"]
     assert [names[i] for i in live_plan["dispatch"]] == ["A", "B", "C"]
 
-    dump = manage("plan", "--dump", redis_url=redis_url)
+    dump = run("plan", "--dump")
     assert dump.returncode == 0, dump.stderr
-    replay = manage("plan", "-", redis_url=redis_url, stdin=dump.stdout)
+    replay = run("plan", "-", stdin=dump.stdout)
     assert replay.returncode == 0, replay.stderr
     replay_plan = json.loads(replay.stdout)
     assert replay_plan["order"] == live_plan["order"] and replay_plan["dispatch"] == live_plan["dispatch"]

@@ -1,4 +1,5 @@
-"""``manage.py plan --live`` prints the ETAs of the model the live scheduler is set to, and names it."""
+"""``manage.py plan --live`` prints the ETAs of the model the live scheduler is set to, and names it.
+(In this process, tests/cli.py; tests/test_plan_live.py runs ``plan --live`` as a real process.)"""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from django.utils import timezone
 from charts.models import ChartState
 from control.models import SchedulerSettings
 from tests.factories import make_chart, make_org, make_workflow
-from tests.test_plan_live import manage
+from tests.cli import manage as run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,12 +30,11 @@ def test_plan_live_uses_the_configured_eta_model(redis_url):
                    started_at=now - timedelta(minutes=59 - 2 * i), finished_at=now - timedelta(minutes=58 - 2 * i))
     make_chart(small, wf, created_at=now - timedelta(seconds=30))
 
-    live = manage("plan", "--live", redis_url=redis_url)
+    live = run("plan", "--live")
     assert live.returncode == 0, live.stderr
     fore = json.loads(live.stdout)
     assert fore["eta_model"] == "forecast"  # the default setting
-    replay = json.loads(manage("plan", "-", redis_url=redis_url,
-                               stdin=manage("plan", "--dump", redis_url=redis_url).stdout).stdout)
+    replay = json.loads(run("plan", "-", stdin=run("plan", "--dump").stdout).stdout)
     last = fore["order"][-1]
     assert last in {str(c.pk) for c in back}
     assert fore["order"] == replay["order"]
@@ -44,8 +44,8 @@ def test_plan_live_uses_the_configured_eta_model(redis_url):
 
     s.eta_model = "lanes"
     s.save()
-    lanes = json.loads(manage("plan", "--live", redis_url=redis_url).stdout)
+    lanes = json.loads(run("plan", "--live").stdout)
     assert lanes["eta_model"] == "lanes"
     assert lanes["etas"][last]["finish_s"] == pytest.approx(replay["etas"][last]["finish_s"], abs=5.0)
-    table = manage("plan", "--live", "--table", redis_url=redis_url)
+    table = run("plan", "--live", "--table")
     assert table.returncode == 0 and "ETA model lanes" in table.stdout.splitlines()[0]

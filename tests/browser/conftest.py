@@ -7,6 +7,7 @@ stores a snapshot and broadcasts it over the Redis channel layer, exactly what
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -102,18 +103,69 @@ def own_server(test_db_url, redis_service) -> Iterator[Daphne]:
             time.sleep(1.0)
 
 
+class _Chromium:
+    """One Playwright driver and one headless Chromium for every browser test of this test
+    process (an xdist worker): starting them took 2-3 s a test. Each test gets fresh
+    contexts and pages of its own (:func:`browser` closes them after it).
+
+    Playwright's sync API marks its event loop as this thread's running loop between its
+    calls (it runs in a greenlet that waits inside the loop). Left so between browser tests,
+    ``asyncio.run`` and the async tests in this process would refuse to start, and Django
+    would take every test for async code: the mark is set only while a browser test runs
+    (:meth:`enter`, :meth:`leave`)."""
+
+    def __init__(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self.playwright = sync_playwright().start()
+        self.loop = asyncio._get_running_loop()
+        self.browser = None
+        self.leave()
+
+    def enter(self):
+        asyncio._set_running_loop(self.loop)
+        if self.browser is None or not self.browser.is_connected():  # first use, or it crashed
+            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                                           args=CHROMIUM_ARGS)
+        return self.browser
+
+    def leave(self) -> None:
+        asyncio._set_running_loop(None)
+
+    def close(self) -> None:
+        asyncio._set_running_loop(self.loop)
+        try:
+            if self.browser is not None and self.browser.is_connected():
+                self.browser.close()
+        finally:
+            self.playwright.stop()
+
+
+@pytest.fixture(scope="session")
+def _chromium() -> Iterator[_Chromium]:
+    _require_chromium()
+    chromium = _Chromium()
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
 @pytest.fixture
-def browser(browser_server, monkeypatch) -> Iterator:
+def browser(browser_server, _chromium, monkeypatch) -> Iterator:
+    """The test process's Chromium (:class:`_Chromium`); the contexts and pages the test opens
+    are closed after it."""
     # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still synchronous.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    b = _chromium.enter()
+    try:
+        yield b
+    finally:
         try:
-            yield b
+            for context in b.contexts:
+                context.close()
         finally:
-            b.close()
+            _chromium.leave()
             # The test's ORM calls ran in Playwright's context, with connections of their own.
             from django.db import connections
 

@@ -37,6 +37,7 @@ def _demo() -> dict[str, object]:
             "queued": Chart.objects.filter(org=acme, state=ChartState.QUEUED, paused=False).first()}
 
 
+@pytest.mark.slow(22)
 def test_the_pages_have_no_accessibility_violation(browser, browser_server, redis_layer_publish):
     demo = _demo()
     redis_layer_publish()

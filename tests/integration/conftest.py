@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,46 @@ class Proc:
             time.sleep(0.1)
         return True
 
+    def logged_at(self, text: str, timeout: float = 10.0) -> float:
+        """When (epoch seconds) this process logged its first line with ``text``, waiting for
+        it as :meth:`saw` does: the moment of the event itself, not the moment the test noticed
+        it (a wait for "something after X" then starts at X). The end of the millisecond the
+        line shows, so that nothing before the line counts as after it."""
+        self.saw(text, timeout)
+        line = next(line for line in self.log().splitlines() if text in line)
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() + 0.001
+
+
+@dataclass
+class SharedWorker:
+    """One ``runworker`` for the integration tests of this test process (an xdist worker), on a
+    task queue of its own: started by the first test that asks (:meth:`Live.shared_worker`),
+    SIGKILLed at the end of the session. A worker holds no state of the database's (it runs
+    the workflows it is given and records their outcomes by chart id; ids are never reused
+    across tests), so a test on a fresh database can share it; its start-up cost 2-5 s of a
+    busy machine per test. The scheduler is not shared: it holds the database's charts in
+    memory (a test's flush would leave it with the last test's) and its lease and snapshot
+    in Redis, which every test flushes."""
+
+    task_queue: str = field(default_factory=lambda: f"test-shared-{uuid.uuid4().hex[:10]}")
+    proc: Proc | None = None
+
+    def get(self, env: dict[str, str]) -> Proc:
+        if self.proc is None or not self.proc.alive():  # first use (or it died: a new one)
+            name = f"shared-worker-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+            log = ARTIFACTS / "integration" / f"{name}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self.proc = Proc(name, ["runworker"], {**env, "FAIRSCHED_TASK_QUEUE": self.task_queue}, log).start()
+        return self.proc
+
+    def stop(self) -> None:
+        """For a test that must be alone on the database: the worker keeps a connection open
+        (its start-up's), which keeps SQLite's exclusive lock from being taken. The next test
+        that asks starts another."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc = None
+
 
 @dataclass
 class Live:
@@ -99,6 +140,8 @@ class Live:
     task_queue: str
     artifacts: Path
     procs: list[Proc] = field(default_factory=list)
+    shared: SharedWorker | None = None
+    settings: object = None
 
     def spawn(self, kind: str, *extra: str, env: dict[str, str] | None = None, name: str | None = None,
               script: Path | None = None) -> Proc:
@@ -124,25 +167,40 @@ class Live:
         return self.faulty_scheduler("--crash-after-starts", str(after_starts), *extra, env=env)
 
     def worker(self, *extra: str, env: dict[str, str] | None = None) -> Proc:
+        """A ``runworker`` of this test's own: for a test that stops, kills or configures it."""
         return self.spawn("runworker", *extra, env=env)
 
-    def stop_all(self, grace_s: float = 2.0) -> None:
-        """SIGTERM every process still running at once, give them ``grace_s`` together, then
-        SIGKILL what is left (a kill at any moment is safe by design; a test that checks a warm
-        stop does so itself)."""
-        alive = [p for p in self.procs if p.alive()]
-        for p in alive:
-            p.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for p in alive:
-            try:
-                p.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
+    def shared_worker(self) -> Proc:
+        """The worker this test process shares (:class:`SharedWorker`), for a test that only
+        needs the workflows run: the test takes its task queue, so it asks before starting
+        its own processes. Not to be stopped or killed."""
+        assert not self.procs, "ask for the shared worker before starting processes: they take its task queue"
+        self.task_queue = self.env["FAIRSCHED_TASK_QUEUE"] = self.shared.task_queue
+        self.settings.FAIRSCHED_TASK_QUEUE = self.shared.task_queue
+        return self.shared.get(self.env)
+
+    def stop_all(self) -> None:
+        """SIGKILL every process still running. A kill at any moment is safe by design (the
+        scheduler's forked ETA pass dies with it, ``PR_SET_PDEATHSIG``), and the next test
+        starts on a flushed Redis and a fresh task queue; a test that checks a warm stop does
+        so itself. (A SIGTERM here let a worker with activities in flight wait out its 2 s
+        grace at the end of most tests.)"""
+        for p in self.procs:
+            p.kill()
+
+
+@pytest.fixture(scope="session")
+def _shared_worker() -> Iterator[SharedWorker]:
+    shared = SharedWorker()
+    try:
+        yield shared
+    finally:
+        if shared.proc is not None:
+            shared.proc.kill()
 
 
 @pytest.fixture
-def live(request, redis_url, temporal_address, settings) -> Iterator[Live]:
+def live(request, redis_url, temporal_address, settings, _shared_worker) -> Iterator[Live]:
     """Subprocess environment for this test (same database, Redis, Temporal; a fresh task queue)."""
     task_queue = f"test-{uuid.uuid4().hex[:10]}"
     settings.FAIRSCHED_TASK_QUEUE = task_queue
@@ -153,7 +211,7 @@ def live(request, redis_url, temporal_address, settings) -> Iterator[Live]:
     env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis_url,
            "TEMPORAL_ADDRESS": temporal_address, "FAIRSCHED_TASK_QUEUE": task_queue,
            "FAIRSCHED_CHANNEL_LAYER": "redis", "FAIRSCHED_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
-    live = Live(env=env, task_queue=task_queue, artifacts=artifacts)
+    live = Live(env=env, task_queue=task_queue, artifacts=artifacts, shared=_shared_worker, settings=settings)
     try:
         yield live
     finally:

@@ -31,7 +31,7 @@ def test_a_foreign_workflow_with_a_charts_old_id_is_neither_its_outcome_nor_adop
             id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING))
     temporal.run(temporal.client.get_workflow_handle(f"chart-{done.pk}").terminate(reason="beta's own end"))
 
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     wait_until(lambda: all_final([done.pk, busy.pk]), timeout=60, what="both charts final")
     for chart in (done, busy):

@@ -25,7 +25,7 @@ def test_first_and_dispatch_etas_are_recorded_and_the_first_is_kept(live):
     wf = make_workflow("code", temporal_type="DemoChart")
     busy = make_chart(org, wf, payload={"seconds": 3})
     waiting = [make_chart(org, wf, payload={"seconds": 0.3}) for _ in range(3)]
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     # while the busy chart runs, the waiting ones get their first ETA, written once by the ETA pass
     firsts = wait_until(

@@ -8,7 +8,6 @@ in the database (written with each dispatch), not rebuilt from ``head = 0``.
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -53,9 +52,11 @@ def plan_live(live, names: dict[str, str]) -> list[str]:
 
 def published_after(t: float, names: dict[str, str]) -> list[str]:
     """The order a scheduler published in a snapshot made after ``t`` (its in-memory order).
-    With nothing changing, passes come ``ETA_IDLE_COST_FACTOR`` (60) times their own cost
-    apart; a pass's fork and publish cost 0.5 s and more on a busy machine (CI waited in
-    vain for 30 s once), so this waits up to 90 s."""
+    ``t`` is the moment of the event the snapshot must follow, read from the scheduler's log
+    (:meth:`Proc.logged_at`): a dispatch or a start brings a pass within a second, while
+    with nothing changing passes come ``ETA_IDLE_COST_FACTOR`` (60) times their own cost
+    apart (0.5 s and more on a busy machine: a wait for a pass after the moment the test
+    noticed the event took 10-30 s). The wait is bounded at 90 s all the same."""
     def fresh():
         snap = snapshot.read_snapshot()
         return snap is not None and snap["now"] > t
@@ -64,9 +65,15 @@ def published_after(t: float, names: dict[str, str]) -> list[str]:
     return [names[str(r["id"])] for r in rows if r["state"] == "ordered"]
 
 
-def order_after(live, names: dict[str, str], what: str) -> list[str]:
-    """The order a new scheduler publishes, once it equals ``plan --live`` of the database."""
-    published = published_after(time.time(), names)
+def dispatched_at(sched, names: dict[str, str], *charts: str) -> float:
+    """When ``sched`` logged the dispatch of the last of ``charts`` (a pass after it sees them running)."""
+    pk = {name: chart_id for chart_id, name in names.items()}
+    return max(sched.logged_at(f"dispatch chart #{pk[name]} ") for name in charts)
+
+
+def order_after(live, names: dict[str, str], what: str, since: float) -> list[str]:
+    """The order a new scheduler published after ``since``, once it equals ``plan --live`` of the database."""
+    published = published_after(since, names)
     after = plan_live(live, names)
     print(f"\n{what}: plan --live after: {' '.join(after)} (published: {' '.join(published)})")
     assert after == published
@@ -79,20 +86,20 @@ def first_two_started(names: dict[str, str]) -> None:
     wait_until(lambda: running() == ["a0", "a1"], timeout=60, what="a0 and a1 to start")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(12)
 def test_order_before_a_kill_9_equals_the_order_after_the_restart(live):
     names = backlog()
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     first_two_started(names)
     before = plan_live(live, names)
-    published = published_after(time.time(), names)
+    published = published_after(dispatched_at(sched, names, "a0", "a1"), names)
     print(f"\nrestart: plan --live before kill -9: {' '.join(before)}")
     assert before == published == EXPECTED
     sched.kill()
     new = live.scheduler()
     new.saw("loaded backlog", timeout=60)
-    published = published_after(time.time(), names)
+    published = published_after(new.logged_at("scheduler starting"), names)  # any snapshot of the new one
     after = plan_live(live, names)
     print(f"restart: plan --live after the restart: {' '.join(after)} (published: {' '.join(published)})")
     assert after == published == before
@@ -105,7 +112,7 @@ def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
     it dispatches from that head while the whole backlog loads, then the whole backlog
     takes over; the order after is the order before."""
     names = backlog()
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     first_two_started(names)
     before = plan_live(live, names)
@@ -113,8 +120,8 @@ def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
     sched.kill()
     new = live.faulty_scheduler("--head-per-org", "1")
     new.saw("loaded the head of the order: 2 queued", timeout=60)
-    new.saw("the whole backlog takes over from the head", timeout=60)
-    assert order_after(live, names, "head-first restart") == before
+    took_over = new.logged_at("the whole backlog takes over from the head", timeout=60)
+    assert order_after(live, names, "head-first restart", since=took_over) == before
 
 
 def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(live, tmp_path):
@@ -126,19 +133,20 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     names = backlog()
     gate = tmp_path / "no-chunks"
     gate.touch()
-    live.worker()
+    live.shared_worker()
     sched = live.faulty_scheduler("--backfill-min", "1", "--backfill-gate", str(gate))
     sched.saw("writing 9 charts' rounds", timeout=60)
     first_two_started(names)
     # no queued chart's round is written, only each org's cursor (A's after a0 and a1)
     assert not Chart.objects.filter(fair_round__isnull=False).exists()
     before = plan_live(live, names)
-    assert before == published_after(time.time(), names) == EXPECTED
+    assert before == published_after(dispatched_at(sched, names, "a0", "a1"), names) == EXPECTED
     sched.kill()
     new = live.faulty_scheduler("--backfill-min", "1")
     new.saw("writing 7 charts' rounds", timeout=60)
     new.saw("every chart's round is written", timeout=60)
-    assert order_after(live, names, "restart during the backfill") == before
+    # (the rounds it writes are those of its order in memory, which the snapshot publishes)
+    assert order_after(live, names, "restart during the backfill", since=new.logged_at("scheduler starting")) == before
     assert not Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=True).exists()
 
 
@@ -151,7 +159,7 @@ def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_ke
     names = backlog()
     gate = tmp_path / "no-whole"
     gate.touch()
-    live.worker()
+    live.shared_worker()
     sched = live.faulty_scheduler("--head-per-org", "2", "--whole-gate", str(gate))
     sched.saw("loaded the head of the backlog (a first start): 4 queued", timeout=60)
     first_two_started(names)
@@ -163,14 +171,15 @@ def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_ke
     assert plan_live(live, names) == EXPECTED
     new = live.scheduler()
     new.saw("loaded backlog: 7 queued", timeout=60)
-    assert order_after(live, names, "restart while the first start dispatched from its head") == EXPECTED
+    assert order_after(live, names, "restart while the first start dispatched from its head",
+                       since=new.logged_at("scheduler starting")) == EXPECTED
     wait_until(lambda: not Chart.objects.filter(state=ChartState.QUEUED, fair_round__isnull=True).exists(),
                timeout=30, what="the other rounds written")
 
 
 def test_order_before_a_standby_takeover_equals_the_order_after(live):
     names = backlog()
-    live.worker()
+    live.shared_worker()
     one = live.scheduler("--lease-ttl", "2")
     two = live.scheduler("--lease-ttl", "2")
     first_two_started(names)
@@ -180,12 +189,12 @@ def test_order_before_a_standby_takeover_equals_the_order_after(live):
     leader, standby = (one, two) if "acquired: this scheduler is active" in one.log() else (two, one)
     standby.saw("standby: the lease is held by")
     before = plan_live(live, names)
-    published = published_after(time.time(), names)
+    published = published_after(dispatched_at(leader, names, "a0", "a1"), names)
     print(f"\ntakeover: plan --live before kill -9 of the leader: {' '.join(before)}")
     assert before == published == EXPECTED
     leader.kill()
     standby.saw("loaded backlog", timeout=60)
-    published = published_after(time.time(), names)
+    published = published_after(standby.logged_at("acquired: this scheduler is active"), names)
     after = plan_live(live, names)
     print(f"takeover: plan --live after the standby took over: {' '.join(after)} "
           f"(published: {' '.join(published)})")

@@ -21,7 +21,7 @@ def final(pk: int) -> bool:
 def test_a_submitted_chart_and_a_plain_orm_chart_both_run(live):
     scheduler_settings_set(budget=1, eta_interval_s=0.5, reconcile_interval_s=1.0)
     org, wf = make_org("Acme"), make_workflow("code", temporal_type="DemoChart")
-    live.worker()
+    live.shared_worker()
     live.scheduler()
     submitted = charts_services.chart_submit(org=org, workflow=wf, payload={"seconds": 0.2})
     wait_until(lambda: final(submitted.pk), timeout=30, what="the submitted chart")

@@ -49,7 +49,7 @@ def test_poison_charts_at_the_head_fail_with_their_reason_and_the_charts_behind_
     malformed = make_chart(b, wf, created_at=head, payload={"seconds": "abc"})
     ordinary = [make_chart(org, wf, created_at=head + timedelta(minutes=1 + i), payload={"seconds": 0.5}).pk
                 for i, org in enumerate([a, b] * 3)]
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     wait_until(lambda: all_final([too_big.pk, malformed.pk, *ordinary]), timeout=60, what="every chart final")
     assert set(states(ordinary).values()) == {"succeeded"}
@@ -79,7 +79,7 @@ def test_a_workflow_past_its_execution_timeout_fails_and_frees_the_budget(live, 
     wf = make_workflow("code", temporal_type="DemoChart")
     stuck = make_chart(org, slow_wf, payload={"seconds": 300})
     after = make_chart(org, wf, payload={"seconds": 0.2})
-    live.worker()
+    live.shared_worker()
     live.scheduler()
     wait_until(lambda: all_final([stuck.pk, after.pk]), timeout=60, what="both final")
     stuck.refresh_from_db()
@@ -101,7 +101,7 @@ def test_a_cancel_the_workflow_ignores_escalates_to_terminate_after_the_grace(li
     stubborn_wf = make_workflow("stubborn", temporal_type=f"StubbornChart@{user_worker}")
     stubborn = make_chart(org, stubborn_wf)
     after = make_chart(org, make_workflow("code", temporal_type="DemoChart"), payload={"seconds": 0.2})
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler(env={"FAIRSCHED_CANCEL_GRACE_S": "2"})
     wait_until(lambda: Chart.objects.get(pk=stubborn.pk).state == ChartState.RUNNING, timeout=30,
                what="the stubborn chart running")
@@ -118,7 +118,7 @@ def test_a_cancel_the_workflow_ignores_escalates_to_terminate_after_the_grace(li
                      "of the cancel; terminated")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(48)
 def test_chaos_poison_charts_and_sigkills_lose_nothing_repeat_nothing_and_never_exceed_the_budget(live, temporal):
     """160 short charts of three orgs (costs 1 and 2) with poison charts mixed
     in, while the scheduler and the worker are SIGKILLed and restarted three times."""

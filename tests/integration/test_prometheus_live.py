@@ -88,7 +88,7 @@ def test_a_real_prometheus_scrapes_the_stack_and_reads_back_the_databases_values
     web.start()
     prom = None
     try:
-        live.worker()
+        live.shared_worker()
         live.scheduler()
         wait_until(lambda: Chart.objects.filter(pk__in=ids, state__in=["queued", "running"]).count() == 0,
                    timeout=90, what="Acme's charts final")

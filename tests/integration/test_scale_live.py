@@ -25,7 +25,7 @@ def test_a_chart_whose_turn_has_come_is_dispatched_while_an_eta_pass_runs(live, 
     first = make_chart(org, wf, payload={"seconds": 0.3})
     gate = tmp_path / "eta-gate"
     gate.touch()
-    live.worker()
+    live.shared_worker()
     sched = live.faulty_scheduler("--eta-gate", str(gate))
     wait_until(lambda: Chart.objects.get(pk=first.pk).state == ChartState.SUCCEEDED, timeout=60,
                what="the first chart to run while the first ETA pass waits at the gate")

@@ -60,7 +60,7 @@ def test_charts_run_in_plan_order_and_all_succeed(live, temporal):
     expected = [int(i) for i in scenario.plan(scenario_from_db(include_rounds=False))["order"]]
     assert expected == [charts[i].pk for i in (0, 1, 4, 2, 3, 5)]
 
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     ids = [c.pk for c in charts]
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final")
@@ -81,7 +81,7 @@ def test_running_cost_seen_in_temporal_never_exceeds_budget(live, temporal):
     for i in range(6):
         charts.append(make_chart(a, code, payload={"seconds": 0.3 + 0.1 * (i % 3)}))
         charts.append(make_chart(b, big, payload={"seconds": 0.4}))
-    live.worker()
+    live.shared_worker()
     live.scheduler()
     ids = [c.pk for c in charts]
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final")
@@ -124,7 +124,7 @@ def test_sigkill_mid_run_then_restart_runs_every_chart_exactly_once(live, tempor
     org = make_org("Acme")
     wf = make_workflow("code", temporal_type="DemoChart")
     ids = [make_chart(org, wf, payload={"seconds": 0.6}).pk for _ in range(12)]
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 3,
                timeout=30, what="some charts done")
@@ -167,7 +167,7 @@ def test_failed_workflow_marks_chart_failed_and_cancel_cancels_workflow(live, te
     wf = make_workflow("code", temporal_type="DemoChart")
     failing = make_chart(org, wf, payload={"seconds": 0.2, "fail": True})
     slow = make_chart(org, wf, payload={"seconds": 60})
-    live.worker()
+    live.shared_worker()
     live.scheduler()
     wait_until(lambda: Chart.objects.get(pk=slow.pk).state == ChartState.RUNNING, timeout=30, what="slow running")
     chart_cancel(chart=slow.pk)
@@ -188,7 +188,7 @@ def test_dropped_completion_is_repaired_by_reconciliation(live, temporal):
     wf = make_workflow("code", temporal_type="DemoChart")
     lost = make_chart(org, wf, payload={"seconds": 0.2, "fail_record": True})
     after = make_chart(org, wf, payload={"seconds": 0.2})
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler("--no-watch")  # no result watch: only the reconciliation can notice
     wait_until(lambda: all_final([lost.pk, after.pk]), timeout=30, what="both final")
     lost.refresh_from_db()
@@ -204,7 +204,7 @@ def test_running_row_unknown_to_temporal_is_requeued_and_runs(live, temporal):
     wf = make_workflow("code", temporal_type="DemoChart")
     ghost = make_chart(org, wf, payload={"seconds": 0.2}, state=ChartState.RUNNING, dispatched_cost=1,
                        started_at=timezone.now())
-    live.worker()
+    live.shared_worker()
     sched = live.scheduler()
     wait_until(lambda: all_final([ghost.pk]), timeout=30, what="ghost final")
     ghost.refresh_from_db()
@@ -223,7 +223,7 @@ def test_lowering_budget_and_pausing_never_touch_running_work(live, temporal):
     wf = make_workflow("code", temporal_type="DemoChart")
     r1, r2 = make_chart(a, wf, payload={"seconds": 3}), make_chart(b, wf, payload={"seconds": 3})
     later = make_chart(a, wf, payload={"seconds": 0.2})
-    live.worker()
+    live.shared_worker()
     live.scheduler()
     wait_until(lambda: Chart.objects.filter(pk__in=[r1.pk, r2.pk], state=ChartState.RUNNING).count() == 2,
                timeout=30, what="two running")
@@ -248,7 +248,7 @@ def test_snapshot_published_and_resync_catches_a_bulk_update(live):
     wf = make_workflow("code", temporal_type="DemoChart")
     busy = make_chart(org, wf, payload={"seconds": 30})
     ids = [make_chart(org, wf, payload={"seconds": 0.2}).pk for _ in range(3)]
-    live.worker()
+    live.shared_worker()
     live.scheduler()
     snap = wait_until(lambda: (s := snapshot.read_snapshot()) and s["counters"]["ordered"] == 3 and s,
                       timeout=20, what="a snapshot with 3 ordered charts")
@@ -292,7 +292,7 @@ def test_redis_restarted_under_a_running_scheduler_recovers(live, settings):
         own.stop()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(31)
 def test_temporal_killed_and_restarted_under_a_running_system_loses_and_repeats_nothing(live):
     from fairsched.runtime import embedded
     from tests.integration.conftest import TemporalFacade
@@ -337,7 +337,7 @@ def test_two_schedulers_only_one_dispatches_and_the_standby_takes_over(live, tem
     org = make_org("Acme")
     wf = make_workflow("code", temporal_type="DemoChart")
     ids = [make_chart(org, wf, payload={"seconds": 0.5}).pk for _ in range(10)]
-    live.worker()
+    live.shared_worker()
     one = live.scheduler("--lease-ttl", "2")
     two = live.scheduler("--lease-ttl", "2")
     wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 4,
@@ -419,6 +419,7 @@ def test_user_workflow_type_completes_and_a_closed_run_is_never_started_again(li
     assert sched.saw(f"dispatch chart #{first.pk} skipped: workflow chart-{first.pk} already closed")
 
 
+@pytest.mark.slow(16)
 def test_temporal_restarted_under_a_running_scheduler_recovers(live, settings):
     from fairsched.runtime import embedded
 

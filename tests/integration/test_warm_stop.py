@@ -86,7 +86,7 @@ def assert_stopped(proc: Proc, redis_url: str, temporal, charts: int) -> tuple[s
     return f"{found.group(4)} (forced)", float(found.group(3))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(42)
 def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal, redis_url):
     """8 SIGTERMs into one 30k backlog: mid-load, just after it, and anywhere in the
     first seconds of leading (reconcile, dispatch, ETA pass, resync, finishing, the whole
@@ -99,7 +99,7 @@ def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal,
     rnd = random.Random(seed)
     configure(budget=6)
     charts = seed_backlog(BACKLOG)
-    live.worker()
+    live.shared_worker()
     moments = ["mid-load", "after the load", "anywhere"] * 2 + ["mid-load", "anywhere"]
     seen: list[tuple[str, str, float]] = []
     for i, moment in enumerate(moments):
@@ -173,9 +173,10 @@ def test_sigterm_after_temporal_went_away_under_a_leading_scheduler(live, redis_
 
 
 @contextmanager
-def database_locked():
+def database_locked(live):
     """Every query of another connection waits (SQLite: its busy timeout, 30 s; PostgreSQL: for ever)."""
-    connection.close()  # this process's own connection would keep SQLite's lock from being taken
+    live.shared.stop()  # the shared worker's open connection would keep SQLite's lock from being taken,
+    connection.close()  # and so would this process's own
     if connection.vendor == "sqlite":
         locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
         locker.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -199,7 +200,7 @@ def test_sigterm_while_the_backlog_load_waits_on_a_locked_database(live, tempora
     """The load waits on the database (a lock held elsewhere): the stop does not wait with it."""
     configure(budget=2)
     charts = seed_backlog(50)
-    with database_locked():
+    with database_locked(live):
         sched = live.scheduler()
         sched.saw("acquired", timeout=60)
         time.sleep(1.0)  # connected to Temporal; the load's first query now waits on the lock
@@ -208,7 +209,7 @@ def test_sigterm_while_the_backlog_load_waits_on_a_locked_database(live, tempora
     assert phase == "loading the backlog"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(25)
 def test_runworker_sigterm_with_activities_in_flight_and_while_temporal_is_unreachable(live, temporal, redis_url):
     """In-flight activities get their grace, then are cancelled; the worker exits within the
     bound, and Temporal runs the cut-short charts again on the next worker, once each."""
