@@ -59,9 +59,10 @@ def test_dashboard_org_page_and_admin_name_held_paused_and_blocked_work(
     expect(dash.locator("#dispatch-waiting")).to_have_text(
         f"next: #{head.pk} (Acme, audit, cost 3) waits for 3 free; 1 free")
     expect(dash.locator("th", has_text="budget / weight")).to_have_attribute(
-        "title", "Share of the budget in use / share of the weight among active orgs. Fairness counts charts per "
-        "round (weight w: w charts per round), not cost: an org running expensive workflows uses more of the "
-        "budget at the same weight.")
+        "title", "Share of the budget in use / share of the weight among active orgs. Under share 'charts' "
+        "fairness counts charts per round (weight w: w charts per round), not cost: an org running expensive "
+        "workflows uses more of the budget at the same weight. Under share 'work' it counts cost x estimated "
+        "duration, so over time the two figures meet.")
     expect(dash.locator("#share-legend")).to_contain_text("Fairness counts charts per round, not cost")
 
     org = page_for(browser, browser_server, "eve", f"/orgs/{world['evergreen'].slug}/")
