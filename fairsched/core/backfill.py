@@ -59,14 +59,17 @@ class RoundBackfill:
     """
 
     def __init__(self, rounds: Mapping[str, int], org_of: Mapping[str, str],
-                 saved: Mapping[str, tuple[int | None, float]], shares: Mapping[str, float] | None = None) -> None:
+                 saved: Mapping[str, tuple[int | None, float]], shares: Mapping[str, float] | None = None,
+                 head: int = 0) -> None:
         ids: dict[str, list[str]] = {}
         for cid in rounds:
             ids.setdefault(org_of[cid], []).append(cid)
         self._ids = ids
         self._rounds: dict[str, list[int]] = {}
         for org, charts in ids.items():
-            charts.sort(key=rounds.__getitem__)  # stable; inside a round any order will do
+            # stable: inside a round, the order of ``rounds`` (any order will do under the
+            # share "charts"; under "work" it must be the rank order, as prepare gives it)
+            charts.sort(key=rounds.__getitem__)
             self._rounds[org] = [rounds[c] for c in charts]
         # share "work": each chart's part of its org's turn in its round (None: 1 each)
         self._shares = None if shares is None else {org: [shares[c] for c in charts] for org, charts in ids.items()}
@@ -75,6 +78,7 @@ class RoundBackfill:
         self._left = len(rounds)
         self._heap = [(r[0], org) for org, r in self._rounds.items()]  # (next round to write, org)
         heapq.heapify(self._heap)
+        self._head = head  # the head the charts took their rounds from (and the last behind() saw)
 
     # ---------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -114,6 +118,27 @@ class RoundBackfill:
                 last, used = self.cursor(org)
                 orgs[org] = OrgRounds(last, used if last is not None else 0, s.in_head, s.weight)
         return RoundState(rounds.head, rounds.budget, orgs, rounds.share)
+
+    def behind(self, head: int) -> list[str]:
+        """Under the share "work": the orgs whose written part the head has passed (their
+        next chart to write counts from a round below ``head``). :meth:`FairQueue.restore`
+        would place such a chart afresh from ``head``, losing what its org had counted in
+        that round (a chart that spans rounds carries it), so the caller writes each of
+        them through its next round (:meth:`extend`). Under "charts" a chart never spans a
+        round and nothing is behind. O(orgs held) when the head moved, else O(1)."""
+        if self._shares is None or head <= self._head:
+            return []
+        out = []
+        for org, n in self._done.items():
+            if n == 0:  # counted from the saved cursor, or from the head the charts took
+                last = self._saved[org][0]
+                base = self._head if last is None or last < self._head else last
+            else:
+                base = self._rounds[org][n - 1]
+            if base < head:
+                out.append(org)
+        self._head = head
+        return out
 
     # ----------------------------------------------------------------- moves
     def next_chunk(self, n: int) -> dict[str, int]:
@@ -236,8 +261,14 @@ class RoundSaver:
             return PreparedBackfill(new, {}, None, written)
         cursors = {org: (o.last, o.used) for org, o in saved.orgs.items()} if saved else {}
         rest = {cid: r for cid, r in new.items() if cid not in rounds} if whole else {}
-        shares = {cid: queue.share_of(cid) for cid in rounds} if queue.share == "work" else None
-        return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors, shares), written)
+        shares = None
+        if queue.share == "work":
+            # a chart's share depends on the org's charts before it in its round (the first
+            # may carry work over from the round before): keep the rank order the arrival
+            # rule placed them in, which RoundBackfill's sort by round keeps
+            rounds = {cid: rounds[cid] for cid in sorted(rounds, key=queue.rank_of)}
+            shares = {cid: queue.share_of(cid) for cid in rounds}
+        return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors, shares, queue.head), written)
 
     def adopt(self, queue: "FairQueue", prepared: "PreparedBackfill", *, keep_written: bool = False) -> int:
         """Run the backfill :meth:`prepare` made (O(what was written since), on the loop).
@@ -318,6 +349,8 @@ class RoundSaver:
         for org, r in gone:
             if r is not None and bf.holds(org):
                 self.pending.update(bf.extend(org, r))
+        for org in bf.behind(queue.head):  # under "work": a restart would count it afresh
+            self.pending.update(bf.extend(org, bf.next_round(org)))
         waiting = self._waiting
         for org in [o for o in waiting if not bf.holds(o)]:  # its backfill is over: its arrivals now
             self.pending.update({cid: queue.round_of(cid) for cid in waiting.pop(org) if cid in queue})

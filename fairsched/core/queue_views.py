@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Iterator
 
-from .keys import TIER_NORMAL, TIER_PRIORITY
+from .keys import TIER_NORMAL, TIER_PRIORITY, org_rank_key
 from .rules import BLOCKED, HELD, ORDERED, PAUSED
 from .types import QueuedChart
 
@@ -73,6 +73,12 @@ class QueueViews:
         """A queued chart's part of its org's turn in its round (1 under "charts")."""
         e = self._entries.get(chart_id)
         return e.share if e else None
+
+    def rank_of(self, chart_id: str) -> tuple:
+        """A queued chart's rank inside its org (:func:`.keys.org_rank_key`): the order in
+        which its org's charts take rounds by the arrival rule."""
+        e = self._entries[chart_id]
+        return org_rank_key(e.created_at, e.seq, e.front_at)
 
     def round_of(self, chart_id: str) -> int | None:
         """The round a queued chart holds (None: priority tier, not eligible, fifo, unknown)."""
