@@ -131,4 +131,31 @@ def start_temporal(port: int | None = None, ui_port: int | None = None, log: Pat
     proc = subprocess.Popen(temporal_command(port, ui_port, db_file), stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True, env=env)
     wait_for_port(port, timeout=60, proc=proc)
+    wait_for_temporal_health(port, timeout=60, proc=proc)
     return Service("temporal", proc, port, f"127.0.0.1:{port}")
+
+
+def wait_for_temporal_health(port: int, host: str = "127.0.0.1", timeout: float = 60.0,
+                             proc: subprocess.Popen | None = None) -> None:
+    """Wait until the dev server's frontend answers its health check, not only its port.
+
+    The port opens a moment before the frontend serves: a client that connects then is told
+    "Frontend is not healthy yet" (``Unavailable``) and temporalio's ``Client.connect`` does not
+    retry that. ``temporal operator cluster health`` exits 0 once the frontend says SERVING."""
+    deadline = time.monotonic() + timeout
+    cmd = [temporal_binary(), "operator", "cluster", "health", "--address", f"{host}:{port}"]
+    last = ""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise EmbeddedError(f"the Temporal dev server exited with status {proc.returncode} before it was healthy")
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            last = "the health check timed out"
+        else:
+            if done.returncode == 0 and "SERVING" in done.stdout.upper():
+                return
+            last = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
+            last = last[0]
+        time.sleep(0.2)
+    raise EmbeddedError(f"the Temporal dev server on {host}:{port} is not healthy after {timeout:.0f} s ({last})")
