@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S
+from fairsched.core import modes
 from fairsched.core.modes import EtaModel
 from fairsched.core.rules import DEFAULT_QUANTUM_S
 
@@ -14,17 +15,19 @@ MAX_QUANTUM_S = 86_400.0
 
 
 class Share(models.TextChoices):
-    """How a round's turn is counted (docs/scheduling.md, "Share by work")."""
+    """How a round's turn is counted (docs/scheduling.md, "Share by work"): the core's
+    :class:`~fairsched.core.modes.Share`, with the admin's labels."""
 
-    CHARTS = "charts", "charts (weight charts per round)"
-    WORK = "work", "work (weight x quantum_s budget-seconds per round)"
+    CHARTS = modes.Share.CHARTS.value, "charts (weight charts per round)"
+    WORK = modes.Share.WORK.value, "work (weight x quantum_s budget-seconds per round)"
 
 
 class Dispatch(models.TextChoices):
-    """How the order starts (docs/scheduling.md, "Backfill")."""
+    """How the order starts (docs/scheduling.md, "Backfill"): the core's
+    :class:`~fairsched.core.modes.Dispatch`, with the admin's labels."""
 
-    STRICT = "strict", "strict (head-of-line)"
-    BACKFILL = "backfill", "backfill (conservative, ETA-safe)"
+    STRICT = modes.Dispatch.STRICT.value, "strict (head-of-line)"
+    BACKFILL = modes.Dispatch.BACKFILL.value, "backfill (conservative, ETA-safe)"
 
 
 class SchedulerSettings(models.Model):
@@ -98,7 +101,7 @@ class RoundState(models.Model):
 
     head = models.BigIntegerField(default=0)
     budget = models.PositiveIntegerField(help_text="The budget the rounds were computed under.")
-    share = models.CharField(max_length=8, default="charts", help_text="The share the rounds were computed under.")
+    share = models.CharField(max_length=8, default=Share.CHARTS, help_text="The share the rounds were computed under.")
     quantum_s = models.FloatField(null=True, blank=True,
                                   help_text="The quantum the rounds were computed under (share 'work' only).")
     updated_at = models.DateTimeField(auto_now=True)

@@ -38,6 +38,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING
 
+from fairsched.core.modes import Share
 from fairsched.core.types import OrgRounds, RoundState
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class RoundSaver:
         cursors = {org: (o.last, o.used) for org, o in saved.orgs.items()} if saved else {}
         rest = {cid: r for cid, r in new.items() if cid not in rounds} if whole else {}
         shares = None
-        if queue.share == "work":
+        if queue.share is Share.WORK:
             # a chart's share depends on the org's charts before it in its round (the first
             # may carry work over from the round before): keep the rank order the arrival
             # rule placed them in, which RoundBackfill's sort by round keeps

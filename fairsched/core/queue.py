@@ -31,8 +31,8 @@ from .queue_dispatch import QueueDispatch
 from .queue_etas import QueueEtas
 from .queue_views import QueueViews
 from .reserve import DEFAULT_DEPTH
-from .rules import (BLOCKED, DEFAULT_QUANTUM_S, DISPATCHES, HELD, MIN_EST_S, ORDERED, PAUSED, SHARES, arrival_round,
-                    arrival_turn, classify)
+from .modes import Dispatch, Share, check_policies
+from .rules import BLOCKED, DEFAULT_QUANTUM_S, HELD, MIN_EST_S, ORDERED, PAUSED, arrival_round, arrival_turn, classify
 from .sortedkeys import SortedKeys
 from .types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
 
@@ -41,17 +41,6 @@ __all__ = ["FairQueue", "NeedsWholeBacklog", "POLICIES", "first_head_of_backlog"
 _seq_id = attrgetter("seq", "id")
 
 POLICIES = ("wrr", "fifo")
-
-
-def check_policies(share: str, quantum_s: float, dispatch: str) -> None:
-    """ValueError naming the field for a bad ``share``, ``quantum_s`` or ``dispatch``."""
-    if share not in SHARES:
-        raise ValueError(f"share: {share!r} is not one of {', '.join(SHARES)}")
-    if dispatch not in DISPATCHES:
-        raise ValueError(f"dispatch: {dispatch!r} is not one of {', '.join(DISPATCHES)}")
-    if isinstance(quantum_s, bool) or not isinstance(quantum_s, (int, float)) \
-            or not math.isfinite(quantum_s) or quantum_s <= 0:
-        raise ValueError(f"quantum_s: {quantum_s!r} must be a number above 0")
 
 
 class FairQueue(QueueViews, QueueDispatch, QueueEtas):
@@ -69,11 +58,12 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
     (``remove``) and loses it when its org is re-ranked while it is not
     eligible. Dispatched charts keep counting for their round.
 
-    The policies (docs/scheduling.md): ``share`` ``"charts"`` (a turn is ``weight``
-    charts) or ``"work"`` (a turn is ``weight x quantum_s`` budget-seconds, a chart's work
-    its cost x ``estimate`` at arrival: ``used`` counts budget-seconds); ``dispatch``
-    ``"strict"`` (head-of-line) or ``"backfill"`` (conservative backfill over the first
-    ``depth`` charts, :mod:`.reserve`; ``bound`` gives a chart's 90% bound).
+    The policies (docs/scheduling.md; given as the members or their text, kept as the
+    members): ``share`` ``Share.CHARTS`` (a turn is ``weight`` charts) or ``Share.WORK`` (a
+    turn is ``weight x quantum_s`` budget-seconds, a chart's work its cost x ``estimate`` at
+    arrival: ``used`` counts budget-seconds); ``dispatch`` ``Dispatch.STRICT`` (head-of-line)
+    or ``Dispatch.BACKFILL`` (conservative backfill over the first ``depth`` charts,
+    :mod:`.reserve`; ``bound`` gives a chart's 90% bound).
     """
 
     def __init__(
@@ -84,21 +74,18 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         costs: Mapping[tuple[str, str | None], int] | None = None,
         policy: str = "wrr",
         track_rounds: bool = False,
-        share: str = "charts",
+        share: Share | str = Share.CHARTS,
         quantum_s: float = DEFAULT_QUANTUM_S,
-        dispatch: str = "strict",
+        dispatch: Dispatch | str = Dispatch.STRICT,
         estimate: Estimate = Durations(),
         bound: Estimate | None = None,
         depth: int = DEFAULT_DEPTH,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
-        check_policies(share, quantum_s, dispatch)
         self.policy = policy
-        self.share = share
-        self.quantum_s = float(quantum_s)
-        self.dispatch_policy = dispatch
-        self._work = share == "work" and policy == "wrr"
+        self.share, self.quantum_s, self.dispatch_policy = check_policies(share, quantum_s, dispatch)
+        self._work = self.share is Share.WORK and policy == "wrr"
         self._estimate = estimate
         self._bound = bound
         self.depth = int(depth)
@@ -111,7 +98,7 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         self._aside: dict[str, dict[str, _Entry]] = {HELD: {}, PAUSED: {}, BLOCKED: {}}
         self._head = 0
         self._last: dict[str, int] = {}
-        self._used: dict[str, float] = {}  # charts, or budget-seconds under "work"
+        self._used: dict[str, float] = {}  # charts, or budget-seconds under Share.WORK
         self._disp_round: dict[str, int] = {}
         self._disp_count: dict[str, float] = {}
         self._ordered_n: dict[str, int] = dict.fromkeys(self._weights, 0)
@@ -563,21 +550,21 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
     @property
     def share_key(self) -> tuple:
         """(share, quantum_s) the rounds are given under (quantum None under "charts")."""
-        return (self.share, self.quantum_s if self.share == "work" else None)
+        return (self.share, self.quantum_s if self.share is Share.WORK else None)
 
-    def set_policies(self, share: str | None = None, quantum_s: float | None = None,
-                     dispatch: str | None = None) -> bool:
+    def set_policies(self, share: Share | str | None = None, quantum_s: float | None = None,
+                     dispatch: Dispatch | str | None = None) -> bool:
         """Switch the policies live. A change of ``share`` (or of ``quantum_s`` under
         ``work``) re-ranks every org in listed order, as a budget change does; ``dispatch``
         changes only how the order starts. Returns whether anything changed."""
         share = self.share if share is None else share
         quantum_s = self.quantum_s if quantum_s is None else float(quantum_s)
         dispatch = self.dispatch_policy if dispatch is None else dispatch
-        check_policies(share, quantum_s, dispatch)
+        share, quantum_s, dispatch = check_policies(share, quantum_s, dispatch)
         before = (self.share_key, self.dispatch_policy)
-        rerank = (share, quantum_s if share == "work" else None) != self.share_key
+        rerank = (share, quantum_s if share is Share.WORK else None) != self.share_key
         self.share, self.quantum_s, self.dispatch_policy = share, quantum_s, dispatch
-        self._work = share == "work" and self.policy == "wrr"
+        self._work = share is Share.WORK and self.policy == "wrr"
         if rerank:
             for org in self._weights:
                 self._rerank(org)

@@ -9,6 +9,7 @@ from typing import Iterable, Iterator
 
 from .entry import _Entry
 from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
+from .modes import Dispatch
 from .reserve import P90_RATIO, Profile, startable_now
 from .rules import head_of_line
 from .types import Estimate, QueuedChart, RunningChart
@@ -62,7 +63,7 @@ class QueueDispatch:
     def peek(self, free: int, running: Iterable[RunningChart] | None = None, now: float = 0.0,
              estimate: Estimate | None = None) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
-        if self.dispatch_policy == "backfill":
+        if self.dispatch_policy is Dispatch.BACKFILL:
             return [k.id for k in self._backfill_keys(free, running, now, estimate)]
         return [k.id for k in islice(self._order, self._startable(free))]
 
@@ -78,7 +79,7 @@ class QueueDispatch:
         its round (under backfill, never past the smallest round still in the order).
         Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a later
         ``set_cost`` does not touch in-flight work)."""
-        if self.dispatch_policy == "backfill":
+        if self.dispatch_policy is Dispatch.BACKFILL:
             keys = self._backfill_keys(free, running, now, estimate)
             for k in keys:
                 self._order.remove(k)
@@ -162,7 +163,7 @@ class QueueDispatch:
 
     def _dispatched(self, e: _Entry, normal: bool, r: int | None, head: int | None = None) -> None:
         """A chart ``e`` holding round ``r`` was dispatched: a normal-tier one sets ``head``
-        to its round (and keeps counting for it: 1, or its share under "work"). Under
+        to its round (and keeps counting for it: 1, or its share under Share.WORK). Under
         backfill the head never passes the smallest round still in the order, and never
         goes back: a chart started ahead of its round leaves the head where it is.
         ``head``: the head to set (a replay of what a partial queue did)."""
@@ -170,7 +171,7 @@ class QueueDispatch:
             return
         if head is not None:
             self._head = head
-        elif self.dispatch_policy == "backfill":
+        elif self.dispatch_policy is Dispatch.BACKFILL:
             m = self._next_normal_round()
             h = r if r < m else m
             if h > self._head:

@@ -7,6 +7,7 @@ from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
 from .keys import QueueKey, TIER_NORMAL
+from .modes import Dispatch
 from .plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
 from .reserve import P90_RATIO, Profile, reserve_walk
 from .rules import lane_pass
@@ -68,7 +69,7 @@ class QueueEtas:
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
         skip = 0
-        if self.dispatch_policy == "backfill":
+        if self.dispatch_policy is Dispatch.BACKFILL:
             # the reservations of the first ``depth`` charts, as dispatch makes them; the
             # strict walk after them from the lanes they leave
             lanes, skip = self._reserve_head(running, etas, org_clear, budget, estimate, cap, pending)

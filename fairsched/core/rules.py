@@ -61,8 +61,6 @@ def arrival_round(head: int, last: int | None, used: int, weight: int) -> tuple[
     return r, 1
 
 
-SHARES = ("charts", "work")
-DISPATCHES = ("strict", "backfill")
 DEFAULT_QUANTUM_S = 600.0
 """``quantum_s``'s default: one cost-1 chart of the default estimate (600 s), so a turn of
 weight w is w such charts, and with the default estimate ``work`` gives the ``charts``

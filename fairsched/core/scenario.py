@@ -16,9 +16,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from fairsched import core
 from fairsched.core import DEFAULT_AVG_S, Durations, FairQueue, Plan, QueuedChart, RunningChart
-from fairsched.core.modes import EtaModel, Policy
+from fairsched.core.modes import Dispatch, EtaModel, Policy, Share
 from fairsched.core.plan import gc_paused
-from fairsched.core.rules import DEFAULT_QUANTUM_S, DISPATCHES, SHARES
+from fairsched.core.rules import DEFAULT_QUANTUM_S
 from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from fairsched.core.simulator import simulate as core_simulate
 
@@ -136,22 +136,23 @@ class Scenario:
 
 
 def parse_policies(d: Mapping) -> dict | None:
-    """The optional ``share`` ("charts" | "work"), ``quantum_s`` (> 0) and ``dispatch``
-    ("strict" | "backfill") of a scenario or trace (docs/scheduling.md); None when none is
-    given (version 2 exactly). A bad value is a :class:`ScenarioError` naming the field."""
+    """The optional ``share`` ("charts" | "work", as :class:`Share`), ``quantum_s`` (> 0)
+    and ``dispatch`` ("strict" | "backfill", as :class:`Dispatch`) of a scenario or trace
+    (docs/scheduling.md); None when none is given (version 2 exactly). A bad value is a
+    :class:`ScenarioError` naming the field."""
     if not any(k in d for k in ("share", "quantum_s", "dispatch")):
         return None
-    share = _str(d.get("share", "charts"), "share")
-    if share not in SHARES:
-        raise ScenarioError("share", f"unknown share {_show(share)} (expected one of {', '.join(SHARES)})")
-    dispatch = _str(d.get("dispatch", "strict"), "dispatch")
-    if dispatch not in DISPATCHES:
+    share = _str(d.get("share", Share.CHARTS.value), "share")
+    if share not in tuple(Share):
+        raise ScenarioError("share", f"unknown share {_show(share)} (expected one of {', '.join(Share)})")
+    dispatch = _str(d.get("dispatch", Dispatch.STRICT.value), "dispatch")
+    if dispatch not in tuple(Dispatch):
         raise ScenarioError("dispatch", f"unknown dispatch {_show(dispatch)} "
-                                        f"(expected one of {', '.join(DISPATCHES)})")
+                                        f"(expected one of {', '.join(Dispatch)})")
     quantum = _num(d.get("quantum_s", DEFAULT_QUANTUM_S), "quantum_s", 0)
     if not quantum > 0 or not math.isfinite(quantum):
         raise ScenarioError("quantum_s", f"must be > 0, got {_show(d.get('quantum_s'))}")
-    return {"share": share, "quantum_s": float(quantum), "dispatch": dispatch}
+    return {"share": Share(share), "quantum_s": float(quantum), "dispatch": Dispatch(dispatch)}
 
 
 def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
@@ -418,8 +419,8 @@ def sim_to_json(r: SimResult) -> dict:
 
 def _with_policies(out: dict, policies: dict | None) -> dict:
     if policies is not None:
-        out["share"], out["quantum_s"], out["dispatch"] = (policies["share"], policies["quantum_s"],
-                                                           policies["dispatch"])
+        out["share"], out["quantum_s"], out["dispatch"] = (policies["share"].value, policies["quantum_s"],
+                                                           policies["dispatch"].value)
     return out
 
 

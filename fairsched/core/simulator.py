@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .forecast import Forecaster, ForecastParams
 from .keys import fifo_key
-from .modes import EtaModel, Policy
+from .modes import Dispatch, EtaModel, Policy, Share
 from .queue import FairQueue
 from .reserve import DEFAULT_DEPTH
 from .rules import DEFAULT_QUANTUM_S, ORDERED, head_of_line, is_held
@@ -87,9 +87,9 @@ def simulate(
     policy: Policy | str = Policy.WRR,
     eta_model: EtaModel | str = EtaModel.LANES,
     forecast_params: ForecastParams | None = None,
-    share: str = "charts",
+    share: Share | str = Share.CHARTS,
     quantum_s: float = DEFAULT_QUANTUM_S,
-    dispatch: str = "strict",
+    dispatch: Dispatch | str = Dispatch.STRICT,
     depth: int = DEFAULT_DEPTH,
 ) -> SimResult:
     """Run the trace to completion (or until nothing more can start).
@@ -129,8 +129,9 @@ class _Sim:
 
     def __init__(self, arrivals: Sequence[Arrival], events: Sequence[Event], *, budget: int,
                  weights: Mapping[str, int], costs, estimate: Callable, policy: Policy,
-                 forecaster: Forecaster | None, share: str = "charts", quantum_s: float = DEFAULT_QUANTUM_S,
-                 dispatch: str = "strict", depth: int = DEFAULT_DEPTH) -> None:
+                 forecaster: Forecaster | None, share: Share | str = Share.CHARTS,
+                 quantum_s: float = DEFAULT_QUANTUM_S, dispatch: Dispatch | str = Dispatch.STRICT,
+                 depth: int = DEFAULT_DEPTH) -> None:
         self.arrivals, self.events = arrivals, events
         self.estimate, self.policy, self.fc = estimate, policy, forecaster
         self.by_id = {a.id: a for a in arrivals}

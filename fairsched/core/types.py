@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Callable, Iterator, Mapping, NamedTuple
 
+from .modes import Share
+
 Pair = tuple  # (org, workflow): workflow may be None
 
 
@@ -205,4 +207,4 @@ class RoundState:
     head: int
     budget: int
     orgs: Mapping[str, OrgRounds] = field(default_factory=dict)
-    share: tuple = ("charts", None)  # (share, quantum_s) the rounds were given under
+    share: tuple = (Share.CHARTS, None)  # (share, quantum_s) the rounds were given under

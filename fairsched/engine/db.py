@@ -22,9 +22,9 @@ from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState, DurationStat
 from charts.services import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
-from fairsched.core import OrgRounds, normal_key
+from fairsched.core import OrgRounds, normal_key, RoundState as CoreRoundState
+from fairsched.core.modes import Share
 from fairsched.core.plan import gc_paused
-from fairsched.core import RoundState as CoreRoundState
 from control import deployment as control_deployment
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
@@ -152,15 +152,15 @@ def round_state() -> CoreRoundState | None:
     row = RoundState.objects.filter(pk=1).first()
     if row is None:
         return None
-    work = row.share == "work"
-    # under "charts" used and in_head count charts: ints, as the core gives them
+    work = row.share == Share.WORK  # the row's text
+    # under Share.CHARTS used and in_head count charts: ints, as the core gives them
     orgs = {str(o.org_id): OrgRounds(o.last, o.used if work else int(o.used), o.in_head if work else int(o.in_head),
                                      o.weight) for o in OrgRoundState.objects.all()}
     return CoreRoundState(row.head, row.budget, orgs, (row.share, row.quantum_s if work else None))
 
 
 Work = dict[str, tuple[float | None, float | None]]
-"""Share "work": per chart whose round is written, (its estimate at arrival, its share)."""
+"""Share.WORK: per chart whose round is written, (its estimate at arrival, its share)."""
 
 
 def save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
@@ -192,7 +192,7 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Wo
 
 
 def _write_chart_work(work: Work) -> None:
-    """Write the charts' ``fair_est_s`` and ``fair_share`` (share "work"): few per save
+    """Write the charts' ``fair_est_s`` and ``fair_share`` (Share.WORK): few per save
     (arrivals, a re-rank), so one UPDATE per chart."""
     table = connection.ops.quote_name(Chart._meta.db_table)
     with connection.cursor() as cursor:
@@ -305,7 +305,7 @@ def read_head(per_org: int, roundless_max: int) -> Head | None:
     and the policies")."""
     rounds = read_round_state()
     if rounds is None:
-        if SchedulerSettings.get().share == "work":
+        if SchedulerSettings.get().share == Share.WORK:
             return None
         return _read_first_head(per_org)
     read_at = timezone_now()

@@ -193,7 +193,7 @@ def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
     return {
         "version": 1, "generated_at": iso(now), "now": now,
         "budget": state.budget, "used": used,
-        "policies": {"share": queue.share, "quantum_s": queue.quantum_s, "dispatch": queue.dispatch_policy},
+        "policies": {"share": queue.share.value, "quantum_s": queue.quantum_s, "dispatch": queue.dispatch_policy.value},
         "counters": {"queued": state.queued, "ordered": queue.order_len, "running": len(state.running),
                      "held": len(state.aside[HELD]), "paused": len(state.aside[PAUSED]),
                      "blocked": len(state.aside[BLOCKED])},

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fairsched.core import QueuedChart, RoundState
-from fairsched.core.modes import EtaModel
-from fairsched.core.queue import check_policies
+from fairsched.core.modes import Dispatch, EtaModel, Share, check_policies
 from fairsched.core.rules import DEFAULT_QUANTUM_S
 
 
@@ -59,8 +58,8 @@ class ChartRow:
 
     def queued_chart(self, with_round: bool = False, work: bool = True) -> QueuedChart:
         """The core's chart. ``with_round``: with its persisted round, estimate at arrival and
-        (``work``: under the share "work" only; under "charts" every chart's share is 1 and a
-        stale one from an earlier "work" period must not count) its share."""
+        (``work``: under ``Share.WORK`` only; under ``Share.CHARTS`` every chart's share is 1
+        and a stale one from an earlier work period must not count) its share."""
         if not with_round:
             return QueuedChart(str(self.id), _org_key(self.org), self.workflow, self.created_at, self.id,
                                self.priority, self.prioritized_at, self.paused, self.front_at)
@@ -75,9 +74,11 @@ class Config:
     eta_interval_s: float = 3.0
     reconcile_interval_s: float = 5.0
     eta_model: EtaModel = EtaModel.FORECAST  # given as the settings row's text, kept as the enum
-    share: str = "charts"        # the policies (docs/scheduling.md): FairQueue's share, quantum_s, dispatch
+    # the policies (docs/scheduling.md): FairQueue's share, quantum_s, dispatch; given as the
+    # settings row's text, kept as the enums
+    share: Share = Share.CHARTS
     quantum_s: float = DEFAULT_QUANTUM_S
-    dispatch: str = "strict"
+    dispatch: Dispatch = Dispatch.STRICT
 
     @property
     def policies(self) -> dict:
@@ -85,7 +86,10 @@ class Config:
         return {"share": self.share, "quantum_s": self.quantum_s, "dispatch": self.dispatch}
 
     def __post_init__(self) -> None:
-        check_policies(self.share, self.quantum_s, self.dispatch)
+        share, quantum_s, dispatch = check_policies(self.share, self.quantum_s, self.dispatch)
+        object.__setattr__(self, "share", share)
+        object.__setattr__(self, "quantum_s", quantum_s)
+        object.__setattr__(self, "dispatch", dispatch)
         try:
             object.__setattr__(self, "eta_model", EtaModel(self.eta_model))
         except ValueError:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from common import live_updates as lu
 from fairsched.core import Durations, Eta, EtaReport, FairQueue, QueuedChart, RunningChart, is_held
 from fairsched.core.forecast import Forecaster
-from fairsched.core.modes import EtaModel
+from fairsched.core.modes import Dispatch, EtaModel, Share
 from fairsched.core.plan import gc_paused
 from fairsched.engine.due import DueBook, DueInput
 from fairsched.engine.rows import ChartRow, Config, OrgRow, World  # the rows it applies (their old home: here)
@@ -104,7 +104,7 @@ class PassInput:
     def eta_report(self, now: float) -> EtaReport:
         """The ETA pass of the configured model, on this copy (the only one: a pass reads a
         copy, :meth:`LiveState.capture`)."""
-        if self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy != "backfill":
+        if self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy is not Dispatch.BACKFILL:
             return self.forecast.etas(self.queue, self.running_charts(), now)
         # lanes, and always under backfill: the reservations dispatch makes, same depth and
         # durations (docs/scheduling.md, "Backfill": ETA and dispatch agree)
@@ -147,13 +147,13 @@ class LiveState:
         weights = {str(o.id): o.weight for o in world.orgs}
         queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
         self.durations = Durations(dict(world.averages))
-        # the policies; under share "work" a chart's work is its cost x this estimate when it
+        # the policies; under Share.WORK a chart's work is its cost x this estimate when it
         # arrives (then fixed: persisted as Chart.fair_est_s); backfill reserves by it too
         policies = dict(world.config.policies, estimate=self._estimate)
         if world.rounds is not None:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
-                (c.queued_chart(with_round=True, work=world.config.share == "work") for c in queued),
+                (c.queued_chart(with_round=True, work=world.config.share is Share.WORK) for c in queued),
                 state=world.rounds,
                 budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon, **policies,
             )
@@ -205,12 +205,12 @@ class LiveState:
         return self.durations(org, workflow)
 
     def work_of(self, changes) -> dict[str, tuple[float | None, float | None]]:
-        """Share "work": for each chart of ``changes`` (a round save's) still queued, its
+        """Share.WORK: for each chart of ``changes`` (a round save's) still queued, its
         estimate at arrival and its share, to persist beside its round (Chart.fair_est_s,
-        fair_share). Empty under "charts": a chart's share there is 1, its row's is not read
+        fair_share). Empty under Share.CHARTS: a chart's share there is 1, its row's is not read
         (``ChartRow.queued_chart``), and its estimate at arrival is written when it was set."""
         out: dict[str, tuple[float | None, float | None]] = {}
-        if self.queue.share != "work":
+        if self.queue.share is not Share.WORK:
             return out
         get = self.queue.get
         for cid in changes:
@@ -504,7 +504,7 @@ class LiveState:
         free = self.free
         if free <= 0:
             return []
-        if self.queue.dispatch_policy == "backfill":
+        if self.queue.dispatch_policy is Dispatch.BACKFILL:
             return self.queue.peek(free, self.running_charts(), now, self.durations)
         return self.queue.peek(free)
 
@@ -525,11 +525,11 @@ class LiveState:
             prefix += 1
         costs = {cid: self.queue.cost_of(q.org, q.workflow)
                  for cid in started if (q := self.queue.get(cid)) is not None}
-        if self.queue.dispatch_policy == "backfill":  # not a prefix of the order: exactly what started
+        if self.queue.dispatch_policy is Dispatch.BACKFILL:  # not a prefix of the order: exactly what started
             charts = {c.id: c for c in self.queue.dispatch_ids([cid for cid in planned if cid in started])}
         else:
             charts = {c.id: c for c in self.queue.dispatch(prefix_cost)} if prefix else {}
-        if self.queue.dispatch_policy != "backfill" and list(charts) != planned[:prefix]:  # never expected: the order did not change in between
+        if self.queue.dispatch_policy is not Dispatch.BACKFILL and list(charts) != planned[:prefix]:  # never expected: the order did not change in between
             log.error("dispatch mismatch: planned %s, core dispatched %s", planned[:prefix], list(charts))
         for cid in started:
             if cid not in charts:

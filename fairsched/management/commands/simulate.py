@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.management.commands.plan import read_json
 from fairsched.core.scenario import ScenarioError, simulate
-from fairsched.core.modes import Policy
+from fairsched.core.modes import Dispatch, Policy, Share
 from fairsched.core.simulator import POLICIES
 
 
@@ -44,9 +44,9 @@ def _policy_lines(result: dict) -> list[str]:
     summ = result["summary"]
     if "budget_use_while_waiting" not in summ:
         return []
-    share = result.get("share", "charts")
-    q = f" (quantum {result['quantum_s']:.0f} s)" if share == "work" else ""
-    lines = [f"share {share}{q}, dispatch {result.get('dispatch', 'strict')}: budget use while charts wait "
+    share = result.get("share", Share.CHARTS)
+    q = f" (quantum {result['quantum_s']:.0f} s)" if share == Share.WORK else ""
+    lines = [f"share {share}{q}, dispatch {result.get('dispatch', Dispatch.STRICT)}: budget use while charts wait "
              f"{_s(summ['budget_use_while_waiting'], '{:.1%}')}; Jain of budget share / weight share "
              f"{_s(summ['budget_jain'], '{:.3f}')} over {_s(summ['budget_window_s'])} s until the first org drained",
              f"{'org':<12} {'wait p50 s':>10} {'wait p95 s':>10} {'budget share':>12} {'weight share':>12}"]
