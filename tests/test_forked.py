@@ -82,6 +82,38 @@ def test_a_child_that_overruns_is_killed(tmp_path):
     assert gone(int(pidfile.read_text()))
 
 
+class ExpiringClock:
+    """A clock whose time is up as soon as anything waits on it: the timeout the caller
+    asked for is recorded, never waited out in real time."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    async def wait_for(self, awaitable, timeout_s: float):
+        self.asked.append(timeout_s)
+        return await asyncio.wait_for(awaitable, 0)
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_the_wait_for_the_child_goes_through_the_clock_given(tmp_path, pair):
+    """The scheduler's Clock port bounds the wait (the ETA pass, the previews): its time
+    running out kills the child, though the real 120 s are far from over."""
+    pidfile = tmp_path / "pid"
+
+    def fn():
+        pidfile.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    clock = ExpiringClock()
+    run = (lambda: forked.run_forked_pair(fn, fn, name="what-if preview", timeout_s=120, clock=clock)) if pair \
+        else (lambda: forked.run_forked(fn, name="ETA pass", timeout_s=120, clock=clock))
+    started = time.monotonic()
+    with pytest.raises(forked.ChildFailed, match="took more than 120(.0)? s: killed"):
+        asyncio.run(run())
+    assert clock.asked == [120] and time.monotonic() - started < 30
+    assert not pidfile.exists() or not pidfile.read_text() or gone(int(pidfile.read_text()))
+
+
 def test_a_cancel_kills_the_child(tmp_path):
     pidfile = tmp_path / "pid"
 
@@ -170,6 +202,8 @@ async def forked_rig(rig, redis_url):
     r = rig(budget=1, charts=3, eta_pass_in="process")
     s = r.s
     s.ETA_PASS_TIMEOUT_MIN_S = 20.0  # a child that hangs fails the test in 20 s, not 10 minutes
+    # the pass's timeout goes through the clock: real seconds here (the fake's cap is 5 s)
+    r.clock.wait_for = lambda awaitable, timeout_s: asyncio.wait_for(awaitable, timeout_s)
     s.publisher = LivePublisher(redis_url)
     yield r
     await s._step_down()

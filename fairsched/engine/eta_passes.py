@@ -156,7 +156,7 @@ class EtaPasses(Part):
             timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
             try:
                 out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
-                                              timeout_s=timeout, nice=self.ETA_PASS_NICE)
+                                              timeout_s=timeout, nice=self.ETA_PASS_NICE, clock=self.clock)
             except forked.ChildFailed as exc:
                 if exc.reports and self.state is not None:
                     # It died (or overran) after storing its snapshot, which is complete:

@@ -23,6 +23,10 @@ Linux): a ``kill -9`` of the scheduler leaves no pass running behind it.
 What the child does that outlives it (the snapshot it stored) it says at once
 (:func:`report`): a child that dies later, before its result reaches the parent, still
 tells the parent what it left behind (:attr:`ChildFailed.reports`).
+
+The wait for a child's result is bounded through the caller's ``clock`` (the scheduler's
+:class:`~fairsched.engine.ports.Clock` port, its ``wait_for``), like every other wait of
+the scheduler; without one (``bench/whatif.py``, a test), by :func:`asyncio.wait_for`.
 """
 from __future__ import annotations
 
@@ -109,12 +113,13 @@ def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int) -> None:
     send.close()
 
 
-async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: int = 0) -> T:
+async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: int = 0, clock: Any = None) -> T:
     """``fn()`` in a forked child; its result (pickled back through a pipe). Raises
-    :class:`ChildFailed` if it raised, died or took more than ``timeout_s``. A cancel kills
-    the child. The loop only forks (a page-table copy: about 20 ms per GB of heap)
-    and waits; the result is read in a thread. ``nice``: the child's niceness above the
-    parent's (background work yields the CPU to the parent and its database)."""
+    :class:`ChildFailed` if it raised, died or took more than ``timeout_s`` (by ``clock``'s
+    ``wait_for``, see the module docstring). A cancel kills the child. The loop only forks
+    (a page-table copy: about 20 ms per GB of heap) and waits; the result is read in a
+    thread. ``nice``: the child's niceness above the parent's (background work yields the
+    CPU to the parent and its database)."""
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice), name=name, daemon=True)
@@ -128,7 +133,7 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
     reports: list[Any] = []
     try:
         try:
-            status, value = await asyncio.wait_for(asyncio.to_thread(_receive, recv, reports), timeout_s)
+            status, value = await _wait_for(clock)(asyncio.to_thread(_receive, recv, reports), timeout_s)
         except asyncio.TimeoutError:
             raise ChildFailed(f"{name} took more than {timeout_s:.0f} s: killed", reports) from None
         except EOFError:
@@ -149,6 +154,11 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
         proc.close()
 
 
+def _wait_for(clock: Any) -> Callable[[Any, float], Any]:
+    """``clock.wait_for``, or :func:`asyncio.wait_for` without a clock."""
+    return asyncio.wait_for if clock is None else clock.wait_for
+
+
 def _receive(recv: Any, reports: list[Any]) -> tuple[str, Any]:
     """The child's result; what it reports before is appended to ``reports``."""
     while True:
@@ -159,7 +169,7 @@ def _receive(recv: Any, reports: list[Any]) -> tuple[str, Any]:
 
 
 async def run_forked_pair(fa: Callable[[], T], fb: Callable[[], Any], *, name: str, timeout_s: float,
-                          nice: int = 0) -> tuple[T, Any]:
+                          nice: int = 0, clock: Any = None) -> tuple[T, Any]:
     """``fa()`` and ``fb()`` in two forked children started back to back, with no await
     between the forks: both see the same state (a preview's before and after, computed
     side by side on two cores). Raises :class:`ChildFailed` as :func:`run_forked` does."""
@@ -175,7 +185,7 @@ async def run_forked_pair(fa: Callable[[], T], fb: Callable[[], Any], *, name: s
             pipes.append(recv)
             procs.append(proc)
     try:
-        got = await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(_receive, r, []) for r in pipes)),
+        got = await _wait_for(clock)(asyncio.gather(*(asyncio.to_thread(_receive, r, []) for r in pipes)),
                                      timeout_s)
     except asyncio.TimeoutError:
         raise ChildFailed(f"{name} took more than {timeout_s:.1f} s: killed") from None

@@ -85,7 +85,8 @@ class Previews(Part):
         try:
             before, after = await forked.run_forked_pair(
                 lambda: whatif.before_of(state, now), lambda: whatif.after_of(state, change, now),
-                name="what-if preview", timeout_s=self.TIMEOUT_S, nice=self.host.ETA_PASS_NICE)
+                name="what-if preview", timeout_s=self.TIMEOUT_S, nice=self.host.ETA_PASS_NICE,
+                clock=self.clock)
         except forked.ChildFailed as exc:
             log.warning("a what-if preview failed: %s", exc)
             return {"error": "the preview failed in the scheduler (see its log)", "unavailable": True}
@@ -106,7 +107,8 @@ class Previews(Part):
         try:
             out = await forked.run_forked(
                 lambda: planner.plan_budget(state, now, clear_by=clear_by, meet_due=meet_due).to_json(now),
-                name="capacity planner", timeout_s=self.TIMEOUT_S * 3, nice=self.host.ETA_PASS_NICE)
+                name="capacity planner", timeout_s=self.TIMEOUT_S * 3, nice=self.host.ETA_PASS_NICE,
+                clock=self.clock)
         except forked.ChildFailed as exc:
             log.warning("the capacity planner failed: %s", exc)
             return {"error": "the planner failed in the scheduler (see its log)", "unavailable": True}

@@ -2,9 +2,13 @@
 publishes and keeps, the first ETAs, the confirmation, the live updates."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from fairsched.engine import forked
 from fairsched.engine.eta_passes import EtaColumns, EtaPasses
+from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.state import Effects
 from fairsched.core import Eta
 from tests.engine.fakes import FakeHost
@@ -35,6 +39,25 @@ async def test_a_pass_runs_at_once_at_the_start_publishes_and_keeps_the_head(eta
     assert set(etas._last_report[0]) == {"1", "2", "3"}
     assert host.guarded == ["eta"]
     assert host.state.unpromised == set()  # the first ETAs were recorded
+
+
+@pytest.mark.skipif(not forked.available(), reason="no fork here")
+async def test_a_pass_in_a_forked_child_is_timed_out_by_the_clock(etas):
+    """The child's timeout goes through the Clock port, as every wait of the scheduler: here
+    its time is up at once, so the pass fails (its child killed) though 600 s are far off."""
+    host = etas.host
+    host.eta_pass_in = EtaPassIn.PROCESS
+    asked: list[float] = []
+
+    async def expiring(awaitable, timeout_s):
+        asked.append(timeout_s)
+        return await asyncio.wait_for(awaitable, 0)
+    host.clock.wait_for = expiring
+    etas._schedule_eta(Effects(), host.clock.monotonic())
+    with pytest.raises(forked.ChildFailed, match="ETA pass took more than 600 s: killed"):
+        await run_pass(etas)  # the fake host's guard lets it through (the scheduler's logs it)
+    assert asked == [host.ETA_PASS_TIMEOUT_MIN_S]
+    assert etas._published_seq is None and host.publisher.snapshots == 0
 
 
 async def test_with_nothing_changing_the_next_pass_waits_the_interval(etas):

@@ -142,3 +142,19 @@ async def test_the_scheduler_answers_in_forked_children_and_its_state_is_untouch
     assert port.answers["b"]["param"] == "org"
     assert port.answers["c"]["orgs"]["1"]["clear_after"] is None
     assert (list(state.queue), dict(state.queue.weights), state.queue.budget) == (order, weights, budget)
+
+
+async def test_the_preview_and_the_planner_wait_for_their_children_through_the_clock():
+    host = FakeHost(budget=1, charts=4, weights=(1, 1))
+    await host.load()
+    asked: list[float] = []
+    wait_for = host.clock.wait_for
+
+    async def recording(awaitable, timeout_s):
+        asked.append(timeout_s)
+        return await wait_for(awaitable, timeout_s)
+    host.clock.wait_for = recording
+    previews = Previews(host, FakePort([]))
+    assert "clear_after" in await previews.preview({"kind": "budget", "value": 2})
+    assert "error" not in await previews.preview({"kind": "plan", "clear_by": None, "meet_due": True})
+    assert asked == [Previews.TIMEOUT_S, 3 * Previews.TIMEOUT_S]
