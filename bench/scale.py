@@ -155,10 +155,14 @@ async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0) 
     client = await Client.connect(temporal_url)
     out: dict[int, float] = {}
     deadline = time.time() + timeout
+    wanted = set(ids)
     while time.time() < deadline:
-        query = " OR ".join(f'WorkflowId = "chart-{c}"' for c in ids)
-        async for wf in client.list_workflows(query):
-            out[int(wf.id.split("-")[1])] = wf.start_time.timestamp()
+        # ids are chart-<deployment>-<pk> (docs/architecture.md, "Workflow ids name their
+        # deployment"); the backlog is static, so Temporal holds only a few dozen of them
+        async for wf in client.list_workflows('WorkflowId STARTS_WITH "chart-"'):
+            pk = int(wf.id.rsplit("-", 1)[1])
+            if pk in wanted:
+                out[pk] = wf.start_time.timestamp()
         if len(out) == len(ids):
             break
         await asyncio.sleep(0.3)
