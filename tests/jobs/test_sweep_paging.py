@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from charts.models import Chart, ChartState
@@ -79,3 +81,35 @@ def test_a_row_committed_late_within_the_overlap_is_still_found(org):
     Chart.objects.filter(pk=late.pk).update(state=ChartState.FAILED, finished_at=stamp, updated_at=stamp)
     assert webhooks.sweep_finished_charts(t0 + timedelta(seconds=10)) == 1
     assert _delivered() == {early.pk, late.pk}
+
+
+def test_the_page_and_the_overlap_are_read_in_keyset_order_from_an_index(org):
+    """Both reads order by ``(updated_at, id)``: the index ``chart_updated_id`` gives that
+    order, so the database reads a page's rows and stops, instead of sorting every final
+    chart after the cursor on each sweep (PostgreSQL's index on ``updated_at`` alone left
+    ties in no order: a sort). Forced here (the test tables are too small for the planner
+    to prefer it): SQLite's ``INDEXED BY``, PostgreSQL with sorts and other scans off."""
+    at = timezone.now()
+    webhooks.sweep_finished_charts(at)
+    charts = _queued(org, 3)
+    Chart.objects.filter(pk__in=[c.pk for c in charts]).update(state=ChartState.CANCELLED, finished_at=at,
+                                                               updated_at=at + timedelta(seconds=1))
+    with CaptureQueriesContext(connection) as queries:
+        webhooks.sweep_finished_charts(at + timedelta(seconds=2))
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "charts_chart"."id"')]
+    assert len(reads) == 2 and all('ORDER BY "charts_chart"."updated_at" ASC, "charts_chart"."id" ASC' in sql
+                                   for sql in reads), reads
+    for sql in reads:
+        with connection.cursor() as cur:
+            if connection.vendor == "sqlite":
+                cur.execute("EXPLAIN QUERY PLAN " + sql.replace('FROM "charts_chart"',
+                                                                'FROM "charts_chart" INDEXED BY chart_updated_id', 1))
+                plan = " | ".join(str(row[-1]) for row in cur.fetchall())
+                assert "USING INDEX chart_updated_id" in plan and "TEMP B-TREE" not in plan, plan
+            else:
+                with transaction.atomic():
+                    for knob in ("seqscan", "bitmapscan", "sort", "incremental_sort"):
+                        cur.execute(f"SET LOCAL enable_{knob} = off")
+                    cur.execute("EXPLAIN " + sql)
+                    plan = "\n".join(row[0] for row in cur.fetchall())
+                assert "chart_updated_id" in plan and "Sort" not in plan, plan
