@@ -113,3 +113,26 @@ def test_the_page_and_the_overlap_are_read_in_keyset_order_from_an_index(org):
                     cur.execute("EXPLAIN " + sql)
                     plan = "\n".join(row[0] for row in cur.fetchall())
                 assert "chart_updated_id" in plan and "Sort" not in plan, plan
+
+
+def test_a_late_due_warning_behind_a_burst_larger_than_a_page_is_still_sent(org, monkeypatch):
+    """The due-state sweep (``jobs.due_webhooks``) re-reads the ``SWEEP_OVERLAP`` before its
+    position for rises committed late. It read that window's first page, delivered or not:
+    behind a burst of one ETA pass larger than a page (every rise stamped with the pass's
+    time), a late rise was never read, however many sweeps ran."""
+    from fairsched.engine import db
+    from jobs import due_webhooks
+
+    monkeypatch.setattr(due_webhooks, "SWEEP_LIMIT", LIMIT)
+    t0 = timezone.now()
+    due_webhooks.sweep_due_states(t0)  # the cursor exists before the burst
+    *burst, late = _queued(org, LIMIT + 3)
+    db.record_due_alerts({c.pk: 1 for c in burst}, [c.pk for c in burst], t0.timestamp() + 1)
+    assert due_webhooks.sweep_due_states(t0 + timedelta(seconds=2)) == LIMIT  # a full page
+    assert due_webhooks.sweep_due_states(t0 + timedelta(seconds=3)) == 2      # the rest: the position moves on
+    # stamped after the burst and before the position, committed now: only the overlap finds it
+    db.record_due_alerts({late.pk: 1}, [late.pk], t0.timestamp() + 1.5)
+    made = [due_webhooks.sweep_due_states(t0 + timedelta(seconds=4 + i)) for i in range(3)]
+    assert made == [1, 0, 0]
+    keys = WebhookDelivery.objects.filter(event=due_webhooks.EVENT).values_list("dedupe_key", flat=True)
+    assert {int(k.split(":")[1]) for k in keys} == {c.pk for c in burst} | {late.pk}
