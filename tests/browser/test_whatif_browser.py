@@ -1,12 +1,14 @@
 """Chromium: a what-if preview shown inline in the dashboard's controls while the operator
 types a budget or a weight, before "Set", or points at Hold, before pressing it (answered
 through Redis by the scheduler's preview code), and "Preview unavailable" when no scheduler
-answers; in the admin's cost forms before "Save"; the preview adds no accessibility violation.
+answers; in the admin's cost forms before "Save"; the preview adds no accessibility violation, and
+its times are 24 h like every other time on the pages (in en-US too, whose default is 12 h).
 The weight preview leaves a screenshot (var/test-artifacts/whatif-preview.png; also
 docs/whatif-preview.png for the README when FAIRSCHED_UPDATE_SCREENSHOT=1)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -38,7 +40,8 @@ def test_a_budget_preview_inline_before_set_and_unavailable_without_a_scheduler(
     r.delete(previews.REQUESTS)
     redis_layer_publish()
     audits = AuditEntry.objects.count()
-    page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    # en-US: its toLocaleTimeString is "07:46 PM"; the pages' clock (FairLive.clock) says "19:46"
+    page = browser.new_context(viewport={"width": 1440, "height": 1000}, locale="en-US").new_page()
     login(page, browser_server, "root", then="/dashboard/")
     expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=10_000)
 
@@ -51,6 +54,11 @@ def test_a_budget_preview_inline_before_set_and_unavailable_without_a_scheduler(
     expect(out).to_contain_text("Preview (budget 4, not applied)")
     expect(out.locator("tr[data-preview-org]")).to_have_count(2)  # both orgs clear sooner
     expect(out.locator(f"tr[data-preview-org='{acme.pk}'] td").first).to_have_text("Acme")
+    clock = r"(?:[A-Z][a-z]{2} \d{1,2} )?(?:[01]\d|2[0-3]):[0-5]\d"  # "19:46", "Jan 5 19:46" when not today
+    times = [out.locator("[data-preview=clear]").inner_text()]
+    times += out.locator("tr[data-preview-org] td:nth-child(2)").all_inner_texts()
+    for text in times:
+        assert re.fullmatch(f"{clock} → {clock}", text), f"a preview time is not 24 h: {times}"
     found = axe.violations(page, within="#whatif-budget")
     assert not found, axe.report({"preview": found})
     assert SchedulerSettings.get().budget == 1 and AuditEntry.objects.count() == audits  # nothing applied

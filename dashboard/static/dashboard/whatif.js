@@ -2,17 +2,15 @@
  * after a change, shown while the operator types, before "Set" (the dashboard) or "Save" (the
  * admin's org, cost and settings forms); for Hold / Release, while the button is pointed at or
  * focused, before it is pressed. Changes nothing: the scheduler computes it on a copy.
- * Static and standalone (the admin loads it without live.js); no inline script (CSP). */
+ * Static, no inline script (CSP); needs live.js (FairLive.clock) loaded before it, as every page
+ * that loads it does. */
 (function () {
   "use strict";
   const URL_ = "/dashboard/whatif.json";
   const esc = (v) => String(v == null ? "" : v).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
-  const when = (iso) => {
-    if (iso == null) return "no clear-time";
-    const d = new Date(iso), now = new Date();
-    const t = d.toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
-    return d.toDateString() === now.toDateString() ? t : d.toLocaleDateString([], {month: "short", day: "numeric"}) + " " + t;
-  };
+  // The pages' one time format (live.js, loaded first by the dashboard and the admin): 24 h
+  // "14:05", "Nov 30 14:05" when not today; never the locale's 12 h "02:05 PM".
+  const when = (iso) => (iso == null ? "no clear-time" : FairLive.clock(FairLive.parseIso(iso)));
   const names = () => {
     const m = new Map();
     document.querySelectorAll("[data-org-id][data-org-name]").forEach((el) => m.set(String(el.dataset.orgId), el.dataset.orgName));
