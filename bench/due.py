@@ -1,8 +1,9 @@
 """How good the due warning is: recall and precision on bursty traces with turnarounds.
 
 The traces of ``bench/eta.py`` (skewed tenants, bursts, log-normal durations, 1.3x
-overload for 4 hours then a drain); each org promises a turnaround (1, 2 or 4 hours, by
-org; with a 1 h turnaround no warning can come 1 h ahead). The simulator runs the trace; every ``--pass-s`` seconds of simulated time an ETA
+overload for 4 hours then a drain); each org promises a turnaround (2, 3 or 4 hours, by
+org, ``TURNAROUNDS_H``; none of 1 h, as no warning could then come 1 h ahead). The
+simulator runs the trace; every ``--pass-s`` seconds of simulated time an ETA
 pass of the forecast model runs over every queued and running chart, exactly as the live
 scheduler's (same ``Forecaster``, same 90% bound), gives each chart with a due time its
 state (``fairsched.core.due.due_state``) and moves its warning level with the hysteresis

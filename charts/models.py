@@ -87,8 +87,10 @@ class Chart(models.Model):
             models.Index(fields=["finished_at", "id"], name="chart_finished"),
             models.Index(fields=["state", "finished_at"], name="chart_state_finished"),
             models.Index(fields=["external_id"], name="chart_external_id"),
-            # The scheduler's incremental resync: rows changed since a watermark, any state.
-            models.Index(fields=["updated_at"], name="chart_updated"),
+            # The scheduler's incremental resync: rows changed since a watermark, any state;
+            # and the chart.finished webhook sweep's keyset (jobs.webhooks): (updated_at, id)
+            # after its cursor, in that order, read up to a page without a sort.
+            models.Index(fields=["updated_at", "id"], name="chart_updated_id"),
             # The admin list: its filters, newest first (its default order), without a sort.
             models.Index(fields=["state", "-id"], name="chart_state_id"),
             models.Index(fields=["org", "state", "-id"], name="chart_org_state_id"),

@@ -8,6 +8,7 @@ and ``TEMPORAL_ADDRESS``; ``manage.py check --deploy`` is then clean.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -76,7 +77,6 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 PORT = env_int("PORT", 8000)
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -96,6 +96,11 @@ INSTALLED_APPS = [
     "ninja",  # django-ninja: its docs page's Swagger UI from static files (no CDN)
     "api",
 ]
+# daphne's app only replaces ``manage.py runserver`` with its ASGI server, and it imports
+# Twisted when Django starts (0.3-0.7 s of CPU): the deployed web process is the ``daphne``
+# command itself, and the scheduler, the workers and every other command do not serve.
+if sys.argv[1:2] == ["runserver"]:
+    INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

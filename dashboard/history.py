@@ -159,6 +159,8 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
     * ``first`` and ``at_dispatch``: the finish predicted when it was first placed and when it
       was dispatched, if the scheduler stored them on the chart (``eta_first_at``,
       ``eta_dispatch_at``; read with getattr, so this page works with or without them).
+    * ``due_state`` of a finished chart (``met``, ``missed``; a live one's is in ``live``) and
+      ``slack_s``: its due time minus its ETA (live) or the time it finished.
     * ``run``: the run time the duration estimate expected against the actual one.
     """
     out: dict[str, Any] = {"live": None, "due_state": None}
@@ -177,9 +179,11 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
             out["live"] = {"pos": row.get("pos"), "state": row.get("state") or chart.state,
                            "start": at("start_s"), "finish": at("finish_s"),
                            "due_state": row.get("due_state"), "slack_s": row.get("slack_s")}
+    out["slack_s"] = (out["live"] or {}).get("slack_s")
     if chart.due_at is not None and chart.state in FINAL_STATES:
-        out["due_state"] = finished_state(chart.due_at.timestamp(), (chart.finished_at or chart.updated_at).timestamp(),
-                                          chart.state == ChartState.SUCCEEDED)
+        finished = (chart.finished_at or chart.updated_at).timestamp()
+        out["due_state"] = finished_state(chart.due_at.timestamp(), finished, chart.state == ChartState.SUCCEEDED)
+        out["slack_s"] = chart.due_at.timestamp() - finished  # the due time minus when it finished
     out["first"] = _delta(getattr(chart, "eta_first_at", None), chart.finished_at)
     out["at_dispatch"] = _delta(getattr(chart, "eta_dispatch_at", None), chart.finished_at)
     expected = selectors.durations()(str(chart.org_id), chart.workflow.name)

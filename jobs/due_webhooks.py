@@ -6,8 +6,10 @@ The scheduler writes each rise on the chart (``due_alert``, ``due_alert_at``); t
 periodic sweep, beside the finished charts' (``jobs.webhooks``), turns each into one
 delivery, signed and retried like every other. Its cursor is the position ``(at,
 after_id)`` on ``(due_alert_at, id)`` (the partial index ``chart_due_alert``), re-read
-``SWEEP_OVERLAP`` back for rows committed late; the dedupe key names the chart and the
-time it rose, so a rise seen twice is sent once and a later rise again.
+``SWEEP_OVERLAP`` back for rows committed late (only the rises there without their
+delivery: one ETA pass stamps every rise with its time, so a burst larger than a page
+must not hide a late rise behind it); the dedupe key names the chart and the time it
+rose, so a rise seen twice is sent once and a later rise again.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from charts.models import Chart
-from jobs.models import SweepCursor, WebhookEvent
+from jobs.models import SweepCursor, WebhookDelivery, WebhookEvent
 from jobs.webhooks import SWEEP_LIMIT, SWEEP_OVERLAP, webhook_delivery_create
 
 EVENT = WebhookEvent.DUE_STATE_CHANGED
@@ -39,7 +41,33 @@ def due_payload(chart: Chart) -> dict[str, Any]:
 def dedupe_key(chart: Chart) -> str:
     """One delivery per rise (the chart and the time it rose); it carries the level in force
     when the sweep saw it (a fall in the seconds between is not a second rise)."""
-    return f"{EVENT}:{chart.pk}:{int(chart.due_alert_at.timestamp() * 1000)}"
+    return _key(chart.pk, chart.due_alert_at)
+
+
+def _key(pk: int, raised_at: datetime) -> str:
+    return f"{EVENT}:{pk}:{int(raised_at.timestamp() * 1000)}"
+
+
+def _late(raised, cursor: SweepCursor) -> list[Chart]:
+    """The rises in the ``SWEEP_OVERLAP`` before the position that have no delivery yet (a
+    write committed after a page went past its time), at most ``SWEEP_LIMIT``. The window is
+    read as ``(id, raised at)`` pairs, a page at a time on ``(due_alert_at, id)``, and each
+    rise's key looked up among the deliveries: a burst already delivered is neither loaded
+    whole again nor a first page that hides what is behind it."""
+    window = raised.filter(due_alert_at__gte=cursor.at - SWEEP_OVERLAP, due_alert_at__lte=cursor.at).filter(
+        Q(due_alert_at__lt=cursor.at) | Q(pk__lte=cursor.after_id))
+    missing: list[int] = []
+    chunk = window
+    while len(missing) < SWEEP_LIMIT:
+        pairs = list(chunk.values_list("pk", "due_alert_at")[:SWEEP_LIMIT])
+        keys = {_key(pk, at): pk for pk, at in pairs}
+        done = set(WebhookDelivery.objects.filter(dedupe_key__in=list(keys)).values_list("dedupe_key", flat=True))
+        missing += [pk for key, pk in keys.items() if key not in done]
+        if len(pairs) < SWEEP_LIMIT:
+            break
+        at, pk = pairs[-1][1], pairs[-1][0]
+        chunk = window.filter(Q(due_alert_at__gte=at) & (Q(due_alert_at__gt=at) | Q(pk__gt=pk)))
+    return list(raised.filter(pk__in=missing[:SWEEP_LIMIT])) if missing else []
 
 
 def sweep_due_states(now: datetime | None = None) -> int:
@@ -51,8 +79,7 @@ def sweep_due_states(now: datetime | None = None) -> int:
               .exclude(org__webhook_url="").select_related("org", "workflow").order_by("due_alert_at", "id"))
     after = Q(due_alert_at__gte=cursor.at) & (Q(due_alert_at__gt=cursor.at) | Q(pk__gt=cursor.after_id))
     page = list(raised.filter(after)[:SWEEP_LIMIT])
-    behind = list(raised.filter(due_alert_at__gte=cursor.at - SWEEP_OVERLAP, due_alert_at__lte=cursor.at)
-                  [:SWEEP_LIMIT])
+    behind = _late(raised, cursor)
     created = 0
     with transaction.atomic():
         for chart in {c.pk: c for c in behind + page}.values():

@@ -147,9 +147,10 @@ class WebhookDelivery(models.Model):
 
 
 class SweepCursor(models.Model):
-    """How far the periodic sweep has looked: the position ``(at, after_id)`` on
-    ``(Chart.updated_at, Chart.id)``. A page continues after it (keyset), so any number
-    of charts stamped with one ``updated_at`` are paged through, not re-read."""
+    """How far a periodic sweep has looked: the position ``(at, after_id)`` on
+    ``(Chart.updated_at, Chart.id)`` (``chart.finished``) or ``(Chart.due_alert_at,
+    Chart.id)`` (due warnings). A page continues after it (keyset), so any number of
+    charts stamped with one time are paged through, not re-read."""
 
     name = models.CharField(max_length=50, unique=True)
     at = models.DateTimeField()

@@ -86,12 +86,6 @@ class Org(models.Model):
     class Meta:
         ordering = ["name"]
 
-    @classmethod
-    def from_db(cls, db, field_names, values):
-        org = super().from_db(db, field_names, values)
-        org._loaded_turnaround = org.__dict__.get("turnaround")  # charts.signals: did it change on save?
-        return org
-
     def __str__(self) -> str:
         return self.name
 

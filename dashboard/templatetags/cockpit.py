@@ -48,6 +48,21 @@ def duration(seconds: float | None) -> str:
 
 
 @register.filter
+def slack(seconds: float | None, state: str | None = None) -> str:
+    """A due time's slack (the due time minus the ETA, or minus the finish) in words, for the
+    chart's due ``state``: ``2 h 10 min to spare``, ``late by 25 min``; finished, ``met with
+    10 min to spare``, ``missed by 5 min`` (or, failed in time, ``ended 5 min before it was due``)."""
+    if seconds is None:
+        return ""
+    by = duration(abs(seconds)) if abs(seconds) >= 0.5 else "under 1 s"
+    if state == "met":
+        return f"met with {by} to spare"
+    if state == "missed":
+        return f"missed by {by}" if seconds < 0 else f"ended {by} before it was due"
+    return f"late by {by}" if seconds < 0 else f"{by} to spare"
+
+
+@register.filter
 def first_line(text: str) -> str:
     return history.first_line(text)
 

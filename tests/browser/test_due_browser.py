@@ -3,6 +3,8 @@ per org, the charts at risk or late least slack first with why, "Prioritise at r
 control, audited), and no accessibility violation of its own (axe-core, WCAG 2 A and AA)."""
 from __future__ import annotations
 
+import os
+import shutil
 from datetime import timedelta
 
 import pytest
@@ -14,7 +16,7 @@ from common import snapshot
 from control.models import AuditEntry
 from orgs.services import org_set_turnaround
 from tests.browser import axe
-from tests.browser.conftest import ARTIFACTS, login
+from tests.browser.conftest import ARTIFACTS, ROOT, login
 from tests.factories import make_chart, make_org, make_user, make_workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -65,6 +67,8 @@ def test_the_due_panel_counts_lists_by_slack_prioritises_and_adds_no_violation(
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.locator("#due-panel").screenshot(path=str(ARTIFACTS / "due-panel.png"))
+    if os.environ.get("FAIRSCHED_UPDATE_SCREENSHOT") == "1":  # docs/due-panel.png, for the README
+        shutil.copy(ARTIFACTS / "due-panel.png", ROOT / "docs" / "due-panel.png")
     found = axe.violations(page, within="#due-panel")
     assert not found, "axe-core found violations in the Due panel:\n" + axe.report({"Due panel": found})
     # the check sees the panel: a faint text put into it is found

@@ -2,6 +2,7 @@
 page, the admin's filter, and "Prioritise at risk" (one audited action, undone per chart)."""
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from control import services as control_services
 from control.models import AuditEntry
 from dashboard.controls import apply_control
 from dashboard.simulate import publish_from_db
+from dashboard.templatetags import cockpit
 from orgs import services as org_services
 from tests.factories import make_org, make_user, make_workflow
 
@@ -53,6 +55,50 @@ def test_status_json_and_the_pages_show_the_due_times(due_backlog):
     dash = staff.get("/dashboard/state.json").json()
     assert dash["due"]["counts"]["late"] >= 1 and dash["due"]["charts"][0]["org"] == due_backlog["acme"].pk
     assert 'id="due-panel"' in staff.get("/dashboard/").content.decode()
+
+
+def _slack_text(client, chart) -> str:
+    html = client.get(f"/charts/{chart.pk}/").content.decode()
+    m = re.search(r'<span[^>]*id="chart-slack"[^>]*>([^<]*)</span>', html)
+    assert m, "the chart page shows no slack"
+    return m.group(1)
+
+
+def test_the_chart_page_words_the_slack(due_backlog):
+    """The due time minus the ETA, in words as the pages word durations: 600 s charts one
+    after the other against a 30-minute turnaround are 20 min ahead, then 20 min behind for
+    each chart before them; a finished chart's is against the time it finished."""
+    staff = Client()
+    staff.force_login(due_backlog["operator"])
+    first, _, third, _, _, last = due_backlog["charts"]
+    assert _slack_text(staff, first) == "20 min to spare"
+    assert _slack_text(staff, third) == "late by 20 min"
+    assert _slack_text(staff, last) == "late by 1 h 20 min"
+    Chart.objects.filter(pk=first.pk).update(state="succeeded", finished_at=first.due_at - timedelta(minutes=10))
+    Chart.objects.filter(pk=third.pk).update(state="succeeded", finished_at=third.due_at + timedelta(minutes=25))
+    Chart.objects.filter(pk=last.pk).update(state="failed", finished_at=last.due_at - timedelta(minutes=5))
+    assert _slack_text(staff, first) == "met with 10 min to spare"
+    assert _slack_text(staff, third) == "missed by 25 min"
+    assert _slack_text(staff, last) == "ended 5 min before it was due"  # failed: missed all the same
+
+
+def test_a_chart_without_an_eta_has_no_slack(due_backlog):
+    staff = Client()
+    staff.force_login(due_backlog["operator"])
+    chart = due_backlog["charts"][1]
+    services.chart_pause(chart=chart.pk)
+    publish_from_db()
+    assert _slack_text(staff, chart) == "no ETA, so no slack"
+    assert 'id="chart-due-state">at_risk<' in staff.get(f"/charts/{chart.pk}/").content.decode()
+
+
+@pytest.mark.parametrize("seconds, state, words", [
+    (7800, None, "2 h 10 min to spare"), (-1500, "late", "late by 25 min"), (45, "at_risk", "45 s to spare"),
+    (-0.2, "late", "late by under 1 s"), (0, "on_time", "under 1 s to spare"),
+    (600, "met", "met with 10 min to spare"), (-90, "missed", "missed by 1 min 30 s"), (None, None, ""),
+])
+def test_the_slack_in_words(seconds, state, words):
+    assert cockpit.slack(seconds, state) == words
 
 
 def test_prioritise_at_risk_is_one_audited_action_undone_per_chart(due_backlog):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from charts.models import Chart, ChartState
@@ -79,3 +81,58 @@ def test_a_row_committed_late_within_the_overlap_is_still_found(org):
     Chart.objects.filter(pk=late.pk).update(state=ChartState.FAILED, finished_at=stamp, updated_at=stamp)
     assert webhooks.sweep_finished_charts(t0 + timedelta(seconds=10)) == 1
     assert _delivered() == {early.pk, late.pk}
+
+
+def test_the_page_and_the_overlap_are_read_in_keyset_order_from_an_index(org):
+    """Both reads order by ``(updated_at, id)``: the index ``chart_updated_id`` gives that
+    order, so the database reads a page's rows and stops, instead of sorting every final
+    chart after the cursor on each sweep (PostgreSQL's index on ``updated_at`` alone left
+    ties in no order: a sort). Forced here (the test tables are too small for the planner
+    to prefer it): SQLite's ``INDEXED BY``, PostgreSQL with sorts and other scans off."""
+    at = timezone.now()
+    webhooks.sweep_finished_charts(at)
+    charts = _queued(org, 3)
+    Chart.objects.filter(pk__in=[c.pk for c in charts]).update(state=ChartState.CANCELLED, finished_at=at,
+                                                               updated_at=at + timedelta(seconds=1))
+    with CaptureQueriesContext(connection) as queries:
+        webhooks.sweep_finished_charts(at + timedelta(seconds=2))
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "charts_chart"."id"')]
+    assert len(reads) == 2 and all('ORDER BY "charts_chart"."updated_at" ASC, "charts_chart"."id" ASC' in sql
+                                   for sql in reads), reads
+    for sql in reads:
+        with connection.cursor() as cur:
+            if connection.vendor == "sqlite":
+                cur.execute("EXPLAIN QUERY PLAN " + sql.replace('FROM "charts_chart"',
+                                                                'FROM "charts_chart" INDEXED BY chart_updated_id', 1))
+                plan = " | ".join(str(row[-1]) for row in cur.fetchall())
+                assert "USING INDEX chart_updated_id" in plan and "TEMP B-TREE" not in plan, plan
+            else:
+                with transaction.atomic():
+                    for knob in ("seqscan", "bitmapscan", "sort", "incremental_sort"):
+                        cur.execute(f"SET LOCAL enable_{knob} = off")
+                    cur.execute("EXPLAIN " + sql)
+                    plan = "\n".join(row[0] for row in cur.fetchall())
+                assert "chart_updated_id" in plan and "Sort" not in plan, plan
+
+
+def test_a_late_due_warning_behind_a_burst_larger_than_a_page_is_still_sent(org, monkeypatch):
+    """The due-state sweep (``jobs.due_webhooks``) re-reads the ``SWEEP_OVERLAP`` before its
+    position for rises committed late. It read that window's first page, delivered or not:
+    behind a burst of one ETA pass larger than a page (every rise stamped with the pass's
+    time), a late rise was never read, however many sweeps ran."""
+    from fairsched.engine import db
+    from jobs import due_webhooks
+
+    monkeypatch.setattr(due_webhooks, "SWEEP_LIMIT", LIMIT)
+    t0 = timezone.now()
+    due_webhooks.sweep_due_states(t0)  # the cursor exists before the burst
+    *burst, late = _queued(org, LIMIT + 3)
+    db.record_due_alerts({c.pk: 1 for c in burst}, [c.pk for c in burst], t0.timestamp() + 1)
+    assert due_webhooks.sweep_due_states(t0 + timedelta(seconds=2)) == LIMIT  # a full page
+    assert due_webhooks.sweep_due_states(t0 + timedelta(seconds=3)) == 2      # the rest: the position moves on
+    # stamped after the burst and before the position, committed now: only the overlap finds it
+    db.record_due_alerts({late.pk: 1}, [late.pk], t0.timestamp() + 1.5)
+    made = [due_webhooks.sweep_due_states(t0 + timedelta(seconds=4 + i)) for i in range(3)]
+    assert made == [1, 0, 0]
+    keys = WebhookDelivery.objects.filter(event=due_webhooks.EVENT).values_list("dedupe_key", flat=True)
+    assert {int(k.split(":")[1]) for k in keys} == {c.pk for c in burst} | {late.pk}

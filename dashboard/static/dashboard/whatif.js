@@ -1,17 +1,16 @@
 /* What-if previews (/dashboard/whatif.json): each org's clear-time and at-risk count before and
  * after a change, shown while the operator types, before "Set" (the dashboard) or "Save" (the
- * admin's org and settings forms). Changes nothing: the scheduler computes it on a copy.
- * Static and standalone (the admin loads it without live.js); no inline script (CSP). */
+ * admin's org, cost and settings forms); for Hold / Release, while the button is pointed at or
+ * focused, before it is pressed. Changes nothing: the scheduler computes it on a copy.
+ * Static, no inline script (CSP); needs live.js (FairLive.clock) loaded before it, as every page
+ * that loads it does. */
 (function () {
   "use strict";
   const URL_ = "/dashboard/whatif.json";
   const esc = (v) => String(v == null ? "" : v).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
-  const when = (iso) => {
-    if (iso == null) return "no clear-time";
-    const d = new Date(iso), now = new Date();
-    const t = d.toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
-    return d.toDateString() === now.toDateString() ? t : d.toLocaleDateString([], {month: "short", day: "numeric"}) + " " + t;
-  };
+  // The pages' one time format (live.js, loaded first by the dashboard and the admin): 24 h
+  // "14:05", "Nov 30 14:05" when not today; never the locale's 12 h "02:05 PM".
+  const when = (iso) => (iso == null ? "no clear-time" : FairLive.clock(FairLive.parseIso(iso)));
   const names = () => {
     const m = new Map();
     document.querySelectorAll("[data-org-id][data-org-name]").forEach((el) => m.set(String(el.dataset.orgId), el.dataset.orgName));
@@ -54,6 +53,7 @@
 
   function preview(out, query, label) {
     const mine = ++seq;
+    out.dataset.query = new URLSearchParams(query).toString();
     out.hidden = false;
     out.dataset.state = "loading";
     out.innerHTML = `<p class="muted">Previewing ${esc(label)}…</p>`;
@@ -68,7 +68,7 @@
     timers.set(inp, setTimeout(fn, 400));
   }
 
-  function clear(out) { if (out) { out.hidden = true; out.innerHTML = ""; } }
+  function clear(out) { if (out) { out.hidden = true; out.innerHTML = ""; delete out.dataset.query; } }
 
   document.addEventListener("input", (ev) => {
     const inp = ev.target;
@@ -87,9 +87,46 @@
       const row = inp.closest("[data-org-id]");
       out = region("whatif-orgs", document.getElementById("orgs"));
       query = {org: row.dataset.orgId, workflow: inp.dataset.workflow, cost: v}; label = `cost ${v}`;
+    } else if (inp.id === "id_cost" || /^costs-\d+-cost$/.test(inp.id.replace(/^id_/, ""))) {
+      // the admin's cost forms: a WorkflowCost row's (its org and workflow selects), or the org form's inline row
+      const pick = (id) => { const el = document.getElementById(id); return el ? el.value : ""; };
+      const org = inp.id === "id_cost" ? pick("id_org") : document.body.dataset.whatifOrg;
+      const workflow = pick(inp.id.replace(/cost$/, "workflow"));
+      if (!org || !workflow) return;  // nothing to preview until both are chosen
+      out = region("whatif-cost", inp.id === "id_cost" ? inp.closest(".form-row") || inp : inp.closest(".inline-group") || inp);
+      query = {org, workflow, cost: v}; label = `cost ${v}`;
     } else return;
     if (v === "" || v === inp.defaultValue) { clearTimeout(timers.get(inp)); clear(out); return; }
     later(inp, () => preview(out, query, label));
+  });
+
+  // Escape puts the shown value back (dashboard.js): the preview of the typed one goes with it.
+  document.addEventListener("keydown", (ev) => {
+    const inp = ev.target;
+    if (ev.key !== "Escape" || !(inp instanceof HTMLInputElement)) return;
+    const id = inp.id === "budget-input" ? "whatif-budget" : inp.matches("input[data-field]") ? "whatif-orgs" : null;
+    if (id) { clearTimeout(timers.get(inp)); clear(document.getElementById(id)); }
+  });
+
+  // Hold / Release on the dashboard: previewed while the pointer or the focus is on the button,
+  // before it is pressed (the press applies it, as "Set" does).
+  function holdPreview(ev) {
+    const b = ev.target.closest && ev.target.closest("button[data-action=hold], button[data-action=release]");
+    const row = b && b.closest("[data-org-id]");
+    if (!row) return;
+    const hold = b.dataset.action === "hold" ? "1" : "0";
+    const out = region("whatif-orgs", document.getElementById("orgs"));
+    const query = {org: row.dataset.orgId, hold};
+    if (out.dataset.query === new URLSearchParams(query).toString() && !out.hidden) return;  // shown already
+    const label = `${b.dataset.action} ${row.dataset.orgName || "org " + row.dataset.orgId}`;
+    later(out, () => preview(out, query, label));
+  }
+  document.addEventListener("mouseover", holdPreview);
+  document.addEventListener("focusin", holdPreview);
+  document.addEventListener("mouseout", (ev) => {  // a pointer passing over the button asks nothing
+    const b = ev.target.closest && ev.target.closest("button[data-action=hold], button[data-action=release]");
+    const out = document.getElementById("whatif-orgs");
+    if (b && out && !b.contains(ev.relatedTarget) && b !== document.activeElement) clearTimeout(timers.get(out));
   });
 
   // The capacity planner (the budget card): the smallest budget for a clear-by time, or the due times.
@@ -129,6 +166,9 @@
   // After "Set" the preview is spent: the next snapshot shows the real thing.
   document.addEventListener("submit", (ev) => { if (ev.target.id === "budget-form") clear(document.getElementById("whatif-budget")); });
   document.addEventListener("click", (ev) => {
-    if (ev.target.closest && ev.target.closest("button[data-action=set_weight]")) clear(document.getElementById("whatif-orgs"));
+    if (ev.target.closest && ev.target.closest("button[data-action=set_weight], button[data-action=hold], button[data-action=release]")) {
+      clearTimeout(timers.get(document.getElementById("whatif-orgs")));
+      clear(document.getElementById("whatif-orgs"));
+    }
   });
 })();
