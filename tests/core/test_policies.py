@@ -145,6 +145,25 @@ def test_backfill_on_a_static_backlog_starts_nothing_later_and_keeps_every_eta(d
     assert max(c.finish_s for c in bf.charts) <= max(c.finish_s for c in strict.charts) + 1e-9
 
 
+def test_backfill_idles_less_budget_though_its_share_used_while_waiting_can_be_lower():
+    """docs/scheduling.md, "Backfill": budget 2, A (cost 1, 300 s), B (cost 2, 300 s),
+    C (cost 1, 100 s) at 0. Strict idles 300 of 1,200 budget-seconds while charts wait
+    (75%); backfill starts C beside A and idles 200 of 600 (66.7%): less idle budget, all
+    done sooner, and a lower share. What is promised is the idle budget-seconds, not the share."""
+    est = Durations({(None, "a"): 300.0, (None, "b"): 300.0, (None, "c"): 100.0})
+    costs = {("o", "a"): 1, ("o", "b"): 2, ("o", "c"): 1}
+    arrivals = [Arrival("A", "o", "a", 0.0, 300.0), Arrival("B", "o", "b", 0.0, 300.0),
+                Arrival("C", "o", "c", 0.0, 100.0)]
+    kw = dict(budget=2, weights={"o": 1}, costs=costs, estimate=est)
+    strict, bf = simulate(arrivals, **kw), simulate(arrivals, dispatch="backfill", **kw)
+    assert {c.id: c.start_s for c in strict.charts} == {"A": 0.0, "B": 300.0, "C": 600.0}
+    assert {c.id: c.start_s for c in bf.charts} == {"A": 0.0, "B": 300.0, "C": 0.0}
+    s, b = strict.summary, bf.summary
+    assert (s["budget_idle_while_waiting_s"], b["budget_idle_while_waiting_s"]) == (300.0, 200.0)
+    assert s["budget_use_while_waiting"] == pytest.approx(0.75)
+    assert b["budget_use_while_waiting"] == pytest.approx(2 / 3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_backfill_beyond_the_depth_still_starts_nothing_later(data):
