@@ -116,14 +116,17 @@ class RoundState(models.Model):
 class OrgRoundState(models.Model):
     """One org's round-robin state: ``last`` (its highest assigned round, null: none),
     ``used`` (its charts, queued or dispatched, holding ``last``), ``in_head`` (its
-    charts dispatched in round ``head``) and the weight they were computed under. Under
-    the share ``work`` ``used`` and ``in_head`` count budget-seconds (floats)."""
+    charts dispatched in round ``head``, or in round ``in_round`` when that is set: under
+    the dispatch ``backfill`` an org may have dispatched from a round above ``head``) and
+    the weight they were computed under. Under the share ``work`` ``used`` and
+    ``in_head`` count budget-seconds (floats)."""
 
     org = models.OneToOneField("orgs.Org", on_delete=models.CASCADE, primary_key=True,
                                related_name="round_state")
     last = models.BigIntegerField(null=True, blank=True)
     used = models.FloatField(default=0)
     in_head = models.FloatField(default=0)
+    in_round = models.BigIntegerField(null=True, blank=True)
     weight = models.PositiveIntegerField(default=0)
 
     class Meta:

@@ -65,3 +65,41 @@ def test_the_round_state_under_charts_reads_back_whole_numbers():
     assert saved.share == ("charts", None)
     assert all(isinstance(o.used, int) and isinstance(o.in_head, int) for o in saved.orgs.values())
     assert saved == state.queue.export_rounds()
+
+
+def test_a_restart_under_backfill_reads_back_the_round_an_org_dispatched_from_above_the_head():
+    """Budget 4; B's R (cost 1, 700 s) runs. A (weight 2): a0 (300 s) and the wide a1
+    (cost 3) hold round 0, the short a2 (100 s) round 1. Backfill starts a0 and a2; the head
+    stays 0 while A has dispatched from round 1 (``OrgRoundState.in_round``). After a
+    restart a re-rank of A counts from there, as in the scheduler that never stopped."""
+    from django.utils import timezone
+
+    from charts.models import Chart, ChartState
+    from control.models import SchedulerSettings
+    from tests.factories import make_cost
+
+    policies_set(dispatch="backfill")
+    s = SchedulerSettings.get()
+    s.budget = 4
+    s.save()
+    a, b = make_org("A", weight=2), make_org("B")
+    w, big, short = make_workflow("code"), make_workflow("audit"), make_workflow("lint")
+    make_cost(a, big, 3)
+    make_chart(b, big, state=ChartState.RUNNING, dispatched_cost=1, started_at=timezone.now())
+    a0, a1, a2 = (make_chart(a, wf) for wf in (w, big, short))
+    averages = {(None, "code"): 300.0, (None, "audit"): 700.0, (None, "lint"): 100.0}
+    state = LiveState(dataclasses.replace(db.read_world(), averages=averages))
+    q = state.queue
+    assert q.dispatch_policy == "backfill" and [q.round_of(str(c.pk)) for c in (a0, a1, a2)] == [0, 0, 1]
+    started = q.dispatch(3, state.running_charts(), timezone.now().timestamp(), state.durations)
+    assert [c.id for c in started] == [str(a0.pk), str(a2.pk)] and q.head == 0
+    db.save_rounds(q.export_rounds(), q.take_round_changes())
+    assert OrgRoundState.objects.get(org=a).in_round == 1
+    Chart.objects.filter(pk__in=[a0.pk, a2.pk]).update(state=ChartState.RUNNING, dispatched_cost=1,
+                                                        started_at=timezone.now())
+
+    again = LiveState(db.read_world())
+    assert again.queue.export_rounds() == q.export_rounds()
+    for queue in (q, again.queue):
+        queue.set_weight(str(a.pk), 1)
+    assert again.queue.round_of(str(a1.pk)) == q.round_of(str(a1.pk)) == 2

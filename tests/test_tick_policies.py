@@ -60,6 +60,24 @@ async def test_share_switched_back_to_charts_live_gives_the_charts_order_again(r
     assert r.store.saved.share == ("charts", None)
 
 
+async def test_quantum_s_alone_switched_live_under_work_reranks(rig):
+    """Under work, quantum 600 s: org 1's charts (1200 s) take two turns each (ORDER_WORK).
+    A switch of quantum_s alone to 1200 s re-ranks every org: org 1's charts take one turn
+    each (rounds 0 1 2 3), org 2's half a turn (0 0 1 1), and dispatch follows the new order."""
+    r = rig(budget=1, charts=8, weights=(1, 1))
+    long_and_short(r)
+    r.store.config = dataclasses.replace(r.store.config, share="work", quantum_s=600.0)
+    await r.lead()
+    assert r.s.state.queue.order() == ORDER_WORK
+    switch(r, quantum_s=1200.0)
+    await r.tick()
+    assert (r.s.state.queue.share, r.s.state.queue.quantum_s) == ("work", 1200.0)
+    assert r.temporal.start_calls == [1]  # the new order's head, not chart 2
+    assert r.s.state.queue.order() == ["2", "4", "3", "6", "8", "5", "7"]
+    await r.tick()
+    assert r.store.saved.share == ("work", 1200.0)
+
+
 async def test_dispatch_backfill_switched_on_live_starts_a_short_chart_past_a_blocked_head(rig):
     """Budget 3, org 1 (weight 2): chart 1 costs 2 and chart 2 costs 3, 100 s each; org 2's
     chart 3 costs 1 and takes 50 s. Strict: 1 starts, 2 waits for 3 units, 3 waits behind it.

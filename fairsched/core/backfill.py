@@ -117,7 +117,7 @@ class RoundBackfill:
             s = orgs.get(org)
             if s is not None:
                 last, used = self.cursor(org)
-                orgs[org] = OrgRounds(last, used if last is not None else 0, s.in_head, s.weight)
+                orgs[org] = OrgRounds(last, used if last is not None else 0, s.in_head, s.weight, s.in_round)
         return RoundState(rounds.head, rounds.budget, orgs, rounds.share)
 
     def behind(self, head: int) -> list[str]:

@@ -188,7 +188,8 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
                 if s.last is not None:
                     q._last[org], q._used[org] = s.last, s.used
                 if s.in_head:
-                    q._disp_round[org], q._disp_count[org] = q._head, s.in_head
+                    r = q._head if s.in_round is None else int(s.in_round)
+                    q._disp_round[org], q._disp_count[org] = r, s.in_head
             q._enter(queued, with_round=True)
             keys = []
             rerank_all = state.budget != q._budget or tuple(state.share) != q.share_key
@@ -298,8 +299,10 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         orgs = {}
         for org, w in self._weights.items():
             last = self._last.get(org)
-            in_head = self._disp_count.get(org, 0) if self._disp_round.get(org) == head else 0
-            orgs[org] = OrgRounds(last, self._used.get(org, 0) if last is not None else 0, in_head, w)
+            r = self._disp_round.get(org)
+            in_head = self._disp_count.get(org, 0) if r is not None and r >= head else 0
+            in_round = r if in_head and r > head else None  # (only under backfill)
+            orgs[org] = OrgRounds(last, self._used.get(org, 0) if last is not None else 0, in_head, w, in_round)
         return RoundState(head, self._budget, orgs, self.share_key)
 
     def take_round_changes(self) -> dict[str, int | None]:

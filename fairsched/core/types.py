@@ -189,13 +189,17 @@ class OrgRounds:
     """One org's persistent round-robin state (contracts/simulate.md): ``last``, its
     highest assigned round (None: none), ``used``, how many of its charts, queued or
     dispatched, hold ``last``, and ``in_head``, how many it dispatched in round
-    ``head``. ``weight`` is the weight these were computed under: an org whose weight
-    changed while no scheduler ran is re-ranked on restore, as a live change would."""
+    ``head``, or in round ``in_round`` when that is set: under backfill an org may have
+    dispatched from a round above ``head`` (a chart started ahead of its round), and a
+    re-rank counts from there. ``weight`` is the weight these were computed under: an
+    org whose weight changed while no scheduler ran is re-ranked on restore, as a live
+    change would."""
 
     last: int | None
     used: float  # charts (share "charts"), budget-seconds (share "work")
     in_head: float
     weight: int
+    in_round: int | None = None  # the round ``in_head`` counts in, when above ``head``
 
 
 @dataclass(frozen=True, slots=True)

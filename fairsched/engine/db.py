@@ -155,7 +155,7 @@ def round_state() -> CoreRoundState | None:
     work = row.share == Share.WORK  # the row's text
     # under Share.CHARTS used and in_head count charts: ints, as the core gives them
     orgs = {str(o.org_id): OrgRounds(o.last, o.used if work else int(o.used), o.in_head if work else int(o.in_head),
-                                     o.weight) for o in OrgRoundState.objects.all()}
+                                     o.weight, o.in_round) for o in OrgRoundState.objects.all()}
     return CoreRoundState(row.head, row.budget, orgs, (row.share, row.quantum_s if work else None))
 
 
@@ -179,7 +179,7 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Wo
     current = {str(o.org_id): o for o in OrgRoundState.objects.all()}
     for org, s in state.orgs.items():
         o = current.get(org)
-        values = {"last": s.last, "used": s.used, "in_head": s.in_head, "weight": s.weight}
+        values = {"last": s.last, "used": s.used, "in_head": s.in_head, "in_round": s.in_round, "weight": s.weight}
         if o is None:
             if Org.objects.filter(pk=int(org)).exists():
                 OrgRoundState.objects.create(org_id=int(org), **values)

@@ -35,7 +35,7 @@ def _same_rounds(whole: RoundState, head: RoundState, truncated: frozenset[str])
         return True
     if not truncated or (whole.head, whole.budget, whole.orgs.keys()) != (head.head, head.budget, head.orgs.keys()):
         return False
-    return all(w == h if org not in truncated else (w.in_head, w.weight) == (h.in_head, h.weight)
+    return all(w == h if org not in truncated else (w.in_head, w.in_round, w.weight) == (h.in_head, h.in_round, h.weight)
                for org, w, h in ((o, whole.orgs[o], head.orgs[o]) for o in whole.orgs))
 
 

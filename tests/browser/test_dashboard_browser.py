@@ -180,3 +180,31 @@ def test_the_schedulers_cost_and_weight_events_update_the_page(browser, browser_
     expect(cost_input).to_have_value("4", timeout=5_000)
     expect(page.locator(f'#orgs tr[data-org-id="{beta.pk}"] button[data-action="release"]')).to_be_visible(
         timeout=5_000)
+
+
+def test_the_share_legend_follows_the_policy_in_force(browser, browser_server, redis_layer_publish, world):
+    """Under the orgs table, what fairness counts is said for the share in force: the
+    snapshot's ``policies``, switched live without a reload (charts -> work -> charts)."""
+    redis_layer_publish()
+    page = open_dashboard(browser, browser_server)
+    legend = page.locator("#share-legend")
+    charts_text = "Fairness counts charts per round, not cost"
+    work_text = "Fairness counts work per round (cost × estimated duration), not charts"
+    expect(legend).to_contain_text(charts_text)
+    expect(legend).not_to_contain_text(work_text)
+    page.evaluate("window.__not_reloaded = true")
+
+    s = SchedulerSettings.get()
+    s.share = "work"
+    s.save()
+    redis_layer_publish()
+    expect(page.locator("#policy-text")).to_contain_text("share work", timeout=5_000)
+    expect(legend).to_contain_text(work_text)
+    expect(legend).not_to_contain_text(charts_text)
+
+    s.share = "charts"
+    s.save()
+    redis_layer_publish()
+    expect(page.locator("#policy-text")).to_contain_text("share charts", timeout=5_000)
+    expect(legend).to_contain_text(charts_text)
+    assert page.evaluate("window.__not_reloaded === true"), "the legend changed by a reload, not live"

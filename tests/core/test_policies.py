@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsched.core import Durations, FairQueue, QueuedChart
+from fairsched.core import Durations, FairQueue, QueuedChart, RunningChart
 from fairsched.core.rules import arrival_round, arrival_turn
 from fairsched.core.simulator import Arrival, simulate
 
@@ -145,6 +145,25 @@ def test_backfill_on_a_static_backlog_starts_nothing_later_and_keeps_every_eta(d
     assert max(c.finish_s for c in bf.charts) <= max(c.finish_s for c in strict.charts) + 1e-9
 
 
+def test_backfill_idles_less_budget_though_its_share_used_while_waiting_can_be_lower():
+    """docs/scheduling.md, "Backfill": budget 2, A (cost 1, 300 s), B (cost 2, 300 s),
+    C (cost 1, 100 s) at 0. Strict idles 300 of 1,200 budget-seconds while charts wait
+    (75%); backfill starts C beside A and idles 200 of 600 (66.7%): less idle budget, all
+    done sooner, and a lower share. What is promised is the idle budget-seconds, not the share."""
+    est = Durations({(None, "a"): 300.0, (None, "b"): 300.0, (None, "c"): 100.0})
+    costs = {("o", "a"): 1, ("o", "b"): 2, ("o", "c"): 1}
+    arrivals = [Arrival("A", "o", "a", 0.0, 300.0), Arrival("B", "o", "b", 0.0, 300.0),
+                Arrival("C", "o", "c", 0.0, 100.0)]
+    kw = dict(budget=2, weights={"o": 1}, costs=costs, estimate=est)
+    strict, bf = simulate(arrivals, **kw), simulate(arrivals, dispatch="backfill", **kw)
+    assert {c.id: c.start_s for c in strict.charts} == {"A": 0.0, "B": 300.0, "C": 600.0}
+    assert {c.id: c.start_s for c in bf.charts} == {"A": 0.0, "B": 300.0, "C": 0.0}
+    s, b = strict.summary, bf.summary
+    assert (s["budget_idle_while_waiting_s"], b["budget_idle_while_waiting_s"]) == (300.0, 200.0)
+    assert s["budget_use_while_waiting"] == pytest.approx(0.75)
+    assert b["budget_use_while_waiting"] == pytest.approx(2 / 3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_backfill_beyond_the_depth_still_starts_nothing_later(data):
@@ -190,6 +209,87 @@ def test_the_guard_keeps_a_chart_whose_bound_would_delay_a_reservation():
     short = {c.id: c for c in simulate(arrivals[:2] + [Arrival("s0", "b", "short", 0.0, 200.0)], dispatch="backfill",
                                        **{**kw, "estimate": Durations({**est.averages, (None, "short"): 200.0})}).charts}
     assert short["s0"].start_s == 0.0  # 1.5 x 200 = 300 s ends before 400 s: backfilled
+
+# ------------------------------------------------------------------ switching live
+POLICY_SETS = st.sampled_from([("charts", 600.0), ("work", 600.0), ("work", 1200.0), ("work", 250.0)])
+
+
+@settings(max_examples=80, deadline=None)
+@given(charts=st.lists(st.tuples(st.sampled_from(ORGS), st.integers(1, 4), st.integers(0, 9)), max_size=40),
+       weights=st.tuples(*[st.integers(0, 3)] * 4), budget=st.integers(0, 6), before=POLICY_SETS, after=POLICY_SETS,
+       dispatch=st.sampled_from(["strict", "backfill"]))
+def test_set_policies_before_any_dispatch_gives_the_queue_built_under_the_new_ones(charts, weights, budget, before,
+                                                                                  after, dispatch):
+    """A switch of share or quantum_s (nothing dispatched yet) re-ranks every org from the
+    head: the order, the rounds, each chart's share and the round state are those of the
+    queue built under the new policies from the start."""
+    w = dict(zip(ORGS, weights))
+    costs = {(o, f"c{c}"): c for o in ORGS for c in range(1, 5)}
+    est = Durations({(None, f"c{c}"): 300.0 * c for c in range(1, 5)})
+    backlog = [QueuedChart(f"x{i}", o, f"c{c}", float(i), i, priority=f == 0, paused=f == 1)
+               for i, (o, c, f) in enumerate(charts)]
+    kw = dict(budget=budget, weights=w, costs=costs, estimate=est)
+    q = FairQueue.from_backlog(backlog, share=before[0], quantum_s=before[1], **kw)
+    changed = q.set_policies(share=after[0], quantum_s=after[1], dispatch=dispatch)
+    fresh = FairQueue.from_backlog(backlog, share=after[0], quantum_s=after[1], dispatch=dispatch, **kw)
+    assert changed == (q.share_key != FairQueue(share=before[0], quantum_s=before[1], budget=1, weights={}).share_key
+                       or dispatch != "strict")
+    assert q.order() == fresh.order()
+    assert (q.held, q.paused, q.blocked) == (fresh.held, fresh.paused, fresh.blocked)
+    assert {c: (q.round_of(c), q.share_of(c)) for c in fresh.order()} == \
+        {c: (fresh.round_of(c), fresh.share_of(c)) for c in fresh.order()}
+    assert q.export_rounds() == fresh.export_rounds()
+    assert q.peek(budget) == fresh.peek(budget)
+
+
+def _ab(n=3):
+    """Orgs A and B of weight 1, ``n`` charts of 600 s each, interleaved by age."""
+    return [QueuedChart(f"{o}{i}", o.upper(), "w", float(2 * i + (o == "b")), 2 * i + (o == "b"))
+            for i in range(n) for o in "ab"]
+
+
+def test_set_policies_quantum_alone_under_work_reranks_counting_what_was_dispatched():
+    """Work, quantum 600 s: every chart (600 s) takes a turn, a0 b0 a1 b1 a2 b2 in rounds
+    0 0 1 1 2 2. a0 starts. Quantum 1200 s alone re-ranks: A counts a0's 600 s in round 0,
+    so a1 joins it there and a2 takes round 1; B's b0 b1 take round 0, b2 round 1."""
+    q = FairQueue.from_backlog(_ab(), budget=1, weights={"A": 1, "B": 1}, share="work", quantum_s=600.0)
+    assert q.order() == ["a0", "b0", "a1", "b1", "a2", "b2"]
+    assert [c.id for c in q.dispatch(1)] == ["a0"]
+    assert q.set_policies(quantum_s=1200.0) is True
+    assert q.order() == ["b0", "a1", "b1", "a2", "b2"]
+    assert {c: q.round_of(c) for c in q.order()} == {"b0": 0, "a1": 0, "b1": 0, "a2": 1, "b2": 1}
+    assert q.export_rounds().share == ("work", 1200.0)
+    assert q.set_policies(quantum_s=1200.0) is False  # the same again: nothing to do
+
+
+def test_set_policies_quantum_under_charts_and_dispatch_alone_rerank_nothing():
+    """Under charts the quantum means nothing: no change reported, no round moved. A switch of
+    dispatch alone changes only what starts (the backfill example's order stays)."""
+    q = FairQueue.from_backlog(_ab(), budget=1, weights={"A": 1, "B": 1}, track_rounds=True)
+    q.take_round_changes()
+    assert q.set_policies(quantum_s=1200.0) is False
+    assert q.quantum_s == 1200.0 and q.share_key == ("charts", None) and q.take_round_changes() == {}
+    est = Durations({(None, "wide"): 1000.0, (None, "short"): 300.0})
+    b = FairQueue(budget=4, weights={"a": 1, "b": 1}, costs={("a", "wide"): 4}, estimate=est, track_rounds=True)
+    b.add(QueuedChart("W", "a", "wide", 0.0, 0))
+    b.add(QueuedChart("s", "b", "short", 1.0, 1))
+    b.take_round_changes()
+    running = [RunningChart("r", "c", "wide", -100.0, 1)]  # 900 s left: W waits for it
+    assert b.peek(3, running, 0.0) == []
+    assert b.set_policies(dispatch="backfill") is True
+    assert b.order() == ["W", "s"] and b.take_round_changes() == {}
+    assert b.peek(3, running, 0.0) == ["s"]
+
+
+@pytest.mark.parametrize("field,value", [("share", "bytes"), ("dispatch", "eager"), ("quantum_s", 0),
+                                         ("quantum_s", float("nan"))])
+def test_set_policies_refuses_a_bad_value_naming_the_field_and_changes_nothing(field, value):
+    q = FairQueue.from_backlog(_ab(), budget=1, weights={"A": 1, "B": 1}, share="work")
+    before = (q.order(), q.export_rounds(), q.share, q.quantum_s, q.dispatch_policy)
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        q.set_policies(**{field: value})
+    assert (q.order(), q.export_rounds(), q.share, q.quantum_s, q.dispatch_policy) == before
+
 
 # ------------------------------------------------------------------ the contract
 def _example(name):

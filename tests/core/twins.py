@@ -90,3 +90,22 @@ class TwinQueues(RuleBasedStateMachine):
         assert live.export_rounds() == ref.export_rounds()
         free = ref.budget - sum(self.running.values())
         assert live.peek(free) == ref.peek(free)
+
+
+# dispatch "backfill": o3's short charts (bound 150 s) fit in most holes before a wide chart
+BACKFILL_ESTIMATE = Durations({**WORK_ESTIMATE.averages, ("o3", "w"): 100.0})
+
+
+class BackfillFairQueue(FairQueue):
+    """A FairQueue under ``dispatch = "backfill"`` (share "charts"), reserving only the
+    first 4 charts of the order (the rest take the strict walk), for the state machines."""
+
+    def __init__(self, **kw):
+        kw.setdefault("dispatch", "backfill")
+        kw.setdefault("estimate", BACKFILL_ESTIMATE)
+        kw.setdefault("depth", 4)
+        super().__init__(**kw)
+
+
+class BackfillWorkFairQueue(BackfillFairQueue, WorkFairQueue):
+    """Backfill under the share "work"."""

@@ -156,6 +156,9 @@ def test_set_policies_control_switches_them_audited_and_refuses_a_bad_value_nami
     assert SchedulerSettings.get().dispatch == "backfill"
     page = c.get("/dashboard/").content.decode()
     assert 'id="policies-form"' in page and "policy: share work (quantum 120 s), dispatch backfill" in page
+    legend = page.split('id="share-legend"', 1)[1].split("</p>", 1)[0].split(">", 1)[1]
+    assert legend.startswith("Budget / weight") and "Fairness counts work per round" in legend
+    assert "charts per round" not in legend  # the charts share's text is only in the data attribute
 
 
 def test_control_post_needs_csrf(two_orgs, operator, redis_url):

@@ -1,9 +1,11 @@
 """The policies (issue 23) switched live: a real scheduler and worker on a Temporal dev
 server and Redis. While a chart runs, the operator switches to ``share = work`` and
 ``dispatch = backfill``; the scheduler re-ranks, dispatch follows the new order, and the
-running cost Temporal saw never exceeds the budget."""
+running cost Temporal saw never exceeds the budget. At budget 3, backfill switched on
+while a wide chart waits starts the short chart behind it, which strict held back."""
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -59,3 +61,49 @@ def test_switching_to_work_and_backfill_while_charts_run_reorders_dispatch_withi
                  for d in closed_in_temporal(temporal, ids).values()]
     assert max_concurrent_cost(intervals) == 1  # the budget, never more
     assert {len(temporal.executions(workflow_id(c))) for c in ids} == {1}
+
+
+def test_backfill_switched_on_while_a_wide_chart_waits_starts_the_short_one_behind_it(live, temporal):
+    """Budget 3. R (cost 1) runs 8 s (estimated 20 s); the wide W (cost 3) is next and
+    waits for R; the short S (cost 1, estimated 1 s, 90% bound 1.5 s) is behind W. Under
+    strict S waits behind W. Switched to backfill while R runs, S starts at once: it fits in
+    the 2 free units and ends long before W's reservation (R's estimated finish). W starts
+    only once R has ended; Temporal's start and close times show it, and the running cost
+    never exceeds the budget."""
+    from orgs.models import WorkflowCost
+
+    configure(budget=3)
+    r_org, w_org, s_org = make_org("Rho", weight=1), make_org("Wide", weight=1), make_org("Short", weight=1)
+    long, wide, short = (make_workflow(n, temporal_type="DemoChart") for n in ("long", "wide", "short"))
+    WorkflowCost.objects.create(org=w_org, workflow=wide, cost=3)
+    for org, wf, mean in ((r_org, long, 20.0), (w_org, wide, 3.0), (s_org, short, 1.0)):
+        DurationStat.objects.create(org=org, workflow=wf, count=1000, total_s=1000 * mean, mean_s=mean)
+    start = timezone.now() - timedelta(hours=1)
+    r = make_chart(r_org, long, created_at=start, payload={"seconds": 8}).pk
+    w = make_chart(w_org, wide, created_at=start + timedelta(seconds=1), payload={"seconds": 0.5}).pk
+    s = make_chart(s_org, short, created_at=start + timedelta(seconds=2), payload={"seconds": 0.3}).pk
+    ids = [r, w, s]
+
+    live.shared_worker()
+    sched = live.scheduler()
+    wait_until(lambda: Chart.objects.get(pk=r).state == ChartState.RUNNING, timeout=30, what="R running")
+    sched.saw(f"dispatch chart #{r} org=")
+    # strict: W heads the order and does not fit in the 2 free units; S waits behind it
+    time.sleep(1.0)
+    assert states([w, s]) == {w: "queued", s: "queued"}, sched.log()[-3000:]
+    policies_set(dispatch="backfill")
+    sched.saw("policies set to share charts (quantum 600s), dispatch backfill")
+    wait_until(lambda: Chart.objects.get(pk=s).state != ChartState.QUEUED, timeout=10, what="S started")
+    assert Chart.objects.get(pk=r).state == ChartState.RUNNING, "S must start while R still runs"
+    assert Chart.objects.get(pk=w).state == ChartState.QUEUED
+
+    wait_until(lambda: all_final(ids), timeout=40, what="all charts final")
+    assert set(states(ids).values()) == {"succeeded"}, sched.log()[-3000:]
+    seen = closed_in_temporal(temporal, ids)
+    at = {c: (d.start_time.timestamp(), d.close_time.timestamp()) for c, d in seen.items()}
+    assert at[r][0] < at[s][0] < at[r][1], at  # S ran beside R
+    assert at[s][1] < at[w][0], at            # and was done before W started
+    assert at[w][0] >= at[r][1], at           # W needed the whole budget: after R closed
+    cost = {r: 1, w: 3, s: 1}
+    assert max_concurrent_cost([(a, b, cost[c]) for c, (a, b) in at.items()]) == 3
+    assert Chart.objects.get(pk=w).dispatched_cost == 3

@@ -93,6 +93,9 @@
     if (!p) return;
     $("policy-text").textContent = `policy: share ${p.share}` +
       (p.share === "work" ? ` (quantum ${p.quantum_s} s)` : "") + `, dispatch ${p.dispatch}`;
+    const legend = $("share-legend");  // what fairness counts under the share in force
+    const text = legend.dataset[p.share === "work" ? "legendWork" : "legendCharts"];
+    if (text && legend.textContent !== text) legend.textContent = text;
     const form = $("policies-form");
     if (form.dataset.dirty) return;
     $("share-select").value = p.share;
