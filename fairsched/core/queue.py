@@ -192,6 +192,8 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
                     q._disp_round[org], q._disp_count[org] = r, s.in_head
             q._enter(queued, with_round=True)
             keys = []
+            if tuple(state.share) != q.share_key:
+                q._convert_dispatched(tuple(state.share))
             rerank_all = state.budget != q._budget or tuple(state.share) != q.share_key
             for org, w in q._weights.items():
                 s = state.orgs.get(org)
@@ -569,9 +571,25 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         self.share, self.quantum_s, self.dispatch_policy = share, quantum_s, dispatch
         self._work = share is Share.WORK and self.policy == "wrr"
         if rerank:
+            self._convert_dispatched(before[0])
             for org in self._weights:
                 self._rerank(org)
         return (self.share_key, self.dispatch_policy) != before
+
+    def _convert_dispatched(self, old_key: tuple) -> None:
+        """What each org dispatched in its current round, counted under ``old_key``'s share
+        (charts, or budget-seconds under work), in the share now in force, keeping the part of
+        the org's turn it used: one chart is one quantum (a turn is ``weight`` charts or
+        ``weight x quantum_s``), and budget-seconds to charts round up (a part-used chart's
+        worth counts as used). Under work a new quantum keeps the budget-seconds: they are
+        the work really dispatched."""
+        old_share, old_q = old_key[0], old_key[1]
+        new_work = self.share is Share.WORK
+        for org, n in self._disp_count.items():
+            if old_share != Share.WORK and new_work:
+                self._disp_count[org] = n * self.quantum_s
+            elif old_share == Share.WORK and not new_work:
+                self._disp_count[org] = math.ceil(n / old_q - 1e-9)
 
     def _rerank(self, org: str) -> None:
         for e in self._by_org[org].values():

@@ -367,3 +367,34 @@ def test_simulate_reports_the_policy_figures():
     assert s["budget_jain"] == pytest.approx(1.0)
     assert s["policy_orgs"]["A"]["wait_p50_s"] == 600.0 and s["policy_orgs"]["A"]["wait_p95_s"] == 1800.0  # waits 0, 600, 1200, 1800
     assert "share" not in simulate({k: v for k, v in trace.items() if k not in ("share", "dispatch")})
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_switch_of_share_counts_what_was_dispatched_in_the_new_unit(restart):
+    """What an org dispatched in its round keeps the part of its turn it used when the share
+    changes: one chart is one quantum. Charts, A and B of weight 1: a0 starts and fills A's
+    round 0. Switched to work (quantum 1200 s, every chart 600 s): A's round 0 is still full,
+    so a1 takes round 1 (counted as 1 budget-second, a1 and a2 would both have joined round 0,
+    2,400 budget-seconds in a 1,200 turn). Back to charts: 600 s of a 1,200 s quantum rounds up
+    to one chart. The same across a restart under the other share."""
+    from fairsched.core import RoundState
+
+    q = FairQueue.from_backlog(_ab(), budget=1, weights={"A": 1, "B": 1}, track_rounds=True)
+    assert [c.id for c in q.dispatch(1)] == ["a0"]
+
+    def switched(q, **policies):
+        if not restart:
+            q.set_policies(**policies)
+            return q
+        state = q.export_rounds()
+        queued = [QueuedChart(c.id, c.org, c.workflow, c.created_at, c.seq, round=q.round_of(c.id))
+                  for c in _ab() if c.id in set(q.order())]
+        assert isinstance(state, RoundState)
+        return FairQueue.restore(queued, state=state, budget=1, weights={"A": 1, "B": 1}, **policies)
+
+    w = switched(q, share="work", quantum_s=1200.0)
+    rounds = {c: w.round_of(c) for c in w.order()}
+    assert rounds["a1"] == 1 and rounds["a2"] == 1, rounds
+    assert rounds["b0"] == 0 and rounds["b1"] == 0 and rounds["b2"] == 1, rounds
+    back = switched(w, share="charts")
+    assert {c: back.round_of(c) for c in back.order()} == {"b0": 0, "a1": 1, "b1": 1, "a2": 2, "b2": 2}
