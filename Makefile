@@ -17,7 +17,7 @@ TEST_WORKERS ?= 3
 TEST_DIST ?= worksteal
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-sqlite test-postgres test-long bench clean
+.PHONY: install run test test-sqlite test-postgres bench clean
 
 install: $(STAMP) $(AXE)
 
@@ -53,11 +53,6 @@ test-sqlite: install
 test-postgres: install
 	@echo "=== test suite on PostgreSQL ($(TEST_POSTGRES_URL)) ==="
 	DATABASE_URL='$(TEST_POSTGRES_URL)' $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist $(TEST_DIST) $(PYTEST_ARGS)
-
-# The tests that wait minutes on a real service's own timer (marked `long`), kept out of
-# `make test` so the suite stays under 5 minutes per database: run before a release.
-test-long: install
-	DATABASE_URL= $(BIN)/python -m pytest -n $(TEST_WORKERS) -m long $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/core.py

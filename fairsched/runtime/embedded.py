@@ -5,6 +5,7 @@ Redis and the Temporal dev server the same way, on free ports.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 
 class EmbeddedError(RuntimeError):
@@ -105,12 +107,17 @@ def redis_command(port: int, data_dir: Path | None = None) -> list[str]:
     return cmd
 
 
-def temporal_command(port: int, ui_port: int, db_file: Path | None = None, namespace: str = "default") -> list[str]:
+def temporal_command(port: int, ui_port: int, db_file: Path | None = None, namespace: str = "default",
+                     dynamic_config: Mapping[str, object] | None = None) -> list[str]:
+    """``temporal server start-dev``; ``dynamic_config`` sets the server's dynamic config keys
+    (each value as JSON, e.g. ``{"matching.PollerHistoryTTL": "20s"}``)."""
     cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
            "--ui-port", str(ui_port), "--namespace", namespace, "--log-level", "warn"]
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         cmd += ["--db-filename", str(db_file)]
+    for key, value in (dynamic_config or {}).items():
+        cmd += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
     return cmd
 
 
@@ -123,12 +130,13 @@ def start_redis(port: int | None = None, log: Path | None = None) -> Service:
 
 
 def start_temporal(port: int | None = None, ui_port: int | None = None, log: Path | None = None,
-                   db_file: Path | None = None) -> Service:
+                   db_file: Path | None = None, dynamic_config: Mapping[str, object] | None = None) -> Service:
     port = port or free_port()
     ui_port = ui_port or free_port()
     out = open(log, "ab") if log else subprocess.DEVNULL
     env = dict(os.environ)
-    proc = subprocess.Popen(temporal_command(port, ui_port, db_file), stdout=out, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(temporal_command(port, ui_port, db_file, dynamic_config=dynamic_config),
+                            stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True, env=env)
     wait_for_port(port, timeout=60, proc=proc)
     wait_for_temporal_health(port, timeout=60, proc=proc)
