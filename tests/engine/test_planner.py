@@ -3,9 +3,13 @@ every budget from 1 to the bound applied as the live queue applies it (``set_bud
 measured, the smallest that meets the goal; and the answers when no budget would do."""
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from common import previews
 from fairsched.engine import planner
 from fairsched.engine.previews import Previews
 from tests.engine.fakes import FakeHost
@@ -83,3 +87,44 @@ async def test_the_scheduler_plans_in_a_forked_child_and_keeps_its_budget():
     soon = await previews.preview({"kind": "plan", "clear_by": None, "meet_due": False})
     assert soon["param"] == "clear_by"
     assert state.queue.budget == 1 and list(state.queue) == order
+
+
+async def test_a_plan_is_given_its_own_wait_and_a_preview_never_waits_behind_it(monkeypatch):
+    # A plan takes several passes: the scheduler computes it as long as its web request waits
+    # (the request's "wait"), in a task of its own; a preview asked meanwhile is answered first.
+    host = FakeHost(budget=1, charts=6, weights=(1, 1))
+    await host.load()
+    real = planner.plan_budget
+
+    def slow(*args, **kw):  # (in the forked child)
+        time.sleep(1.5)
+        return real(*args, **kw)
+    monkeypatch.setattr(planner, "plan_budget", slow)
+    now = time.time()
+    plan = {"kind": "plan", "clear_by": now + 10 ** 7, "meet_due": False}
+    requests = [json.dumps({"id": "plan", "at": now - 5, "wait": 20, "change": plan}),  # 5 s old, within its wait
+                json.dumps({"id": "stale", "at": now - 5, "wait": 3, "change": {"kind": "budget", "value": 2}}),
+                json.dumps({"id": "preview", "at": now, "wait": 10, "change": {"kind": "budget", "value": 2}})]
+    order: list[str] = []
+
+    class Port:
+        async def next_request(self, timeout_s):
+            if requests:
+                return requests.pop(0)
+            host.leading = False
+            return None
+
+        async def answer(self, rid, body):
+            order.append(rid)
+            if rid == "plan":
+                assert json.loads(body)["budget"] == 1
+    await Previews(host, Port()).serve()
+    assert order == ["preview", "plan"]  # the stale preview dropped; the plan answered after its 1.5 s
+
+
+def test_a_requests_deadline_is_its_time_plus_its_wait_or_its_kinds_default():
+    assert Previews.deadline_of({"at": 100.0, "wait": 20, "change": {"kind": "plan"}}) == 120.0
+    assert Previews.deadline_of({"at": 100.0, "change": {"kind": "plan"}}) == 100.0 + previews.PLAN_WAIT_S
+    assert Previews.deadline_of({"at": 100.0, "change": {"kind": "budget"}}) == 100.0 + previews.WAIT_S
+    assert Previews.deadline_of({"at": 100.0, "wait": "x", "change": {}}) == 100.0 + previews.WAIT_S
+    assert Previews.deadline_of({"at": 100.0, "wait": 10 ** 6}) == 100.0 + Previews.MAX_WAIT_S
