@@ -7,12 +7,15 @@ previews in turn; plans, which take several ETA passes, go to a task of their ow
 (:meth:`Previews._plans`), so that a preview never waits behind a plan. Each request says
 how long its web request waits (``at + wait``): one whose wait is over when it is reached is
 dropped, and the children of one still running then are killed (nobody reads the answer).
-The preview itself never runs on the loop: the loop forks two children back to back
+The preview itself never runs on the loop. If nothing changed since the last ETA pass forked
+(:meth:`~fairsched.engine.eta_passes.EtaPasses.measured_now`), that pass's per-org figures
+are *before*, and one forked child makes the change on its own copy and measures it at the
+pass's ``now`` (*after*). Otherwise the loop forks two children back to back
 (:func:`fairsched.engine.forked.run_forked_pair`, milliseconds), each of which sees the
 live state as it was at the fork: one measures it as it is (*before*), the other makes the
 change on its own copy and measures that (*after*), both at the same ``now``, side by side
-on two cores, niced like the ETA pass so dispatch keeps its core. Nothing is written,
-audited or changed in the loop's state: the children's memory is their own.
+on two cores. The children are niced like the ETA pass so dispatch keeps its core. Nothing
+is written, audited or changed in the loop's state: the children's memory is their own.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ class Previews(Part):
         super().__init__(host)
         self.port = port
         self.answered = 0
+        self.reused = 0  # previews whose "before" was the last ETA pass's
 
     async def serve(self) -> None:
         """Answer previews and plans while leading (a task of the leader, cancelled when it
@@ -126,11 +130,27 @@ class Previews(Part):
             return {"error": f"org: no org {change.org} in the scheduler's state", "param": "org"}
         if not forked.available():
             return {"error": "previews need fork (POSIX)", "unavailable": True}
-        now = self.clock.time()
+        nothing = whatif.changes_nothing(state, change)
+        etas = getattr(self.host, "etas", None)
+        before = etas.measured_now() if etas is not None else None
+        nice = self.host.ETA_PASS_NICE
         try:
-            before, after = await forked.run_forked_pair(
-                lambda: whatif.before_of(state, now), lambda: whatif.after_of(state, change, now),
-                name="what-if preview", timeout_s=timeout_s, nice=self.host.ETA_PASS_NICE)
+            if before is not None:  # the last pass measured this very state: only "after", at its now
+                self.reused += 1
+                log.debug("what-if preview: before is the last ETA pass's (at %.3f)", before.now)
+                now = before.now
+                after = before if nothing else await forked.run_forked(
+                    lambda: whatif.after_of(state, change, now), name="what-if preview", timeout_s=timeout_s,
+                    nice=nice)
+            elif nothing:
+                now = self.clock.time()
+                before = after = await forked.run_forked(lambda: whatif.before_of(state, now),
+                                                         name="what-if preview", timeout_s=timeout_s, nice=nice)
+            else:
+                now = self.clock.time()
+                before, after = await forked.run_forked_pair(
+                    lambda: whatif.before_of(state, now), lambda: whatif.after_of(state, change, now),
+                    name="what-if preview", timeout_s=timeout_s, nice=nice)
         except forked.ChildFailed as exc:
             log.warning("a what-if preview failed: %s", exc)
             return {"error": "the preview failed in the scheduler (see its log)", "unavailable": True}
