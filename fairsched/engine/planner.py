@@ -218,31 +218,35 @@ def _secant(p: tuple[int, float], q: tuple[int, float]) -> float:
 def plan_budget(state: LiveState, now: float, *, clear_by: float | None = None, meet_due: bool = False,
                 bound: int = MAX_BUDGET) -> PlanAnswer:
     """The smallest budget that clears the ordered backlog by ``clear_by`` (absolute time), or
-    (``meet_due``) leaves no chart's ETA after its due time. Spoils ``state``."""
+    (``meet_due``) leaves no chart's ETA after its due time. Spoils ``state``. Without the
+    cyclic collector: the re-rank and each pass allocate several objects per chart."""
     if (clear_by is None) == (not meet_due):
         raise ValueError("give clear_by or meet_due, one of them")
+    with gc_paused():
+        return _plan(state, now, clear_by, meet_due, bound)
+
+
+def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, bound: int) -> PlanAnswer:
     goal = "clear_by" if clear_by is not None else "meet_due"
     q = state.queue
     current = q.budget
     set_aside = len(q.held) + len(q.paused)
-    lo = max([1, *(q.cost_of(c.org, c.workflow) for c in _unheld(state))])
+    lo = max([1, *(q.cost_of(*pair) for pair in _unheld_pairs(state))])
     if lo > bound:
         return PlanAnswer(goal, None, current, 0, None, 0, set_aside,
                           f"no budget up to {bound:,} runs every chart: one costs {lo:,}")
-    with gc_paused():
-        q._budget = lo
-        whatif.rerank_all(q)  # as a budget change re-ranks; no chart changes class above lo
+    q._budget = lo
+    whatif.rerank_all(q)  # as a budget change re-ranks; no chart changes class above lo
     captured = state.capture()
     due = _due_times(captured, now) if meet_due else []
     memo: dict[int, tuple[bool, float, int, float]] = {}
 
     def probe(b: int) -> tuple[bool, float]:
+        """An ETA pass at budget ``b``: does it meet the goal, and the budget it points to."""
         if b not in memo:
             q._budget = b
-            captured = state.capture()
-            with gc_paused():
-                report = captured.eta_report(now)
-                late, worst = _lateness(due, report.etas) if meet_due else (0, 0.0)
+            report = state.capture().eta_report(now)
+            late, worst = _lateness(due, report.etas) if meet_due else (0, 0.0)
             if clear_by is not None:
                 left = clear_by - now
                 ok = report.clear_s <= left
@@ -268,19 +272,13 @@ def plan_budget(state: LiveState, now: float, *, clear_by: float | None = None, 
     return PlanAnswer(goal, b, current, len(memo), clear_s, late, set_aside, why)
 
 
-def _unheld(state: LiveState):
-    """The queued charts a budget can run: in the order, or blocked (not held, not paused)."""
+def _unheld_pairs(state: LiveState) -> set[tuple[str, str | None]]:
+    """The (org, workflow) of the queued charts a budget can run: in the order, or blocked
+    (not held, not paused)."""
     q = state.queue
-    for keys in q._order.sublists():
-        for k in keys:
-            yield _Pair(*k[6])
+    pairs = {k[6] for keys in q._order.sublists() for k in keys}
     for cid in q.blocked:
         c = q.get(cid)
         if c is not None:
-            yield _Pair(c.org, c.workflow)
-
-
-@dataclass(frozen=True, slots=True)
-class _Pair:
-    org: str
-    workflow: str | None
+            pairs.add((c.org, c.workflow))
+    return pairs
