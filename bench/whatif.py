@@ -14,7 +14,9 @@ scheduler loads it (``LiveState``). Measured, each the median of ``--repeat`` ru
   (``run_forked_pair``), one measures the state, the other the changed state ("both
   sides"). Wall time seen by the loop, and the loop's own share (the forks);
 - **planner**: ``plan_budget`` for a clear-by time 80% of the current clear-time away
-  (it must search), and for "keep every due time", each on a fresh state (it re-ranks).
+  (it must search), with the scheduler's last pass as its first guess (as the scheduler
+  asks it) and without (``manage.py plan --live``), and for "keep every due time", each on
+  a fresh state (it re-ranks).
 
 The machine's load drifts over a run, so each row is compared with an ETA pass of the same
 state measured just before it.
@@ -132,7 +134,10 @@ def main() -> None:
         t = time.perf_counter()
         out = planner.plan_budget(s, now, **kw)
         return time.perf_counter() - t, out
-    for label, kw in (("planner: clear by 80% of now's", {"clear_by": clear_by}), ("planner: every due time", {"meet_due": True})):
+    hint = (a.budget, now + report.clear_s)  # the scheduler's last pass, its first guess for a clear-by time
+    for label, kw in (("planner: clear by 80% of now's", {"clear_by": clear_by, "hint": hint}),
+                      ("planner: clear by, no pass to start", {"clear_by": clear_by}),
+                      ("planner: every due time", {"meet_due": True})):
         near, _ = timed(lambda: eta_pass(state, now), a.repeat)
         runs = [fresh_plan(**kw) for _ in range(a.repeat)]
         out = runs[0][1]

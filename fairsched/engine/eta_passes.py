@@ -215,6 +215,10 @@ class EtaPasses(Part):
             return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose,
                            whatif.measured(captured, report, risky, now))
 
+    def last_measured(self) -> whatif.Measure | None:
+        """The last pass's per-org clear-times, whatever changed since (the planner's first guess)."""
+        return None if self._measured is None else self._measured[1]
+
     def measured_now(self) -> whatif.Measure | None:
         """The last pass's per-org clear-times and at-risk counts if the state is still the one
         it measured (nothing changed since its fork) and it is at most

@@ -216,17 +216,21 @@ def _secant(p: tuple[int, float], q: tuple[int, float]) -> float:
 
 
 def plan_budget(state: LiveState, now: float, *, clear_by: float | None = None, meet_due: bool = False,
-                bound: int = MAX_BUDGET) -> PlanAnswer:
+                bound: int = MAX_BUDGET, hint: tuple[int, float] | None = None) -> PlanAnswer:
     """The smallest budget that clears the ordered backlog by ``clear_by`` (absolute time), or
     (``meet_due``) leaves no chart's ETA after its due time. Spoils ``state``. Without the
-    cyclic collector: the re-rank and each pass allocate several objects per chart."""
+    cyclic collector: the re-rank and each pass allocate several objects per chart.
+    ``hint``: (a budget, the clear-time an ETA pass found at it, absolute): the scheduler's
+    last pass, a first guess for ``clear_by`` that already holds what the model adds to the
+    work (the forecast's expected arrivals); only a guess, whatever changed since."""
     if (clear_by is None) == (not meet_due):
         raise ValueError("give clear_by or meet_due, one of them")
     with gc_paused():
-        return _plan(state, now, clear_by, meet_due, bound)
+        return _plan(state, now, clear_by, meet_due, bound, hint)
 
 
-def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, bound: int) -> PlanAnswer:
+def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, bound: int,
+          hint: tuple[int, float] | None) -> PlanAnswer:
     goal = "clear_by" if clear_by is not None else "meet_due"
     q = state.queue
     current = q.budget
@@ -256,7 +260,11 @@ def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, 
             memo[b] = (ok, report.clear_s, late, need)
         return memo[b][0], memo[b][3]
 
-    b = search(probe, lo, bound, _first_guess(captured, now, clear_by, due))
+    if hint is not None and clear_by is not None and hint[0] > 0 and hint[1] > now and clear_by > now:
+        first = hint[0] * (hint[1] - now) / (clear_by - now)  # the step a probe at hint[0] would point to
+    else:
+        first = _first_guess(captured, now, clear_by, due)
+    b = search(probe, lo, bound, first)
     if b is None:
         _, clear_s, late, _ = memo[bound]
         why = (f"no budget up to {bound:,} clears the backlog by then (at {bound:,}: "

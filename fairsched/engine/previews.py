@@ -169,9 +169,12 @@ class Previews(Part):
             return {"error": "clear_by: a time, or meet_due=1", "param": "clear_by"}
         now = self.clock.time()
         timeout_s = self.MAX_WAIT_S if timeout_s is None else timeout_s
+        etas = getattr(self.host, "etas", None)
+        last = etas.last_measured() if etas is not None else None
+        hint = (last.budget, last.now + last.clear_s) if last is not None and last.clear_s is not None else None
         try:
             out = await forked.run_forked(
-                lambda: planner.plan_budget(state, now, clear_by=clear_by, meet_due=meet_due).to_json(now),
+                lambda: planner.plan_budget(state, now, clear_by=clear_by, meet_due=meet_due, hint=hint).to_json(now),
                 name="capacity planner", timeout_s=timeout_s, nice=self.host.ETA_PASS_NICE)
         except forked.ChildFailed as exc:
             log.warning("the capacity planner failed: %s", exc)

@@ -106,11 +106,12 @@ def apply_change(state: LiveState, change: Change) -> None:
 class Measure:
     """One pass's answer to the preview's question: per org (id string) its clear-time
     (seconds from ``now``; None: its queued work is all held, paused or blocked) and how
-    many of its charts are at risk or late; the whole backlog's clear-time."""
+    many of its charts are at risk or late; the whole backlog's clear-time, at ``budget``."""
 
     now: float
     clear_s: float | None
     orgs: dict[str, tuple[float | None, int]]
+    budget: int = 0
 
 
 def measure(captured: PassInput, now: float) -> Measure:
@@ -135,7 +136,7 @@ def measured(captured: PassInput, report, risky: dict[str, int], now: float) -> 
         key = str(o.id)
         orgs[key] = (report.org_clear_s.get(key, 0.0), risky.get(key, 0))
     unplanned = any(v[0] is None for v in orgs.values())
-    return Measure(now, None if unplanned and not report.clear_s else report.clear_s, orgs)
+    return Measure(now, None if unplanned and not report.clear_s else report.clear_s, orgs, captured.queue.budget)
 
 
 def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str, int]:

@@ -180,3 +180,17 @@ def test_the_lane_models_answer_is_brute_forces_at_a_larger_budget(meet_due):
             break
     assert want is not None and 3 < want < bound  # the search has work to do
     assert got.budget == want and got.probes <= 8, got
+
+
+@pytest.mark.parametrize("hint_at", [1, 60, 68, 100, 10 ** 6])
+def test_the_last_passs_clear_time_is_only_a_first_guess(hint_at):
+    # The scheduler hands the planner its last pass (a budget and the clear-time there): a guess
+    # that saves a pass at 100k queued (bench/whatif.py), and that changes no answer.
+    spec = [(i % 3, i % 2, False, False, None) for i in range(600)]
+    kw = {"clear_by": T + 6000}
+    plain = planner.plan_budget(state_of(spec, budget=1, model="lanes", turnaround=None), T, bound=100, **kw)
+    at = state_of(spec, budget=1, model="lanes", turnaround=None)
+    at.queue.set_budget(hint_at)
+    hint = (hint_at, T + at.capture().eta_report(T).clear_s)
+    got = planner.plan_budget(state_of(spec, budget=1, model="lanes", turnaround=None), T, bound=100, hint=hint, **kw)
+    assert (got.budget, got.clear_s) == (plain.budget, plain.clear_s) and 3 < got.budget < 100
