@@ -288,6 +288,10 @@ if FAIRSCHED_CANCEL_GRACE_S < 1:
 # After SIGTERM, runscheduler and runworker end within this many seconds, warmly or forced
 # (fairsched/runtime/shutdown.py); a supervisor should wait a little longer before its SIGKILL.
 FAIRSCHED_STOP_TIMEOUT_S = env_seconds("FAIRSCHED_STOP_TIMEOUT_S", 10.0)
+# How long /dashboard/whatif.json waits for the scheduler's capacity plan (clear_by=, meet_due=1):
+# a search over several ETA passes (common/previews.py; a preview waits 3 s). The scheduler
+# kills a plan still running when this has passed.
+FAIRSCHED_PLAN_WAIT_S = env_seconds("FAIRSCHED_PLAN_WAIT_S", 20.0)
 
 # Activities one ``runworker`` runs at once (temporalio's default is 100). DemoChart's activity
 # holds its slot for the whole chart, so a worker runs at most this many charts: run

@@ -4,7 +4,9 @@ The web validates the change as the controls do (the same :func:`common.validati
 bounds and messages, a 400 naming the parameter), resolves it to the scheduler's terms (a
 hold is weight 0, a release the weight before the hold, a workflow by name) and asks the
 leading scheduler for it (:func:`common.previews.ask`): nothing is written or audited here.
-No answer within :data:`common.previews.WAIT_S`: 503, "preview unavailable".
+No answer within :data:`common.previews.WAIT_S` (a preview) or ``FAIRSCHED_PLAN_WAIT_S`` (a
+plan, :data:`common.previews.PLAN_WAIT_S` by default: the planner runs several ETA passes):
+503, "preview unavailable".
 """
 from __future__ import annotations
 
@@ -29,15 +31,21 @@ _client: tuple[str, redis.Redis] | None = None
 
 
 def redis_client() -> redis.Redis:
-    """A client whose socket waits longer than the preview's BLPOP (the shared one gives up at 2 s)."""
+    """A client whose socket waits longer than the longest BLPOP (the shared one gives up at 2 s)."""
     global _client
-    if _client is None or _client[0] != settings.REDIS_URL:
-        _client = (settings.REDIS_URL, redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1,
-                                                            socket_timeout=previews.WAIT_S + 2))
+    key = (settings.REDIS_URL, plan_wait_s())
+    if _client is None or _client[0] != key:
+        _client = (key, redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1,
+                                             socket_timeout=max(WAIT_S, key[1]) + 2))
     return _client[1]
 
 
 WAIT_S = previews.WAIT_S  # (tests shorten it)
+
+
+def plan_wait_s() -> float:
+    """How long a planner request waits for its answer (``FAIRSCHED_PLAN_WAIT_S``)."""
+    return float(getattr(settings, "FAIRSCHED_PLAN_WAIT_S", previews.PLAN_WAIT_S))
 PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold", "clear_by", "meet_due")
 
 
@@ -130,12 +138,13 @@ def whatif_json(request: HttpRequest) -> JsonResponse:
         change = change_of(request)
     except Bad as exc:
         return _json({"error": str(exc), "errors": {exc.key: [str(exc)]}}, 400)
+    wait_s = plan_wait_s() if previews.is_plan(change) else WAIT_S
     try:
-        got = previews.ask(redis_client(), change, WAIT_S)
+        got = previews.ask(redis_client(), change, wait_s, longest_wait_s=max(WAIT_S, plan_wait_s()))
     except (redis.RedisError, OSError) as exc:
         return unavailable(f"Redis is unreachable ({type(exc).__name__}).")
     if got is None:
-        return unavailable(f"no scheduler answered within {WAIT_S:g} s (is one running and leading?).")
+        return unavailable(f"no scheduler answered within {wait_s:g} s (is one running and leading?).")
     if "error" in got:
         if got.get("param"):
             return _json({"error": got["error"], "errors": {got["param"]: [got["error"]]}}, 400)

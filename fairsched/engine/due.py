@@ -37,11 +37,12 @@ class DueInput:
 class DueBook:
     """The scheduler's memory of due times: each chart's own due time and its warning level."""
 
-    __slots__ = ("explicit", "alerts")
+    __slots__ = ("explicit", "alerts", "changes")
 
     def __init__(self) -> None:
         self.explicit: dict[int, float] = {}
         self.alerts: dict[int, int] = {}
+        self.changes = 0  # own due times set, moved or dropped so far (a preview's "same state", engine/whatif.py)
 
     @classmethod
     def load(cls, charts) -> DueBook:
@@ -55,6 +56,7 @@ class DueBook:
 
     def apply(self, chart_id: int, row) -> None:
         """Agree with a re-read row (None: gone)."""
+        before = self.explicit.get(chart_id)
         if row is None or row.state in FINAL:
             self.explicit.pop(chart_id, None)
             self.alerts.pop(chart_id, None)
@@ -62,6 +64,8 @@ class DueBook:
             self.explicit[chart_id] = row.due_at
         else:
             self.explicit.pop(chart_id, None)
+        if self.explicit.get(chart_id) != before:
+            self.changes += 1
 
     def set_levels(self, changes: dict[int, int], known) -> None:
         """The levels a pass moved, for the charts still ``known`` (queued or running)."""

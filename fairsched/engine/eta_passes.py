@@ -23,7 +23,7 @@ from itertools import islice
 from common import live_updates, metrics
 from fairsched.core import Eta
 from fairsched.core.plan import gc_paused
-from fairsched.engine import forked
+from fairsched.engine import forked, whatif
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Host, Part
 from fairsched.engine.due import due_pass
@@ -65,6 +65,7 @@ class PassOut:
     first: EtaColumns        # the ETAs of the charts that had no first ETA
     due_levels: dict[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due.py)
     due_rose: list[int] = dataclasses.field(default_factory=list)         # ... of which these rose
+    measure: whatif.Measure | None = None  # per org its clear-time and at-risk count: a preview's "before"
 
 
 class EtaPasses(Part):
@@ -79,6 +80,8 @@ class EtaPasses(Part):
         self._published_seq: int | None = None  # the last snapshot published
         self._confirmed_at = 0.0
         self._last_report = None                 # (ETAs of the head of the order, now) of the last ETA pass
+        self._pass_mark: tuple | None = None     # the state the pass in flight measures (whatif.state_mark)
+        self._measured: tuple | None = None      # (mark, Measure) of the last pass that succeeded
 
     def _schedule_eta(self, fx: Effects, now: float) -> None:
         """Bring the next ETA pass forward after a change, and start it when due."""
@@ -107,7 +110,10 @@ class EtaPasses(Part):
         milliseconds)."""
         self._eta_now = False
         now = self.clock.time()
-        captured = self.state.capture() if self.host.eta_pass_in is EtaPassIn.THREAD else None
+        captured = None
+        if self.host.eta_pass_in is EtaPassIn.THREAD:
+            captured = self.state.capture()
+            self._pass_mark = whatif.state_mark(self.state, self._eta_changes)
         self._eta_due = math.inf  # the pass sets the next one when it ends
         self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
                                              name="eta-pass")
@@ -154,6 +160,7 @@ class EtaPasses(Part):
         if captured is None:
             state = self.state
             timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost)
+            self._pass_mark = whatif.state_mark(state, self._eta_changes)  # the fork below, with no await before it
             try:
                 out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
                                               timeout_s=timeout, nice=self.ETA_PASS_NICE, clock=self.clock)
@@ -172,6 +179,8 @@ class EtaPasses(Part):
         if self.state is None:
             return True
         self._published_seq = out.seq
+        if out.measure is not None and self._pass_mark is not None:
+            self._measured = (self._pass_mark, out.measure)
         # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`), from
         # now on (the first ETAs below may take a while): the head of the order, not a
         # million ETAs (~200 MB at 1M).
@@ -202,7 +211,22 @@ class EtaPasses(Part):
             forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
             etas = report.etas
             head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
-            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose)
+            risky = {str(o): c["at_risk"] + c["late"] for o, c in due.orgs.items() if c["at_risk"] + c["late"]}
+            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose,
+                           whatif.measured(captured, report, risky, now))
+
+    def last_measured(self) -> whatif.Measure | None:
+        """The last pass's per-org clear-times, whatever changed since (the planner's first guess)."""
+        return None if self._measured is None else self._measured[1]
+
+    def measured_now(self) -> whatif.Measure | None:
+        """The last pass's per-org clear-times and at-risk counts if the state is still the one
+        it measured (nothing changed since its fork) and it is at most
+        :attr:`PREVIEW_REUSE_MAX_AGE_S` old: a preview's "before", at that pass's ``now``."""
+        got = self._measured
+        if got is None or self.state is None or self.clock.time() - got[1].now > self.PREVIEW_REUSE_MAX_AGE_S:
+            return None
+        return got[1] if got[0] == whatif.state_mark(self.state, self._eta_changes) else None
 
     async def _confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live

@@ -131,6 +131,7 @@ class Scheduler:
     ETA_PASS_TIMEOUT_MIN_S: float = 600.0  # a pass in a child is killed after this long ...
     ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer
     ETA_PASS_NICE: int = 10            # a pass in a child yields the CPU to dispatch (and the database, Temporal)
+    PREVIEW_REUSE_MAX_AGE_S: float = 60.0  # a preview's "before" is the last pass's if nothing changed since, this recent
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
     CANCEL_GRACE_S: float = 60.0      # a cancel not honoured this long escalates to terminate
     STOP_GRACE_S: float = 1.0         # a stop lets a dispatch in flight finish this long, then cancels it

@@ -15,6 +15,7 @@ checks they agree).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -105,11 +106,12 @@ def apply_change(state: LiveState, change: Change) -> None:
 class Measure:
     """One pass's answer to the preview's question: per org (id string) its clear-time
     (seconds from ``now``; None: its queued work is all held, paused or blocked) and how
-    many of its charts are at risk or late; the whole backlog's clear-time."""
+    many of its charts are at risk or late; the whole backlog's clear-time, at ``budget``."""
 
     now: float
     clear_s: float | None
     orgs: dict[str, tuple[float | None, int]]
+    budget: int = 0
 
 
 def measure(captured: PassInput, now: float) -> Measure:
@@ -117,18 +119,24 @@ def measure(captured: PassInput, now: float) -> Measure:
     due states, summed per org (what the scheduler's ETA pass computes before its snapshot)."""
     with gc_paused():
         report = captured.eta_report(now)
-        unplanned = captured.queue.unplanned_by_org()
-        if unplanned:  # both models: an org whose work is all set aside has no clear-time, never 0
-            report = unplanned_clear(report, unplanned, {str(r.org) for r in captured.running} | {
-                o for o, n in captured.queue._ordered_n.items() if n})
-        p90 = captured.forecast.p90_finisher()
-        risky = at_risk_counts(captured, report.etas, now, p90)
+        risky = at_risk_counts(captured, report.etas, now, captured.forecast.p90_finisher())
+    return measured(captured, report, risky, now)
+
+
+def measured(captured: PassInput, report, risky: dict[str, int], now: float) -> Measure:
+    """The :class:`Measure` of a pass's ``report`` over ``captured`` and its charts at risk or
+    late per org (``risky``: :func:`at_risk_counts`, or the due pass's counts: the ETA pass
+    gives the previews its own, :mod:`fairsched.engine.eta_passes`)."""
+    unplanned = captured.queue.unplanned_by_org()
+    if unplanned:  # both models: an org whose work is all set aside has no clear-time, never 0
+        report = unplanned_clear(report, unplanned, {str(r.org) for r in captured.running} | {
+            o for o, n in captured.queue._ordered_n.items() if n})
     orgs: dict[str, tuple[float | None, int]] = {}
     for o in captured.orgs:
         key = str(o.id)
         orgs[key] = (report.org_clear_s.get(key, 0.0), risky.get(key, 0))
     unplanned = any(v[0] is None for v in orgs.values())
-    return Measure(now, None if unplanned and not report.clear_s else report.clear_s, orgs)
+    return Measure(now, None if unplanned and not report.clear_s else report.clear_s, orgs, captured.queue.budget)
 
 
 def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str, int]:
@@ -141,30 +149,42 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
     if due is None or not (due.explicit or due.turnaround):
         return out
     explicit, turnaround = due.explicit, due.turnaround
-    get_eta = etas.get
+    get_eta, eget, tget = etas.get, explicit.get, turnaround.get
 
-    def one(i: int, org: str, wf, created: float, eta) -> None:
-        at = explicit.get(i)
-        if at is None:
-            t = turnaround.get(org)
-            if t is None:
-                return
-            at = created + t
-        due_s = at - now
-        if eta is not None:
-            if eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
-                return
+    def count(org: str) -> None:
         out[org] = out.get(org, 0) + 1
 
+    # one lean loop (no call per chart): O(charts), most of them without a due time or on time
     for keys in captured.queue._order.sublists():  # the keys: (.., id, entry, (org, workflow))
         for k in keys:
             pair = k[6]
-            one(int(k[4]), pair[0], pair[1], k[5].created_at, get_eta(k[4]))
-    for kind in captured.aside.values():
+            org = pair[0]
+            at = eget(int(k[4])) if explicit else None
+            if at is None:
+                t = tget(org)
+                if t is None:
+                    continue
+                at = k[5].created_at + t
+            due_s = at - now
+            eta = get_eta(k[4])
+            if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, pair[1], eta) <= due_s):
+                continue
+            out[org] = out.get(org, 0) + 1
+    for kind in captured.aside.values():  # no ETA: at risk until due, late after
         for q in kind:
-            one(int(q.id), q.org, q.workflow, q.created_at, None)
+            if eget(int(q.id)) is not None or q.org in turnaround:
+                count(q.org)
     for r in captured.running:
-        one(r.id, str(r.org), r.workflow, r.created_at, get_eta(str(r.id)))
+        org = str(r.org)
+        at = eget(r.id)
+        if at is None:
+            t = tget(org)
+            if t is None:
+                continue
+            at = r.created_at + t
+        eta = get_eta(str(r.id))
+        if eta is None or eta[1] > at - now or (p90 is not None and p90(org, r.workflow, eta) > at - now):
+            count(org)
     return out
 
 
@@ -173,9 +193,36 @@ def before_of(state: LiveState, now: float) -> Measure:
 
 
 def after_of(state: LiveState, change: Change, now: float) -> Measure:
-    """``change`` made on ``state`` (spoiled: the caller's copy), then measured."""
-    apply_change(state, change)
+    """``change`` made on ``state`` (spoiled: the caller's copy), then measured. Without the
+    cyclic collector, like the pass: a budget's re-rank makes a key per chart, and the full
+    collections they set off walked the whole state (a budget's re-rank at 100k took twice
+    as long with it)."""
+    with gc_paused():
+        apply_change(state, change)
     return measure(state.capture(), now)
+
+
+def changes_nothing(state: LiveState, change: Change) -> bool:
+    """``change`` leaves ``state`` as it is: the budget, weight or cost it already has."""
+    q = state.queue
+    if change.kind == "budget":
+        return change.value == q.budget
+    org = str(change.org)
+    if change.kind == "weight":
+        return q.weights.get(org) == change.value
+    return q.cost_of(org, change.workflow) == change.value
+
+
+def state_mark(state: LiveState, changes: int) -> tuple:
+    """What tells whether ``state`` is still the one an ETA pass measured, in O(orgs + running
+    charts): ``changes`` (the loop's count of the changes that send an event: an arrival, a
+    dispatch, a finish, a control, a chart paused or moved) and what changes without one (the
+    settings, an org's row and its turnaround, the duration estimates, a chart's own due time).
+    Equal marks: the same order, the same running charts, the same model inputs."""
+    q = state.queue
+    return (weakref.ref(state), changes, state.config, tuple(state.orgs.values()), state.durations,
+            state.due.changes, len(q), q.order_len, q.budget, tuple(q.weights.items()), dict(q.costs),
+            tuple((r.id, r.started_at, r.cost) for r in state.running.values()))
 
 
 def _iso(now: float, s: float | None) -> str | None:
@@ -183,15 +230,16 @@ def _iso(now: float, s: float | None) -> str | None:
 
 
 def answer(change: Change, before: Measure, after: Measure) -> dict[str, Any]:
-    """The preview's JSON (``/dashboard/whatif.json``): ISO times or null."""
-    now = before.now
+    """The preview's JSON (``/dashboard/whatif.json``): ISO times or null; ``now``: the time
+    both were measured at."""
+    now, then = before.now, after.now
     orgs = {}
     for key in sorted(set(before.orgs) | set(after.orgs), key=int):
         b = before.orgs.get(key, (0.0, 0))
         a = after.orgs.get(key, (0.0, 0))
-        orgs[key] = {"clear_before": _iso(now, b[0]), "clear_after": _iso(now, a[0]),
+        orgs[key] = {"clear_before": _iso(now, b[0]), "clear_after": _iso(then, a[0]),
                      "at_risk_before": b[1], "at_risk_after": a[1]}
     return {"change": change.to_json(), "now": _iso(now, 0.0), "orgs": orgs,
-            "clear_before": _iso(now, before.clear_s), "clear_after": _iso(now, after.clear_s),
+            "clear_before": _iso(now, before.clear_s), "clear_after": _iso(then, after.clear_s),
             "at_risk_before": sum(v[1] for v in before.orgs.values()),
             "at_risk_after": sum(v[1] for v in after.orgs.values())}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 import redis
@@ -131,6 +132,30 @@ def test_a_cost_preview_names_the_workflow_to_the_scheduler(world):
 def test_the_planners_bad_values_are_a_400_naming_the_parameter(world, query, param):
     r = world["client"].get("/dashboard/whatif.json?" + query)
     assert r.status_code == 400 and list(r.json()["errors"]) == [param], r.content
+
+
+def test_a_slow_plan_within_the_planner_wait_is_delivered_and_a_preview_keeps_its_short_wait(world, monkeypatch,
+                                                                                            settings):
+    # A plan at 100k queued takes seconds: it is given FAIRSCHED_PLAN_WAIT_S, not the preview's wait.
+    monkeypatch.setattr(view, "WAIT_S", 0.3)
+    settings.FAIRSCHED_PLAN_WAIT_S = 8.0
+    got: list = []
+
+    def answer_late():
+        req = json.loads(world["redis"].blpop([previews.REQUESTS], timeout=10)[1])
+        got.append(req)
+        time.sleep(1.5)  # five times the preview's wait
+        world["redis"].rpush(previews.answer_key(req["id"]), json.dumps(
+            {"change": req["change"], "goal": "meet_due", "budget": 3, "message": "budget 3 keeps every due time"}))
+    threading.Thread(target=answer_late, daemon=True).start()
+    t = time.monotonic()
+    r = world["client"].get("/dashboard/whatif.json?meet_due=1")
+    assert r.status_code == 200, r.content
+    assert r.json()["budget"] == 3 and time.monotonic() - t >= 1.5
+    assert got[0]["wait"] == 8.0  # the scheduler is told how long the web waits (it drops the request after)
+    t = time.monotonic()
+    r = world["client"].get("/dashboard/whatif.json?budget=6")  # no scheduler: a preview gives up at its own wait
+    assert r.status_code == 503 and time.monotonic() - t < 3 and "within 0.3 s" in r.json()["detail"]
 
 
 def test_the_planner_is_asked_of_the_scheduler(world):

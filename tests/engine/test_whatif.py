@@ -4,6 +4,7 @@ counts as the ETA pass counts them, a change that changes nothing, and the loop'
 untouched."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -12,8 +13,9 @@ from hypothesis import given, settings, strategies as st
 
 from fairsched.engine import whatif
 from fairsched.engine.due import due_pass
+from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.previews import Previews
-from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+from fairsched.engine.state import ChartRow, Config, Effects, LiveState, OrgRow, World
 from tests.engine.fakes import FakeHost
 
 T = 1_800_000_000.0
@@ -157,4 +159,57 @@ async def test_the_preview_and_the_planner_wait_for_their_children_through_the_c
     previews = Previews(host, FakePort([]))
     assert "clear_after" in await previews.preview({"kind": "budget", "value": 2})
     assert "error" not in await previews.preview({"kind": "plan", "clear_by": None, "meet_due": True})
-    assert asked == [Previews.TIMEOUT_S, 3 * Previews.TIMEOUT_S]
+    assert asked == [Previews.MAX_WAIT_S, Previews.MAX_WAIT_S]  # the wait given (None: the most)
+
+
+async def _host_after_a_pass(**kw):
+    host = FakeHost(budget=1, charts=8, weights=(1, 1), **kw)
+    state = await host.load()
+    host.etas = EtaPasses(host)
+    host.etas._schedule_eta(Effects(), host.clock.monotonic())
+    await host.etas._eta_task
+    return host, state
+
+
+async def test_a_preview_of_the_state_the_last_pass_measured_reuses_its_before_and_answers_as_both_would():
+    host, state = await _host_after_a_pass()
+    host.clock.advance(5.0)  # the pass was at then; nothing changed since
+    then = host.etas._measured[1].now
+    previews = Previews(host, None)
+    change = {"kind": "weight", "org": 2, "value": 3}
+    got = await previews.preview(change)
+    assert previews.reused == 1
+    twin = await FakeHost(budget=1, charts=8, weights=(1, 1)).load()  # the same state, measured both sides at then
+    want = whatif.answer(whatif.Change.from_json(change), whatif.before_of(twin, then),
+                         whatif.after_of(twin, whatif.Change.from_json(change), then))
+    assert got == want and got["orgs"]["2"]["clear_after"] < got["orgs"]["2"]["clear_before"]
+    nothing = await previews.preview({"kind": "budget", "value": 1})
+    assert nothing["clear_before"] == nothing["clear_after"] and previews.reused == 2
+
+    host.clock.advance(host.PREVIEW_REUSE_MAX_AGE_S)  # too old: both sides again, at now
+    assert host.etas.measured_now() is None
+    late = await previews.preview(change)
+    assert previews.reused == 2 and late["now"] > got["now"]
+
+
+@pytest.mark.parametrize("what", ["event", "turnaround", "own due time", "averages", "config"])
+async def test_any_change_since_the_pass_means_both_sides_are_computed_again(what):
+    host, state = await _host_after_a_pass()
+    assert host.etas.measured_now() is not None
+    if what == "event":  # an arrival, a dispatch, a finish, a control: the loop counts them
+        host.etas._schedule_eta(Effects(events=[{"kind": "queued", "chart": 9}]), host.clock.monotonic())
+    elif what == "turnaround":  # no event: the org's row changes
+        org = state.orgs[1]
+        state.apply_orgs([dataclasses.replace(org, turnaround_s=3600.0)])
+    elif what == "own due time":
+        row = ChartRow(1, 1, "code", "queued", T, due_at=T + 60, due_explicit=True)
+        state.due.apply(1, row)
+    elif what == "averages":
+        state.apply_averages({("1", "code"): 1234.0})
+    else:
+        other = "lanes" if state.config.eta_model == "forecast" else "forecast"
+        state.config = dataclasses.replace(state.config, eta_model=other)
+    assert host.etas.measured_now() is None
+    previews = Previews(host, None)
+    await previews.preview({"kind": "weight", "org": 2, "value": 3})
+    assert previews.reused == 0
