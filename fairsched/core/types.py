@@ -122,14 +122,22 @@ class ById(Mapping):
     time and many callers only walk the order (the JSON writer, the snapshot).
     ``head`` holds a few entries given up front (the running charts' ETAs);
     ``value(i)`` is the value of ``ids[i]``, ``values()`` all of them in order.
+    ``columns``, if given, are lists aligned with ``ids`` that the values are made of
+    (a writer may read them instead of making each value): see :meth:`parts`.
     Equal to any mapping with the same items.
     """
 
-    __slots__ = ("_head", "_ids", "_value", "_values", "_index")
+    __slots__ = ("_head", "_ids", "_value", "_values", "_index", "_columns")
 
-    def __init__(self, head: dict, ids: list, value: Callable[[int], object], values: Callable[[], Iterator]):
+    def __init__(self, head: dict, ids: list, value: Callable[[int], object], values: Callable[[], Iterator],
+                 columns: tuple | None = None):
         self._head, self._ids, self._value, self._values = head, ids, value, values
         self._index: dict | None = None
+        self._columns = columns
+
+    def parts(self) -> tuple[dict, list, tuple] | None:
+        """``(head, ids, columns)`` when built with columns, else None."""
+        return None if self._columns is None else (self._head, self._ids, self._columns)
 
     def _lookup(self) -> dict:
         if self._index is None:
@@ -158,6 +166,37 @@ class ById(Mapping):
 
     def __repr__(self) -> str:
         return f"ById({dict(self.items())!r})"
+
+
+class LazyMapping(Mapping):
+    """A read-only mapping made by ``make()`` on its first use (a plan's rounds: the
+    JSON writer never reads them)."""
+
+    __slots__ = ("_make", "_made")
+
+    def __init__(self, make: Callable[[], Mapping]):
+        self._make = make
+        self._made: Mapping | None = None
+
+    def _m(self) -> Mapping:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def __getitem__(self, key):
+        return self._m()[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._m()
+
+    def __iter__(self) -> Iterator:
+        return iter(self._m())
+
+    def __len__(self) -> int:
+        return len(self._m())
+
+    def __repr__(self) -> str:
+        return repr(self._m())
 
 
 @dataclass(frozen=True, slots=True)
