@@ -368,7 +368,9 @@ def _computed_rounds(normal: list[int], cols: Columns, weights: Mapping[str, int
     if fronts:
         fronts.intersection_update(normal)
     if not fronts:  # each org's ranks count up along the tier: one counter per org, in C
-        nxt = {o: map(floordiv, count(), repeat(weights[o])).__next__ for o in set(orgs)}
+        few = len(weights) * 8 < len(orgs)  # else only the orgs that have a chart here
+        nxt = {o: map(floordiv, count(), repeat(weights[o])).__next__
+               for o in (weights if few else set(orgs)) if weights[o]}
         return list(map(call, map(nxt.__getitem__, orgs)))
     created = cols.created
     rank: dict[str, int] = {}

@@ -276,8 +276,9 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set) -
     if None in map(_tzinfo, dts):
         return None
     special = {}
-    if set(map(len, queued)) != {4}:
-        for i in compress(range(n), map((4).__ne__, map(len, queued))):
+    lens = list(map(len, queued))
+    if lens.count(4) != n:
+        for i in compress(range(n), map((4).__ne__, lens)):
             c = queued[i]
             if (c.get("priority", False) is False and c.get("paused", False) is False
                     and c.get("prioritized_at") is None and c.get("front_at") is None and c.get("round") is None):
