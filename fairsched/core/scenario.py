@@ -170,7 +170,19 @@ def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
     costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: _int(v, f, 1))
     averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: _num(v, f, 0),
                            any_org=True)
-    return budget, weights, costs, Durations(averages, default_avg)
+    counts = {}  # the finished charts behind each average, where given (a declared duration's blend)
+    for i, item in enumerate(d.get("averages", [])):
+        if item.get("count") is not None:
+            counts[(item["org"], item["workflow"])] = _int(item["count"], f"averages[{i}].count", 0)
+    expected: dict[str, float] = {}
+    for i, item in enumerate(_list(d.get("expected", []), "expected")):
+        p = f"expected[{i}]"
+        item = _obj(item, p)
+        wf = _str(_get(item, "workflow", p), f"{p}.workflow")
+        if wf in expected:
+            raise ScenarioError(f"{p}.workflow", f"duplicate workflow {_show(wf)}")
+        expected[wf] = _num(_get(item, "expected_s", p), f"{p}.expected_s", 0)
+    return budget, weights, costs, Durations(averages, default_avg, expected, counts)
 
 
 def _pair_table(d: dict, key: str, field: str, noun: str, weights: dict, parse,
@@ -396,12 +408,20 @@ def dump_scenario(
         "default_avg_s": durations.default_avg_s,
         "orgs": [{"id": o, "weight": w} for o, w in queue.weights.items()],
         "costs": [{"org": o, "workflow": wf, "cost": c} for (o, wf), c in queue.costs.items()],
-        "averages": [{"org": o, "workflow": wf, "avg_s": a}
+        "averages": [_average(o, wf, a, durations.counts.get((o, wf)))
                      for (o, wf), a in durations.averages.items()],
+        "expected": [{"workflow": wf, "expected_s": x} for wf, x in durations.expected.items()],
         "running": [{"id": r.id, "org": r.org, "workflow": r.workflow,
                      "started_at": to_iso(r.started_at), "cost": r.cost} for r in running],
         "queued": out_q,
     }
+
+
+def _average(org: str | None, workflow: str | None, avg_s: float, count: int | None) -> dict:
+    item = {"org": org, "workflow": workflow, "avg_s": avg_s}
+    if count is not None:
+        item["count"] = count
+    return item
 
 
 # ----------------------------------------------------------------- simulate
