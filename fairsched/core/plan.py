@@ -253,15 +253,19 @@ def _plan(cols: Columns, running: Sequence[RunningChart], *, budget: int, weight
     tier, rounds = _normal_tier(groups.get(ORDERED, []), cols, weights)
     take = _gather(prio + tier)
     order_ids = take(ids)
-    # One (cost, estimate) tuple per pair; the tuple's identity stands for its pair in
-    # the clear-time bookkeeping (no tuple built per chart).
+    # One (cost, estimate) tuple per pair (no tuple built per chart): the tuple stands for
+    # its pair in the clear-time bookkeeping, or its identity if two pairs' tuples are equal.
     cost_est = take(chart_cost_est)
-    pair_org = {id(ce): org for (org, _), ce in cost_est_of.items()}
+    pair_org = {ce: org for (org, _), ce in cost_est_of.items()}
+    keys = cost_est
+    if len(pair_org) < len(cost_est_of):
+        pair_org = {id(ce): org for (org, _), ce in cost_est_of.items()}
+        keys = list(map(id, cost_est))
     # 3. dispatch: the head-of-line stop within the free budget
     free = budget - sum(r.cost for r in running)
     dispatch = order_ids[:head_of_line(map(itemgetter(0), cost_est), free)]
     # 4. ETAs: the lane walk
-    etas, org_clear, walked_ids, starts, fins = _lane_etas(order_ids, cost_est, pair_org, running,
+    etas, org_clear, walked_ids, starts, fins = _lane_etas(order_ids, cost_est, keys, pair_org, running,
                                                            budget=budget, estimate=estimate, now=now)
     clear = max(org_clear.values(), default=0.0)
     if clear < 0.0:
@@ -391,11 +395,12 @@ def _computed_rounds(normal: list[int], cols: Columns, weights: Mapping[str, int
     return rnds
 
 
-def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], pair_org: dict,
+def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], keys: list, pair_org: dict,
                running: Sequence[RunningChart], *, budget: int, estimate: Callable, now: float):
     """Step 4: the lanes at ``now``, then :func:`.rules.lane_pass` over the order.
     Returns the running charts' ETAs, each org's clear-time so far, and the walked
-    charts' ``(ids, starts, fins)``."""
+    charts' ``(ids, starts, fins)``; ``keys`` (each chart's pair, as ``pair_org`` knows
+    it) are :func:`walked`'s ``pairs``."""
     etas: dict[str, Eta] = {}
     running_cost = sum(r.cost for r in running)
     cap = lane_count(budget, running_cost, len(cost_est), lambda: sum(map(itemgetter(0), cost_est)))
@@ -403,5 +408,5 @@ def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], pair_org
     org_clear: dict[str, float] = {}
     running_clear(running, etas, org_clear, floor=-1.0)
     starts, fins = lane_pass(cost_est, lanes)
-    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, list(map(id, cost_est)), pair_org)
+    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, keys, pair_org)
     return etas, org_clear, walked_ids, starts, fins
