@@ -25,7 +25,7 @@ from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimRe
 from fairsched.core.simulator import simulate as core_simulate
 
 __all__ = [
-    "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_trace", "plan",
+    "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
     "plan_to_json", "simulate", "sim_to_json", "dump_scenario", "to_iso", "parse_ts",
 ]
 
@@ -214,7 +214,7 @@ def _org(v: Any, path: str, weights: Mapping[str, int]) -> str:
 
 def parse_scenario(d: Any) -> Scenario:
     """Validate a scenario dict and convert it to core values."""
-    s, cols = _parse_scenario(d)
+    s, cols = parse_columns(d)
     return Scenario(s.now, s.budget, s.weights, s.costs, s.durations, s.running, charts(cols), s.policies)
 
 
@@ -226,8 +226,9 @@ def charts(cols: Columns) -> list[QueuedChart]:
     return queued
 
 
-def _parse_scenario(d: Any) -> tuple[Scenario, Columns]:
-    """:func:`parse_scenario` with its queued charts as columns (``queued`` left empty)."""
+def parse_columns(d: Any) -> tuple[Scenario, Columns]:
+    """:func:`parse_scenario` with its queued charts as :class:`~fairsched.core.plan.Columns`
+    (the scenario's ``queued`` left empty): what :func:`plan` reads, no object per chart."""
     d = _obj(d, "scenario")
     now = parse_ts(_get(d, "now", ""), "now")
     budget, weights, costs, durations = _parse_common(d)
@@ -372,7 +373,7 @@ def plan(scenario: dict) -> dict:
     (at 1M charts that made the plan 27x the 100k time, not ~12x). Without policies
     the charts go from the dict to the plan as columns (no object per chart)."""
     with gc_paused():
-        s, cols = _parse_scenario(scenario)
+        s, cols = parse_columns(scenario)
         if s.policies is None:
             p = core.plan(cols, s.running, budget=s.budget, weights=s.weights, costs=s.costs,
                           estimate=s.durations, now=s.now)
