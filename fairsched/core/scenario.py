@@ -226,9 +226,11 @@ def charts(cols: Columns) -> list[QueuedChart]:
     return queued
 
 
-def parse_columns(d: Any) -> tuple[Scenario, Columns]:
+def parse_columns(d: Any, *, unique_ids: bool = True) -> tuple[Scenario, Columns]:
     """:func:`parse_scenario` with its queued charts as :class:`~fairsched.core.plan.Columns`
-    (the scenario's ``queued`` left empty): what :func:`plan` reads, no object per chart."""
+    (the scenario's ``queued`` left empty): what :func:`plan` reads, no object per chart.
+    ``unique_ids=False``: plainly valid queued charts are not checked for a repeated id
+    (:func:`plan` checks its output instead: one set of a million ids less)."""
     d = _obj(d, "scenario")
     now = parse_ts(_get(d, "now", ""), "now")
     budget, weights, costs, durations = _parse_common(d)
@@ -253,7 +255,7 @@ def parse_columns(d: Any) -> tuple[Scenario, Columns]:
         cost = costs.get((org, wf), 1) if cost is None else _int(cost, f"{p}.cost", 1)
         running.append(RunningChart(cid, org, wf, started, cost))
     queued = _list(d.get("queued", []), "queued")
-    cols = _plain_columns(queued, weights, ids)
+    cols = _plain_columns(queued, weights, ids, unique_ids)
     if cols is None:  # every chart checked field by field: the first error, named
         cols = columns([_queued_chart(c, i, new_id, weights) for i, c in enumerate(queued)])
     return Scenario(now, budget, weights, costs, durations, running, [], parse_policies(d)), cols
@@ -264,7 +266,8 @@ _tzinfo = attrgetter("tzinfo")
 _fromiso, _timestamp = datetime.fromisoformat, datetime.timestamp
 
 
-def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set) -> Columns | None:
+def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set,
+                   unique_ids: bool = True) -> Columns | None:
     """The queued charts as columns when they are plainly valid, a column at a time (the
     loops in C); None as soon as anything is not (then every chart goes through
     :func:`_queued_chart`, which names the first wrong field). Plainly valid: each chart a
@@ -280,8 +283,11 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set) -
         ids, orgs, wfs, created = (list(map(get, queued)) for get in _QUEUED_REQUIRED)
         if set(map(type, ids)) != {str} or not set(map(type, wfs)) <= _WF_TYPES:
             return None
-        id_set = set(ids)
-        if len(id_set) != n or not id_set.isdisjoint(running_ids) or not set(orgs).issubset(weights):
+        if unique_ids:
+            id_set = set(ids)
+            if len(id_set) != n or not id_set.isdisjoint(running_ids):
+                return None
+        if not set(orgs).issubset(weights):
             return None
         dts = list(map(_fromiso, created))
     except (KeyError, TypeError, ValueError):
@@ -291,7 +297,7 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set) -
     special = {}
     lens = list(map(len, queued))
     if lens.count(4) != n:
-        for i in compress(range(n), map((4).__ne__, lens)):
+        for i in _other_than(lens, 4):
             c = queued[i]
             if (c.get("priority", False) is False and c.get("paused", False) is False
                     and c.get("prioritized_at") is None and c.get("front_at") is None and c.get("round") is None):
@@ -304,6 +310,26 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set) -
 
 
 _WF_TYPES = {str, type(None)}
+
+
+def _other_than(values: list, common, dense: int = 16) -> Iterable[int]:
+    """The indices of ``values`` whose value is not ``common``, in order: found by
+    ``list.index`` a distinct value at a time (a scan in C) when they are few, else by
+    one pass."""
+    others = set(values)
+    others.discard(common)
+    if len(values) - values.count(common) > len(values) // dense:
+        return compress(range(len(values)), map(common.__ne__, values))
+    found = []
+    for v in others:
+        i = -1
+        try:
+            while True:
+                i = values.index(v, i + 1)
+                found.append(i)
+        except ValueError:
+            pass
+    return sorted(found)
 
 
 def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedChart:
@@ -324,8 +350,11 @@ def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedC
 
 
 # --------------------------------------------------------------------- plan
-def plan_to_json(p: Plan, weights: Iterable[str] = ()) -> dict:
-    """A core :class:`Plan` as the contract's JSON object."""
+def plan_to_json(p: Plan, weights: Iterable[str] = (), *, copy: bool = True) -> dict:
+    """A core :class:`Plan` as the contract's JSON object. ``copy=False``: the plan's own
+    lists go into it as they are (a caller that hands the plan over; a million ids are
+    not walked once more)."""
+    own = list if copy else (lambda x: x if type(x) is list else list(x))
     org_clear = {o: 0.0 for o in weights}
     org_clear.update(p.org_clear_s)
     parts = p.etas.parts() if isinstance(p.etas, ById) else None
@@ -336,11 +365,11 @@ def plan_to_json(p: Plan, weights: Iterable[str] = ()) -> dict:
         etas = {cid: {"start_s": start, "finish_s": finish} for cid, (start, finish) in head.items()}
         etas.update(zip(ids, [{"start_s": start, "finish_s": finish} for start, finish in zip(starts, fins)]))
     return {
-        "order": list(p.order),
-        "dispatch": list(p.dispatch),
-        "held": list(p.held),
-        "paused": list(p.paused),
-        "blocked": list(p.blocked),
+        "order": own(p.order),
+        "dispatch": own(p.dispatch),
+        "held": own(p.held),
+        "paused": own(p.paused),
+        "blocked": own(p.blocked),
         "etas": etas,
         "org_clear_s": org_clear,
         "org_unplanned": dict(p.org_unplanned),
@@ -373,14 +402,36 @@ def plan(scenario: dict) -> dict:
     (at 1M charts that made the plan 27x the 100k time, not ~12x). Without policies
     the charts go from the dict to the plan as columns (no object per chart)."""
     with gc_paused():
-        s, cols = parse_columns(scenario)
+        try:
+            s, cols = parse_columns(scenario, unique_ids=False)  # ids: checked on the plan below
+        except ScenarioError:
+            parse_columns(scenario)  # the first error in order, a repeated id's included
+            raise
         if s.policies is None:
             p = core.plan(cols, s.running, budget=s.budget, weights=s.weights, costs=s.costs,
                           estimate=s.durations, now=s.now)
-        else:
+            out = plan_to_json(p, s.weights, copy=False)
+            if _ids_unique(out, p, s.running):
+                return out
+        elif len(set(cols.ids).union(r.id for r in s.running)) == len(cols.ids) + len(s.running):
             p = plan_scenario(Scenario(s.now, s.budget, s.weights, s.costs, s.durations, s.running,
                                        charts(cols), s.policies))
-        return plan_to_json(p, s.weights)
+            return plan_to_json(p, s.weights, copy=False)
+        parse_columns(scenario)  # raises the repeated id's error
+        raise AssertionError("a repeated id the checked parse did not refuse")
+
+
+def _ids_unique(out: dict, p: Plan, running: Sequence[RunningChart]) -> bool:
+    """No id repeated among the running and queued charts of ``out``, the JSON of the plan
+    ``p``: every chart with an ETA is a key of ``out["etas"]`` (one each: a repeated id
+    would make fewer), and the charts without one are checked against them."""
+    etas, parts = out["etas"], p.etas.parts() if isinstance(p.etas, ById) else None
+    others = out["held"] + out["paused"] + out["blocked"]
+    if parts is None or len(parts[1]) != len(out["order"]):  # a chart in the order without an ETA
+        every = [r.id for r in running] + out["order"] + others
+        return len(set(every)) == len(every)
+    return (len(etas) == len(parts[0]) + len(parts[1]) and len(set(others)) == len(others)
+            and etas.keys().isdisjoint(others))
 
 
 def dump_scenario(
