@@ -250,12 +250,13 @@ def _plan(cols: Columns, running: Sequence[RunningChart], *, budget: int, weight
     prio = groups.get(_PRIO, [])
     created, special = cols.created, cols.special
     prio.sort(key=lambda i: priority_key(created[i], i, special[i].prioritized_at))
-    tier, rounds = _normal_tier(groups.get(ORDERED, []), cols, weights)
-    take = _gather(prio + tier)
-    order_ids = take(ids)
     # One (cost, estimate) tuple per pair (no tuple built per chart): the tuple stands for
     # its pair in the clear-time bookkeeping, or its identity if two pairs' tuples are equal.
-    cost_est = take(chart_cost_est)
+    order_ids, cost_est, rounds = _normal_tier(groups.get(ORDERED, []), cols, weights, chart_cost_est)
+    if prio:  # ahead of the normal tier (a slice insert moves the tier's items, touching none)
+        take = _gather(prio)
+        order_ids[:0] = take(ids)
+        cost_est[:0] = take(chart_cost_est)
     pair_org = {ce: org for (org, _), ce in cost_est_of.items()}
     keys = cost_est
     if len(pair_org) < len(cost_est_of):
@@ -343,30 +344,51 @@ def _classified(orgs: list, workflows: list, special: Mapping[int, QueuedChart],
     return {k: list(compress(range(n), map(k.__eq__, kinds))) for k in set(kinds)}, info, chart_cost_est
 
 
-def _normal_tier(normal: list[int], cols: Columns, weights: Mapping[str, int]) -> tuple[list[int], Mapping]:
-    """Step 2, the normal tier (indices in arrival order): sorted by :func:`.keys.normal_key`
-    (round, created_at, arrival), and each chart's round. Sorted once by (created_at,
-    arrival) (a stable sort on created_at of the arrival order); then each chart's round,
-    and one stable sort by round. The rounds are those the charts carry when every one
-    does (a live dump), else computed (:func:`_computed_rounds`)."""
+def _normal_tier(normal: list[int], cols: Columns, weights: Mapping[str, int],
+                 chart_cost_est: list) -> tuple[list[str], list, Mapping]:
+    """Step 2, the normal tier (``normal``: its charts' indices in arrival order): its ids
+    and (cost, estimate) tuples sorted by :func:`.keys.normal_key` (round, created_at,
+    arrival), and each chart's round. Sorted once by (created_at, arrival) (a stable sort
+    on created_at of the arrival order), the columns taken in that order; then each
+    chart's round, and one stable sort by round. The rounds are those the charts carry
+    when every one does (a live dump), else computed (:func:`_computed_rounds`)."""
     normal.sort(key=cols.created.__getitem__)
+    by_created = _gather(normal)
+    ids = by_created(cols.ids)
     special = cols.special
     if normal and len(special) >= len(normal) and all(
             i in special and special[i].round is not None for i in normal):
         rnds = [special[i].round for i in normal]
-        rounds = LazyMapping(lambda: dict(zip(_gather(normal)(cols.ids), rnds)))
+        rounds = LazyMapping(lambda: dict(zip(ids, rnds)))
     else:
-        rnds = _computed_rounds(normal, cols, weights)
-        rounds = LazyMapping(lambda: ById({}, _gather(normal)(cols.ids), rnds.__getitem__, lambda: iter(rnds)))
-    by_round = sorted(range(len(normal)), key=rnds.__getitem__)  # stable: keeps (created_at, arrival)
-    return _gather(by_round)(normal), rounds
+        rnds = _computed_rounds(normal, by_created(cols.orgs), cols, weights)
+        rounds = LazyMapping(lambda: ById({}, ids, rnds.__getitem__, lambda: iter(rnds)))
+    # stable: each round keeps (created_at, arrival)
+    return _sorted_by(ids, rnds), _sorted_by(by_created(chart_cost_est), rnds), rounds
 
 
-def _computed_rounds(normal: list[int], cols: Columns, weights: Mapping[str, int]) -> list[int]:
-    """The rounds of a static backlog (``normal`` sorted by (created_at, arrival)):
-    the chart at rank r in its org (:func:`.keys.org_rank_key`, moved-to-front
+def _keys_in_list_order() -> bool:
+    """Does ``sorted`` ask for the keys of the items in their order? (CPython does, one
+    pass before it sorts.)"""
+    return sorted("ab", key=partial(next, iter((1, 0)))) == ["b", "a"]
+
+
+def _sorted_by(items: list, keys: list) -> list:
+    """``items`` stably sorted by ``keys`` (aligned with them). The sort carries the items
+    itself: no list of indices to sort and gather from afterwards, which at a million
+    charts reads every item and index again in a random order (twice the time)."""
+    if _KEYS_IN_ORDER:
+        return sorted(items, key=partial(next, iter(keys)))
+    return _gather(sorted(range(len(items)), key=keys.__getitem__))(items)
+
+
+_KEYS_IN_ORDER = _keys_in_list_order()
+
+
+def _computed_rounds(normal: list[int], orgs: list[str], cols: Columns, weights: Mapping[str, int]) -> list[int]:
+    """The rounds of a static backlog (``normal`` sorted by (created_at, arrival), ``orgs``
+    their orgs): the chart at rank r in its org (:func:`.keys.org_rank_key`, moved-to-front
     charts first) is in round ``r // weight``."""
-    orgs = _gather(normal)(cols.orgs)
     special = cols.special
     fronts = {i for i, c in special.items() if c.front_at is not None}
     if fronts:
