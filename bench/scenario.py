@@ -75,14 +75,14 @@ def float_tuples(n: int, seed: int = 3) -> list:
     return [(rnd.random(), rnd.randrange(n), rnd.randrange(n)) for _ in range(n)]
 
 
-def timed(fn, repeat: int) -> float:
+def timed(fn, repeat: int, clock=time.perf_counter) -> float:
     """Best of ``repeat``, the collector enabled (it is part of the cost)."""
     best = float("inf")
     for _ in range(repeat):
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best
 
 
@@ -116,9 +116,16 @@ def main() -> None:
     if args.quick:
         return
     big = make_scenario(10 * n)
-    t_big = timed(lambda: scenario.plan(big), 2)
-    print(f"plan() of {10 * n:,} charts: {t_big * 1e3:8.1f} ms = {t_big / t['plan']:5.2f}x the 100k plan"
-          f"   (goal <= 12x)")
+    # interleaved with the 100k plan again, in wall and CPU time: on a shared machine a
+    # 2-second run is preempted more often than a 0.2-second one, which CPU time ignores
+    wall = {"big": float("inf"), "small": float("inf")}
+    cpu = dict(wall)
+    for _ in range(2):
+        for name, sc in (("big", big), ("small", scen)):
+            wall[name] = min(wall[name], timed(lambda: scenario.plan(sc), 1))
+            cpu[name] = min(cpu[name], timed(lambda: scenario.plan(sc), 1, time.process_time))
+    print(f"plan() of {10 * n:,} charts: {wall['big'] * 1e3:8.1f} ms = {wall['big'] / wall['small']:5.2f}x the 100k "
+          f"plan; CPU time {cpu['big'] * 1e3:8.1f} ms = {cpu['big'] / cpu['small']:5.2f}x   (goal <= 12x)")
 
 
 if __name__ == "__main__":
