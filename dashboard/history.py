@@ -22,6 +22,7 @@ from charts.services import RERUN_MARK, run_lineage
 from common.validation import MAX_ID
 from common import snapshot as snap
 from dashboard import selectors
+from fairsched.core import DECLARED_AS_N, EstimateSource
 from fairsched.core.due import finished_state
 from control.audit import entry_json
 from control.models import AuditEntry
@@ -186,12 +187,40 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
         out["slack_s"] = chart.due_at.timestamp() - finished  # the due time minus when it finished
     out["first"] = _delta(getattr(chart, "eta_first_at", None), chart.finished_at)
     out["at_dispatch"] = _delta(getattr(chart, "eta_dispatch_at", None), chart.finished_at)
-    expected = selectors.durations()(str(chart.org_id), chart.workflow.name)
+    source = selectors.durations().source(str(chart.org_id), chart.workflow.name)
+    expected = source.seconds
     actual = ((chart.finished_at - chart.started_at).total_seconds()
               if chart.finished_at and chart.started_at else None)
-    out["run"] = {"expected_s": expected, "actual_s": actual,
+    out["run"] = {"expected_s": expected, "actual_s": actual, "source": source.kind,
+                  "source_text": estimate_source_text(source, chart.org.name, chart.workflow.name),
                   "predicted_finish": chart.started_at + timedelta(seconds=expected) if chart.started_at else None}
     return out
+
+
+def _charts(n: int | None) -> str:
+    return "" if n is None else f" ({n:,} finished)"
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{round(seconds):,} s"
+
+
+def estimate_source_text(source: EstimateSource, org: str, workflow: str) -> str:
+    """Where a duration estimate came from, in words (docs/scheduling.md, "The duration estimate")."""
+    blend = ""
+    if source.declared_s is not None and source.kind != "declared":
+        blend = (f", blended with the declared {format_seconds(source.declared_s)} "
+                 f"(weighing as {DECLARED_AS_N} finished charts)")
+    match source.kind:
+        case "pair":
+            return f"history of {org}'s {workflow} charts{_charts(source.n)}{blend}"
+        case "workflow":
+            return f"history of {workflow} charts of every org{_charts(source.n)}{blend}"
+        case "declared":
+            return f"the expected duration declared for {workflow} (no {workflow} chart has finished yet)"
+        case "org":
+            return f"history of {org}'s other workflows{_charts(source.n)} (no {workflow} history, nothing declared)"
+    return f"the default ({format_seconds(source.seconds)}: no history and nothing declared)"
 
 
 def chart_entries(chart: Chart) -> list[AuditEntry]:

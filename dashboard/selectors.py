@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable
 
 from django.conf import settings
 from django.db.models import Count, Q, Sum
@@ -25,7 +25,7 @@ from django.utils import timezone
 from charts.models import FINAL_STATES, Chart, ChartState
 from common import snapshot as snap
 from fairsched.core import Durations
-from fairsched.engine import db
+from fairsched.engine.estimates import read_durations
 from dashboard.permissions import can_view_dashboard
 from control.models import SchedulerSettings
 from common.notify import redis_client
@@ -162,8 +162,34 @@ def _round(age: float | None) -> float | None:
 
 def durations() -> Durations:
     """The scheduler's duration estimates, read as the scheduler reads them
-    (:func:`fairsched.engine.db.read_averages`; the fallback rule is :class:`Durations`)."""
-    return Durations(db.read_averages())
+    (:func:`fairsched.engine.estimates.read_durations`; the fallback rule is :class:`Durations`)."""
+    return read_durations()
+
+
+_durations_cache: dict[str, Any] = {"at": 0.0, "value": None}
+
+
+def cached_durations() -> Durations:
+    """:func:`durations`, re-read at most once a second per process (status.json names
+    each chart's estimate source from it: two small queries, not two per request)."""
+    with _order_lock:
+        if _durations_cache["value"] is not None and time.monotonic() - _durations_cache["at"] < COSTS_TTL_S:
+            return _durations_cache["value"]
+    value = durations()
+    with _order_lock:
+        _durations_cache.update(at=time.monotonic(), value=value)
+    return value
+
+
+def estimate_sources(org: Org) -> Callable[[str | None], str]:
+    """workflow -> where the org's estimate for it comes from (:data:`fairsched.core.types.SOURCES`)."""
+    est, key, seen = cached_durations(), str(org.pk), {}
+
+    def source(workflow: str | None) -> str:
+        if workflow not in seen:
+            seen[workflow] = est.source(key, workflow).kind
+        return seen[workflow]
+    return source
 
 
 def _db_orgs() -> list[Org]:
@@ -285,7 +311,8 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     freshness = {"stale": latest is not None and stale, "age_s": _round(age)}
     if data is not None:
         base = s.get("now") or time.time()
-        charts = [_org_chart(r, base) for r in data.get("charts", [])]
+        source = estimate_sources(org)
+        charts = [_org_chart(r, base, source) for r in data.get("charts", [])]
         total = data.get("total", len(charts))
         if external_id:
             charts = [c for c in charts if c["external_id"] == external_id]
@@ -312,8 +339,10 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     total = qs.count()
     rows = qs.order_by("-state", "created_at", "pk")[offset:offset + limit]  # running first, then queued by age
     now = timezone.now()
+    source = estimate_sources(org)
     charts = [{
         "id": c.pk, "external_id": c.external_id, "workflow": c.workflow.name,
+        "estimate_source": source(c.workflow.name),
         "state": "running" if c.state == ChartState.RUNNING else ("held" if org.is_held else
                                                                    "paused" if c.paused else "queued"),
         "position": None, "start_at": None, "eta": None, "eta_s": None,
@@ -330,11 +359,13 @@ def _at(base: float, seconds: float | None) -> str | None:
     return datetime.fromtimestamp(base + seconds, tz=timezone.get_current_timezone()).isoformat()
 
 
-def _org_chart(r: dict[str, Any], base: float) -> dict[str, Any]:
+def _org_chart(r: dict[str, Any], base: float, source: Callable[[str | None], str]) -> dict[str, Any]:
     finish = r.get("finish_s")
     start = r.get("start_s")
     return {
         "id": r.get("id"), "external_id": r.get("external_id"), "workflow": r.get("workflow"),
+        # where its duration estimate comes from: pair, workflow, org (history), declared, default
+        "estimate_source": source(r.get("workflow")),
         "state": r.get("state"), "position": r.get("pos"), "priority": r.get("priority", False),
         "start_at": _at(base, start) if r.get("state") != "running" else r.get("started_at"),
         "eta": _at(base, finish), "eta_s": finish,
@@ -456,9 +487,11 @@ def invalidate_costs() -> None:
 
 
 def clear_caches() -> None:
-    """Forget the parsed order and the costs (tests; a Redis flushed under a running process)."""
+    """Forget the parsed order, the costs and the estimates (tests; a Redis flushed under a
+    running process)."""
     with _order_lock:
         _costs_cache["value"] = None
+        _durations_cache["value"] = None
         _order_cache.update(seq=None, rows=[], index={})
         _msg_cache.clear()
         _history_done.clear()

@@ -164,8 +164,19 @@ class OrgAdmin(admin.ModelAdmin):
 
 @admin.register(Workflow)
 class WorkflowAdmin(admin.ModelAdmin):
-    list_display = ("name", "temporal_type", "execution_timeout_s", "description")
+    list_display = ("name", "temporal_type", "execution_timeout_s", "expected_duration_s", "description")
     search_fields = ("name", "temporal_type")
+
+    def save_model(self, request, obj: Workflow, form, change: bool) -> None:
+        """A changed expected duration goes through the service (audited, and the scheduler
+        re-reads its estimates at once); the other fields are saved as the admin saves them."""
+        if not change or "expected_duration_s" not in form.changed_data:
+            return super().save_model(request, obj, form, change)
+        seconds = obj.expected_duration_s
+        obj.expected_duration_s = form.initial.get("expected_duration_s")
+        super().save_model(request, obj, form, change)
+        services.workflow_expected_set(workflow=obj, seconds=seconds, actor=request.user)
+        obj.expected_duration_s = seconds
 
 
 @admin.register(WorkflowCost)

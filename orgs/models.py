@@ -118,6 +118,8 @@ class Org(models.Model):
 
 DEFAULT_EXECUTION_TIMEOUT_S = 24 * 3600
 MAX_EXECUTION_TIMEOUT_S = 366 * 24 * 3600
+MIN_EXPECTED_DURATION_S = 1
+MAX_EXPECTED_DURATION_S = 7 * 24 * 3600
 
 
 class Workflow(models.Model):
@@ -136,12 +138,24 @@ class Workflow(models.Model):
         help_text="A chart's workflow running longer than this is timed out by Temporal (the chart fails and "
                   "frees its budget). Default 86400 (24 h); at most 366 days.",
     )
+    expected_duration_s = models.PositiveIntegerField(
+        "expected duration (seconds)", null=True, blank=True,
+        validators=[MinValueValidator(MIN_EXPECTED_DURATION_S), MaxValueValidator(MAX_EXPECTED_DURATION_S)],
+        help_text="How long one chart of this workflow runs, as far as you know (1 s to 7 days). The ETAs use it "
+                  "until charts of this workflow have finished, then blend it out (it counts as 5 finished "
+                  "charts). Empty: other workflows' averages or the 600 s default until then.",
+    )
 
     class Meta:
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=models.Q(execution_timeout_s__gte=1),
                                    name="workflow_execution_timeout_gte_1"),
+            models.CheckConstraint(
+                condition=models.Q(expected_duration_s__isnull=True)
+                | models.Q(expected_duration_s__gte=MIN_EXPECTED_DURATION_S,
+                           expected_duration_s__lte=MAX_EXPECTED_DURATION_S),
+                name="workflow_expected_duration_range"),
         ]
 
     def __str__(self) -> str:

@@ -13,10 +13,11 @@ from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
 
 from control import audit
-from common.notify import CostNote, OrgNote, notify
+from common.notify import CostNote, OrgNote, Resync, notify
 from common.validation import MAX_COST, MAX_ID, MAX_WEIGHT, check_text, parse_turnaround, require_int
 from fairsched.core.rules import HELD_WEIGHT, is_held
-from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
+from orgs.models import (DEFAULT_EXECUTION_TIMEOUT_S, MAX_EXPECTED_DURATION_S, MIN_EXPECTED_DURATION_S, Org, Workflow,
+                         WorkflowCost)
 
 
 def _locked_org(org: Org | int) -> Org:
@@ -259,14 +260,48 @@ def _apply_turnaround(locked: Org, value: Any, *, actor: Any) -> bool:
 
 
 def workflow_create(*, name: str, temporal_type: str = "", description: str = "",
-                    execution_timeout_s: int = DEFAULT_EXECUTION_TIMEOUT_S) -> Workflow:
-    """A workflow type; ``execution_timeout_s`` (1 s to 366 days) bounds each chart's run."""
+                    execution_timeout_s: int = DEFAULT_EXECUTION_TIMEOUT_S,
+                    expected_duration_s: int | None = None) -> Workflow:
+    """A workflow type; ``execution_timeout_s`` (1 s to 366 days) bounds each chart's run;
+    ``expected_duration_s`` (1 s to 7 days, or None) is the ETAs' estimate of a chart of it
+    until some have finished (docs/scheduling.md, "The duration estimate")."""
     wf = Workflow(name=(name or "").strip(), temporal_type=temporal_type, description=description,
-                  execution_timeout_s=execution_timeout_s)
+                  execution_timeout_s=execution_timeout_s,
+                  expected_duration_s=_expected_duration(expected_duration_s))
     wf.full_clean(exclude=["temporal_type"])
     with transaction.atomic():
         wf.save()
     return wf
+
+
+def _expected_duration(value: object) -> int | None:
+    if value is None or value == "":
+        return None
+    return require_int("expected_duration_s", value, minimum=MIN_EXPECTED_DURATION_S,
+                       maximum=MAX_EXPECTED_DURATION_S)
+
+
+def workflow_expected_set(*, workflow: Workflow | int, seconds: int | None, actor: Any = None) -> bool:
+    """Declare how long a chart of ``workflow`` runs (1 s to 7 days; None: not declared).
+    The scheduler re-reads its estimates at once (a resync note); False if unchanged."""
+    seconds = _expected_duration(seconds)
+    with transaction.atomic():
+        wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow
+        wf = Workflow.objects.select_for_update().filter(pk=wf_pk).first()
+        if wf is None:
+            raise ValidationError({"workflow": f"Workflow {wf_pk} does not exist."})
+        before = wf.expected_duration_s
+        if before == seconds:
+            return False
+        wf.expected_duration_s = seconds
+        wf.save(update_fields=["expected_duration_s"])
+        shown = (lambda v: "none" if v is None else f"{v} s")
+        audit.record(actor=actor, action="expected", summary=f"Set the expected duration of {wf.name} to "
+                     f"{shown(seconds)} (was {shown(before)})",
+                     before={"workflow": wf.name, "expected_duration_s": before},
+                     after={"workflow": wf.name, "expected_duration_s": seconds})
+        notify(Resync())
+    return True
 
 
 def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int, actor: Any = None) -> WorkflowCost:

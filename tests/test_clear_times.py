@@ -126,12 +126,15 @@ def test_the_live_dump_carries_the_workflow_averages_over_all_orgs(world):
     from charts import services as charts_services
     from fairsched.core import scenario
     from fairsched.engine.reader import scenario_from_db
+    from orgs import services as org_services
 
     chart = world["head"]
     charts_services.chart_mark_running(chart_id=chart.pk, cost=3)
     chart.refresh_from_db()
     charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
                                          finished_at=chart.started_at + timedelta(seconds=130))
+    org_services.workflow_expected_set(workflow=chart.workflow, seconds=100)
     scn = scenario_from_db()
-    assert {"org": None, "workflow": "audit", "avg_s": 130.0} in scn["averages"]
+    assert {"org": None, "workflow": "audit", "avg_s": 130.0, "count": 1} in scn["averages"]
+    assert scn["expected"] == [{"workflow": "audit", "expected_s": 100.0}]  # the declared duration, for the blend
     scenario.plan(scn)  # valid v2 input

@@ -40,9 +40,21 @@ def test_seed_demo_builds_the_write_ups_situation(capture_notifications):
         assert low <= payload["seconds"] <= high
         used[name] += 1
     assert min(used.values()) > 50  # all three types are in the mix
+    # each workflow declares what it runs: the first ETAs are right before any chart finished
+    declared = dict(Workflow.objects.values_list("name", "expected_duration_s"))
+    assert declared == {"review": 12, "code": 40, "audit": 120}
+    for name, seconds in Workflow.objects.values_list("name", "expected_duration_s"):
+        runs = [p["seconds"] for p in Chart.objects.filter(workflow__name=name).values_list("payload", flat=True)]
+        assert abs(sum(runs) / len(runs) - seconds) < 0.1 * seconds
     assert 0 < Chart.objects.filter(payload__fail=True).count() < 60
     kinds = {n["kind"] for n in capture_notifications}
     assert {"charts", "org", "cost", "settings"} <= kinds  # it went through the services
+
+
+def test_seed_demo_short_declares_the_short_charts_duration():
+    call_command("seed_demo", "--short", "--scale", "0.02", stdout=open("/dev/null", "w"))
+    assert set(Workflow.objects.values_list("expected_duration_s", flat=True)) == {3}
+    assert all(1 <= p["seconds"] <= 5 for p in Chart.objects.values_list("payload", flat=True))
 
 
 def test_seed_demo_runs_once():

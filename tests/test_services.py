@@ -316,7 +316,7 @@ def test_a_finish_updates_the_pair_the_org_and_the_workflow_over_all_orgs_with_a
     (an all-time mean would stay near the old figure)."""
     from datetime import timedelta
 
-    from fairsched.engine import db
+    from fairsched.engine.estimates import read_durations
 
     acme, beta = make_org("Acme"), make_org("Beta")
     audit = make_workflow("audit")
@@ -332,8 +332,9 @@ def test_a_finish_updates_the_pair_the_org_and_the_workflow_over_all_orgs_with_a
     finish(beta, 100.0)
     wide = DurationStat.objects.get(org=None, workflow=audit)
     assert (wide.count, wide.avg_s) == (2, 110.0)  # a plain mean of the first finishes
-    averages = db.read_averages()
-    assert averages[(None, "audit")] == 110.0 and (str(acme.pk), "audit") not in averages
+    est = read_durations()
+    assert est.averages[(None, "audit")] == 110.0 and (str(acme.pk), "audit") not in est.averages
+    assert est.counts[(None, "audit")] == 2
     for _ in range(60):
         finish(beta, 110.0)
     for _ in range(60):

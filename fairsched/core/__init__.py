@@ -10,8 +10,9 @@ Values (:mod:`fairsched.core.types`)
     ``QueuedChart(id, org, workflow, created_at, seq, priority=False,
     prioritized_at=None, paused=False, front_at=None, round=None)``,
     ``RunningChart(id, org, workflow, started_at, cost)``,
-    ``Eta(start_s, finish_s)``, ``Durations(averages, default_avg_s)`` (callable
-    ``(org, workflow) -> seconds``), ``EtaReport(etas, org_clear_s, clear_s)``,
+    ``Eta(start_s, finish_s)``, ``Durations(averages, default_avg_s, expected, counts)`` (callable
+    ``(org, workflow) -> seconds``; ``source(org, workflow)`` says where an estimate came from,
+    an :class:`EstimateSource`), ``EtaReport(etas, org_clear_s, clear_s)``,
     ``Plan(order, dispatch, held, paused, blocked, etas, org_clear_s, clear_s, rounds)``.
 Static plan (:mod:`fairsched.core.plan`)
     ``plan(queued, running=(), *, budget, weights, costs=None, estimate=Durations(), now=0.0) -> Plan``
@@ -78,11 +79,12 @@ from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
 from .queue import FairQueue, NeedsWholeBacklog, first_head_of_backlog, head_of_backlog
 from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, is_held, lane_pass
-from .types import DEFAULT_AVG_S, ById, Durations, Eta, EtaReport, OrgRounds, Plan, QueuedChart, RoundState, RunningChart
+from .types import (DECLARED_AS_N, DEFAULT_AVG_S, ById, Durations, EstimateSource, Eta, EtaReport, OrgRounds, Plan,
+                    QueuedChart, RoundState, RunningChart)
 
 __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
-    "DEFAULT_AVG_S", "ById", "Durations", "Eta", "EtaReport", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
+    "DECLARED_AS_N", "DEFAULT_AVG_S", "ById", "Durations", "EstimateSource", "Eta", "EtaReport", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
     "RoundSaver", "RoundState", "RunningChart",
     "fifo_key", "first_head_of_backlog", "head_of_backlog", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "simulate_lanes",

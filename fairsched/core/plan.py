@@ -6,17 +6,17 @@ order (:mod:`fairsched.core.queue`) calls too; this module adds the bulk
 bookkeeping around them (the lanes at ``now``, clear-times, the ETA columns)."""
 from __future__ import annotations
 
-from collections import Counter
-from itertools import chain
 import gc
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, count, filterfalse, repeat
+from operator import attrgetter, call, floordiv, itemgetter
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .keys import org_rank_key, priority_key
 from .rules import BLOCKED, HELD, ORDERED, PAUSED, classify, head_of_line, lane_pass
-from .types import ById, Durations, Eta, EtaReport, Plan, QueuedChart, RunningChart
+from .types import ById, Durations, Eta, EtaReport, LazyMapping, Plan, QueuedChart, RunningChart
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ _created = attrgetter("created_at")
 _seq = attrgetter("seq")
 _org = attrgetter("org")
 _id = attrgetter("id")
-_round = attrgetter("round")
+_workflow = attrgetter("workflow")
 
 
 def plan_dispatch(order: Iterable[T], free: int, cost_of: Callable[[T], int]) -> list[T]:
@@ -143,7 +143,8 @@ def collect_etas(ids: Sequence[str], orgs: Sequence[str], starts: list, fins: li
 
 def eta_map(head: dict, ids: Sequence[str], starts: list, fins: list) -> ById:
     """:func:`walked`'s columns as an id -> Eta mapping (indexed on first lookup)."""
-    return ById(head, ids, lambda i: _make_eta((starts[i], fins[i])), lambda: map(_make_eta, zip(starts, fins)))
+    return ById(head, ids, lambda i: _make_eta((starts[i], fins[i])), lambda: map(_make_eta, zip(starts, fins)),
+                (starts, fins))
 
 
 def unplanned_clear(rep: EtaReport, unplanned: Mapping[str, int], planned: "set[str]") -> EtaReport:
@@ -171,8 +172,41 @@ def simulate_lanes(
     collect_etas([i[0] for i in items], [i[1] for i in items], starts, fins, etas, org_clear)
 
 
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """A backlog as columns, in arrival order (a chart's index is its arrival number):
+    the ``ids``, ``orgs``, ``workflows`` and ``created`` (epoch seconds) of every chart,
+    and ``special``, index -> the :class:`QueuedChart` of each chart that has any of
+    ``priority``, ``prioritized_at``, ``paused``, ``front_at`` or ``round`` (a chart not
+    there has none). What the plan reads: no object per chart, and a scenario's charts
+    are parsed straight into it (:func:`columns` makes it from QueuedCharts)."""
+
+    ids: list[str]
+    orgs: list[str]
+    workflows: list[str | None]
+    created: list[float]
+    special: Mapping[int, QueuedChart]
+
+
+def _is_special(c: QueuedChart) -> bool:
+    return (c.priority or c.paused or c.prioritized_at is not None or c.front_at is not None
+            or c.round is not None)
+
+
+def columns(queued: Iterable[QueuedChart]) -> Columns:
+    """``queued`` as :class:`Columns`, in ``seq`` order (a stable sort: equal seqs keep
+    their order, so the index breaks every tie as ``seq`` did)."""
+    queued = list(queued)
+    seqs = list(map(_seq, queued))
+    if seqs != sorted(seqs):
+        queued.sort(key=_seq)
+    special = {i: c for i, c in enumerate(queued) if _is_special(c)}
+    return Columns(list(map(_id, queued)), list(map(_org, queued)), list(map(_workflow, queued)),
+                   list(map(_created, queued)), special)
+
+
 def plan(
-    queued: Sequence[QueuedChart],
+    queued: Sequence[QueuedChart] | Columns,
     running: Sequence[RunningChart] = (),
     *,
     budget: int,
@@ -183,63 +217,73 @@ def plan(
 ) -> Plan:
     """The static plan of one moment, exactly as ``docs/scheduling.md``.
 
-    ``queued`` in arrival order (``seq`` breaks ties anyway). ``weights`` must
-    name every org of the charts; ``costs`` maps (org, workflow) to a cost, 1
-    if absent. If every normal-tier chart carries a ``round`` (a live dump),
-    those rounds are used; otherwise rounds are computed (rank // weight, the
-    rank taking ``front_at`` into account, see :mod:`fairsched.core`).
+    ``queued`` in arrival order (``seq`` breaks ties anyway), or already as
+    :class:`Columns`. ``weights`` must name every org of the charts; ``costs`` maps
+    (org, workflow) to a cost, 1 if absent. If every normal-tier chart carries a
+    ``round`` (a live dump), those rounds are used; otherwise rounds are computed
+    (rank // weight, the rank taking ``front_at`` into account, see :mod:`fairsched.core`).
     """
     with gc_paused():
-        return _plan(queued, running, budget=budget, weights=weights, costs=costs,
+        cols = queued if isinstance(queued, Columns) else columns(queued)
+        return _plan(cols, running, budget=budget, weights=weights, costs=costs or {},
                      estimate=estimate, now=now)
 
 
-def _plan(
-    queued: Sequence[QueuedChart],
-    running: Sequence[RunningChart] = (),
-    *,
-    budget: int,
-    weights: Mapping[str, int],
-    costs: Mapping[tuple[str, str | None], int] | None = None,
-    estimate: Callable[[str, str | None], float] = Durations(),
-    now: float = 0.0,
-) -> Plan:
-    """:func:`plan` with the garbage collector running (see there)."""
+_PRIO = "priority"  # what step 1 calls an ordered chart of the priority tier
+
+
+def _gather(idx: Sequence[int]) -> Callable[[Sequence], list]:
+    """``take(seq) == [seq[i] for i in idx]``, the loop in C (one itemgetter of them all)."""
+    if len(idx) < 2:
+        return lambda seq: [seq[i] for i in idx]
+    get = itemgetter(*idx)
+    return lambda seq: list(get(seq))
+
+
+def _plan(cols: Columns, running: Sequence[RunningChart], *, budget: int, weights: Mapping[str, int],
+          costs: Mapping, estimate: Callable, now: float) -> Plan:
+    """:func:`plan` with the garbage collector paused (see there)."""
+    ids, orgs = cols.ids, cols.orgs
     # 1. classify; 2. order
-    held, paused, blocked, prio, normal, cost_cache = _classified(queued, weights, costs or {}, budget)
-    prio.sort(key=lambda c: priority_key(c.created_at, c.seq, c.prioritized_at))
-    tier, rounds = _normal_tier(normal, weights)
-    order = prio + tier
-    order_ids = [c.id for c in order]
-    # One (cost, estimate) tuple per pair, reached org -> workflow (no tuple built per
-    # chart); the tuple's identity stands for its pair in the clear-time bookkeeping.
-    info: dict = {}
-    pair_org: dict = {}
-    for (org, wf), cost in cost_cache.items():
-        ce = info.setdefault(org, {})[wf] = (cost, float(estimate(org, wf)))
-        pair_org[id(ce)] = org
-    cost_est = [info[c.org][c.workflow] for c in order]
+    groups, cost_est_of, chart_cost_est = _classified(orgs, cols.workflows, cols.special, weights, costs,
+                                                      budget, estimate)
+    prio = groups.get(_PRIO, [])
+    created, special = cols.created, cols.special
+    prio.sort(key=lambda i: priority_key(created[i], i, special[i].prioritized_at))
+    # One (cost, estimate) tuple per pair (no tuple built per chart): the tuple stands for
+    # its pair in the clear-time bookkeeping, or its identity if two pairs' tuples are equal.
+    order_ids, cost_est, rounds = _normal_tier(groups.get(ORDERED, []), cols, weights, chart_cost_est)
+    if prio:  # ahead of the normal tier (a slice insert moves the tier's items, touching none)
+        take = _gather(prio)
+        order_ids[:0] = take(ids)
+        cost_est[:0] = take(chart_cost_est)
+    pair_org = {ce: org for (org, _), ce in cost_est_of.items()}
+    keys = cost_est
+    if len(pair_org) < len(cost_est_of):
+        pair_org = {id(ce): org for (org, _), ce in cost_est_of.items()}
+        keys = list(map(id, cost_est))
     # 3. dispatch: the head-of-line stop within the free budget
     free = budget - sum(r.cost for r in running)
     dispatch = order_ids[:head_of_line(map(itemgetter(0), cost_est), free)]
     # 4. ETAs: the lane walk
-    etas, org_clear, walked_ids, starts, fins = _lane_etas(order_ids, cost_est, pair_org, running,
+    etas, org_clear, walked_ids, starts, fins = _lane_etas(order_ids, cost_est, keys, pair_org, running,
                                                            budget=budget, estimate=estimate, now=now)
     clear = max(org_clear.values(), default=0.0)
     if clear < 0.0:
         clear = 0.0
-    unplanned = _unplanned(held, paused, blocked)
+    held, paused, blocked = (groups.get(k, []) for k in (HELD, PAUSED, BLOCKED))
+    unplanned: dict[str, int] = {}
+    for i in chain(held, paused, blocked):
+        unplanned[orgs[i]] = unplanned.get(orgs[i], 0) + 1
     for org in weights:
         if org not in org_clear:
             org_clear[org] = None if org in unplanned else 0.0
-
-    by_seq = lambda cs: [c.id for c in sorted(cs, key=_seq)]
     return Plan(
         order=order_ids,
         dispatch=dispatch,
-        held=by_seq(held),
-        paused=by_seq(paused),
-        blocked=by_seq(blocked),
+        held=[ids[i] for i in held],
+        paused=[ids[i] for i in paused],
+        blocked=[ids[i] for i in blocked],
         etas=eta_map(etas, walked_ids, starts, fins),
         org_clear_s=org_clear,
         clear_s=clear,
@@ -248,84 +292,137 @@ def _plan(
     )
 
 
-def _classified(queued: Iterable[QueuedChart], weights: Mapping[str, int], costs: Mapping, budget: int):
-    """Step 1: :func:`.rules.classify` each chart, once per distinct (org, workflow,
-    paused, priority). Returns the held, paused, blocked, priority-tier and
-    normal-tier charts (each in ``queued``'s order) and the cost of each pair seen."""
-    cost_cache: dict = {}
-    held: list[QueuedChart] = []
-    paused: list[QueuedChart] = []
-    blocked: list[QueuedChart] = []
-    prio: list[QueuedChart] = []
-    normal: list[QueuedChart] = []
-    into = {HELD: held.append, PAUSED: paused.append, BLOCKED: blocked.append}
-    where: dict = {}  # (org, workflow, paused, priority) -> the list's append
-    for c in queued:
-        k = (c.org, c.workflow, c.paused, c.priority)
-        put = where.get(k)
-        if put is None:
-            pair = (c.org, c.workflow)
-            cost = cost_cache[pair] = costs.get(pair, 1)
-            st = classify(weights[c.org], c.paused, cost, budget)
-            put = where[k] = into[st] if st != ORDERED else (prio.append if c.priority else normal.append)
-        put(c)
-    return held, paused, blocked, prio, normal, cost_cache
+class _PairInfo(dict):
+    """(org, workflow) -> its (cost, estimate) tuple, made on the first lookup of the pair
+    (then also ``state[pair]``, what :func:`.rules.classify` makes of its charts that have
+    no flag): one pass over the charts finds the pairs and looks their tuples up."""
+
+    __slots__ = ("costs", "weights", "budget", "estimate", "state")
+
+    def __init__(self, costs: Mapping, weights: Mapping[str, int], budget: int, estimate: Callable) -> None:
+        super().__init__()
+        self.costs, self.weights, self.budget, self.estimate = costs, weights, budget, estimate
+        self.state: dict = {}
+
+    def __missing__(self, pair: tuple) -> tuple[int, float]:
+        org, wf = pair
+        cost = self.costs.get(pair, 1)
+        ce = self[pair] = (cost, float(self.estimate(org, wf)))
+        self.state[pair] = classify(self.weights[org], False, cost, self.budget)
+        return ce
 
 
-def _normal_tier(normal: list[QueuedChart], weights: Mapping[str, int]) -> tuple[list[QueuedChart], Mapping]:
-    """Step 2, the normal tier: sorted by :func:`.keys.normal_key` (round, created_at,
-    arrival), and each chart's round. Sorted once by (created_at, arrival) (a stable
-    sort on created_at of a seq-ordered list); then the rounds are a counting pass
-    and the tier a bucket pass: O(n) after one sort. The rounds are those the charts
-    carry when every one does (a live dump), else computed (:func:`_computed_rounds`)."""
-    seqs = [c.seq for c in normal]
-    if seqs != sorted(seqs):
-        normal.sort(key=_seq)
-    normal.sort(key=_created)
-    if normal and all(c.round is not None for c in normal):
-        rounds = {c.id: c.round for c in normal}
-        normal.sort(key=_round)  # stable: keeps (created_at, arrival)
-        return normal, rounds
-    return _computed_rounds(normal, weights)
+def _classified(orgs: list, workflows: list, special: Mapping[int, QueuedChart], weights: Mapping[str, int],
+                costs: Mapping, budget: int, estimate: Callable) -> tuple[dict, dict, list]:
+    """Step 1: :func:`.rules.classify` each chart, once per distinct (org, workflow) and
+    once per special chart. Returns the charts' indices by class (``ORDERED``: the normal
+    tier, ``_PRIO``: the priority tier, ``HELD``, ``PAUSED``, ``BLOCKED``; a class with
+    no chart may be missing), each in arrival order, each pair's (cost, estimate) and
+    each chart's (its pair's tuple)."""
+    info = _PairInfo(costs, weights, budget, estimate)
+    chart_cost_est = list(map(info.__getitem__, zip(orgs, workflows)))
+    state = info.state
+    n = len(orgs)
+    kind_of = {}
+    for i in sorted(special):
+        c = special[i]
+        st = classify(weights[c.org], c.paused, chart_cost_est[i][0], budget)
+        kind_of[i] = _PRIO if st == ORDERED and c.priority else st
+    if all(st == ORDERED for st in state.values()):  # only the special charts are anything else
+        groups: dict = {}
+        for i, kind in kind_of.items():
+            groups.setdefault(kind, []).append(i)
+        normal = list(filterfalse(special.__contains__, range(n))) if special else list(range(n))
+        if ORDERED in groups:
+            normal += groups[ORDERED]
+            normal.sort()
+        groups[ORDERED] = normal
+        return groups, info, chart_cost_est
+    kinds = list(map(state.__getitem__, zip(orgs, workflows)))
+    for i, kind in kind_of.items():
+        kinds[i] = kind
+    return {k: list(compress(range(n), map(k.__eq__, kinds))) for k in set(kinds)}, info, chart_cost_est
 
 
-def _computed_rounds(normal: list[QueuedChart], weights: Mapping[str, int]) -> tuple[list[QueuedChart], ById]:
-    """The rounds of a static backlog (``normal`` sorted by (created_at, arrival)):
-    the chart at rank r in its org (:func:`.keys.org_rank_key`, moved-to-front
-    charts first) is in round ``r // weight``. Returns the tier and the rounds."""
-    rank: dict[str, int] = {}
-    front_rounds: dict[str, int] = {}
-    fronts = [c for c in normal if c.front_at is not None]
+def _normal_tier(normal: list[int], cols: Columns, weights: Mapping[str, int],
+                 chart_cost_est: list) -> tuple[list[str], list, Mapping]:
+    """Step 2, the normal tier (``normal``: its charts' indices in arrival order): its ids
+    and (cost, estimate) tuples sorted by :func:`.keys.normal_key` (round, created_at,
+    arrival), and each chart's round. Sorted once by (created_at, arrival) (a stable sort
+    on created_at of the arrival order), the columns taken in that order; then each
+    chart's round, and one stable sort by round. The rounds are those the charts carry
+    when every one does (a live dump), else computed (:func:`_computed_rounds`)."""
+    normal.sort(key=cols.created.__getitem__)
+    by_created = _gather(normal)
+    ids = by_created(cols.ids)
+    special = cols.special
+    if normal and len(special) >= len(normal) and all(
+            i in special and special[i].round is not None for i in normal):
+        rnds = [special[i].round for i in normal]
+        rounds = LazyMapping(lambda: dict(zip(ids, rnds)))
+    else:
+        rnds = _computed_rounds(normal, by_created(cols.orgs), cols, weights)
+        rounds = LazyMapping(lambda: ById({}, ids, rnds.__getitem__, lambda: iter(rnds)))
+    # stable: each round keeps (created_at, arrival)
+    return _sorted_by(ids, rnds), _sorted_by(by_created(chart_cost_est), rnds), rounds
+
+
+def _keys_in_list_order() -> bool:
+    """Does ``sorted`` ask for the keys of the items in their order? (CPython does, one
+    pass before it sorts.)"""
+    return sorted("ab", key=partial(next, iter((1, 0)))) == ["b", "a"]
+
+
+def _sorted_by(items: list, keys: list) -> list:
+    """``items`` stably sorted by ``keys`` (aligned with them). The sort carries the items
+    itself: no list of indices to sort and gather from afterwards, which at a million
+    charts reads every item and index again in a random order (twice the time)."""
+    if _KEYS_IN_ORDER:
+        return sorted(items, key=partial(next, iter(keys)))
+    return _gather(sorted(range(len(items)), key=keys.__getitem__))(items)
+
+
+_KEYS_IN_ORDER = _keys_in_list_order()
+
+
+def _computed_rounds(normal: list[int], orgs: list[str], cols: Columns, weights: Mapping[str, int]) -> list[int]:
+    """The rounds of a static backlog (``normal`` sorted by (created_at, arrival), ``orgs``
+    their orgs): the chart at rank r in its org (:func:`.keys.org_rank_key`, moved-to-front
+    charts first) is in round ``r // weight``."""
+    special = cols.special
+    fronts = {i for i, c in special.items() if c.front_at is not None}
     if fronts:
-        fronts.sort(key=lambda c: org_rank_key(c.created_at, c.seq, c.front_at))
-        for c in fronts:
-            r = rank.get(c.org, 0)
-            rank[c.org] = r + 1
-            front_rounds[c.id] = r // weights[c.org]
-    counts = Counter(map(_org, normal))
-    max_round = max(((n - 1) // weights[o] for o, n in counts.items()), default=-1)
-    buckets: list[list[QueuedChart]] = [[] for _ in range(max_round + 1)]
+        fronts.intersection_update(normal)
+    if not fronts:  # each org's ranks count up along the tier: one counter per org, in C
+        few = len(weights) * 8 < len(orgs)  # else only the orgs that have a chart here
+        nxt = {o: map(floordiv, count(), repeat(weights[o])).__next__
+               for o in (weights if few else set(orgs)) if weights[o]}
+        return list(map(call, map(nxt.__getitem__, orgs)))
+    created = cols.created
+    rank: dict[str, int] = {}
+    front_rounds: dict[int, int] = {}
+    for i in sorted(fronts, key=lambda i: org_rank_key(created[i], i, special[i].front_at)):
+        org = cols.orgs[i]
+        r = rank.get(org, 0)
+        rank[org] = r + 1
+        front_rounds[i] = r // weights[org]
     rnds: list[int] = []
-    keep = rnds.append
-    for c in normal:
-        if c.front_at is None:
-            org = c.org
+    for i, org in zip(normal, orgs):
+        if i in front_rounds:
+            rnds.append(front_rounds[i])
+        else:
             r = rank.get(org, 0)
             rank[org] = r + 1
-            rnd = r // weights[org]
-        else:
-            rnd = front_rounds[c.id]
-        keep(rnd)
-        buckets[rnd].append(c)
-    rounds = ById({}, list(map(_id, normal)), rnds.__getitem__, lambda: iter(rnds))
-    return [c for b in buckets for c in b], rounds
+            rnds.append(r // weights[org])
+    return rnds
 
 
-def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], pair_org: dict,
+def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], keys: list, pair_org: dict,
                running: Sequence[RunningChart], *, budget: int, estimate: Callable, now: float):
     """Step 4: the lanes at ``now``, then :func:`.rules.lane_pass` over the order.
     Returns the running charts' ETAs, each org's clear-time so far, and the walked
-    charts' ``(ids, starts, fins)``."""
+    charts' ``(ids, starts, fins)``; ``keys`` (each chart's pair, as ``pair_org`` knows
+    it) are :func:`walked`'s ``pairs``."""
     etas: dict[str, Eta] = {}
     running_cost = sum(r.cost for r in running)
     cap = lane_count(budget, running_cost, len(cost_est), lambda: sum(map(itemgetter(0), cost_est)))
@@ -333,13 +430,5 @@ def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], pair_org
     org_clear: dict[str, float] = {}
     running_clear(running, etas, org_clear, floor=-1.0)
     starts, fins = lane_pass(cost_est, lanes)
-    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, list(map(id, cost_est)), pair_org)
+    walked_ids, starts, fins = walked(order_ids, (), starts, fins, org_clear, keys, pair_org)
     return etas, org_clear, walked_ids, starts, fins
-
-
-def _unplanned(*groups: list[QueuedChart]) -> dict[str, int]:
-    """Per org, how many of its charts are in ``groups`` (held, paused, blocked)."""
-    unplanned: dict[str, int] = {}
-    for c in chain(*groups):
-        unplanned[c.org] = unplanned.get(c.org, 0) + 1
-    return unplanned

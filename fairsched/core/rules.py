@@ -121,8 +121,13 @@ def lane_pass(cost_est: Iterable[tuple[int, float]], lanes: list[float]
     earliest free lane) before it yields the next chart (the forecast pass does,
     to let expected arrivals in first) or stop early (a partial pass).
 
-    With a heap: pop c-1 lanes, the c-th is ``lanes[0]``; replace it by the
-    finish and push c-1 more copies."""
+    With a heap: the c-th earliest lane is read off the heap's top levels for c <= 3
+    (the second is a child of the root, the third a child of the root or of the second),
+    and the c earliest are replaced by the finish one at a time (with an estimate >= 0
+    the finish is never earlier than the start, so each replace takes the next earliest); else,
+    pop c-1 lanes, the c-th is ``lanes[0]``, replace it by the finish and push c-1 more
+    copies. The lanes hold the same times either way (only their places in the heap
+    differ)."""
     starts: list = []
     fins: list = []
     sa = starts.append
@@ -134,13 +139,29 @@ def lane_pass(cost_est: Iterable[tuple[int, float]], lanes: list[float]
             start = lanes[0]
             fin = start + est
             hreplace(lanes, fin)
-        elif c == 2 and nl >= 2:
-            hpop(lanes)
-            start = lanes[0]
+        elif c == 2 and nl >= 3 and est >= 0.0:
+            a = lanes[1]
+            b = lanes[2]
+            start = a if a < b else b
             fin = start + est
             hreplace(lanes, fin)
-            hpush(lanes, fin)
-        elif 2 < c <= nl:
+            hreplace(lanes, fin)
+        elif c == 3 and nl >= 7 and est >= 0.0:
+            a = lanes[1]
+            b = lanes[2]
+            if a <= b:  # the second earliest is lanes[1]; the third: lanes[2] or its children
+                start, x, y = b, lanes[3], lanes[4]
+            else:
+                start, x, y = a, lanes[5], lanes[6]
+            if x < start:
+                start = x
+            if y < start:
+                start = y
+            fin = start + est
+            hreplace(lanes, fin)
+            hreplace(lanes, fin)
+            hreplace(lanes, fin)
+        elif 1 < c <= nl:
             for _ in range(c - 1):
                 hpop(lanes)
             start = lanes[0]

@@ -12,18 +12,20 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import compress
+from operator import attrgetter, itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 from fairsched import core
-from fairsched.core import DEFAULT_AVG_S, Durations, FairQueue, Plan, QueuedChart, RunningChart
+from fairsched.core import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
 from fairsched.core.modes import Dispatch, EtaModel, Policy, Share
-from fairsched.core.plan import gc_paused
+from fairsched.core.plan import Columns, columns, gc_paused
 from fairsched.core.rules import DEFAULT_QUANTUM_S
 from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from fairsched.core.simulator import simulate as core_simulate
 
 __all__ = [
-    "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_trace", "plan",
+    "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
     "plan_to_json", "simulate", "sim_to_json", "dump_scenario", "to_iso", "parse_ts",
 ]
 
@@ -169,7 +171,19 @@ def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
     costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: _int(v, f, 1))
     averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: _num(v, f, 0),
                            any_org=True)
-    return budget, weights, costs, Durations(averages, default_avg)
+    counts = {}  # the finished charts behind each average, where given (a declared duration's blend)
+    for i, item in enumerate(d.get("averages", [])):
+        if item.get("count") is not None:
+            counts[(item["org"], item["workflow"])] = _int(item["count"], f"averages[{i}].count", 0)
+    expected: dict[str, float] = {}
+    for i, item in enumerate(_list(d.get("expected", []), "expected")):
+        p = f"expected[{i}]"
+        item = _obj(item, p)
+        wf = _str(_get(item, "workflow", p), f"{p}.workflow")
+        if wf in expected:
+            raise ScenarioError(f"{p}.workflow", f"duplicate workflow {_show(wf)}")
+        expected[wf] = _num(_get(item, "expected_s", p), f"{p}.expected_s", 0)
+    return budget, weights, costs, Durations(averages, default_avg, expected, counts)
 
 
 def _pair_table(d: dict, key: str, field: str, noun: str, weights: dict, parse,
@@ -201,6 +215,23 @@ def _org(v: Any, path: str, weights: Mapping[str, int]) -> str:
 
 def parse_scenario(d: Any) -> Scenario:
     """Validate a scenario dict and convert it to core values."""
+    s, cols = parse_columns(d)
+    return Scenario(s.now, s.budget, s.weights, s.costs, s.durations, s.running, charts(cols), s.policies)
+
+
+def charts(cols: Columns) -> list[QueuedChart]:
+    """The :class:`QueuedChart` of each chart of ``cols`` (its index its ``seq``)."""
+    queued = list(map(QueuedChart, cols.ids, cols.orgs, cols.workflows, cols.created, range(len(cols.ids))))
+    for i, c in cols.special.items():
+        queued[i] = c
+    return queued
+
+
+def parse_columns(d: Any, *, unique_ids: bool = True) -> tuple[Scenario, Columns]:
+    """:func:`parse_scenario` with its queued charts as :class:`~fairsched.core.plan.Columns`
+    (the scenario's ``queued`` left empty): what :func:`plan` reads, no object per chart.
+    ``unique_ids=False``: plainly valid queued charts are not checked for a repeated id
+    (:func:`plan` checks its output instead: one set of a million ids less)."""
     d = _obj(d, "scenario")
     now = parse_ts(_get(d, "now", ""), "now")
     budget, weights, costs, durations = _parse_common(d)
@@ -224,29 +255,82 @@ def parse_scenario(d: Any) -> Scenario:
         cost = r.get("cost")
         cost = costs.get((org, wf), 1) if cost is None else _int(cost, f"{p}.cost", 1)
         running.append(RunningChart(cid, org, wf, started, cost))
-    queued = []
-    add_id, append, fromiso = ids.add, queued.append, datetime.fromisoformat
-    for i, c in enumerate(_list(d.get("queued", []), "queued")):
-        # The fast path takes only what is plainly valid (the common chart: id, org, workflow,
-        # created_at, flags); anything else, valid or not, goes to _queued_chart, which
-        # checks every field and names the one that is wrong. Same result either way.
-        if type(c) is dict:
-            cid, org, wf, created = c.get("id"), c.get("org"), c.get("workflow", _MISSING), c.get("created_at")
-            prio, paused = c.get("priority", False), c.get("paused", False)
-            if (type(cid) is str and cid not in ids and type(org) is str and org in weights
-                    and (wf is None or type(wf) is str) and type(created) is str
-                    and (prio is False or prio is True) and (paused is False or paused is True)
+    queued = _list(d.get("queued", []), "queued")
+    cols = _plain_columns(queued, weights, ids, unique_ids)
+    if cols is None:  # every chart checked field by field: the first error, named
+        cols = columns([_queued_chart(c, i, new_id, weights) for i, c in enumerate(queued)])
+    return Scenario(now, budget, weights, costs, durations, running, [], parse_policies(d)), cols
+
+
+_QUEUED_REQUIRED = tuple(map(itemgetter, ("id", "org", "workflow", "created_at")))
+_tzinfo = attrgetter("tzinfo")
+_fromiso, _timestamp = datetime.fromisoformat, datetime.timestamp
+
+
+def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set,
+                   unique_ids: bool = True) -> Columns | None:
+    """The queued charts as columns when they are plainly valid, a column at a time (the
+    loops in C); None as soon as anything is not (then every chart goes through
+    :func:`_queued_chart`, which names the first wrong field). Plainly valid: each chart a
+    dict with a unique string id, a known org, a string or null workflow and a
+    created_at with an offset; a chart with more fields is checked whole by
+    :func:`_queued_chart` (and is special if it has a flag or time set)."""
+    n = len(queued)
+    if n == 0:
+        return Columns([], [], [], [], {})
+    try:
+        if set(map(type, queued)) != {dict}:
+            return None
+        ids, orgs, wfs, created = (list(map(get, queued)) for get in _QUEUED_REQUIRED)
+        if set(map(type, ids)) != {str} or not set(map(type, wfs)) <= _WF_TYPES:
+            return None
+        if unique_ids:
+            id_set = set(ids)
+            if len(id_set) != n or not id_set.isdisjoint(running_ids):
+                return None
+        if not set(orgs).issubset(weights):
+            return None
+        dts = list(map(_fromiso, created))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if None in map(_tzinfo, dts):
+        return None
+    special = {}
+    lens = list(map(len, queued))
+    if lens.count(4) != n:
+        for i in _other_than(lens, 4):
+            c = queued[i]
+            if (c.get("priority", False) is False and c.get("paused", False) is False
                     and c.get("prioritized_at") is None and c.get("front_at") is None and c.get("round") is None):
-                try:
-                    dt = fromiso(created)
-                except ValueError:
-                    dt = None
-                if dt is not None and dt.tzinfo is not None:
-                    add_id(cid)
-                    append(QueuedChart(cid, org, wf, dt.timestamp(), i, prio, None, paused, None, None))
-                    continue
-        append(_queued_chart(c, i, new_id, weights))
-    return Scenario(now, budget, weights, costs, durations, running, queued, parse_policies(d))
+                continue
+            try:
+                special[i] = _queued_chart(c, i, _str, weights)
+            except ScenarioError:
+                return None
+    return Columns(ids, orgs, wfs, list(map(_timestamp, dts)), special)
+
+
+_WF_TYPES = {str, type(None)}
+
+
+def _other_than(values: list, common, dense: int = 16) -> Iterable[int]:
+    """The indices of ``values`` whose value is not ``common``, in order: found by
+    ``list.index`` a distinct value at a time (a scan in C) when they are few, else by
+    one pass."""
+    others = set(values)
+    others.discard(common)
+    if len(values) - values.count(common) > len(values) // dense:
+        return compress(range(len(values)), map(common.__ne__, values))
+    found = []
+    for v in others:
+        i = -1
+        try:
+            while True:
+                i = values.index(v, i + 1)
+                found.append(i)
+        except ValueError:
+            pass
+    return sorted(found)
 
 
 def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedChart:
@@ -267,17 +351,27 @@ def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedC
 
 
 # --------------------------------------------------------------------- plan
-def plan_to_json(p: Plan, weights: Iterable[str] = ()) -> dict:
-    """A core :class:`Plan` as the contract's JSON object."""
+def plan_to_json(p: Plan, weights: Iterable[str] = (), *, copy: bool = True) -> dict:
+    """A core :class:`Plan` as the contract's JSON object. ``copy=False``: the plan's own
+    lists go into it as they are (a caller that hands the plan over; a million ids are
+    not walked once more)."""
+    own = list if copy else (lambda x: x if type(x) is list else list(x))
     org_clear = {o: 0.0 for o in weights}
     org_clear.update(p.org_clear_s)
+    parts = p.etas.parts() if isinstance(p.etas, ById) else None
+    if parts is None:
+        etas = {cid: {"start_s": start, "finish_s": finish} for cid, (start, finish) in p.etas.items()}
+    else:  # the plan's columns, without an Eta per chart
+        head, ids, (starts, fins) = parts
+        etas = {cid: {"start_s": start, "finish_s": finish} for cid, (start, finish) in head.items()}
+        etas.update(zip(ids, [{"start_s": start, "finish_s": finish} for start, finish in zip(starts, fins)]))
     return {
-        "order": list(p.order),
-        "dispatch": list(p.dispatch),
-        "held": list(p.held),
-        "paused": list(p.paused),
-        "blocked": list(p.blocked),
-        "etas": {cid: {"start_s": start, "finish_s": finish} for cid, (start, finish) in p.etas.items()},
+        "order": own(p.order),
+        "dispatch": own(p.dispatch),
+        "held": own(p.held),
+        "paused": own(p.paused),
+        "blocked": own(p.blocked),
+        "etas": etas,
         "org_clear_s": org_clear,
         "org_unplanned": dict(p.org_unplanned),
         "clear_s": p.clear_s,
@@ -306,10 +400,39 @@ def plan(scenario: dict) -> dict:
 
     The cyclic garbage collector is paused for the call: it allocates a few acyclic
     objects per chart, and each collection would rescan the whole scenario again
-    (at 1M charts that made the plan 27x the 100k time, not ~12x)."""
+    (at 1M charts that made the plan 27x the 100k time, not ~12x). Without policies
+    the charts go from the dict to the plan as columns (no object per chart)."""
     with gc_paused():
-        s = parse_scenario(scenario)
-        return plan_to_json(plan_scenario(s), s.weights)
+        try:
+            s, cols = parse_columns(scenario, unique_ids=False)  # ids: checked on the plan below
+        except ScenarioError:
+            parse_columns(scenario)  # the first error in order, a repeated id's included
+            raise
+        if s.policies is None:
+            p = core.plan(cols, s.running, budget=s.budget, weights=s.weights, costs=s.costs,
+                          estimate=s.durations, now=s.now)
+            out = plan_to_json(p, s.weights, copy=False)
+            if _ids_unique(out, p, s.running):
+                return out
+        elif len(set(cols.ids).union(r.id for r in s.running)) == len(cols.ids) + len(s.running):
+            p = plan_scenario(Scenario(s.now, s.budget, s.weights, s.costs, s.durations, s.running,
+                                       charts(cols), s.policies))
+            return plan_to_json(p, s.weights, copy=False)
+        parse_columns(scenario)  # raises the repeated id's error
+        raise AssertionError("a repeated id the checked parse did not refuse")
+
+
+def _ids_unique(out: dict, p: Plan, running: Sequence[RunningChart]) -> bool:
+    """No id repeated among the running and queued charts of ``out``, the JSON of the plan
+    ``p``: every chart with an ETA is a key of ``out["etas"]`` (one each: a repeated id
+    would make fewer), and the charts without one are checked against them."""
+    etas, parts = out["etas"], p.etas.parts() if isinstance(p.etas, ById) else None
+    others = out["held"] + out["paused"] + out["blocked"]
+    if parts is None or len(parts[1]) != len(out["order"]):  # a chart in the order without an ETA
+        every = [r.id for r in running] + out["order"] + others
+        return len(set(every)) == len(every)
+    return (len(etas) == len(parts[0]) + len(parts[1]) and len(set(others)) == len(others)
+            and etas.keys().isdisjoint(others))
 
 
 def dump_scenario(
@@ -338,12 +461,20 @@ def dump_scenario(
         "default_avg_s": durations.default_avg_s,
         "orgs": [{"id": o, "weight": w} for o, w in queue.weights.items()],
         "costs": [{"org": o, "workflow": wf, "cost": c} for (o, wf), c in queue.costs.items()],
-        "averages": [{"org": o, "workflow": wf, "avg_s": a}
+        "averages": [_average(o, wf, a, durations.counts.get((o, wf)))
                      for (o, wf), a in durations.averages.items()],
+        "expected": [{"workflow": wf, "expected_s": x} for wf, x in durations.expected.items()],
         "running": [{"id": r.id, "org": r.org, "workflow": r.workflow,
                      "started_at": to_iso(r.started_at), "cost": r.cost} for r in running],
         "queued": out_q,
     }
+
+
+def _average(org: str | None, workflow: str | None, avg_s: float, count: int | None) -> dict:
+    item = {"org": org, "workflow": workflow, "avg_s": avg_s}
+    if count is not None:
+        item["count"] = count
+    return item
 
 
 # ----------------------------------------------------------------- simulate

@@ -63,6 +63,24 @@ class Eta(NamedTuple):
 
 
 DEFAULT_AVG_S = 600.0  # seconds: the estimate when nothing is known (scenario ``default_avg_s``)
+DECLARED_AS_N = 5
+"""A workflow's declared expected duration weighs as this many finished charts against
+the history it is blended with (:class:`Durations`)."""
+SOURCES = ("pair", "workflow", "org", "declared", "default")
+"""Where an estimate comes from (:meth:`Durations.source`), in the order they are tried
+(a declared duration comes before the org's average)."""
+
+
+class EstimateSource(NamedTuple):
+    """Where :class:`Durations` took an estimate from: ``kind`` one of :data:`SOURCES`,
+    ``seconds`` the estimate, ``n`` the finished charts behind the history used (None
+    if unknown or none) and ``declared_s`` the workflow's declared duration when it is
+    blended in or used alone (else None)."""
+
+    kind: str
+    seconds: float
+    n: int | None = None
+    declared_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,25 +91,62 @@ class Durations:
     2. the workflow's average over all orgs, key ``(None, workflow)``: a workflow
        type says more about a run's length than the org does, so a new tenant's
        first audit is not estimated from its reviews;
-    3. the org's average over all its workflows, key ``(org, None)``;
-    4. ``default_avg_s``.
+    3. the workflow's declared expected duration, ``expected[workflow]`` (an admin's
+       figure, for a workflow with no history yet);
+    4. the org's average over all its workflows, key ``(org, None)``;
+    5. ``default_avg_s``.
 
-    Callable as ``durations(org, workflow) -> seconds``."""
+    A declared duration is also blended into the history of 1 or 2 as
+    :data:`DECLARED_AS_N` finished charts: ``(5 x declared + n x average) / (5 + n)``
+    with ``n = counts[key]``, the finished charts behind that average; it fades out
+    as they come (n = 20: a fifth of the weight). An average without a count is taken
+    as it is. Callable as ``durations(org, workflow) -> seconds``;
+    :meth:`source` says where that came from."""
 
     averages: Mapping[tuple[str | None, str | None], float] = field(default_factory=dict)
     default_avg_s: float = DEFAULT_AVG_S
+    expected: Mapping[str, float] = field(default_factory=dict)
+    counts: Mapping[tuple[str | None, str | None], int] = field(default_factory=dict)
 
     def __call__(self, org: str, workflow: str | None) -> float:
         a = self.averages
-        v = a.get((org, workflow))
-        if v is None:
-            if workflow is not None:
-                v = a.get((None, workflow))
-            if v is None:
-                v = a.get((org, None))
+        key = (org, workflow)
+        v = a.get(key)
+        if v is None and workflow is not None:
+            key = (None, workflow)
+            v = a.get(key)
+        if self.expected and workflow is not None:
+            d = self.expected.get(workflow)
+            if d is not None:
                 if v is None:
-                    return self.default_avg_s
+                    return d
+                n = self.counts.get(key)
+                return v if n is None else (DECLARED_AS_N * d + n * v) / (DECLARED_AS_N + n)
+        if v is None:
+            v = a.get((org, None))
+            if v is None:
+                return self.default_avg_s
         return v
+
+    def source(self, org: str, workflow: str | None) -> EstimateSource:
+        """The estimate of (org, workflow) and where it came from (see the class); its
+        ``seconds`` are what the call gives."""
+        a = self.averages
+        if workflow is not None:
+            d = self.expected.get(workflow)
+            for kind, key in (("pair", (org, workflow)), ("workflow", (None, workflow))):
+                v = a.get(key)
+                if v is not None:
+                    n = self.counts.get(key)
+                    if d is None or n is None:
+                        return EstimateSource(kind, v, n)
+                    return EstimateSource(kind, (DECLARED_AS_N * d + n * v) / (DECLARED_AS_N + n), n, d)
+            if d is not None:
+                return EstimateSource("declared", d, None, d)
+        v = a.get((org, None))
+        if v is not None:
+            return EstimateSource("org", v, self.counts.get((org, None)))
+        return EstimateSource("default", self.default_avg_s)
 
 
 Estimate = Callable[[str, "str | None"], float]
@@ -124,14 +179,22 @@ class ById(Mapping):
     time and many callers only walk the order (the JSON writer, the snapshot).
     ``head`` holds a few entries given up front (the running charts' ETAs);
     ``value(i)`` is the value of ``ids[i]``, ``values()`` all of them in order.
+    ``columns``, if given, are lists aligned with ``ids`` that the values are made of
+    (a writer may read them instead of making each value): see :meth:`parts`.
     Equal to any mapping with the same items.
     """
 
-    __slots__ = ("_head", "_ids", "_value", "_values", "_index")
+    __slots__ = ("_head", "_ids", "_value", "_values", "_index", "_columns")
 
-    def __init__(self, head: dict, ids: list, value: Callable[[int], object], values: Callable[[], Iterator]):
+    def __init__(self, head: dict, ids: list, value: Callable[[int], object], values: Callable[[], Iterator],
+                 columns: tuple | None = None):
         self._head, self._ids, self._value, self._values = head, ids, value, values
         self._index: dict | None = None
+        self._columns = columns
+
+    def parts(self) -> tuple[dict, list, tuple] | None:
+        """``(head, ids, columns)`` when built with columns, else None."""
+        return None if self._columns is None else (self._head, self._ids, self._columns)
 
     def _lookup(self) -> dict:
         if self._index is None:
@@ -160,6 +223,37 @@ class ById(Mapping):
 
     def __repr__(self) -> str:
         return f"ById({dict(self.items())!r})"
+
+
+class LazyMapping(Mapping):
+    """A read-only mapping made by ``make()`` on its first use (a plan's rounds: the
+    JSON writer never reads them)."""
+
+    __slots__ = ("_make", "_made")
+
+    def __init__(self, make: Callable[[], Mapping]):
+        self._make = make
+        self._made: Mapping | None = None
+
+    def _m(self) -> Mapping:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def __getitem__(self, key):
+        return self._m()[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._m()
+
+    def __iter__(self) -> Iterator:
+        return iter(self._m())
+
+    def __len__(self) -> int:
+        return len(self._m())
+
+    def __repr__(self) -> str:
+        return repr(self._m())
 
 
 @dataclass(frozen=True, slots=True)

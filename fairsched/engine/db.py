@@ -20,12 +20,13 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
-from charts.models import Chart, ChartState, DurationStat
+from charts.models import Chart, ChartState
 from charts.services import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
-from fairsched.core import OrgRounds, normal_key, RoundState as CoreRoundState
+from fairsched.core import Durations, OrgRounds, normal_key, RoundState as CoreRoundState
 from fairsched.core.modes import Share
 from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
+from fairsched.engine.estimates import read_durations
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
 from control.models import OrgRoundState, RoundState, SchedulerSettings
@@ -128,17 +129,6 @@ def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
 def read_costs() -> dict[tuple[str, str], int]:
     close_old_connections()
     return {(str(o), w): c for o, w, c in WorkflowCost.objects.values_list("org_id", "workflow__name", "cost")}
-
-
-def read_averages() -> dict[tuple[str | None, str | None], float]:
-    """The duration estimates: (org, workflow), (org, None) the org's, (None, workflow)
-    the workflow's over all orgs; each the decaying mean of :class:`DurationStat`."""
-    close_old_connections()
-    out: dict[tuple[str | None, str | None], float] = {}
-    for org, wf, count, mean in DurationStat.objects.values_list("org_id", "workflow__name", "count", "mean_s"):
-        if count:
-            out[(None if org is None else str(org), wf)] = mean
-    return out
 
 
 def read_round_state() -> CoreRoundState | None:
@@ -271,7 +261,7 @@ def read_world() -> World:
     read_at = timezone.now()
     config = read_config()
     charts = _active_rows()
-    return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
+    return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
                  rounds=read_round_state(), read_at=read_at)
 
 
@@ -366,7 +356,7 @@ def _head_world(charts: list[ChartRow], orgs: list[OrgRow], rounds: CoreRoundSta
                 read_at: datetime) -> World:
     """A head's rows as a :class:`World`, with the small tables whole."""
     charts.sort(key=lambda r: r.id)  # as read_world gives them
-    return World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_averages(), charts=charts,
+    return World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_durations(), charts=charts,
                  rounds=rounds, read_at=read_at)
 
 
@@ -393,13 +383,13 @@ class Changes:
     config: Config
     orgs: list[OrgRow]
     costs: dict[tuple[str, str], int]
-    averages: dict[tuple[str | None, str | None], float]
+    averages: Durations     # the duration estimates (fairsched.engine.estimates)
     charts: list[ChartRow]  # every chart (any state) whose updated_at is at or after the watermark
     read_at: datetime       # when this read began: the next watermark (less the overlap)
 
 
 def read_changes(since: datetime | None) -> Changes:
-    """Settings, orgs, costs and averages (small: read whole), and the charts whose
+    """Settings, orgs, costs and duration estimates (small: read whole), and the charts whose
     ``updated_at`` is at or after ``since`` (all states: a chart that turned final
     leaves the order). ``updated_at`` is set by every write through ``charts.services``
     and by ``save()`` (auto_now); a ``QuerySet.update()`` or raw SQL that leaves it alone
@@ -413,7 +403,7 @@ def read_changes(since: datetime | None) -> Changes:
     # and tests every row (0.4 s at a million charts, every few seconds: most of an idle
     # scheduler's CPU) instead of searching the ``updated_at`` index.
     charts = sorted((_row(v) for v in qs.values_list(*CHART_FIELDS)), key=lambda r: r.id)
-    return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_averages(), charts=charts,
+    return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
                    read_at=read_at)
 
 

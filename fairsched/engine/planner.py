@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.validation import MAX_BUDGET
-from fairsched.core.modes import EtaModel
+from fairsched.core.modes import Dispatch, EtaModel
 from fairsched.core.plan import gc_paused
 from fairsched.engine import whatif
 from fairsched.engine.state import LiveState, PassInput
@@ -124,7 +124,7 @@ def _lateness(due: list[tuple[str, float]], etas: dict) -> tuple[int, float]:
 
 def _estimates(captured: PassInput) -> Callable[[str, str | None], float]:
     """The durations the configured model walks the lanes with."""
-    if captured.eta_model is EtaModel.FORECAST and captured.queue.dispatch_policy != "backfill":
+    if captured.eta_model is EtaModel.FORECAST and captured.queue.dispatch_policy != Dispatch.BACKFILL:
         return captured.forecast.mean
     return captured.durations
 

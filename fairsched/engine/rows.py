@@ -3,10 +3,11 @@ port): the rows and settings it hands to :class:`~fairsched.engine.state.LiveSta
 Plain values, no I/O; times are epoch seconds."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from fairsched.core import QueuedChart, RoundState
+from fairsched.core import Durations, QueuedChart, RoundState
 from fairsched.core.modes import Dispatch, EtaModel, Share, check_policies
 from fairsched.core.rules import DEFAULT_QUANTUM_S
 
@@ -104,7 +105,12 @@ class World:
     config: Config
     orgs: list[OrgRow]
     costs: dict[tuple[str, str], int]
-    averages: dict[tuple[str, str | None], float]
+    averages: Durations | Mapping  # the duration estimates (a plain mapping: its averages alone)
     charts: list[ChartRow]  # every queued and running chart
     rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
     read_at: datetime | None = None   # when the read began (the incremental resync's first watermark)
+
+
+def durations_of(averages: Durations | Mapping) -> Durations:
+    """:attr:`World.averages` as :class:`Durations` (a plain mapping: its averages alone)."""
+    return averages if isinstance(averages, Durations) else Durations(dict(averages))

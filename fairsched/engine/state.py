@@ -24,7 +24,7 @@ from fairsched.core.forecast import Forecaster
 from fairsched.core.modes import Dispatch, EtaModel, Share
 from fairsched.core.plan import gc_paused
 from fairsched.engine.due import DueBook, DueInput
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World  # the rows it applies (their old home: here)
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World, durations_of  # the rows it applies (their old home: here)
 
 log = logging.getLogger("fairsched.engine")
 
@@ -146,7 +146,7 @@ class LiveState:
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
         queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
-        self.durations = Durations(dict(world.averages))
+        self.durations = durations_of(world.averages)
         # the policies; under Share.WORK a chart's work is its cost x this estimate when it
         # arrives (then fixed: persisted as Chart.fair_est_s); backfill reserves by it too
         policies = dict(world.config.policies, estimate=self._estimate)
@@ -328,8 +328,8 @@ class LiveState:
                 fx.events.append(lu.Cost(org=int(pair[0]), workflow=pair[1], cost=cost).to_wire())
         return fx
 
-    def apply_averages(self, averages: dict[tuple[str, str | None], float]) -> None:
-        self.durations = Durations(dict(averages))
+    def apply_averages(self, averages: Durations | Mapping) -> None:
+        self.durations = durations_of(averages)
 
     # ------------------------------------------------------------- charts
     def apply_chart(self, chart_id: int, row: ChartRow | None) -> Effects:
@@ -468,7 +468,7 @@ class LiveState:
             fx.events.append(lu.MovedToFront(chart=chart_id).to_wire())
 
     def apply_settings(self, config: Config, orgs: list[OrgRow], costs: dict[tuple[str, str], int],
-                       averages: dict[tuple[str, str | None], float]) -> Effects:
+                       averages: Durations | Mapping) -> Effects:
         """The small tables of a resync: settings, orgs, costs, duration averages."""
         fx = self.apply_orgs(orgs)
         fx.merge(self.apply_config(config))

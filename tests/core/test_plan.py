@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairsched.core import Durations, Eta, FairQueue, QueuedChart, RunningChart, plan, plan_dispatch
 from fairsched.core.scenario import plan as plan_json
@@ -176,3 +178,21 @@ def test_a_budget_of_a_billion_builds_lanes_for_the_charts_not_the_budget(monkey
     report = live.etas(running, 0.0)
     assert dict(report.etas) == dict(p.etas)
     assert sizes == [5, 5]  # 1 running + 2 + 1 + 1 ordered
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.integers(0, 5), max_size=40))
+def test_the_sort_that_carries_its_items_is_a_stable_sort_by_the_keys(keys):
+    """plan._sorted_by: the items in the order of their keys, equal keys in list order; the
+    same with the index sort it falls back to if sorted() ever asked for keys out of order."""
+    import importlib
+
+    P = importlib.import_module("fairsched.core.plan")
+    items = [f"c{i}" for i in range(len(keys))]
+    want = [items[i] for i in sorted(range(len(keys)), key=lambda i: (keys[i], i))]
+    assert P._KEYS_IN_ORDER and P._sorted_by(items, keys) == want
+    P._KEYS_IN_ORDER = False
+    try:
+        assert P._sorted_by(items, keys) == want
+    finally:
+        P._KEYS_IN_ORDER = True

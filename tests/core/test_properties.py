@@ -152,6 +152,33 @@ def test_cost_1_exact_lane_etas_equal_a_fifo_multiserver_queue(durations, budget
     assert [c.eta_at_arrival_s for c in r.charts] == pytest.approx(expect)
 
 
+@settings(max_examples=300)
+@given(lanes=st.lists(st.integers(0, 20), max_size=16),
+       items=st.lists(st.tuples(st.sampled_from([1, 2, 3, 3, 4]),
+                                st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.5, 19.0, -1.0])), max_size=30))
+def test_the_lane_walk_equals_sorted_lanes_taking_the_c_earliest(lanes, items):
+    """rules.lane_pass (a heap, the c-th earliest lane read off its top levels for c <= 3)
+    against the rule as written: sorted lanes, a chart of cost c starts at lanes[c-1] and
+    its c lanes free at its finish; each walk's lanes hold the same times after it."""
+    from heapq import heapify
+
+    from fairsched.core.rules import lane_pass
+    heap = [float(x) for x in lanes]
+    heapify(heap)
+    ref = sorted(float(x) for x in lanes)
+    want = []
+    for c, est in items:
+        if c > len(ref):
+            want.append((None, None))
+            continue
+        start = ref[c - 1]
+        want.append((start, start + est))
+        ref = sorted(ref[c:] + [start + est] * c)
+    starts, fins = lane_pass(items, heap)
+    assert list(zip(starts, fins)) == want
+    assert sorted(heap) == ref
+
+
 @given(wx=st.integers(1, 4), wy=st.integers(1, 4),
        ops=st.lists(st.sampled_from(["x", "y", "d", "d", "d"]), max_size=120))
 def test_two_backlogged_orgs_get_starts_in_the_ratio_of_their_weights(wx, wy, ops):

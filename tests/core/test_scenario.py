@@ -242,3 +242,31 @@ def test_the_fast_path_of_queued_charts_equals_the_checked_path(charts):
         assert str(got.value) == str(exc)
         return
     assert parse_scenario(d).queued == expected
+
+
+def _charts(*specs):
+    return [{"id": cid, "org": org, "workflow": "code", "created_at": f"2026-01-01T00:00:0{i}+00:00", **extra}
+            for i, (cid, org, extra) in enumerate(specs)]
+
+
+@pytest.mark.parametrize("queued, extra, message", [
+    (_charts(("a", "A", {}), ("b", "A", {}), ("a", "B", {})), {}, "queued[2].id: duplicate id 'a'"),
+    (_charts(("a", "H", {}), ("b", "A", {}), ("a", "H", {})), {}, "queued[2].id: duplicate id 'a'"),  # both held
+    (_charts(("a", "A", {}), ("a", "A", {"paused": True})), {}, "queued[1].id: duplicate id 'a'"),
+    (_charts(("a", "A", {"paused": True}), ("a", "H", {})), {}, "queued[1].id: duplicate id 'a'"),
+    (_charts(("r", "A", {}),), {}, "queued[0].id: duplicate id 'r'"),  # a running chart's id
+    (_charts(("a", "A", {}), ("a", "B", {})), {"share": "work"}, "queued[1].id: duplicate id 'a'"),
+    (_charts(("a", "A", {}), ("a", "B", {})), {"share": "bogus"}, "queued[1].id: duplicate id 'a'"),  # before it
+], ids=["ordered", "held", "paused-and-ordered", "paused-and-held", "running", "policies", "before-policies"])
+def test_a_repeated_id_is_refused_wherever_the_charts_end_up(queued, extra, message):
+    """plan() checks the ids on its output, not while parsing: the same refusal as the
+    field-by-field parse, wherever the two charts are (ordered, set aside, running)."""
+    d = {"now": "2026-01-01T01:00:00+00:00", "budget": 2, "queued": queued, **extra,
+         "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 2}, {"id": "H", "weight": 0}],
+         "running": [{"id": "r", "org": "A", "workflow": "code", "started_at": "2026-01-01T00:30:00+00:00"}]}
+    with pytest.raises(ScenarioError) as err:
+        plan(d)
+    assert str(err.value) == message
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(d)
+    assert str(err.value) == message

@@ -111,7 +111,8 @@ def _old_answer(org, external_id: str) -> list[dict]:
     """status.json?external_id= as it was computed from every page of the org."""
     s = selectors.read_live_snapshot()
     rows = snap.read_org(org.pk, snapshot=s)["charts"]
-    return [selectors._org_chart(r, s["now"]) for r in rows if r.get("external_id") == external_id]
+    source = selectors.estimate_sources(org)
+    return [selectors._org_chart(r, s["now"], source) for r in rows if r.get("external_id") == external_id]
 
 
 @pytest.mark.parametrize("external_id,page", [("a-510", 1), ("a-3", 0), ("a-running", 1), ("nope", None),

@@ -28,6 +28,11 @@ class DemoWorkflow:
     seconds: tuple[float, float]  # DemoChart runs this long (payload["seconds"]), uniformly drawn
     cost: int  # per (org, workflow) pair; a few orgs pay more, see ORGS
 
+    @property
+    def expected_s(self) -> int:
+        """What it declares as its expected duration: the mean of what it runs."""
+        return round(sum(self.seconds) / 2)
+
 
 @dataclass(frozen=True)
 class DemoOrg:
@@ -56,6 +61,7 @@ ORGS = (
 )
 
 DEMO_BUDGET = 12
+SHORT_SECONDS = (1.0, 5.0)  # --short: every chart runs this long
 FAIL_RATE = 0.02  # a few charts fail (payload["fail"]), so failures show up too
 
 
@@ -94,8 +100,10 @@ class Command(BaseCommand):
             raise CommandError("--scale must be above 0.")
         rng = random.Random(opts["seed"])
         with transaction.atomic():
-            for wf in WORKFLOWS:
-                org_services.workflow_create(name=wf.name, temporal_type="DemoChart", description=wf.description)
+            for wf in WORKFLOWS:  # each declares what it runs, so the first ETAs are right before any history
+                expected = round(sum(SHORT_SECONDS) / 2) if opts["short"] else wf.expected_s
+                org_services.workflow_create(name=wf.name, temporal_type="DemoChart", description=wf.description,
+                                             expected_duration_s=expected)
             total = 0
             for spec in ORGS:
                 org = org_services.org_create(name=spec.name, weight=spec.weight)
@@ -110,7 +118,7 @@ class Command(BaseCommand):
                          for i in range(n)]
                 if opts["short"]:
                     for item in items:
-                        item["payload"] = {"seconds": round(rng.uniform(1.0, 5.0), 1)}
+                        item["payload"] = {"seconds": round(rng.uniform(*SHORT_SECONDS), 1)}
                 chart_submit_many(charts=items)
                 total += n
                 if spec.held:
