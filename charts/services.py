@@ -162,12 +162,15 @@ def chart_submit(
                                 f"with a different workflow or payload."}
             )
     now = timezone.now()
+    due, explicit = Chart.derive_due(org_obj, now, due)  # org_obj is the org's row, read above
     try:
         with transaction.atomic():
-            chart = Chart.objects.create(
+            chart = Chart(
                 org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
-                priority=priority, prioritized_at=now if priority else None, due_at=due,
+                priority=priority, prioritized_at=now if priority else None, due_at=due, due_explicit=explicit,
             )
+            chart.due_derived = True
+            chart.save(force_insert=True)
             notify(ChartNote(id=chart.pk))
         return chart
     except IntegrityError as exc:
