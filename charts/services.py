@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat, FinishedCount
 from common import metrics
+from common.bulk import insert_rows
 from control import audit
 from common.notify import ChartNote, ChartsNote, notify
 from common.validation import check_json_document, check_text, parse_bool, parse_due_at
@@ -235,7 +236,7 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
             seen_ext[key] = i
         due, explicit = Chart.derive_due(org_obj, now, parse_due_at(f"{where}.due_at", item.get("due_at")))
         rows.append(Chart(
-            org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
+            org_id=org_obj.pk, workflow_id=wf.pk, payload=data, external_id=ext, created_at=now,
             priority=priority, prioritized_at=now if priority else None, due_at=due, due_explicit=explicit,
         ))
 
@@ -247,10 +248,10 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
                 by_ext[(org_pk, chart.external_id)] = chart
     fresh: list[Chart] = []
     for i, row in enumerate(rows):
-        found = by_ext.get((row.org.pk, row.external_id)) if row.external_id else None
+        found = by_ext.get((row.org_id, row.external_id)) if row.external_id else None
         if found is None:
             fresh.append(row)
-        elif found.workflow_id == row.workflow.pk and found.payload == row.payload:
+        elif found.workflow_id == row.workflow_id and found.payload == row.payload:
             existing_ids.append(found.pk)
         else:
             raise ValidationError({f"charts[{i}].external_id": (
@@ -260,10 +261,10 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
     result = BulkResult(existing=existing_ids)
     with transaction.atomic():
         for start in range(0, len(fresh), BULK_BATCH):
-            batch = Chart.objects.bulk_create(fresh[start:start + BULK_BATCH])
-            result.created.extend(c.pk for c in batch)  # SQLite and PostgreSQL return pks
+            # bulk_create's rows and values at a third of its cost (common/bulk.py); no save()
+            result.created.extend(insert_rows(Chart, fresh[start:start + BULK_BATCH]))
         if fresh:
-            notify(ChartsNote.of(result.created))
+            notify(ChartsNote.of(result.created))  # one note for them all
     return result
 
 
