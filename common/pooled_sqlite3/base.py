@@ -14,8 +14,13 @@ block (Django keeps using it there until the block ends), no transaction open (o
 open is rolled back first), made by this process (never one carried over a ``fork``: SQLite says
 not to use it in the child), and to the file that is at that path now (a pool entry is
 keyed by the file's device and inode, so a database deleted and made again, as the tests
-do, never gets a connection to the old file). An in-memory database is never pooled (its
-connection *is* the database). Everything else is Django's ``sqlite3`` backend.
+do, never gets a connection to the old file), with the same settings (``timeout``,
+``init_command``, ...) as the connect asks for. An in-memory database is never pooled (its
+connection *is* the database).
+
+A transaction that writes waits for its turn at the database's one writer in a queue
+(:mod:`.writer`: this process's lock, then a ``flock`` every process takes) rather than in
+SQLite's sleeping busy handler. Everything else is Django's ``sqlite3`` backend.
 """
 from __future__ import annotations
 
@@ -23,37 +28,41 @@ import os
 import threading
 from typing import Any
 
+from django.db import OperationalError
 from django.db.backends.sqlite3 import base
+
+from common.pooled_sqlite3 import writer
 
 POOL_MAX = 8
 
 _lock = threading.Lock()
 _pid = os.getpid()
-_idle: dict[tuple[str, int, int], list[Any]] = {}
+Key = tuple[str, int, int, str]  # the path, its file's device and inode, the connection's settings
+_idle: dict[Key, list[Any]] = {}
 
 
-def _file_key(name: str) -> tuple[str, int, int] | None:
+def _file_key(name: str, settings: str = "") -> Key | None:
     try:
         st = os.stat(name)
     except OSError:
         return None
-    return name, st.st_dev, st.st_ino
+    return name, st.st_dev, st.st_ino, settings
 
 
-def _take(key: tuple[str, int, int]) -> Any | None:
+def _take(key: Key) -> Any | None:
     global _pid
     with _lock:
         if _pid != os.getpid():  # a forked child: the parent's connections are not its own
             _idle.clear()
             _pid = os.getpid()
-        for stale in [k for k in _idle if k[0] == key[0] and k != key]:
+        for stale in [k for k in _idle if k[0] == key[0] and k[1:3] != key[1:3]]:
             for conn in _idle.pop(stale):  # the file at that path was replaced
                 conn.close()
         free = _idle.get(key)
         return free.pop() if free else None
 
 
-def _give(key: tuple[str, int, int], conn: Any) -> bool:
+def _give(key: Key, conn: Any) -> bool:
     with _lock:
         if _pid != os.getpid():
             return False
@@ -71,20 +80,68 @@ def idle_connections() -> int:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    _has_turn = False
+
+    # --- the writer's turn (writer.py): from BEGIN IMMEDIATE to the end of the transaction
+
+    def _start_transaction_under_autocommit(self) -> None:
+        self._end_turn()
+        if self.transaction_mode in ("IMMEDIATE", "EXCLUSIVE"):
+            timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
+            try:
+                self._has_turn = writer.acquire(str(self.settings_dict["NAME"]), timeout)
+            except writer.TurnTimeout as exc:
+                raise OperationalError(f"database is locked ({exc})") from None
+        try:
+            super()._start_transaction_under_autocommit()
+        except BaseException:
+            self._end_turn()
+            raise
+
+    def _end_turn(self) -> None:
+        if self._has_turn:
+            self._has_turn = False
+            writer.release()
+
+    def _commit(self) -> None:
+        super()._commit()  # a failed COMMIT leaves the transaction open: its rollback ends the turn
+        self._end_turn()
+
+    def _rollback(self) -> None:
+        try:
+            super()._rollback()
+        finally:
+            self._end_turn()
+
+    def _set_autocommit(self, autocommit: bool) -> None:
+        super()._set_autocommit(autocommit)
+        if autocommit:  # the end of every atomic(), whatever happened in it
+            self._end_turn()
+
+    # --- the pool
+
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         self._pool_pid = os.getpid()
+        # the same file, with the same settings (a test's other timeout gets its own connections)
+        self._pool_settings = repr((sorted(conn_params.items()), self.init_commands))
         if not self.is_in_memory_db():
-            key = _file_key(conn_params["database"])
+            key = _file_key(conn_params["database"], self._pool_settings)
             conn = _take(key) if key is not None else None
             if conn is not None:
                 return conn
         return super().get_new_connection(conn_params)
 
     def _close(self) -> None:
+        try:
+            self._close_or_keep()
+        finally:
+            self._end_turn()
+
+    def _close_or_keep(self) -> None:
         conn = self.connection
         if (conn is not None and not self.in_atomic_block and not self.is_in_memory_db()
                 and getattr(self, "_pool_pid", None) == os.getpid()):
-            key = _file_key(self.settings_dict["NAME"])
+            key = _file_key(self.settings_dict["NAME"], getattr(self, "_pool_settings", ""))
             if key is not None:
                 try:
                     if conn.in_transaction:
