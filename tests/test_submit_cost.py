@@ -12,7 +12,7 @@ import time
 
 import pytest
 import redis
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -63,8 +63,8 @@ def test_chart_submit_many_is_one_insert_a_thousand_and_one_note(capture_notific
     capture_notifications.clear()
     with CaptureQueriesContext(connection) as ctx:
         result = services.chart_submit_many(charts=items)
-    # the org, the workflow, the external ids already there (500 a query), one INSERT
-    assert statements(ctx) == ["SELECT", "SELECT", "SELECT", "SELECT", "INSERT"]
+    # the org, the workflow, the external ids already there, one INSERT
+    assert statements(ctx) == ["SELECT", "SELECT", "SELECT", "INSERT"]
     assert len(result.created) == 1000 and [n["kind"] for n in capture_notifications] == ["charts"]
     rows = dict(Chart.objects.filter(pk__in=result.created).values_list("pk", "external_id"))
     assert [rows[pk] for pk in result.created] == [f"x{i}" for i in range(1000)]  # pks in the items' order
@@ -82,19 +82,30 @@ def test_insert_rows_writes_what_bulk_create_writes():
     org, wf = make_org(), make_workflow()
     now = timezone.now()
 
-    def rows(tag: str) -> list[Chart]:
-        return [Chart(org_id=org.pk, workflow_id=wf.pk, payload={"n": [i, None, "é"]}, external_id=f"{tag}{i}",
-                      created_at=now, priority=i % 2 == 0, prioritized_at=now if i % 2 == 0 else None,
-                      due_at=now + timezone.timedelta(seconds=i), due_explicit=True) for i in range(5)]
+    def values(tag: str, i: int) -> dict:
+        return {"org_id": org.pk, "workflow_id": wf.pk, "payload": {"n": [i, None, "é"]}, "external_id": f"{tag}{i}",
+                "created_at": now, "priority": i % 2 == 0, "prioritized_at": now if i % 2 == 0 else None,
+                "due_at": now + timezone.timedelta(seconds=i), "due_explicit": True}
 
-    theirs = Chart.objects.bulk_create(rows("b"))
+    theirs = Chart.objects.bulk_create([Chart(**values("b", i)) for i in range(5)])
     with transaction.atomic():
-        mine = rows("m")
-        pks = bulk.insert_rows(Chart, mine)
-    assert pks == [c.pk for c in mine] and len(set(pks)) == 5 and not mine[0]._state.adding
-    for a, b in zip(theirs, mine):
-        assert _columns(a.pk) == _columns(b.pk)
-        assert Chart.objects.get(pk=b.pk).updated_at is not None
+        pks = bulk.insert_rows(Chart, [values("m", i) for i in range(5)])
+    assert len(set(pks)) == 5 and list(Chart.objects.filter(pk__in=pks).order_by("pk")
+                                       .values_list("external_id", flat=True)) == [f"m{i}" for i in range(5)]
+    for a, b in zip(theirs, pks):
+        assert _columns(a.pk) == _columns(b)
+        assert Chart.objects.get(pk=b).updated_at is not None
+
+
+def test_insert_rows_refuses_what_it_cannot_write_as_bulk_create_would():
+    org, wf = make_org(), make_workflow()
+    row = {"org_id": org.pk, "workflow_id": wf.pk}
+    for bad in ({"updated_at": timezone.now()}, {"id": 5}, {"nope": 1}):
+        with pytest.raises(ValueError, match="cannot be given"):
+            bulk.insert_rows(Chart, [{**row, **bad}])
+    with pytest.raises(ValueError, match="expression"):
+        bulk.insert_rows(Chart, [{**row, "payload": models.Value("{}")}])
+    assert not Chart.objects.exists()
 
 
 def test_insert_rows_fits_the_databases_parameter_limit():
@@ -245,3 +256,165 @@ def test_an_unspent_lease_is_dropped_after_its_time(redis_url, settings, monkeyp
     assert ratelimit._leases[held][0] == 49
     monkeypatch.setattr(ratelimit.time, "monotonic", lambda: time.monotonic_ns() / 1e9 + ratelimit.LEASE_TTL_S + 1)
     assert not ratelimit._spend_lease(held) and held not in ratelimit._leases
+
+
+# --- SQLite: the writer's turn, a queue instead of the busy handler's sleeps --------------------
+
+
+sqlite_only = pytest.mark.skipif(not connection.settings_dict["ENGINE"].endswith("sqlite3"), reason="SQLite's backend")
+
+
+def _file_is_locked() -> bool:
+    """Whether another open file description (another process, as far as flock goes) would wait."""
+    import fcntl
+
+    from common.pooled_sqlite3 import writer
+
+    fd = os.open(writer.lock_path(str(connection.settings_dict["NAME"])), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@sqlite_only
+def test_a_write_transaction_holds_the_writer_turn_until_it_ends():
+    from common.pooled_sqlite3 import writer
+
+    org = make_org()
+    assert writer.held() == 0 and not _file_is_locked()
+    with transaction.atomic():
+        assert writer.held() == 1 and _file_is_locked()
+        with transaction.atomic():  # a savepoint: the same turn
+            type(org).objects.filter(pk=org.pk).update(name="x")
+            assert writer.held() == 1
+    assert writer.held() == 0 and not _file_is_locked()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        raise RuntimeError("rolled back")
+    assert writer.held() == 0 and not _file_is_locked()
+    with transaction.atomic():
+        connection.close()  # closed inside the block: its end still gives the turn back
+    assert writer.held() == 0 and not _file_is_locked()
+
+
+@sqlite_only
+def test_a_begin_that_fails_gives_the_turn_back():
+    """Another writer (the sqlite3 shell, say) holds SQLite's own lock: the BEGIN fails as before."""
+    from common.pooled_sqlite3 import writer
+
+    make_org()
+    blocker = sqlite3.connect(connection.settings_dict["NAME"], timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")
+    connection.close()
+    timeout = connection.settings_dict["OPTIONS"]["timeout"]
+    connection.settings_dict["OPTIONS"]["timeout"] = 0.2
+    try:
+        with pytest.raises(Exception, match="locked"), transaction.atomic():
+            pass
+        assert writer.held() == 0 and not _file_is_locked()
+    finally:
+        blocker.rollback()
+        blocker.close()
+        connection.settings_dict["OPTIONS"]["timeout"] = timeout
+        connection.close()
+
+
+@sqlite_only
+def test_a_writer_waits_for_the_turn_not_in_sqlites_busy_handler_and_goes_when_it_is_given_back(monkeypatch):
+    from common.pooled_sqlite3 import writer
+
+    org = make_org()
+    inside, release, order = threading.Event(), threading.Event(), []
+    real_acquire = writer.acquire
+
+    def acquire(database, timeout):
+        name = threading.current_thread().name
+        order.append(f"{name} asks")
+        got = real_acquire(database, timeout)
+        order.append(f"{name} has it")
+        return got
+
+    monkeypatch.setattr(writer, "acquire", acquire)
+
+    def first() -> None:
+        with transaction.atomic():
+            type(org).objects.filter(pk=org.pk).update(name="first")
+            inside.set()
+            release.wait(10)
+            order.append("first commits")
+        connection.close()
+
+    def second() -> None:
+        inside.wait(10)
+        with transaction.atomic():
+            type(org).objects.filter(pk=org.pk).update(name="second")
+        connection.close()
+
+    threads = [threading.Thread(target=first, name="first"), threading.Thread(target=second, name="second")]
+    for t in threads:
+        t.start()
+    inside.wait(10)
+    deadline = time.monotonic() + 10
+    while "second asks" not in order and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert order == ["first asks", "first has it", "second asks"]  # waiting in the queue
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert order == ["first asks", "first has it", "second asks", "first commits", "second has it"]
+    assert type(org).objects.get(pk=org.pk).name == "second"
+
+
+@sqlite_only
+def test_a_forked_child_starts_without_the_parents_turn():
+    from common.pooled_sqlite3 import writer
+
+    make_org()
+    with transaction.atomic():
+        assert writer.held() == 1
+        pid = os.fork()
+        if pid == 0:  # the child: no turn, and the parent's flock is not its to give back
+            os._exit(0 if writer.held() == 0 and writer._locked is None and not writer._files else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _file_is_locked()  # still the parent's
+    assert not _file_is_locked()
+
+
+@sqlite_only
+def test_a_turn_not_had_within_the_timeout_is_a_locked_database():
+    """As SQLite's own wait would end: a writer of this process has held it all that time."""
+    from django.db import OperationalError
+
+    from common.pooled_sqlite3 import writer
+
+    make_org()
+    held, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            held.set()
+            done.wait(10)
+        connection.close()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    connection.close()
+    timeout = connection.settings_dict["OPTIONS"]["timeout"]
+    connection.settings_dict["OPTIONS"]["timeout"] = 0.2
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationalError, match="database is locked"), transaction.atomic():
+            pass
+        assert time.monotonic() - started < 5 and writer.held() == 1  # the holder's
+    finally:
+        done.set()
+        t.join(10)
+        connection.settings_dict["OPTIONS"]["timeout"] = timeout
+        connection.close()
+    assert writer.held() == 0
