@@ -418,3 +418,20 @@ def test_a_turn_not_had_within_the_timeout_is_a_locked_database():
         connection.settings_dict["OPTIONS"]["timeout"] = timeout
         connection.close()
     assert writer.held() == 0
+
+
+@sqlite_only
+def test_close_idle_closes_the_kept_connections_so_the_database_can_be_taken_alone():
+    from common.pooled_sqlite3.base import close_idle, idle_connections
+
+    make_org()
+    connection.close()
+    assert idle_connections() >= 1
+    assert close_idle() >= 1 and idle_connections() == 0
+    locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, timeout=0)
+    try:
+        locker.execute("PRAGMA locking_mode=EXCLUSIVE")
+        locker.execute("BEGIN EXCLUSIVE")  # no other connection of this process is open
+        locker.execute("ROLLBACK")
+    finally:
+        locker.close()

@@ -16,7 +16,8 @@ not to use it in the child), and to the file that is at that path now (a pool en
 keyed by the file's device and inode, so a database deleted and made again, as the tests
 do, never gets a connection to the old file), with the same settings (``timeout``,
 ``init_command``, ...) as the connect asks for. An in-memory database is never pooled (its
-connection *is* the database).
+connection *is* the database). :func:`close_idle` closes them (a connection kept open, as any
+open one, keeps another from taking the database for itself with ``locking_mode=EXCLUSIVE``).
 
 A transaction that writes waits for its turn at the database's one writer in a queue
 (:mod:`.writer`: this process's lock, then a ``flock`` every process takes) rather than in
@@ -71,6 +72,17 @@ def _give(key: Key, conn: Any) -> bool:
             return False
         free.append(conn)
         return True
+
+
+def close_idle() -> int:
+    """Close the connections this process keeps (before taking the database for yourself: an
+    open connection, idle or not, keeps ``locking_mode=EXCLUSIVE`` from being had). How many."""
+    with _lock:
+        kept = [conn for free in _idle.values() for conn in free] if _pid == os.getpid() else []
+        _idle.clear()
+    for conn in kept:
+        conn.close()
+    return len(kept)
 
 
 def idle_connections() -> int:
