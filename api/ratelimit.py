@@ -11,9 +11,10 @@ A web process takes up to ``LEASE_S`` (50 ms) of a key's rate from the bucket at
 spends it on the key's next requests without asking Redis again (a web process runs its
 requests on one thread: a round trip per request held every other request back by it). The
 bucket is never overdrawn, whichever process spends what it took: a lease is tokens taken
-out of it. A lease not spent within ``LEASE_TTL_S`` (1 s) is dropped, so a process never
-holds a key's tokens for long; below 40 requests a second (``LEASE_S`` x the rate under 2) a
-lease is one token, a round trip per request as before.
+out of it. A lease not spent within ``LEASE_TTL_S`` (5 s) is dropped, so a process never
+holds a key's tokens for long: a key loses at most 50 ms of its rate in 5 s (1%) to a lease
+a process did not spend. Below 40 requests a second (``LEASE_S`` x the rate under 2) a lease
+is one token, a round trip per request as before.
 
 When Redis cannot be reached the request is let through (and logged, at most once a
 minute): the limit protects the backlog from a runaway producer, it must not stop every
@@ -52,7 +53,7 @@ if granted >= 1 then return {granted, '0'} end
 return {0, tostring((1 - tokens) / rate)}
 """
 LEASE_S = 0.05
-LEASE_TTL_S = 1.0
+LEASE_TTL_S = 5.0
 _script = None
 _warned_at = -1e9
 _leases: dict[tuple[int, float, int], tuple[int, float]] = {}  # (key, rate, burst) -> (tokens, until)

@@ -34,7 +34,7 @@ from django.db.backends.sqlite3 import base
 
 from common.pooled_sqlite3 import writer
 
-POOL_MAX = 8
+POOL_MAX = 32  # a web process has a request in flight per thread; SQLite caches up to 2 MB a connection
 
 _lock = threading.Lock()
 _pid = os.getpid()
@@ -136,8 +136,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self._pool_pid = os.getpid()
         # the same file, with the same settings (a test's other timeout gets its own connections)
         self._pool_settings = repr((sorted(conn_params.items()), self.init_commands))
+        self._pool_key = None
         if not self.is_in_memory_db():
-            key = _file_key(conn_params["database"], self._pool_settings)
+            key = self._pool_key = _file_key(conn_params["database"], self._pool_settings)
             conn = _take(key) if key is not None else None
             if conn is not None:
                 return conn
@@ -153,7 +154,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         conn = self.connection
         if (conn is not None and not self.in_atomic_block and not self.is_in_memory_db()
                 and getattr(self, "_pool_pid", None) == os.getpid()):
-            key = _file_key(self.settings_dict["NAME"], getattr(self, "_pool_settings", ""))
+            # the file as it was at the connect (one stat a request, not two); a file made by it: now
+            key = getattr(self, "_pool_key", None) or _file_key(self.settings_dict["NAME"],
+                                                                getattr(self, "_pool_settings", ""))
             if key is not None:
                 try:
                     if conn.in_transaction:
