@@ -1,18 +1,21 @@
 """The producer API's throughput and latency, against what it wraps.
 
 Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
-[--no-dispatch]``.
+[--web 1] [--no-dispatch]``.
 
 Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database, and
-one daphne web process, as ``make run`` does; the worker and the scheduler start for the
-dispatch part only (parts 1 and 2 measure the web path, not its CPU shared with an ETA pass). Figures, each with a baseline from the same run (no timed asserts):
+``--web`` daphne web processes (1: as ``make run`` does; 2: one a core here, as
+docs/deploying.md advises), producer ``i`` on process ``i % --web`` as a load balancer
+would; the worker and the scheduler start for the dispatch part only (parts 1 and 2
+measure the web path, not its CPU shared with an ETA pass). Figures, each with a baseline
+from the same run (no timed asserts):
 
 1. ``--producers`` concurrent producers, each with its own key and keep-alive connection,
    POST single charts for ``--seconds``: charts/s and latency p50/p95/max, without and
    with an ``Idempotency-Key`` (what examples/api_client.py sends). Baselines: the same
    producers asking ``GET /healthz`` (the web server's floor per request), and calling
    ``chart_submit`` in-process from as many threads (the service's floor).
-2. One producer POSTs ``--batches`` batches of 1,000 charts: charts/s, against
+2. One producer POSTs ``--batches`` batches of 1,000 charts (to the first process): charts/s, against
    ``chart_submit_many`` of 1,000 in-process.
 3. Dispatch: with free budget and an empty backlog, the time from a chart's ``created_at``
    (its insert) to its ``dispatched_at``, API against ORM (``chart_submit``), alternating.
