@@ -435,3 +435,15 @@ def test_close_idle_closes_the_kept_connections_so_the_database_can_be_taken_alo
         locker.execute("ROLLBACK")
     finally:
         locker.close()
+
+
+@sqlite_only
+def test_destroying_a_test_database_removes_its_lock_file(tmp_path):
+    from common.pooled_sqlite3 import base, writer
+
+    path = tmp_path / "test_x.sqlite3"
+    sqlite3.connect(path).close()
+    lock = writer.lock_path(str(path))
+    open(lock, "w").close()
+    base.DatabaseCreation(connection)._destroy_test_db(str(path), verbosity=0)
+    assert not path.exists() and not os.path.exists(lock)

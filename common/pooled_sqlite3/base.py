@@ -30,7 +30,7 @@ import threading
 from typing import Any
 
 from django.db import OperationalError
-from django.db.backends.sqlite3 import base
+from django.db.backends.sqlite3 import base, creation
 
 from common.pooled_sqlite3 import writer
 
@@ -91,7 +91,21 @@ def idle_connections() -> int:
         return sum(map(len, _idle.values())) if _pid == os.getpid() else 0
 
 
+class DatabaseCreation(creation.DatabaseCreation):
+    def _destroy_test_db(self, test_database_name: str, verbosity: int) -> None:
+        """The test database's file goes, and with it the connections kept to it and its lock file."""
+        close_idle()
+        super()._destroy_test_db(test_database_name, verbosity)
+        path = writer.lock_path(str(test_database_name))
+        if path:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    creation_class = DatabaseCreation
     _has_turn = False
 
     # --- the writer's turn (writer.py): from BEGIN IMMEDIATE to the end of the transaction
