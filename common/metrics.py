@@ -130,29 +130,39 @@ def _in_background(ops: list[Op]) -> None:
         q.put(ops)
 
 
-LINGER_S = 0.05  # what comes within it goes in the same round trip (a flush does not wait it)
+LINGER_S = 0.05  # after a write, what comes within it goes in the next one, waking no one
+_hurry = threading.Event()  # a flush cuts the linger short
 
 
 def _drain(q: queue.SimpleQueue) -> None:
+    """Write the first increments at once; then, while more keep coming, what piled up every
+    :data:`LINGER_S` (the same field summed). The thread is asleep rather than waiting on the
+    queue meanwhile, so a request handing it an increment does not wake it."""
     while True:
-        item = q.get()
-        ops: list[Op] = []
-        events: list[threading.Event] = []
-        until = time.monotonic() + LINGER_S
-        while True:  # one round trip for what piled up, or came within LINGER_S
-            if isinstance(item, threading.Event):
-                events.append(item)
-            else:
-                ops.extend(item)
-            if len(ops) >= 1000:
-                break
+        item = q.get()  # idle: asleep here until something comes
+        while True:
+            ops: list[Op] = []
+            events: list[threading.Event] = []
+            while True:
+                if isinstance(item, threading.Event):
+                    events.append(item)
+                else:
+                    ops.extend(item)
+                if len(ops) >= 1000:
+                    break
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+            _write(_summed(ops))
+            for event in events:
+                event.set()
+            _hurry.wait(LINGER_S)
+            _hurry.clear()
             try:
-                item = q.get_nowait() if events else q.get(timeout=max(0.0, until - time.monotonic()))
+                item = q.get_nowait()
             except queue.Empty:
                 break
-        _write(_summed(ops))
-        for event in events:
-            event.set()
 
 
 def _summed(ops: list[Op]) -> list[Op]:
@@ -169,6 +179,7 @@ def flush(timeout: float = 5.0) -> bool:
         return True
     done = threading.Event()
     _queue[1].put(done)
+    _hurry.set()
     return done.wait(timeout)
 
 

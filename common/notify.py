@@ -274,23 +274,38 @@ def _sender_queue() -> queue.SimpleQueue:
         return _sender[1]
 
 
+LINGER_S = 0.002  # after a send, what comes within it goes in the next one, waking no one
+_hurry = threading.Event()  # a flush cuts the linger short
+
+
 def _drain(q: queue.SimpleQueue) -> None:
+    """Send the first note at once; then, while notes keep coming, what piled up every
+    :data:`LINGER_S`. The thread is asleep rather than waiting on the queue meanwhile, so a
+    request handing it a note does not wake it (a wake-up a note cost the request thread
+    its turn at the interpreter, as much as the round trip it saved)."""
     while True:
-        item = q.get()
-        wires: list[dict[str, Any]] = []
-        done: list[threading.Event] = []
+        item = q.get()  # idle: asleep here until a note comes
         while True:
-            (done.append if isinstance(item, threading.Event) else wires.append)(item)
-            if len(wires) >= SEND_BATCH:
-                break
+            wires: list[dict[str, Any]] = []
+            done: list[threading.Event] = []
+            while True:
+                (done.append if isinstance(item, threading.Event) else wires.append)(item)
+                if len(wires) >= SEND_BATCH:
+                    break
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+            if wires:
+                _send(wires)
+            for event in done:
+                event.set()
+            _hurry.wait(LINGER_S)
+            _hurry.clear()
             try:
                 item = q.get_nowait()
             except queue.Empty:
                 break
-        if wires:
-            _send(wires)
-        for event in done:
-            event.set()
 
 
 def flush(timeout: float = 5.0) -> bool:
@@ -299,6 +314,7 @@ def flush(timeout: float = 5.0) -> bool:
         return True
     done = threading.Event()
     _sender[1].put(done)
+    _hurry.set()
     return done.wait(timeout)
 
 
