@@ -1,18 +1,21 @@
 """The producer API's throughput and latency, against what it wraps.
 
 Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
-[--no-dispatch]``.
+[--web 1] [--no-dispatch]``.
 
 Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database, and
-one daphne web process, as ``make run`` does; the worker and the scheduler start for the
-dispatch part only (parts 1 and 2 measure the web path, not its CPU shared with an ETA pass). Figures, each with a baseline from the same run (no timed asserts):
+``--web`` daphne web processes (1: as ``make run`` does; 2: one a core here, as
+docs/deploying.md advises), producer ``i`` on process ``i % --web`` as a load balancer
+would; the worker and the scheduler start for the dispatch part only (parts 1 and 2
+measure the web path, not its CPU shared with an ETA pass). Figures, each with a baseline
+from the same run (no timed asserts):
 
 1. ``--producers`` concurrent producers, each with its own key and keep-alive connection,
    POST single charts for ``--seconds``: charts/s and latency p50/p95/max, without and
    with an ``Idempotency-Key`` (what examples/api_client.py sends). Baselines: the same
    producers asking ``GET /healthz`` (the web server's floor per request), and calling
    ``chart_submit`` in-process from as many threads (the service's floor).
-2. One producer POSTs ``--batches`` batches of 1,000 charts: charts/s, against
+2. One producer POSTs ``--batches`` batches of 1,000 charts (to the first process): charts/s, against
    ``chart_submit_many`` of 1,000 in-process.
 3. Dispatch: with free budget and an empty backlog, the time from a chart's ``created_at``
    (its insert) to its ``dispatched_at``, API against ORM (``chart_submit``), alternating.
@@ -62,15 +65,16 @@ class Daphne:
             self.proc.kill()
 
 
-def producers(port: int, keys: list[str], seconds: float, request) -> tuple[int, list[float], int]:
-    """Run one thread per key for ``seconds``; ``request(conn, key, i)`` -> (status, charts).
+def producers(ports: list[int], keys: list[str], seconds: float, request) -> tuple[int, list[float], int]:
+    """Run one thread per key for ``seconds``, producer ``i`` on web process ``i % len(ports)``
+    (what a load balancer in front of them does); ``request(conn, key, i)`` -> (status, charts).
     Returns (charts, latencies in ms, errors)."""
     stop_at = time.perf_counter() + seconds
     lat: list[float] = []
     counts = [0, 0]
     lock = threading.Lock()
 
-    def run(key: str) -> None:
+    def run(key: str, port: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         mine, n, errors, i = [], 0, 0, 0
         while time.perf_counter() < stop_at:
@@ -87,7 +91,7 @@ def producers(port: int, keys: list[str], seconds: float, request) -> tuple[int,
             counts[0] += n
             counts[1] += errors
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in keys]
+    threads = [threading.Thread(target=run, args=(k, ports[i % len(ports)])) for i, k in enumerate(keys)]
     for t in threads:
         t.start()
     for t in threads:
@@ -111,6 +115,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--dispatches", type=int, default=10)
     parser.add_argument("--no-dispatch", action="store_true")
+    parser.add_argument("--web", type=int, default=1, help="daphne processes (the producers spread over them)")
     args = parser.parse_args()
     os.environ.setdefault("FAIRSCHED_API_RATE", "1000")  # per key: the bench measures the server, not the limit
     with live_stack("fairsched-bench-api-") as stack:
@@ -130,15 +135,17 @@ def run(args, stack) -> None:
     orgs = [Org.objects.create(name=f"Producer {i}") for i in range(args.producers)]
     Workflow.objects.create(name="code", temporal_type="DemoChart")
     keys = [OrgToken.issue(org=o, name="bench", scope="submit")[1] for o in orgs]
-    web = Daphne(stack.env, stack.tmp / "daphne.log")
-    print(f"one daphne web process, SQLite, {args.producers} producers for {args.seconds:g} s each phase "
-          f"(cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
+    webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
+    web, ports = webs[0], [w.port for w in webs]
+    print(f"{args.web} daphne web process{'es' if args.web > 1 else ''}, SQLite, {args.producers} producers for "
+          f"{args.seconds:g} s each phase (cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
     try:
-        # warm up the web process (imports, first connections)
-        conn = http.client.HTTPConnection("127.0.0.1", web.port)
-        for i in range(20):
-            post(conn, "/api/v1/charts", keys[0], {"workflow": "code", "payload": {"seconds": 1}})
-        conn.close()
+        # warm up the web processes (imports, first connections)
+        for w in webs:
+            conn = http.client.HTTPConnection("127.0.0.1", w.port)
+            for i in range(20):
+                post(conn, "/api/v1/charts", keys[0], {"workflow": "code", "payload": {"seconds": 1}})
+            conn.close()
 
         def healthz(conn, key, i):
             conn.request("GET", "/healthz")
@@ -159,7 +166,7 @@ def run(args, stack) -> None:
         for name, fn in (("GET /healthz (baseline: the server's floor)", healthz),
                          ("POST /api/v1/charts", single),
                          ("POST /api/v1/charts + Idempotency-Key + external_id", single_idem)):
-            n, lat, errors = producers(web.port, keys, args.seconds, fn)
+            n, lat, errors = producers(ports, keys, args.seconds, fn)
             rate = n / args.seconds
             figures[name] = rate
             print(f"{name:<55} {rate:8.0f} /s  p50 {pct(lat, .5):6.1f} ms  p95 {pct(lat, .95):6.1f} ms  "
@@ -208,7 +215,8 @@ def run(args, stack) -> None:
             stack.spawn("runscheduler")
             dispatch(args, web, keys[0], orgs[0])
     finally:
-        web.stop()
+        for w in webs:
+            w.stop()
         print(f"charts written: {Chart.objects.count():,}")
 
 

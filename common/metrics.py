@@ -18,8 +18,9 @@ otherwise. The API's requests: ``fairsched:metrics:api``, field ``<endpoint>|<co
 
 A write never fails its caller: a Redis error is logged (at most once a minute) and the
 observation is lost (the histograms are statistics, not the truth: the database is).
-The scheduler's loop never waits on Redis for them: its hooks hand the write to a
-thread of their own (:func:`_in_background`).
+Neither the scheduler's loop nor a web request waits on Redis for them: the hooks hand the
+write to a thread of their own (:func:`_in_background`); a scrape first waits for its own
+process's (:func:`flush`).
 
 The API engineer's hook: :func:`api_request_done` (``endpoint``, ``code``).
 """
@@ -129,22 +130,47 @@ def _in_background(ops: list[Op]) -> None:
         q.put(ops)
 
 
+LINGER_S = 0.05  # after a write, what comes within it goes in the next one, waking no one
+_hurry = threading.Event()  # a flush cuts the linger short
+
+
 def _drain(q: queue.SimpleQueue) -> None:
+    """Write the first increments at once; then, while more keep coming, what piled up every
+    :data:`LINGER_S` (the same field summed). The thread is asleep rather than waiting on the
+    queue meanwhile, so a request handing it an increment does not wake it."""
     while True:
-        item = q.get()
-        ops: list[Op] = []
-        events: list[threading.Event] = []
-        while True:  # one round trip for what piled up
-            if isinstance(item, threading.Event):
-                events.append(item)
-            else:
-                ops.extend(item)
-            if q.empty() or len(ops) >= 1000:
+        item = q.get()  # idle: asleep here until something comes
+        while True:
+            ops: list[Op] = []
+            events: list[threading.Event] = []
+            while True:
+                if isinstance(item, threading.Event):
+                    events.append(item)
+                else:
+                    ops.extend(item)
+                if len(ops) >= 1000:
+                    break
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+            _write(_summed(ops))
+            for event in events:
+                event.set()
+            _hurry.wait(LINGER_S)
+            _hurry.clear()
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
                 break
-            item = q.get()
-        _write(ops)
-        for event in events:
-            event.set()
+
+
+def _summed(ops: list[Op]) -> list[Op]:
+    """The same writes, one per (key, field): 300 API requests a second are a few increments."""
+    total: dict[tuple[str, str], float] = {}
+    for key, field, amount in ops:
+        total[(key, field)] = total.get((key, field), 0) + amount
+    return [(key, field, amount) for (key, field), amount in total.items()]
 
 
 def flush(timeout: float = 5.0) -> bool:
@@ -153,6 +179,7 @@ def flush(timeout: float = 5.0) -> bool:
         return True
     done = threading.Event()
     _queue[1].put(done)
+    _hurry.set()
     return done.wait(timeout)
 
 
@@ -172,8 +199,10 @@ def observations(h: Histogram, values: Iterable[tuple[str, float]]) -> list[Op]:
 def api_request_done(endpoint: str, code: int) -> None:
     """One request to the producer API answered: ``fairsched_api_requests_total{endpoint,code}``.
     ``endpoint`` is the route's name or pattern (``"charts.create"``, ``"/api/v1/charts"``), never
-    the path with an id in it (one series per chart). Synchronous (well under a millisecond)."""
-    _write([(API_KEY, f"{endpoint.replace('|', '/')}|{int(code)}", 1)])
+    the path with an id in it (one series per chart). Written by this process's writer thread
+    (:func:`_in_background`): a web process runs its requests on one thread, and a round trip
+    to Redis per request held the next request back by it; a scrape flushes them first."""
+    _in_background([(API_KEY, f"{endpoint.replace('|', '/')}|{int(code)}", 1)])
 
 
 def chart_succeeded(first_eta_at: float | None, finished_at: float) -> None:

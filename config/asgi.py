@@ -16,8 +16,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from common import notify  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from config.wsorigin import SameOriginValidator  # noqa: E402
+
+# A web process's requests run on one thread: none of them waits on Redis for its notes to
+# the scheduler (common/notify.py, "the web's sender thread").
+notify.send_in_background()
 
 http_app = django_asgi_app
 if settings.SERVE_STATIC:

@@ -59,6 +59,7 @@ def _read_redis() -> tuple[dict[str, Any] | None, float | None, dict, dict]:
     """The snapshot, its age, the histograms and the API counter: one round trip. The age is
     the pages' (``dashboard.selectors.snapshot_age_s``): since the scheduler published the
     snapshot or last confirmed it current (``common.snapshot.confirmed_at``)."""
+    metrics.flush(1.0)  # this process's own API requests counted so far are in Redis
     try:
         pipe = metrics.redis_client().pipeline(transaction=False)
         pipe.get(snap.SNAPSHOT_KEY)

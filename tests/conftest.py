@@ -126,7 +126,10 @@ def _workflow_ids(request) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _no_real_notifications(request) -> Iterator[None]:
-    """Outside integration tests, notifications never leave the process."""
+    """Outside integration tests, notifications never leave the process. In every test this
+    process sends them itself, at the commit: a test that imported ``config.asgi`` (which
+    hands them to a sender thread, as the web does) does not change that for the next."""
+    notify.send_in_background(False)
     if request.node.get_closest_marker("integration"):
         yield
         return

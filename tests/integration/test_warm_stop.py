@@ -176,8 +176,11 @@ def test_sigterm_after_temporal_went_away_under_a_leading_scheduler(live, redis_
 def database_locked(live):
     """Every query of another connection waits (SQLite: its busy timeout, 30 s; PostgreSQL: for ever)."""
     live.shared.stop()  # the shared worker's open connection would keep SQLite's lock from being taken,
-    connection.close()  # and so would this process's own
+    connection.close()  # and so would this process's own,
     if connection.vendor == "sqlite":
+        from common.pooled_sqlite3.base import close_idle
+
+        close_idle()  # kept open for the next connect (common/pooled_sqlite3) until now
         locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
         locker.execute("PRAGMA locking_mode=EXCLUSIVE")
         locker.execute("BEGIN EXCLUSIVE")

@@ -1,0 +1,107 @@
+"""``insert_rows(model, rows)``: what ``QuerySet.bulk_create`` writes for new plain rows, at a
+fraction of its cost.
+
+For 1,000 new charts ``bulk_create`` took 200-250 ms here: most of it Python (a model
+instance per row, ~70 us each with its 31 defaults and two signals, then each of the 31
+values of each row through the SQL compiler's expression checks), and on SQLite 32
+statements (Django assumes 999 parameters a statement; this SQLite allows 250,000).
+
+Here a row is a mapping of the values it sets (``{"org_id": 3, "payload": {...}}``); every
+other field takes what an unsaved instance has, computed once for the batch: its default,
+or for ``auto_now``/``auto_now_add`` the time of the call. Each value is prepared by its
+field's own ``get_db_prep_save``, as the compiler does, a value repeated down a column
+prepared once; the rows go in one ``INSERT ... RETURNING`` per chunk that fits the
+database's parameter limit, in the caller's transaction. The pks come back in the order of
+the rows, as ``bulk_create`` reads them on SQLite and PostgreSQL. No ``save()``, no signal
+(as ``bulk_create``). Only for plain rows: a value that is an expression, a field whose
+``pre_save`` does more than read the value (a file, ``auto_now``) given in a row, a
+``db_default`` or multi-table inheritance is refused (``ValueError``).
+"""
+from __future__ import annotations
+
+import datetime
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connections, models
+from django.db.models.expressions import Expression
+
+_CACHEABLE = (str, int, float, bool, type(None), datetime.datetime, datetime.date)
+POSTGRES_MAX_PARAMS = 65_535
+
+
+def max_params(connection) -> int:
+    """The parameters one statement may take on ``connection``'s database."""
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        try:
+            return connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        except AttributeError:  # Python < 3.11
+            return connection.features.max_query_params
+    if connection.vendor == "postgresql":
+        return POSTGRES_MAX_PARAMS
+    return connection.features.max_query_params or POSTGRES_MAX_PARAMS
+
+
+def _plain(field: models.Field) -> bool:
+    """Its ``pre_save`` only reads the value (so a row may give it)."""
+    if isinstance(field, (models.DateField, models.TimeField)):
+        return not (field.auto_now or field.auto_now_add)
+    return type(field).pre_save is models.Field.pre_save
+
+
+def insert_rows(model: type[models.Model], rows: Sequence[Mapping[str, Any]], using: str = "default") -> list[int]:
+    """Insert ``rows`` (mappings of field attnames to values) into ``model``'s table; their pks, in order."""
+    if not rows:
+        return []
+    connection = connections[using]
+    opts = model._meta
+    if opts.parents or not connection.features.can_return_rows_from_bulk_insert:
+        raise ValueError(f"insert_rows: {opts.label} needs bulk_create (inheritance, or no RETURNING)")
+    fields = [f for f in opts.concrete_fields if not f.primary_key]
+    if any(getattr(f, "db_default", models.NOT_PROVIDED) is not models.NOT_PROVIDED for f in fields):
+        raise ValueError(f"insert_rows: {opts.label} has a db_default; use bulk_create")
+    by_name = {f.attname: f for f in fields}
+    given: set[str] = set().union(*(row.keys() for row in rows))
+    for name in given:
+        if name not in by_name or not _plain(by_name[name]):
+            raise ValueError(f"insert_rows: {opts.label}.{name} cannot be given in a row (unknown, the pk, "
+                             "or set by its field's pre_save)")
+    template = model()  # the defaults, and auto_now / auto_now_add's time, once
+    base = {f.attname: f.get_db_prep_save(f.pre_save(template, True), connection)
+            for f in fields if f.attname not in given}
+    columns = [(f.attname, f) for f in fields]
+    prepared: dict[tuple[str, type, Any], Any] = {}
+    params_rows: list[list[Any]] = []
+    for row in rows:
+        values = []
+        for name, field in columns:
+            if name not in row:
+                values.append(base[name] if name in base else field.get_db_prep_save(field.get_default(), connection))
+                continue
+            value = row[name]
+            if isinstance(value, Expression):
+                raise ValueError(f"insert_rows: {opts.label}.{name} is an expression; use bulk_create")
+            if isinstance(value, _CACHEABLE):
+                key = (name, type(value), value)
+                if key not in prepared:
+                    prepared[key] = field.get_db_prep_save(value, connection)
+                values.append(prepared[key])
+            else:
+                values.append(field.get_db_prep_save(value, connection))
+        params_rows.append(values)
+    qn = connection.ops.quote_name
+    head = f"INSERT INTO {qn(opts.db_table)} ({', '.join(qn(f.column) for f in fields)}) VALUES "
+    tail = f" RETURNING {qn(opts.pk.column)}"
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    per = max(1, max_params(connection) // len(fields))
+    pks: list[int] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(params_rows), per):
+            chunk = params_rows[start:start + per]
+            cursor.execute(head + ", ".join([one] * len(chunk)) + tail, [v for values in chunk for v in values])
+            pks.extend(r[0] for r in cursor.fetchall())
+    if len(pks) != len(rows):
+        raise RuntimeError(f"insert_rows: {len(rows)} rows inserted, {len(pks)} pks returned")
+    return pks
