@@ -202,6 +202,7 @@ def _write_chart_rounds(changes: dict[str, int | None], batch: int = 20_000) -> 
         for i in range(0, len(items), batch):
             part = items[i:i + batch]
             if connection.vendor == "postgresql":
+                _lock_in_id_order(cursor, table, [cid for cid, _ in part])
                 cursor.execute(
                     f"UPDATE {table} AS c SET fair_round = d.r "
                     f"FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, r) WHERE c.id = d.id",
@@ -214,6 +215,13 @@ def _write_chart_rounds(changes: dict[str, int | None], batch: int = 20_000) -> 
             else:
                 cursor.executemany(f"UPDATE {table} SET fair_round = %s WHERE id = %s",
                                    [(r, cid) for cid, r in part])
+
+
+def _lock_in_id_order(cursor, table: str, ids: list[int]) -> None:
+    """(PostgreSQL, in a transaction) Lock the rows in id order before an ``UPDATE ... FROM
+    unnest(...)``: the join locks them in its plan's order (the heap's, which updates reshuffle),
+    not the array's, and two such writers over the same rows deadlocked."""
+    cursor.execute(f"SELECT 1 FROM {table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE", [ids])
 
 
 def _update_column(field: str, values: list[tuple], where: str = "") -> int:
@@ -245,6 +253,7 @@ def _update_column(field: str, values: list[tuple], where: str = "") -> int:
                    f"WHERE t.{qn(meta.pk.column)} = v.pk" + (f" AND t.{where}" if where else ""))
             for start in range(0, len(values), 50_000):
                 chunk = values[start:start + 50_000]
+                _lock_in_id_order(cursor, qn(meta.db_table), [pk for _, pk in chunk])
                 cursor.execute(sql, [[pk for _, pk in chunk], [v for v, _ in chunk]])
                 done += max(0, cursor.rowcount)
             return done
