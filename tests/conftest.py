@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 
 os.environ.setdefault("FAIRSCHED_CHANNEL_LAYER", "memory")
 # A fast password hash for this process and every server a test starts (see config/settings.py).
@@ -48,10 +49,32 @@ def _delete_instead_of_truncate() -> None:
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences or not tables:
             return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        # The charts first: the one writer that may outlive a test, the shared worker
+        # recording an outcome, locks its chart row before the statistics rows.
+        ordered = sorted(tables, key=lambda table: table != "charts_chart")
         return ["SET CONSTRAINTS ALL DEFERRED;"] + [
-            f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
+            f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};" for table in ordered]
+
+    execute = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        """Retried on a deadlock (the flush is one transaction, rolled back whole). The shared
+        worker (tests/integration/conftest.py) goes on finishing the workflows a test left
+        running, and its outcome's transaction (chart row, then statistics rows) met the
+        flush's deletes once in CI: "couldn't be flushed", and the next test on that worker
+        found the last test's 30,000 charts still there."""
+        from django.db import OperationalError
+
+        for attempt in range(5):
+            try:
+                return execute(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.2)
 
     DatabaseOperations.sql_flush = sql_flush
+    DatabaseOperations.execute_sql_flush = execute_sql_flush
 
 
 _delete_instead_of_truncate()
@@ -239,8 +262,41 @@ def pytest_configure_node(node) -> None:
     node.workerinput["fairsched_dist"] = node.config.option.dist
 
 
+# Fixtures that give a test the test database (pytest-django's; ``live_server`` and the
+# clients through ``transactional_db`` or ``db``). Not ``django_db_setup``: every test's
+# closure holds it (``_no_stray_sessions_at_teardown``), and alone it grants no access.
+DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences",
+                               "django_db_serialized_rollback"})
+
+
+def uses_the_database(item) -> bool:
+    """Does this test reach the test database: a ``django_db`` mark or a database fixture?
+    (pytest-django refuses any database access to a test with neither.) The tests that
+    start processes on the test database (``live``) are all marked."""
+    return item.get_closest_marker("django_db") is not None or bool(DATABASE_FIXTURES & set(item.fixturenames))
+
+
+def _once_per_make_test(config, items) -> None:
+    """The PostgreSQL pass of ``make test`` runs only the tests that reach the database: the
+    others (the pure logic, its Hypothesis properties, ``make run``'s own test, which runs on
+    SQLite whatever the suite's database) do the same thing on either and ran in the SQLite
+    pass. ``FAIRSCHED_TEST_EVERY_PASS=1`` runs them on PostgreSQL too."""
+    if not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return
+    if os.environ.get("FAIRSCHED_TEST_EVERY_PASS") == "1":
+        return
+    kept, dropped = [], []
+    for item in items:
+        (kept if uses_the_database(item) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """The slow tests (``@pytest.mark.slow``, tens of seconds each) first, so that with
+    """On PostgreSQL, the tests that reach the database only (:func:`_once_per_make_test`).
+
+    The slow tests (``@pytest.mark.slow``, tens of seconds each) first, so that with
     several workers (``make test`` runs ``-n 3``) they start at once instead of one of them
     ending the run alone.
 
@@ -249,6 +305,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     back of a queue. With every slow test at the front they all went to one worker, one
     after the other (3 minutes of the suite's 5 on one of three workers): here each run
     starts with its share of them, balanced by their seconds, then the fast ones."""
+    _once_per_make_test(config, items)
     slow = [item for item in items if _slow_seconds(item) is not None]
     rest = [item for item in items if _slow_seconds(item) is None]
     workerinput = getattr(config, "workerinput", {})
