@@ -54,6 +54,20 @@ class EtaPassIn(enum.StrEnum):
 _PR_SET_PDEATHSIG = 1
 
 
+def _find_prctl() -> Any:
+    """libc's ``prctl``, looked up in the parent (at import), never in a child: a lookup
+    takes the dynamic loader's lock, which a parent thread may hold at the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
+
+
 def available() -> bool:
     """True where a child can be forked (POSIX)."""
     return "fork" in multiprocessing.get_all_start_methods()
@@ -87,11 +101,8 @@ def _detach(parent: int) -> None:
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):  # no prctl: the parent's check below is all
-            pass
+    if _PRCTL is not None:  # without it the parent's check below is all
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took hold
         os._exit(1)
 

@@ -128,8 +128,9 @@ class Scheduler:
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
-    ETA_PASS_TIMEOUT_MIN_S: float = 600.0  # a pass in a child is killed after this long ...
-    ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer
+    ETA_PASS_TIMEOUT_MIN_S: float = 30.0   # a pass in a child is killed after this long ...
+    ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer ...
+    ETA_PASS_TIMEOUT_PER_CHART_S: float = 0.0006  # ... or this per chart queued or running (600 s at 1M)
     ETA_PASS_NICE: int = 10            # a pass in a child yields the CPU to dispatch (and the database, Temporal)
     PREVIEW_REUSE_MAX_AGE_S: float = 60.0  # a preview's "before" is the last pass's if nothing changed since, this recent
     PLAN_ATTEMPTS: int = 3            # re-plans of one dispatch when rows changed underneath
