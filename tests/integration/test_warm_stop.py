@@ -173,15 +173,19 @@ def test_sigterm_after_temporal_went_away_under_a_leading_scheduler(live, redis_
 
 
 @contextmanager
-def database_locked(live):
-    """Every query of another connection waits (SQLite: its busy timeout, 30 s; PostgreSQL: for ever)."""
-    live.shared.stop()  # the shared worker's open connection would keep SQLite's lock from being taken,
-    connection.close()  # and so would this process's own,
+def database_locked(live, tmp_path):
+    """Every query of the processes ``live`` starts next waits (SQLite: its busy timeout, 30 s;
+    PostgreSQL: for ever). On SQLite they get a copy of the test database, locked EXCLUSIVE:
+    in WAL mode every open connection to a file keeps that lock from being taken, and the
+    browser tests' daphne keeps one open to the test database for the whole session."""
     if connection.vendor == "sqlite":
-        from common.pooled_sqlite3.base import close_idle
-
-        close_idle()  # kept open for the next connect (common/pooled_sqlite3) until now
-        locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        copy = tmp_path / "locked.sqlite3"
+        source, target = sqlite3.connect(connection.settings_dict["NAME"]), sqlite3.connect(copy)
+        source.backup(target)
+        source.close()
+        target.close()
+        live.env["DATABASE_URL"] = f"sqlite:///{copy}"
+        locker = sqlite3.connect(copy, isolation_level=None)
         locker.execute("PRAGMA locking_mode=EXCLUSIVE")
         locker.execute("BEGIN EXCLUSIVE")
         locker.execute("UPDATE charts_chart SET priority = priority WHERE id = -1")
@@ -199,11 +203,11 @@ def database_locked(live):
         locker.close()
 
 
-def test_sigterm_while_the_backlog_load_waits_on_a_locked_database(live, temporal, redis_url):
+def test_sigterm_while_the_backlog_load_waits_on_a_locked_database(live, temporal, redis_url, tmp_path):
     """The load waits on the database (a lock held elsewhere): the stop does not wait with it."""
     configure(budget=2)
     charts = seed_backlog(50)
-    with database_locked(live):
+    with database_locked(live, tmp_path):
         sched = live.scheduler()
         sched.saw("acquired", timeout=60)
         time.sleep(1.0)  # connected to Temporal; the load's first query now waits on the lock
