@@ -94,11 +94,12 @@ class Proc:
     def logged_at(self, text: str, timeout: float = 10.0) -> float:
         """When (epoch seconds) this process logged its first line with ``text``, waiting for
         it as :meth:`saw` does: the moment of the event itself, not the moment the test noticed
-        it (a wait for "something after X" then starts at X). The end of the millisecond the
-        line shows, so that nothing before the line counts as after it."""
+        it (a wait for "something after X" then starts at X). The start of the millisecond the
+        line shows: what the process did just after the line may fall in the same millisecond
+        (an ETA pass started in the tick that logged a dispatch), so "after X" is ``>=``."""
         self.saw(text, timeout)
         line = next(line for line in self.log().splitlines() if text in line)
-        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() + 0.001
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 @dataclass
