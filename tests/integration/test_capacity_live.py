@@ -87,7 +87,7 @@ def test_enough_slots_no_warning(live, redis_url):
 # Temporal keeps a poller in a task queue's poller list this long after its last poll
 # (``matching.PollerHistoryTTL``, 5 minutes by default): the busy-worker test runs its own dev
 # server with a short one, so that it waits seconds, not minutes, for the worker to drop out.
-POLLER_HISTORY_TTL_S = 15
+POLLER_HISTORY_TTL_S = 8
 
 
 @pytest.mark.slow(45)

@@ -118,10 +118,11 @@ def test_a_cancel_the_workflow_ignores_escalates_to_terminate_after_the_grace(li
                      "of the cancel; terminated")
 
 
-@pytest.mark.slow(48)
+@pytest.mark.slow(38)
 def test_chaos_poison_charts_and_sigkills_lose_nothing_repeat_nothing_and_never_exceed_the_budget(live, temporal):
-    """160 short charts of three orgs (costs 1 and 2) with poison charts mixed
-    in, while the scheduler and the worker are SIGKILLed and restarted three times."""
+    """120 short charts of three orgs (costs 1 and 2) with poison charts mixed
+    in, while the scheduler and the worker are SIGKILLed and restarted three times.
+    (160 took 50-65 s of the suite; the kills, not the count, make the chaos.)"""
     budget = 6
     configure(budget=budget, reconcile=1.0)
     rnd = random.Random(9)
@@ -133,23 +134,23 @@ def test_chaos_poison_charts_and_sigkills_lose_nothing_repeat_nothing_and_never_
                        {"seconds": 0.1, "fail": "yes"}, [1, 2, 3], {"seconds": 0.1, "notes": FIVE_MB}]
     start = timezone.now() - timedelta(hours=1)
     rows: list[tuple[Chart, bool]] = []  # (chart, is poison)
-    for i in range(160):
+    for i in range(120):
         org = rnd.choice(orgs)
         rows.append((Chart(org=org, workflow=rnd.choice([code, big]), created_at=start + timedelta(seconds=i),
                            payload={"seconds": round(rnd.uniform(0.05, 0.3), 2)}), False))
     for k, payload in enumerate(poison_payloads):
-        rows.insert(10 + k * 25, (Chart(org=orgs[k % 3], workflow=code, payload=payload,
-                                        created_at=start + timedelta(seconds=10 + k * 25, milliseconds=500)), True))
+        rows.insert(10 + k * 19, (Chart(org=orgs[k % 3], workflow=code, payload=payload,
+                                        created_at=start + timedelta(seconds=10 + k * 19, milliseconds=500)), True))
     charts = Chart.objects.bulk_create([c for c, _ in rows])
     poison = [c.pk for c, (_, bad) in zip(charts, rows) if bad]
     ordinary = [c.pk for c, (_, bad) in zip(charts, rows) if not bad]
-    assert len(poison) == len(poison_payloads) and len(ordinary) == 160
+    assert len(poison) == len(poison_payloads) and len(ordinary) == 120
     cost = {c.pk: 2 if (c.workflow_id == big.pk and c.org_id == orgs[1].pk) else 1 for c in charts}
 
     worker, sched = live.worker(), live.scheduler("--lease-ttl", "1.5")
     for round_ in range(1, 4):
         wait_until(lambda: Chart.objects.filter(pk__in=ordinary, state=ChartState.SUCCEEDED).count()
-                   >= round_ * 35, timeout=90, what=f"progress before kill {round_}")
+                   >= round_ * 27, timeout=90, what=f"progress before kill {round_}")
         sched.kill()
         if round_ != 2:
             worker.kill()

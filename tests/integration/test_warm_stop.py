@@ -86,13 +86,13 @@ def assert_stopped(proc: Proc, redis_url: str, temporal, charts: int) -> tuple[s
     return f"{found.group(4)} (forced)", float(found.group(3))
 
 
-@pytest.mark.slow(42)
+@pytest.mark.slow(34)
 def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal, redis_url):
-    """8 SIGTERMs into one 30k backlog: mid-load, just after it, and anywhere in the
+    """6 SIGTERMs into one 30k backlog: mid-load, just after it, and anywhere in the
     first seconds of leading (reconcile, dispatch, ETA pass, resync, finishing, the whole
     backlog loading behind the head), the last two with a bound so short that the stop may
-    be forced. (12 took 85 s of the suite; the moments are random, so each run of the
-    suite tries 8 new ones.) A start dispatches from a head of 250 charts an org read in
+    be forced. (12 took 85 s of the suite, 8 took 43-64 s; the moments are random, so each
+    run of the suite tries 6 new ones.) A start dispatches from a head of 250 charts an org read in
     milliseconds, so "mid-load" starts read a head that holds the whole backlog: a load
     on the loop, as when more than 10,000 charts have no round."""
     seed = int(os.environ.get("FAIRSCHED_TEST_SEED") or time.time())
@@ -100,7 +100,7 @@ def test_sigterm_at_random_moments_always_stops_within_the_bound(live, temporal,
     configure(budget=6)
     charts = seed_backlog(BACKLOG)
     live.shared_worker()
-    moments = ["mid-load", "after the load", "anywhere"] * 2 + ["mid-load", "anywhere"]
+    moments = ["mid-load", "after the load", "anywhere", "mid-load"] + ["mid-load", "anywhere"]
     seen: list[tuple[str, str, float]] = []
     for i, moment in enumerate(moments):
         forced = i >= len(moments) - 2
@@ -221,7 +221,7 @@ def test_runworker_sigterm_with_activities_in_flight_and_while_temporal_is_unrea
     """In-flight activities get their grace, then are cancelled; the worker exits within the
     bound, and Temporal runs the cut-short charts again on the next worker, once each."""
     configure(budget=3)
-    charts = seed_backlog(3, seconds=8)
+    charts = seed_backlog(3, seconds=5)  # still running at the SIGTERM (1 s in) and past the 2 s grace
     worker = live.worker()
     sched = live.scheduler()
     wait_until(lambda: Chart.objects.filter(state=ChartState.RUNNING).count() == 3, timeout=60,
