@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterable
@@ -37,6 +36,8 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+
+from common.lingering import LingeringSender
 
 log = logging.getLogger(__name__)
 
@@ -111,58 +112,17 @@ def _write(ops: list[Op]) -> None:
             log.warning("metrics not recorded (Redis: %s); the histograms miss these observations", exc)
 
 
-_queue: tuple[int, queue.SimpleQueue] | None = None
-_BACKLOG_MAX = 10_000  # writes waiting for Redis; past it (Redis down for long) new ones are dropped
+_BACKLOG_MAX = 10_000  # batches waiting for Redis; past it (Redis down for long) new ones are dropped
+LINGER_S = 0.05  # after a write, what comes within it goes in the next one, waking no one
+# Items are lists of ops; a write sums the same field (:func:`_summed`).
+_writer = LingeringSender("metrics-writer", lambda batches: _write(_summed([op for ops in batches for op in ops])),
+                          linger_s=LINGER_S, batch=1000, size=len, backlog_max=_BACKLOG_MAX)
 
 
 def _in_background(ops: list[Op]) -> None:
     """Hand ``ops`` to this process's writer thread: the scheduler's loop never waits on Redis."""
-    global _queue
-    if not ops:
-        return
-    with _client_lock:
-        if _queue is None or _queue[0] != os.getpid():
-            q: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=_drain, args=(q,), name="metrics-writer", daemon=True).start()
-            _queue = (os.getpid(), q)
-        q = _queue[1]
-    if q.qsize() < _BACKLOG_MAX:
-        q.put(ops)
-
-
-LINGER_S = 0.05  # after a write, what comes within it goes in the next one, waking no one
-_hurry = threading.Event()  # a flush cuts the linger short
-
-
-def _drain(q: queue.SimpleQueue) -> None:
-    """Write the first increments at once; then, while more keep coming, what piled up every
-    :data:`LINGER_S` (the same field summed). The thread is asleep rather than waiting on the
-    queue meanwhile, so a request handing it an increment does not wake it."""
-    while True:
-        item = q.get()  # idle: asleep here until something comes
-        while True:
-            ops: list[Op] = []
-            events: list[threading.Event] = []
-            while True:
-                if isinstance(item, threading.Event):
-                    events.append(item)
-                else:
-                    ops.extend(item)
-                if len(ops) >= 1000:
-                    break
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-            _write(_summed(ops))
-            for event in events:
-                event.set()
-            _hurry.wait(LINGER_S)
-            _hurry.clear()
-            try:
-                item = q.get_nowait()
-            except queue.Empty:
-                break
+    if ops:
+        _writer.put(ops)
 
 
 def _summed(ops: list[Op]) -> list[Op]:
@@ -175,12 +135,7 @@ def _summed(ops: list[Op]) -> list[Op]:
 
 def flush(timeout: float = 5.0) -> bool:
     """Wait until the background writes handed over so far are written (tests, a warm stop)."""
-    if _queue is None or _queue[0] != os.getpid():
-        return True
-    done = threading.Event()
-    _queue[1].put(done)
-    _hurry.set()
-    return done.wait(timeout)
+    return _writer.flush(timeout)
 
 
 def observations(h: Histogram, values: Iterable[tuple[str, float]]) -> list[Op]:

@@ -40,8 +40,6 @@ import dataclasses
 import enum
 import json
 import logging
-import os
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +48,8 @@ from typing import Any, ClassVar
 import redis
 from django.conf import settings
 from django.db import transaction
+
+from common.lingering import LingeringSender
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def publish(note: Note) -> None:
             sink(wire)
         return
     if _background:
-        _sender_queue().put(wire)
+        _sender.put(wire)
         return
     _send([wire])
 
@@ -252,9 +252,9 @@ def _send(wires: list[dict[str, Any]]) -> None:
 # happen before) is read by the incremental resync within seconds.
 
 _background = False
-_sender: tuple[int, queue.SimpleQueue] | None = None
-_sender_lock = threading.Lock()  # not _client_lock: a fork must never find that one held by it
 SEND_BATCH = 1000
+LINGER_S = 0.002  # after a send, what comes within it goes in the next one, waking no one
+_sender = LingeringSender("notify-sender", lambda wires: _send(wires), linger_s=LINGER_S, batch=SEND_BATCH)
 
 
 def send_in_background(enabled: bool = True) -> None:
@@ -264,58 +264,9 @@ def send_in_background(enabled: bool = True) -> None:
     _background = enabled
 
 
-def _sender_queue() -> queue.SimpleQueue:
-    global _sender
-    with _sender_lock:
-        if _sender is None or _sender[0] != os.getpid():  # a forked child starts its own
-            q: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=_drain, args=(q,), name="notify-sender", daemon=True).start()
-            _sender = (os.getpid(), q)
-        return _sender[1]
-
-
-LINGER_S = 0.002  # after a send, what comes within it goes in the next one, waking no one
-_hurry = threading.Event()  # a flush cuts the linger short
-
-
-def _drain(q: queue.SimpleQueue) -> None:
-    """Send the first note at once; then, while notes keep coming, what piled up every
-    :data:`LINGER_S`. The thread is asleep rather than waiting on the queue meanwhile, so a
-    request handing it a note does not wake it (a wake-up a note cost the request thread
-    its turn at the interpreter, as much as the round trip it saved)."""
-    while True:
-        item = q.get()  # idle: asleep here until a note comes
-        while True:
-            wires: list[dict[str, Any]] = []
-            done: list[threading.Event] = []
-            while True:
-                (done.append if isinstance(item, threading.Event) else wires.append)(item)
-                if len(wires) >= SEND_BATCH:
-                    break
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-            if wires:
-                _send(wires)
-            for event in done:
-                event.set()
-            _hurry.wait(LINGER_S)
-            _hurry.clear()
-            try:
-                item = q.get_nowait()
-            except queue.Empty:
-                break
-
-
 def flush(timeout: float = 5.0) -> bool:
     """Wait until the notes handed to the sender thread so far are sent (tests, exit)."""
-    if _sender is None or _sender[0] != os.getpid():
-        return True
-    done = threading.Event()
-    _sender[1].put(done)
-    _hurry.set()
-    return done.wait(timeout)
+    return _sender.flush(timeout)
 
 
 atexit.register(flush, 2.0)
