@@ -353,7 +353,9 @@ def _read_first_head(per_org: int) -> Head | None:
             return None
         charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
         normal = queued.filter(priority__in=[False], fair_round__isnull=True)
-        first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("created_at", "id")[:per_org + 1]]
+        # ``fair_round`` (NULL in all) ordered by too: PostgreSQL takes no ``IS NULL`` for an equality, and
+        # by ``(created_at, id)`` alone it sorted all of the org's charts instead of reading the index's first
+        first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("fair_round", "created_at", "id")[:per_org + 1]]
         if len(first) > per_org:
             truncated.add(str(org.id))
             first.pop()
