@@ -26,6 +26,7 @@ from fairsched.core import Durations, OrgRounds, normal_key, RoundState as CoreR
 from fairsched.core.modes import Share
 from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
+from fairsched.engine import pg_statistics
 from fairsched.engine.estimates import read_durations
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
@@ -353,7 +354,8 @@ def _read_first_head(per_org: int) -> Head | None:
             return None
         charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
         normal = queued.filter(priority__in=[False], fair_round__isnull=True)
-        first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("created_at", "id")[:per_org + 1]]
+        # by fair_round too (NULL in all): so chart_org_head's order (PostgreSQL took chart_state_created, see pg_statistics)
+        first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("fair_round", "created_at", "id")[:per_org + 1]]
         if len(first) > per_org:
             truncated.add(str(org.id))
             first.pop()
@@ -378,6 +380,7 @@ def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | No
     database thread stays free for the dispatches from the head."""
     try:
         SchedulerSettings.get()  # the one write a read could make, before the read transaction
+        pg_statistics.analyze_if_stale()  # PostgreSQL after a bulk load: plans that fit the head's probes
         with _one_snapshot():
             if not on_head(read_head(per_org, roundless_max)):
                 return None
