@@ -32,7 +32,7 @@ def test_rqworker_started_before_redis_waits_then_works():
         time.sleep(0.5)  # and still waits a moment later
         assert worker.poll() is None, "rqworker exited instead of waiting for Redis:\n" + "".join(lines)
         redis_service = embedded.start_redis(port=port)
-        worker.wait(timeout=60)  # --burst: connects, finds no job, exits
+        worker.wait(timeout=120)  # --burst: connects (its retries 10 s apart at most), finds no job, exits
         reader.join(timeout=10)
         out = "".join(lines)
         assert worker.returncode == 0, out
