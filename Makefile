@@ -42,11 +42,14 @@ $(AXE): tests/browser/package.json tests/browser/package-lock.json
 run: install
 	$(BIN)/python manage.py runall
 
+# With a PostgreSQL server, each pass runs its share (FAIRSCHED_TEST_PASS, tests/conftest.py:
+# every test runs at least once, those that reach the database in both); without, SQLite runs all.
 test: install
-	@$(MAKE) --no-print-directory test-sqlite
 	@if $(BIN)/python scripts/pg_available.py '$(TEST_POSTGRES_URL)'; then \
-		$(MAKE) --no-print-directory test-postgres; \
+		FAIRSCHED_TEST_PASS=sqlite $(MAKE) --no-print-directory test-sqlite; sqlite=$$?; \
+		$(MAKE) --no-print-directory test-postgres && exit $$sqlite; \
 	else \
+		$(MAKE) --no-print-directory test-sqlite; \
 		echo "*** SKIPPED the PostgreSQL run: no server at $(TEST_POSTGRES_URL) (set TEST_POSTGRES_URL) ***"; \
 	fi
 
@@ -56,7 +59,7 @@ test-sqlite: install
 
 test-postgres: install
 	@echo "=== test suite on PostgreSQL ($(TEST_POSTGRES_URL)) ==="
-	DATABASE_URL='$(TEST_POSTGRES_URL)' $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist $(TEST_DIST) $(PYTEST_ARGS)
+	FAIRSCHED_TEST_PASS=postgres DATABASE_URL='$(TEST_POSTGRES_URL)' $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist $(TEST_DIST) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/core.py

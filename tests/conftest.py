@@ -276,25 +276,45 @@ def uses_the_database(item) -> bool:
     return item.get_closest_marker("django_db") is not None or bool(DATABASE_FIXTURES & set(item.fixturenames))
 
 
+# Tests that do the same on either database, run in the PostgreSQL pass of ``make test``
+# (not the SQLite one) to balance the two passes' times: ``make run``'s own (its stack runs
+# on SQLite whatever the suite's database; 8 tests, 45-53 s for the longest).
+IN_THE_POSTGRES_PASS = ("tests/test_make_run.py",)
+
+
+def _in_this_pass(item, this_pass: str) -> bool:
+    """``make test`` runs every test at least once over its two passes (``FAIRSCHED_TEST_PASS``,
+    set by the Makefile when a PostgreSQL pass follows the SQLite one):
+
+    - the tests that reach the database (:func:`uses_the_database`) run in both, but the
+      browser tests: they check the pages in Chromium, the same whatever the database under
+      them (the views' own tests, which run on both, check what the database gives them);
+    - the others (the pure logic, its Hypothesis properties) do the same on either and run
+      in one pass: the SQLite one, but for :data:`IN_THE_POSTGRES_PASS`.
+
+    ``FAIRSCHED_TEST_EVERY_PASS=1``, or a run without ``FAIRSCHED_TEST_PASS`` (``pytest``
+    itself, ``make test-sqlite`` alone), runs every test."""
+    balanced = item.nodeid.split("::", 1)[0] in IN_THE_POSTGRES_PASS
+    if this_pass == "postgres":
+        return balanced or (uses_the_database(item) and item.get_closest_marker("browser") is None)
+    return not balanced  # "sqlite", with a PostgreSQL pass to follow
+
+
 def _once_per_make_test(config, items) -> None:
-    """The PostgreSQL pass of ``make test`` runs only the tests that reach the database: the
-    others (the pure logic, its Hypothesis properties, ``make run``'s own test, which runs on
-    SQLite whatever the suite's database) do the same thing on either and ran in the SQLite
-    pass. ``FAIRSCHED_TEST_EVERY_PASS=1`` runs them on PostgreSQL too."""
-    if not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
-        return
-    if os.environ.get("FAIRSCHED_TEST_EVERY_PASS") == "1":
+    """Keep the tests of this pass of ``make test`` (:func:`_in_this_pass`)."""
+    this_pass = os.environ.get("FAIRSCHED_TEST_PASS", "")
+    if this_pass not in ("sqlite", "postgres") or os.environ.get("FAIRSCHED_TEST_EVERY_PASS") == "1":
         return
     kept, dropped = [], []
     for item in items:
-        (kept if uses_the_database(item) else dropped).append(item)
+        (kept if _in_this_pass(item, this_pass) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """On PostgreSQL, the tests that reach the database only (:func:`_once_per_make_test`).
+    """The tests of this pass of ``make test`` (:func:`_once_per_make_test`).
 
     The slow tests (``@pytest.mark.slow``, tens of seconds each) first, so that with
     several workers (``make test`` runs ``-n 3``) they start at once instead of one of them
