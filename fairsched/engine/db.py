@@ -60,7 +60,7 @@ def close_old_connections() -> None:
 
 
 @contextmanager
-def _one_snapshot():
+def one_snapshot():
     """One consistent read of the database, without taking any write lock: PostgreSQL
     REPEATABLE READ, READ ONLY; on SQLite a deferred transaction (``atomic()`` there begins
     IMMEDIATE, settings.py, which would hold the write lock for the whole read and stall
@@ -374,14 +374,14 @@ def _head_world(charts: list[ChartRow], orgs: list[OrgRow], rounds: CoreRoundSta
 def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | None], bool]) -> World | None:
     """Start-up: :func:`read_head`, handed to ``on_head`` at once, then (if ``on_head``
     says the whole backlog is wanted; else None) :func:`read_world`, both in one snapshot
-    of the database (:func:`_one_snapshot`, which takes no write lock), so the whole backlog is exactly what the head was
+    of the database (:func:`one_snapshot`, which takes no write lock), so the whole backlog is exactly what the head was
     read from: what the scheduler dispatched from the head meanwhile is replayed on it.
     Run in a thread of its own (its own connection, closed at the end): the scheduler's
     database thread stays free for the dispatches from the head."""
     try:
         SchedulerSettings.get()  # the one write a read could make, before the read transaction
         pg_statistics.analyze_if_stale()  # PostgreSQL after a bulk load: plans that fit the head's probes
-        with _one_snapshot():
+        with one_snapshot():
             if not on_head(read_head(per_org, roundless_max)):
                 return None
             return read_world()
