@@ -159,9 +159,9 @@ class EtaPasses(Part):
     async def _eta_pass(self, captured: PassInput | None, now: float) -> bool:
         if captured is None:
             state = self.state
-            # Bounded by what the pass should cost, so that a child stuck at its fork (seen
-            # once in a suite run: no snapshot for 90 s after a start over 7 charts, under
-            # a bound of 600 s whatever the backlog) is killed and the next pass comes soon.
+            # Bounded by what the pass should cost (600 s whatever the backlog before), so
+            # that a child that hangs is killed and the next pass comes soon: one took 224 s
+            # once, cause unknown (a lock a parent thread held at the fork, perhaps).
             timeout = max(self.ETA_PASS_TIMEOUT_MIN_S, self.ETA_PASS_TIMEOUT_FACTOR * self._eta_last_cost,
                           self.ETA_PASS_TIMEOUT_PER_CHART_S * (len(state.queue) + len(state.running)))
             self._pass_mark = whatif.state_mark(state, self._eta_changes)  # the fork below, with no await before it
