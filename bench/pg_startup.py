@@ -99,6 +99,11 @@ def first_charts_orders():
             plan = " / ".join(row[0].strip() for row in cursor.fetchall()[:3])
         print(f"RESULT   largest org's first 251 {label}: {took * 1000:.1f} ms; {plan[:200]}")
 
+def refresh_statistics():
+    t0 = time.perf_counter()
+    ran = pg_statistics.analyze_if_stale()
+    print(f"RESULT pg_statistics.analyze_if_stale(): {'ANALYZE ran' if ran else 'nothing to do'}, {time.perf_counter() - t0:.2f} s")
+
 import sys
 phase = sys.argv[1]
 if phase == "first":
@@ -106,10 +111,8 @@ if phase == "first":
     first_charts_orders()
     slow = head_read("first start, right after the load")
     explain("its slowest query", slow)
-    t0 = time.perf_counter()
-    ran = pg_statistics.analyze_if_stale()
-    print(f"RESULT pg_statistics.analyze_if_stale(): {'ANALYZE ran' if ran else 'nothing to do'}, {time.perf_counter() - t0:.2f} s")
-    again = head_read("first start, after ANALYZE")
+    refresh_statistics()
+    head_read("first start, after ANALYZE")
     explain("the same query", slow)
     first_charts_orders()
 else:
@@ -122,9 +125,7 @@ else:
     stats_age()
     slow = head_read("restart, right after the rounds")
     explain("its slowest query", slow)
-    t0 = time.perf_counter()
-    ran = pg_statistics.analyze_if_stale()
-    print(f"RESULT pg_statistics.analyze_if_stale(): {'ANALYZE ran' if ran else 'nothing to do'}, {time.perf_counter() - t0:.2f} s")
+    refresh_statistics()
     head_read("restart, after ANALYZE")
     explain("the same query", slow)
 """
