@@ -211,6 +211,8 @@ RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 3600},
 }
 RQ_SHOW_ADMIN_LINK = True
+# rq's worker with a prompt stop of its command listener (jobs/worker.py: a warm stop took 60 s).
+RQ = {"WORKER_CLASS": "jobs.worker.Worker"}
 
 # Input limits (common/validation.py has the bounds on budget, weight and cost): the
 # largest chart payload, in bytes of its compact JSON; and the largest request body

@@ -10,12 +10,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import django_rq
 import pytest
-from rq import SimpleWorker
+
+from jobs.worker import SimpleWorker
 
 
 @pytest.fixture
 def run_jobs(redis_url):
-    """Run every queued rq job in this process (rq's SimpleWorker, burst mode) and
+    """Run every queued rq job in this process (rq's SimpleWorker, burst mode, with the
+    project's prompt stop: jobs/worker.py) and
     return the worker. Jobs run for real: real Redis, real database (tests using it
     are ``transaction=True`` so the worker sees committed rows)."""
 
