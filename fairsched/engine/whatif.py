@@ -155,21 +155,19 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
         out[org] = out.get(org, 0) + 1
 
     # one lean loop (no call per chart): O(charts), most of them without a due time or on time
-    for keys in captured.queue._order.sublists():  # the keys: (.., id, entry, (org, workflow))
-        for k in keys:
-            pair = k[6]
-            org = pair[0]
-            at = eget(int(k[4])) if explicit else None
-            if at is None:
-                t = tget(org)
-                if t is None:
-                    continue
-                at = k[5].created_at + t
-            due_s = at - now
-            eta = get_eta(k[4])
-            if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, pair[1], eta) <= due_s):
+    for k in captured.queue.keys():
+        org, wf = k.pair
+        at = eget(int(k.id)) if explicit else None
+        if at is None:
+            t = tget(org)
+            if t is None:
                 continue
-            out[org] = out.get(org, 0) + 1
+            at = k.entry.created_at + t
+        due_s = at - now
+        eta = get_eta(k.id)
+        if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
+            continue
+        out[org] = out.get(org, 0) + 1
     for kind in captured.aside.values():  # no ETA: at risk until due, late after
         for q in kind:
             if eget(int(q.id)) is not None or q.org in turnaround:
