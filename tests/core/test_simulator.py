@@ -105,3 +105,25 @@ def test_summary_has_fairness_figures():
     assert r.summary["jain"] < 0.7
     w = simulate(headline(), budget=3, weights={"A": 1, "B": 1}).summary
     assert w["jain"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("policy", ["wrr", "fifo", "proportional"])
+def test_a_policy_named_by_its_string_steps_as_its_enum(policy):
+    """The simulator's steps (``_Sim``, what bench/due.py drives instant by instant) take a
+    policy by name as ``simulate`` does: "wrr" once made every identity test false there, and
+    the bench ran the FIFO baseline under the name of the fair order."""
+    from fairsched.core.modes import Policy
+    from fairsched.core.simulator import _Sim
+
+    def first_b(p) -> float:
+        sim = _Sim(headline(), (), budget=3, weights={"A": 1, "B": 1}, costs=None,
+                   estimate=lambda org, wf: 60.0, policy=p, forecaster=None)
+        while (at := sim.next_instant()) is not None:
+            sim.finish(at)
+            sim.apply_events(at)
+            sim.arrive(at)
+            sim.dispatch(at)
+        return min(s for cid, s in sim.start.items() if cid.startswith("b"))
+
+    assert first_b(policy) == first_b(Policy(policy)) == simulate(
+        headline(), budget=3, weights={"A": 1, "B": 1}, policy=policy).charts[1000].start_s
