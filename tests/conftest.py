@@ -278,8 +278,10 @@ def uses_the_database(item) -> bool:
 
 # Tests that do the same on either database, run in the PostgreSQL pass of ``make test``
 # (not the SQLite one) to balance the two passes' times: ``make run``'s own (its stack runs
-# on SQLite whatever the suite's database; 8 tests, 45-53 s for the longest).
-IN_THE_POSTGRES_PASS = ("tests/test_make_run.py",)
+# on SQLite whatever the suite's database; 8 tests, 40-53 s for the longest) and the pure
+# core's (no database at all; its Hypothesis state machines, about 60 worker-seconds). A
+# test under these paths that does reach the database still runs in both.
+IN_THE_POSTGRES_PASS = ("tests/test_make_run.py", "tests/core/")
 
 
 def _in_this_pass(item, this_pass: str) -> bool:
@@ -290,11 +292,11 @@ def _in_this_pass(item, this_pass: str) -> bool:
       browser tests: they check the pages in Chromium, the same whatever the database under
       them (the views' own tests, which run on both, check what the database gives them);
     - the others (the pure logic, its Hypothesis properties) do the same on either and run
-      in one pass: the SQLite one, but for :data:`IN_THE_POSTGRES_PASS`.
+      in one pass: the SQLite one, but for those under :data:`IN_THE_POSTGRES_PASS`.
 
     ``FAIRSCHED_TEST_EVERY_PASS=1``, or a run without ``FAIRSCHED_TEST_PASS`` (``pytest``
     itself, ``make test-sqlite`` alone), runs every test."""
-    balanced = item.nodeid.split("::", 1)[0] in IN_THE_POSTGRES_PASS
+    balanced = item.nodeid.startswith(IN_THE_POSTGRES_PASS) and not uses_the_database(item)
     if this_pass == "postgres":
         return balanced or (uses_the_database(item) and item.get_closest_marker("browser") is None)
     return not balanced  # "sqlite", with a PostgreSQL pass to follow
