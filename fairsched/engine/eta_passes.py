@@ -196,8 +196,10 @@ class EtaPasses(Part):
         return True
 
     def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
-        """The pass in the forked child: the state as it was at the fork is its own."""
-        return self._compute_and_publish(state.capture(), now)
+        """The pass in the forked child: the state as it was at the fork is its own, so the
+        pass reads it as it is (``capture(copy=False)``: copies here were 141 MB of the
+        child's 868 MB at 1M queued)."""
+        return self._compute_and_publish(state.capture(copy=False), now)
 
     def _compute_and_publish(self, captured: PassInput, now: float) -> PassOut:
         """The ETA pass, the snapshot and its publication, on a copy: in a forked child or a

@@ -258,18 +258,19 @@ class LiveState:
     def running_charts(self) -> list[RunningChart]:
         return [r.core() for r in self.running.values()]
 
-    def capture(self) -> PassInput:
-        """A consistent copy of what an ETA pass reads (see :class:`PassInput`)."""
-        queue = self.queue
-        aside = {}
-        for state in ("held", "paused", "blocked"):
-            aside[state] = [queue.get(cid) for cid in getattr(queue, state)]
+    def capture(self, copy: bool = True) -> PassInput:
+        """What an ETA pass reads (see :class:`PassInput`): a consistent copy, for a pass in a
+        thread while the loop goes on; ``copy=False``: the state's own structures, for a
+        forked child, whose memory is that copy already (copies there are pages of its own)."""
+        queue, own = self.queue, (lambda made, mine: made() if copy else mine)
+        aside = {state: [queue.get(cid) for cid in getattr(queue, state)] for state in ("held", "paused", "blocked")}
         return PassInput(
-            queue=queue.frozen_copy(), forecast=self.forecast.copy(self.durations), durations=self.durations,
-            eta_model=self.config.eta_model, running=tuple(replace(r) for r in self.running.values()),
-            orgs=tuple(self.orgs.values()), external_ids=dict(self.external_ids),
-            queued_by_org=dict(self.queued_by_org), aside=aside, queued=len(queue),
-            unpromised=set(self.unpromised), due=self.due.capture(self.orgs.values()),
+            queue=own(queue.frozen_copy, queue), forecast=own(lambda: self.forecast.copy(self.durations), self.forecast),
+            durations=self.durations, eta_model=self.config.eta_model,
+            running=tuple(replace(r) for r in self.running.values()), orgs=tuple(self.orgs.values()),
+            external_ids=own(lambda: dict(self.external_ids), self.external_ids),
+            queued_by_org=own(lambda: dict(self.queued_by_org), self.queued_by_org), aside=aside, queued=len(queue),
+            unpromised=own(lambda: set(self.unpromised), self.unpromised), due=self.due.capture(self.orgs.values()),
         )
 
     def counters(self) -> dict:

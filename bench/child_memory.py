@@ -1,0 +1,101 @@
+#!/usr/bin/env python
+"""The forked ETA pass's own memory: what the child adds to the scheduler's, by what it reads.
+
+For each size and each way of reading, in a fresh process: a backlog built as
+``bench/memory.py`` builds it (the reader's rows, a :class:`LiveState`, the collector run
+and the heap frozen, as the scheduler does), then one ETA pass in a forked child as the
+scheduler runs it (``eta_report``, the 90% bounds, the due states, ``build_snapshot``),
+reading either a copy (``capture()``, what a pass in a thread needs) or the state itself
+(``capture(copy=False)``, what the child reads: its memory is a copy already). Prints the
+parent's RSS, the child's USS (the pages it copied or allocated: what it adds to the
+machine's memory) and the pass's time; the copy's figures are the baseline of the ratios.
+Usage::
+
+    python bench/child_memory.py                       # 100k and 1M
+    python bench/child_memory.py --sizes 100000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import gc, json, os, random, sys, time
+sys.path.insert(0, {root!r})
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+import django; django.setup()
+import psutil
+from datetime import datetime, timedelta, timezone
+from fairsched.core.plan import gc_paused
+from fairsched.engine import db
+from fairsched.engine.due import due_pass
+from fairsched.engine.publish import build_snapshot
+from fairsched.engine.state import Config, LiveState, OrgRow, World
+n, copy = {n}, {copy}
+rng = random.Random(7)
+orgs = [OrgRow(i, f"Org {{i}}", f"org-{{i}}", 1 + (i % 3 == 0), 24 * 3600.0 if i % 2 else None) for i in range(1, 51)]
+org_of = rng.choices(range(1, 51), [1 / i for i in range(1, 51)], k=n)
+t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+gc.disable()
+rows = [db._row((i + 1, org_of[i], ("review", "code", "audit")[i % 3], "queued", t0 + timedelta(milliseconds=i),
+                 False, None, False, None, False, f"bl-{{i}}", None, None, None, None, None, False, "", None, None))
+        for i in range(n)]
+gc.enable()
+costs = {{(str(o.id), wf): 2 for o in orgs for wf in ("review", "code", "audit")}}
+world = World(Config(budget=11), orgs, costs, {{}}, rows)
+del rows
+state = LiveState(world, observe_arrivals=False)
+del world
+gc.collect(); gc.freeze()
+parent = psutil.Process().memory_info().rss
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    began, now = time.perf_counter(), time.time()
+    with gc_paused():
+        captured = state.capture(copy=copy)
+        report = captured.eta_report(now)
+        p90 = captured.forecast.p90_finisher()
+        due = due_pass(captured, report.etas, now, p90)
+        build_snapshot(captured, report, now, p90=p90, due=due)
+    took = time.perf_counter() - began
+    os.write(w, json.dumps({{"uss": psutil.Process().memory_full_info().uss, "s": took}}).encode())
+    os._exit(0)
+os.close(w)
+out = b""
+while chunk := os.read(r, 65536):
+    out += chunk
+os.waitpid(pid, 0)
+print("MEM", json.dumps({{"parent": parent, **json.loads(out)}}))
+"""
+
+
+def measure(n: int, copy: bool) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), n=n, copy=copy)], capture_output=True,
+                         text=True, cwd=ROOT)
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    return json.loads(out.stdout.split("MEM", 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    args = parser.parse_args()
+    mb = 2**20
+    for n in (int(s) for s in args.sizes.split(",")):
+        copied, own = measure(n, True), measure(n, False)
+        for label, r in (("a copy (capture())", copied), ("the state itself (capture(copy=False))", own)):
+            print(f"{n:>9,} queued, the child reads {label:40} parent RSS {r['parent'] / mb:6.0f} MB, "
+                  f"child USS {r['uss'] / mb:6.0f} MB ({r['uss'] / copied['uss']:.2f}x), "
+                  f"parent + child {(r['parent'] + r['uss']) / mb:6.0f} MB, pass {r['s']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
