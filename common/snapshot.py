@@ -112,7 +112,7 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
         # fields only when it has a due time)
         yield f"c:{cid}", _dumps([pos, state, finish, start, p90] + ([due, due_state, slack] if due_state else []))
     for org_id, data in per_org.items():
-        yield f"d:{org_id}", _dumps(data.get("flagged", []))
+        yield f"d:{org_id}", _dumps(list(data.get("flagged", [])))  # a sequence of dicts, made as read
         charts = data.get("charts", [])
         yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
         for n, text in pages_of(charts):
