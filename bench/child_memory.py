@@ -8,7 +8,8 @@ scheduler runs it (``eta_report``, the 90% bounds, the due states, ``build_snaps
 reading either a copy (``capture()``, what a pass in a thread needs) or the state itself
 (``capture(copy=False)``, what the child reads: its memory is a copy already). Prints the
 parent's RSS, the child's USS (the pages it copied or allocated: what it adds to the
-machine's memory) and the pass's time; the copy's figures are the baseline of the ratios.
+machine's memory) at the pass's peak (its snapshot built and alive) and after each step,
+and the pass's time; the copy's figures are the baseline of the ratios.
 Usage::
 
     python bench/child_memory.py                       # 100k and 1M
@@ -57,15 +58,20 @@ r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.close(r)
+    me, stages = psutil.Process(), {{}}
     began, now = time.perf_counter(), time.time()
     with gc_paused():
         captured = state.capture(copy=copy)
+        stages["capture"] = me.memory_full_info().uss
         report = captured.eta_report(now)
         p90 = captured.forecast.p90_finisher()
+        stages["eta_report"] = me.memory_full_info().uss
         due = due_pass(captured, report.etas, now, p90)
-        build_snapshot(captured, report, now, p90=p90, due=due)
+        stages["due_pass"] = me.memory_full_info().uss
+        snapshot = build_snapshot(captured, report, now, p90=p90, due=due)  # alive: the pass's peak
+        stages["build_snapshot"] = me.memory_full_info().uss
     took = time.perf_counter() - began
-    os.write(w, json.dumps({{"uss": psutil.Process().memory_full_info().uss, "s": took}}).encode())
+    os.write(w, json.dumps({{"uss": stages["build_snapshot"], "stages": stages, "s": took}}).encode())
     os._exit(0)
 os.close(w)
 out = b""
@@ -95,6 +101,8 @@ def main() -> None:
             print(f"{n:>9,} queued, the child reads {label:40} parent RSS {r['parent'] / mb:6.0f} MB, "
                   f"child USS {r['uss'] / mb:6.0f} MB ({r['uss'] / copied['uss']:.2f}x), "
                   f"parent + child {(r['parent'] + r['uss']) / mb:6.0f} MB, pass {r['s']:.2f} s")
+            print(" " * 12 + "the child's USS after each step: " + ", ".join(
+                f"{step} {uss / mb:.0f} MB" for step, uss in r["stages"].items()))
 
 
 if __name__ == "__main__":

@@ -107,9 +107,11 @@ class QueueViews:
             yield k.id, k.pair, (k.lead if k.tier == TIER_NORMAL else None)
 
     def keys(self) -> Iterator[QueueKey]:
-        """The order's keys from the head (:class:`~.keys.QueueKey`: ``id``, ``pair``, and
-        ``entry.created_at`` among them), for a pass over every chart that reads a few
-        fields of each: no :class:`QueuedChart` built per chart, no call per chart."""
+        """The order's keys from the head (:class:`~.keys.QueueKey`: ``id``, ``pair`` and
+        ``created_at``, the chart's in every tier), for a pass over every chart that reads a
+        few fields of each: no :class:`QueuedChart` built per chart, no call per chart. Read
+        the key, not its ``entry``: in a forked pass every object read has its reference
+        count written, so each entry read is a page the child copies."""
         return chain.from_iterable(self._order.sublists())
 
     def iter_charts(self) -> Iterator[QueuedChart]:

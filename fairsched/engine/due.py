@@ -162,7 +162,7 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
             t = tget(org)
             if t is None:
                 continue
-            at = k.entry.created_at + t
+            at = k.created_at + t
         due_s = at - now
         eta = get_eta(k.id)
         if eta is not None and not aget(i):
@@ -177,7 +177,7 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
                     counts = org_counts[o] = {ON_TIME: 0, AT_RISK: 0, LATE: 0}
                 counts[ON_TIME] += 1
                 continue
-        one(i, org, wf, k.entry.created_at, eta, None, ext.get(i))
+        one(i, org, wf, k.created_at, eta, None, ext.get(i))
     for kind in (HELD, PAUSED, BLOCKED):
         for q in state.aside[kind]:
             i = int(q.id)

@@ -197,8 +197,8 @@ class EtaPasses(Part):
 
     def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
         """The pass in the forked child: the state as it was at the fork is its own, so the
-        pass reads it as it is (``capture(copy=False)``: copies here were 141 MB of the
-        child's 868 MB at 1M queued)."""
+        pass reads it as it is (``capture(copy=False)``: a copy here was 144 MB more at
+        1M queued, of the child's 942 MB peak: bench/child_memory.py)."""
         return self._compute_and_publish(state.capture(copy=False), now)
 
     def _compute_and_publish(self, captured: PassInput, now: float) -> PassOut:

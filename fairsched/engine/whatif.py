@@ -162,7 +162,7 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
             t = tget(org)
             if t is None:
                 continue
-            at = k.entry.created_at + t
+            at = k.created_at + t
         due_s = at - now
         eta = get_eta(k.id)
         if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
