@@ -140,9 +140,10 @@ class QueueDispatch:
         picked = [keys[i] for i in startable_now(items, profile)]
         if len(keys) == self.depth and self._horizon is None and profile.now_free() >= 1:
             # the strict walk after the reserved charts starts now what fits in the budget
-            # free for good from now: the head-of-line walk within it
+            # free for good from now (the guards' windows held, as the ETA pass's lanes):
+            # the head-of-line walk within it
             tail = list(islice(self._order, self.depth, self.depth + max(0, profile.now_free())))
-            picked += tail[:head_of_line((k.entry.cost for k in tail), min(profile.free))]
+            picked += tail[:head_of_line((k.entry.cost for k in tail), profile.free_for_good())]
         return picked
 
     def _next_normal_round(self) -> float:

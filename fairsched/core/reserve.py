@@ -12,7 +12,11 @@ Only the first ``depth`` charts of the order are reserved this way (Slurm's
 ``bf_max_job_test``; :data:`DEFAULT_DEPTH`); the charts after them take the strict lane
 walk (:func:`.rules.lane_pass`) from the lanes the reservations leave (each budget unit
 from the time it is free for good): never backfilled, never earlier than the
-reservations allow. Dispatch and the ETA pass walk the same reservations with the same
+reservations allow. A reservation made ahead of an earlier one holds its units in those
+lanes until its 90% bound, not its estimate: the guard's window. A chart past the depth
+placed in that window would make the guard fail at the next dispatch and push the
+reservation it protects back (found by ``tests/core/test_policies.py``: a chart then
+started later than under strict). Dispatch and the ETA pass walk the same reservations with the same
 depth, so dispatch starts exactly the charts whose ETA starts now.
 
 Times are seconds from now (0 is now), as in every ETA pass. The profile is the free
@@ -42,7 +46,7 @@ holds it, so nothing is started in its place), but at once after."""
 class Profile:
     """The free budget from now on (see the module's docstring)."""
 
-    __slots__ = ("times", "free", "budget")
+    __slots__ = ("times", "free", "budget", "guards")
 
     def __init__(self, budget: int, running: Iterable[tuple[float, int]]) -> None:
         """``running``: (remaining seconds, cost) of each running chart."""
@@ -61,6 +65,7 @@ class Profile:
             self.times.append(t)
             self.free.append(free)
         self.budget = budget
+        self.guards: list[tuple[float, float, int]] = []  # (estimated end, bound's end, cost) of guarded reservations
 
     def _fits(self, i: int, c: int, length: float) -> int:
         """-1 if ``c`` fits from ``times[i]`` for ``length`` seconds, else the index of
@@ -114,14 +119,43 @@ class Profile:
             free.insert(j, free[j - 1] + c)
         return end
 
+    def guard(self, end: float, bound_end: float, c: int) -> None:
+        """A reservation made ahead of an earlier one, ending at ``end`` by its estimate:
+        for the lanes it holds ``c`` until ``bound_end`` (its guard's window)."""
+        if bound_end > end:
+            self.guards.append((end, bound_end, c))
+
     def now_free(self) -> int:
         """The budget free now (step 0)."""
         return self.free[0]
 
+    def _guarded(self) -> tuple[list[float], list[int]]:
+        """The profile with each guarded reservation held until its bound."""
+        if not self.guards:
+            return self.times, self.free
+        times, free = list(self.times), list(self.free)
+        for end, bound_end, c in self.guards:
+            for t in (end, bound_end):
+                j = bisect_left(times, t)
+                if j == len(times) or times[j] != t:
+                    times.insert(j, t)
+                    free.insert(j, free[j - 1])
+            j = bisect_left(times, end)
+            while j < len(times) and times[j] < bound_end:
+                free[j] -= c
+                j += 1
+        return times, free
+
+    def free_for_good(self) -> int:
+        """The budget free from now on, for good (the guards' windows held): what the
+        strict walk after the reserved charts may start now."""
+        return min(self._guarded()[1])
+
     def lanes(self, cap: int) -> list[float]:
         """The lanes the reservations leave, sorted (a heap): for each unit k = 1..cap
-        of the budget, the time from which at least k units are free for good."""
-        times, free = self.times, self.free
+        of the budget, the time from which at least k units are free for good (a guarded
+        reservation's units from its bound's end)."""
+        times, free = self._guarded()
         out: list[float] = []
         k = 1
         # suffix minima, from the end: the free budget for good from each step
@@ -159,7 +193,10 @@ def reserve_walk(items: Sequence[tuple[int, float, float]], profile: Profile,
             continue
         t = times[i]
         starts.append(t)
-        fins.append(profile.reserve(i, c, d))
+        end = profile.reserve(i, c, d)
+        fins.append(end)
+        if t < frontier:
+            profile.guard(end, t + b, c)
         if t > frontier:
             frontier = t
     return starts, fins
@@ -179,7 +216,9 @@ def startable_now(items: Iterable[tuple[int, float, float]], profile: Profile) -
         if i < 0:
             continue
         t = times[i]
-        profile.reserve(i, c, d)
+        end = profile.reserve(i, c, d)
+        if t < frontier:
+            profile.guard(end, t + b, c)
         if i == 0:
             out.append(n)
         if t > frontier:

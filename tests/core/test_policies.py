@@ -175,7 +175,30 @@ def test_backfill_beyond_the_depth_still_starts_nothing_later(data):
     bf = simulate(arrivals, dispatch="backfill", depth=data.draw(st.integers(1, 6)), **kw)
     s_by = {c.id: c for c in strict.charts}
     for c in bf.charts:
-        assert c.start_s <= s_by[c.id].start_s + 1e-9
+        assert c.start_s <= s_by[c.id].start_s + 1e-9, (c, s_by[c.id])
+
+
+def test_a_chart_past_the_depth_never_takes_a_guarded_reservations_window():
+    """Hypothesis's case of the property above (a fresh clone's run, 2026-12-04). Budget 6,
+    depth 2, A weight 1, B weight 2. At 360 s the order is x5 (cost 4, 30 s), x6 (cost 2,
+    30 s), x3 (cost 1, 90 s); x1 (cost 3) runs until 420 s, x0 (cost 2) until 390 s. x5 is
+    reserved 420-450 s and x6 ahead of it at 390 s, guarded by its bound (45 s: until
+    435 s). x3, past the depth, used to start at 360 s in the unit x6's bound would need;
+    at 390 s x6's guard then failed, and x6 started at 450 s instead of strict's 420 s.
+    Now the lanes hold x6's units until its bound's end: x6 keeps its reservation at
+    390 s, and x3 starts at 420 s (strict: 420 s and 450 s)."""
+    weights, budget = {"a": 1, "b": 2}, 6
+    wfs = {f"w{c}": c for c in range(1, 5)}
+    costs = {(o, wf): min(c, budget) for o in weights for wf, c in wfs.items()}
+    seconds = dict(zip([(o, wf) for o in weights for wf in wfs], [90, 390, 390, 30, 360, 30, 30, 30]))
+    picks = [("a", "w2"), ("a", "w3"), ("b", "w2"), ("a", "w1"), ("b", "w1"), ("b", "w4"), ("b", "w2")]
+    arrivals = [Arrival(f"x{i}", o, wf, 0.0, float(seconds[(o, wf)])) for i, (o, wf) in enumerate(picks)]
+    kw = dict(budget=budget, weights=weights, costs=costs, estimate=Durations({k: float(v) for k, v in seconds.items()}))
+    strict = {c.id: c.start_s for c in simulate(arrivals, **kw).charts}
+    bf = {c.id: c.start_s for c in simulate(arrivals, dispatch="backfill", depth=2, **kw).charts}
+    assert (strict["x3"], strict["x6"]) == (450.0, 420.0)
+    assert (bf["x3"], bf["x6"]) == (420.0, 390.0)
+    assert all(bf[c] <= strict[c] for c in strict)
 
 
 def test_backfill_fills_the_hole_before_a_wide_chart():
