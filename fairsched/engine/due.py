@@ -111,6 +111,25 @@ def _slack_key(r: list) -> tuple:
     return (r[4] if r[4] is not None else r[3], r[0])
 
 
+def due_keys(queue, due: DueInput, now: float):
+    """``(key, org, workflow, chart id, due_s)`` of each chart of ``queue``'s order that has a
+    due time (its own, else its creation plus its org's turnaround), from the head: the walk
+    of :func:`due_pass` and of the previews' counts (``whatif.at_risk_counts``). It reads the
+    order's keys only (``FairQueue.keys``), never their entries."""
+    explicit, tget = due.explicit, due.turnaround.get
+    eget = explicit.get
+    for k in queue.keys():
+        org, wf = k.pair
+        i = int(k.id)
+        at = eget(i) if explicit else None
+        if at is None:
+            t = tget(org)
+            if t is None:
+                continue
+            at = k.created_at + t
+        yield k, org, wf, i, at - now
+
+
 def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
     """The due state of every queued and running chart of ``state`` (a ``PassInput``)
     that has a due time, from the pass's ``etas`` and bounds ``p90``."""
@@ -152,18 +171,9 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
     # The order in one lean loop: a chart on time with no warning in force (most of them)
     # is counted inline; any other goes through ``one``, the rule's own functions. Equal
     # results either way (tests/engine/test_due_lean_loop.py); this halved a pass at 100k.
-    get_eta, eget, tget, aget = etas.get, explicit.get, turnaround.get, alerts.get
+    get_eta, aget = etas.get, alerts.get
     by_chart, org_counts, org_int = out.by_chart, out.orgs, {}
-    for k in state.queue.keys():
-        org, wf = k.pair
-        i = int(k.id)
-        at = eget(i) if explicit else None
-        if at is None:
-            t = tget(org)
-            if t is None:
-                continue
-            at = k.created_at + t
-        due_s = at - now
+    for k, org, wf, i, due_s in due_keys(state.queue, due, now):
         eta = get_eta(k.id)
         if eta is not None and not aget(i):
             finish = eta[1]

@@ -23,6 +23,7 @@ from typing import Any
 from fairsched.core.plan import gc_paused, unplanned_clear
 from fairsched.core.queue import FairQueue
 from fairsched.core.sortedkeys import SortedKeys
+from fairsched.engine.due import due_keys
 from fairsched.engine.state import LiveState, PassInput
 
 KINDS = ("budget", "weight", "cost")
@@ -155,15 +156,7 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
         out[org] = out.get(org, 0) + 1
 
     # one lean loop (no call per chart): O(charts), most of them without a due time or on time
-    for k in captured.queue.keys():
-        org, wf = k.pair
-        at = eget(int(k.id)) if explicit else None
-        if at is None:
-            t = tget(org)
-            if t is None:
-                continue
-            at = k.created_at + t
-        due_s = at - now
+    for k, org, wf, _, due_s in due_keys(captured.queue, due, now):
         eta = get_eta(k.id)
         if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
             continue
