@@ -16,8 +16,8 @@ reservations allow. A reservation made ahead of an earlier one holds its units i
 lanes until its 90% bound, not its estimate: the guard's window. A chart past the depth
 placed in that window would make the guard fail at the next dispatch and push the
 reservation it protects back (found by ``tests/core/test_policies.py``: a chart then
-started later than under strict). Dispatch and the ETA pass walk the same reservations with the same
-depth, so dispatch starts exactly the charts whose ETA starts now.
+started later than under strict). Dispatch and the ETA pass walk the same reservations
+with the same depth, so dispatch starts exactly the charts whose ETA starts now.
 
 Times are seconds from now (0 is now), as in every ETA pass. The profile is the free
 budget over time, a step function: ``times[i]`` (sorted, ``times[0] == 0``) and
@@ -105,10 +105,14 @@ class Profile:
                 i = j + 1
         return -1  # unreachable: the last step has the whole budget free
 
-    def reserve(self, i: int, c: int, d: float) -> float:
-        """Take ``c`` from step ``i``'s start for ``d`` seconds; returns the finish."""
+    def reserve(self, i: int, c: int, d: float, bound: float | None = None) -> float:
+        """Take ``c`` from step ``i``'s start for ``d`` seconds; returns the finish.
+        ``bound``: a reservation made ahead of an earlier one, guarded by its 90% bound,
+        holds ``c`` in the lanes until that bound's end (:meth:`lanes`)."""
         times, free = self.times, self.free
         end = times[i] + d
+        if bound is not None and bound > d:
+            self.guards.append((end, times[i] + bound, c))
         j = i
         n = len(times)
         while j < n and times[j] < end:
@@ -118,12 +122,6 @@ class Profile:
             times.insert(j, end)
             free.insert(j, free[j - 1] + c)
         return end
-
-    def guard(self, end: float, bound_end: float, c: int) -> None:
-        """A reservation made ahead of an earlier one, ending at ``end`` by its estimate:
-        for the lanes it holds ``c`` until ``bound_end`` (its guard's window)."""
-        if bound_end > end:
-            self.guards.append((end, bound_end, c))
 
     def now_free(self) -> int:
         """The budget free now (step 0)."""
@@ -193,10 +191,7 @@ def reserve_walk(items: Sequence[tuple[int, float, float]], profile: Profile,
             continue
         t = times[i]
         starts.append(t)
-        end = profile.reserve(i, c, d)
-        fins.append(end)
-        if t < frontier:
-            profile.guard(end, t + b, c)
+        fins.append(profile.reserve(i, c, d, b if t < frontier else None))
         if t > frontier:
             frontier = t
     return starts, fins
@@ -216,9 +211,7 @@ def startable_now(items: Iterable[tuple[int, float, float]], profile: Profile) -
         if i < 0:
             continue
         t = times[i]
-        end = profile.reserve(i, c, d)
-        if t < frontier:
-            profile.guard(end, t + b, c)
+        profile.reserve(i, c, d, b if t < frontier else None)
         if i == 0:
             out.append(n)
         if t > frontier:
