@@ -262,15 +262,18 @@ class LiveState:
         """What an ETA pass reads (see :class:`PassInput`): a consistent copy, for a pass in a
         thread while the loop goes on; ``copy=False``: the state's own structures, for a
         forked child, whose memory is that copy already (copies there are pages of its own)."""
-        queue, own = self.queue, (lambda made, mine: made() if copy else mine)
+        queue = self.queue
         aside = {state: [queue.get(cid) for cid in getattr(queue, state)] for state in ("held", "paused", "blocked")}
+        if copy:
+            read, forecast = queue.frozen_copy(), self.forecast.copy(self.durations)
+            ext, by_org, unpromised = dict(self.external_ids), dict(self.queued_by_org), set(self.unpromised)
+        else:
+            read, forecast, ext, by_org, unpromised = queue, self.forecast, self.external_ids, self.queued_by_org, self.unpromised
         return PassInput(
-            queue=own(queue.frozen_copy, queue), forecast=own(lambda: self.forecast.copy(self.durations), self.forecast),
-            durations=self.durations, eta_model=self.config.eta_model,
+            queue=read, forecast=forecast, durations=self.durations, eta_model=self.config.eta_model,
             running=tuple(replace(r) for r in self.running.values()), orgs=tuple(self.orgs.values()),
-            external_ids=own(lambda: dict(self.external_ids), self.external_ids),
-            queued_by_org=own(lambda: dict(self.queued_by_org), self.queued_by_org), aside=aside, queued=len(queue),
-            unpromised=own(lambda: set(self.unpromised), self.unpromised), due=self.due.capture(self.orgs.values()),
+            external_ids=ext, queued_by_org=by_org, aside=aside, queued=len(queue), unpromised=unpromised,
+            due=self.due.capture(self.orgs.values()),
         )
 
     def counters(self) -> dict:
