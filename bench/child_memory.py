@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory import BACKLOG  # noqa: E402  (the same backlog as bench/memory.py)
 
 CHILD = r"""
 import gc, json, os, random, sys, time
@@ -38,20 +41,7 @@ from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import Config, LiveState, OrgRow, World
 n, copy = {n}, {copy}
-rng = random.Random(7)
-orgs = [OrgRow(i, f"Org {{i}}", f"org-{{i}}", 1 + (i % 3 == 0), 24 * 3600.0 if i % 2 else None) for i in range(1, 51)]
-org_of = rng.choices(range(1, 51), [1 / i for i in range(1, 51)], k=n)
-t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-gc.disable()
-rows = [db._row((i + 1, org_of[i], ("review", "code", "audit")[i % 3], "queued", t0 + timedelta(milliseconds=i),
-                 False, None, False, None, False, f"bl-{{i}}", None, None, None, None, None, False, "", None, None))
-        for i in range(n)]
-gc.enable()
-costs = {{(str(o.id), wf): 2 for o in orgs for wf in ("review", "code", "audit")}}
-world = World(Config(budget=11), orgs, costs, {{}}, rows)
-del rows
-state = LiveState(world, observe_arrivals=False)
-del world
+""" + BACKLOG + r"""
 gc.collect(); gc.freeze()
 parent = psutil.Process().memory_info().rss
 r, w = os.pipe()
@@ -83,7 +73,8 @@ print("MEM", json.dumps({{"parent": parent, **json.loads(out)}}))
 
 
 def measure(n: int, copy: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), n=n, copy=copy)], capture_output=True,
+    code = CHILD.format(root=str(ROOT), n=n, copy=copy, turnaround="24 * 3600.0 if i % 2 else None")  # half the orgs due
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, cwd=ROOT)
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])

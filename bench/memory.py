@@ -23,6 +23,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The backlog, built as ``runscheduler`` builds it: the database reader's own rows of
+# ``n`` queued charts over 50 orgs of Zipf sizes, then a LiveState (a first start: every
+# chart takes its round). ``{turnaround}``: each org's turnaround, an expression of ``i``.
+# bench/child_memory.py builds the same.
+BACKLOG = r"""
+rng = random.Random(7)
+orgs = [OrgRow(i, f"Org {{i}}", f"org-{{i}}", 1 + (i % 3 == 0), {turnaround}) for i in range(1, 51)]
+org_of = rng.choices(range(1, 51), [1 / i for i in range(1, 51)], k=n)
+t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+gc.disable()
+rows = [db._row((i + 1, org_of[i], ("review", "code", "audit")[i % 3], "queued", t0 + timedelta(milliseconds=i),
+                 False, None, False, None, False, f"bl-{{i}}", None, None, None, None, None, False, "", None, None))
+        for i in range(n)]
+gc.enable()
+costs = {{(str(o.id), wf): 2 for o in orgs for wf in ("review", "code", "audit")}}
+world = World(Config(budget=11), orgs, costs, {{}}, rows)
+del rows
+state = LiveState(world, observe_arrivals=False)
+del world
+"""
+
 CHILD = r"""
 import gc, json, os, random, sys
 sys.path.insert(0, {root!r})
@@ -35,19 +56,7 @@ from fairsched.engine.state import Config, LiveState, OrgRow, World
 n = {n}
 rss = lambda: psutil.Process().memory_info().rss
 before = rss()
-rng = random.Random(7)
-orgs = [OrgRow(i, f"Org {{i}}", f"org-{{i}}", 1 + (i % 3 == 0)) for i in range(1, 51)]
-org_of = rng.choices(range(1, 51), [1 / i for i in range(1, 51)], k=n)
-t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-gc.disable()
-rows = [db._row((i + 1, org_of[i], ("review", "code", "audit")[i % 3], "queued", t0 + timedelta(milliseconds=i),
-                 False, None, False, None, False, f"bl-{{i}}", None, None, None, None, None, False, "", None, None)) for i in range(n)]
-gc.enable()
-costs = {{(str(o.id), wf): 2 for o in orgs for wf in ("review", "code", "audit")}}
-world = World(Config(budget=11), orgs, costs, {{}}, rows)
-del rows
-state = LiveState(world, observe_arrivals=False)
-del world
+""" + BACKLOG + r"""
 state.unpromised = set()  # the first ETAs recorded
 gc.collect(); gc.freeze()
 after = rss()
@@ -57,7 +66,7 @@ sys._debugmallocstats()  # to the C stderr: the parent reads it
 
 
 def measure(n: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), n=n)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), n=n, turnaround="None")], capture_output=True, text=True,
                          cwd=ROOT)
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])
