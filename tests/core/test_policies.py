@@ -186,7 +186,7 @@ def test_a_chart_past_the_depth_never_takes_a_guarded_reservations_window():
     435 s). x3, past the depth, used to start at 360 s in the unit x6's bound would need;
     at 390 s x6's guard then failed, and x6 started at 450 s instead of strict's 420 s.
     Now the lanes hold x6's units until its bound's end: x6 keeps its reservation at
-    390 s, and x3 starts at 420 s (strict: 420 s and 450 s)."""
+    390 s, and x3 starts at 420 s (under strict: x6 at 420 s, x3 at 450 s)."""
     weights, budget = {"a": 1, "b": 2}, 6
     wfs = {f"w{c}": c for c in range(1, 5)}
     costs = {(o, wf): min(c, budget) for o in weights for wf, c in wfs.items()}
