@@ -30,7 +30,10 @@ from common import notify
 # this process's own settings: set the same hasher here.
 django_settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts"
+# The processes' logs of the tests, for a failure's post-mortem. Each pass of ``make test``
+# keeps its own (``FAIRSCHED_TEST_PASS``: sqlite/, postgres/): the PostgreSQL pass runs the
+# same integration tests again and overwrote what the SQLite pass left of a failure.
+ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts" / os.environ.get("FAIRSCHED_TEST_PASS", "")
 
 
 def _delete_instead_of_truncate() -> None:
