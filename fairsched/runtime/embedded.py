@@ -129,18 +129,33 @@ def start_redis(port: int | None = None, log: Path | None = None) -> Service:
     return Service("redis", proc, port, f"redis://127.0.0.1:{port}/0")
 
 
+TEMPORAL_START_ATTEMPTS = 3
+
+
 def start_temporal(port: int | None = None, ui_port: int | None = None, log: Path | None = None,
                    db_file: Path | None = None, dynamic_config: Mapping[str, object] | None = None) -> Service:
-    port = port or free_port()
-    ui_port = ui_port or free_port()
-    out = open(log, "ab") if log else subprocess.DEVNULL
-    env = dict(os.environ)
-    proc = subprocess.Popen(temporal_command(port, ui_port, db_file, dynamic_config=dynamic_config),
-                            stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
-    wait_for_port(port, timeout=60, proc=proc)
-    wait_for_temporal_health(port, timeout=60, proc=proc)
-    return Service("temporal", proc, port, f"127.0.0.1:{port}")
+    """The Temporal dev server, healthy. A free port can be taken by another process between
+    its choice here and the server's bind (several starting at once, as the suite's workers
+    do: "bind: address already in use", and the server exits). A server that exits before it
+    is healthy is started again, up to :data:`TEMPORAL_START_ATTEMPTS` times, on ports chosen
+    afresh; the ports a caller gave are kept."""
+    for attempt in range(1, TEMPORAL_START_ATTEMPTS + 1):
+        p, u = port or free_port(), ui_port or free_port()
+        out = open(log, "ab") if log else subprocess.DEVNULL
+        proc = subprocess.Popen(temporal_command(p, u, db_file, dynamic_config=dynamic_config),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ))
+        try:
+            wait_for_port(p, timeout=60, proc=proc)
+            wait_for_temporal_health(p, timeout=60, proc=proc)
+        except EmbeddedError:
+            exited = proc.poll() is not None
+            if not exited:
+                Service("temporal", proc, p, "").stop()
+            if not exited or attempt == TEMPORAL_START_ATTEMPTS or (port and ui_port):
+                raise
+            continue
+        return Service("temporal", proc, p, f"127.0.0.1:{p}")
+    raise AssertionError("unreachable")
 
 
 def wait_for_temporal_health(port: int, host: str = "127.0.0.1", timeout: float = 60.0,
