@@ -1,12 +1,13 @@
 """The producer API's throughput and latency, against what it wraps.
 
 Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
-[--web 1] [--no-dispatch]``.
+[--web 1] [--server daphne|gunicorn] [--threads N] [--no-dispatch]``.
 
 Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database, and
-``--web`` daphne web processes (1: as ``make run`` does; 2: one a core here, as
-docs/deploying.md advises), producer ``i`` on process ``i % --web`` as a load balancer
-would; the worker and the scheduler start for the dispatch part only (parts 1 and 2
+the web: with ``--server daphne`` (the default) ``--web`` daphne processes (1: as ``make run``
+does; 2: one a core here), producer ``i`` on process ``i % --web`` as a load balancer would;
+with ``--server gunicorn`` the API tier as docs/deploying.md deploys it (config/gunicorn.conf.py,
+``--web`` worker processes on one port); the worker and the scheduler start for the dispatch part only (parts 1 and 2
 measure the web path, not its CPU shared with an ETA pass). Figures, each with a baseline
 from the same run (no timed asserts):
 
@@ -65,6 +66,24 @@ class Daphne:
             self.proc.kill()
 
 
+class Gunicorn(Daphne):
+    """The API tier (docs/deploying.md, "The API tier"): gunicorn with its settings
+    (config/gunicorn.conf.py), ``workers`` processes on one port, ``threads`` each if given."""
+
+    def __init__(self, env: dict[str, str], log: Path, workers: int, threads: int | None) -> None:
+        from fairsched.runtime import embedded
+
+        self.port = embedded.free_port()
+        more = ["--threads", str(threads)] if threads else []
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "gunicorn"), "-c", "config/gunicorn.conf.py",
+             "-b", f"127.0.0.1:{self.port}", "-w", str(workers), *more, "config.wsgi"],
+            cwd=ROOT, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench", "DJANGO_SECURE_SSL_REDIRECT": "0",
+                           "FAIRSCHED_DEMO_LOAD": "0"},
+            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
+
+
 def producers(ports: list[int], keys: list[str], seconds: float, request) -> tuple[int, list[float], int]:
     """Run one thread per key for ``seconds``, producer ``i`` on web process ``i % len(ports)``
     (what a load balancer in front of them does); ``request(conn, key, i)`` -> (status, charts).
@@ -115,7 +134,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--dispatches", type=int, default=10)
     parser.add_argument("--no-dispatch", action="store_true")
-    parser.add_argument("--web", type=int, default=1, help="daphne processes (the producers spread over them)")
+    parser.add_argument("--web", type=int, default=1, help="web processes (the producers spread over them)")
+    parser.add_argument("--server", choices=("daphne", "gunicorn"), default="daphne",
+                        help="daphne: --web daphne processes, each on its own port (make run's web); "
+                             "gunicorn: the API tier, one gunicorn of --web worker processes")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="gunicorn: threads per worker process (default: config/gunicorn.conf.py's)")
     args = parser.parse_args()
     os.environ.setdefault("FAIRSCHED_API_RATE", "1000")  # per key: the bench measures the server, not the limit
     with live_stack("fairsched-bench-api-") as stack:
@@ -135,9 +159,13 @@ def run(args, stack) -> None:
     orgs = [Org.objects.create(name=f"Producer {i}") for i in range(args.producers)]
     Workflow.objects.create(name="code", temporal_type="DemoChart")
     keys = [OrgToken.issue(org=o, name="bench", scope="submit")[1] for o in orgs]
-    webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
+    if args.server == "gunicorn":
+        webs = [Gunicorn(stack.env, stack.tmp / "gunicorn.log", args.web, args.threads)]
+    else:
+        webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
     web, ports = webs[0], [w.port for w in webs]
-    print(f"{args.web} daphne web process{'es' if args.web > 1 else ''}, SQLite, {args.producers} producers for "
+    print(f"{args.web} {args.server} web process{'es' if args.web > 1 else ''}"
+          f"{f' of {args.threads} threads' if args.server == 'gunicorn' and args.threads else ''}, SQLite, {args.producers} producers for "
           f"{args.seconds:g} s each phase (cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
     try:
         # warm up the web processes (imports, first connections)

@@ -1,0 +1,29 @@
+"""gunicorn's settings for the API tier: ``gunicorn -c config/gunicorn.conf.py config.wsgi``.
+
+The producers' HTTP (``/api/v1/``, and ``/metrics`` for the scrapers) on a WSGI server, sized
+apart from the cockpit's daphne (docs/deploying.md, "The API tier"). gunicorn reads ``PORT``
+(bind ``0.0.0.0:$PORT``), ``WEB_CONCURRENCY`` (the worker processes) and
+``GUNICORN_CMD_ARGS`` itself; the rest is here.
+
+Why these (``bench/api.py --server gunicorn``, docs/api.md's figures): a request's Python runs
+under its process's interpreter lock, so processes, not threads, use the cores: one worker
+process a core by default. Two threads a process keep the core busy while a request waits on
+the database or Redis; more only queue more requests behind the same lock and the database's
+one writer (SQLite), which widened the p95 (20 producers, 2 processes: 8 threads p95 90 ms,
+4 threads 74 ms, 2 threads 61 ms, at about the same rate).
+"""
+from __future__ import annotations
+
+import os
+
+workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
+worker_class = "gthread"
+threads = int(os.environ.get("FAIRSCHED_API_THREADS") or 2)
+# A SIGTERM lets requests in flight finish (a batch of 1,000 takes well under a second).
+graceful_timeout = 30
+# A worker silent this long is restarted by the arbiter (a stuck request, not a slow one).
+timeout = 60
+# The load balancer in front terminates TLS and keeps connections to us alive.
+keepalive = 5
+accesslog = None
+errorlog = "-"

@@ -1,0 +1,121 @@
+"""The API tier as docs/deploying.md deploys it: a real gunicorn with the repository's settings
+(``config/gunicorn.conf.py``, ``config.wsgi``), against the test database and a real Redis.
+
+It answers the producer API as daphne does (a 201 with its ``Location``, a problem+json that
+names the field, the chart read back, a 401 without a key), its workers send the scheduler the chart's
+note over Redis after the commit, as daphne's process does, and a SIGTERM stops it warm."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from charts.models import Chart
+from common import notify
+from fairsched.runtime import embedded
+from tests.api.conftest import producer
+from tests.factories import make_org, make_workflow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "var" / "test-artifacts"
+
+
+class Gunicorn:
+    def __init__(self, db_url: str, redis_url: str) -> None:
+        self.port = embedded.free_port()
+        env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CHANNEL_LAYER"}
+        env.update(DATABASE_URL=db_url, REDIS_URL=redis_url, DJANGO_SETTINGS_MODULE="config.settings",
+                   DJANGO_DEBUG="0", DJANGO_SECRET_KEY="api-tier-test", DJANGO_SECURE_SSL_REDIRECT="0",
+                   DJANGO_ALLOWED_HOSTS="127.0.0.1", FAIRSCHED_API_RATE="0", WEB_CONCURRENCY="2",
+                   PYTHONUNBUFFERED="1")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.log = ARTIFACTS / "gunicorn-api-tier.log"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "gunicorn"), "-c", "config/gunicorn.conf.py",
+                 "-b", f"127.0.0.1:{self.port}", "config.wsgi"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
+
+    def request(self, method: str, path: str, key: str | None = None, body=None) -> tuple[int, dict, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, None if body is None else json.dumps(body), headers)
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        return response.status, dict(response.getheaders()), json.loads(raw) if raw else {}
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                return None
+        return self.proc.returncode
+
+
+@pytest.fixture
+def tier(test_db_url, redis_url):
+    server = Gunicorn(test_db_url, redis_url)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_gunicorn_serves_the_producer_api_and_notifies_the_scheduler(tier, redis_url):
+    make_workflow("code")
+    acme = producer(make_org("Acme"))
+    listener = redis.Redis.from_url(redis_url).pubsub()
+    listener.subscribe(notify.CHANNEL)
+    assert listener.get_message(timeout=5)["type"] == "subscribe"
+
+    status, headers, body = tier.request("POST", "/api/v1/charts", acme.raw,
+                                         {"workflow": "code", "payload": {"seconds": 1}, "external_id": "mrn-7"})
+    assert status == 201, body
+    assert headers["Location"].endswith(f"/api/v1/charts/{body['id']}")
+    chart = Chart.objects.get(pk=body["id"])
+    assert (chart.org_id, chart.external_id, chart.state) == (acme.org.pk, "mrn-7", "queued")
+
+    # the scheduler hears of the chart from the tier, not only from its next resync
+    deadline, notes = time.monotonic() + 10, []
+    while time.monotonic() < deadline and not any(n.get("kind") == "chart" and n.get("id") == chart.pk for n in notes):
+        message = listener.get_message(timeout=1)
+        if message and message["type"] == "message":
+            notes.append(json.loads(message["data"]))
+    assert {"kind": "chart", "id": chart.pk} in notes
+    listener.close()
+
+    status, _, read = tier.request("GET", f"/api/v1/charts/{chart.pk}", acme.raw)
+    assert status == 200 and read["external_id"] == "mrn-7" and read["state"] == "queued"
+
+    status, headers, problem = tier.request("POST", "/api/v1/charts", acme.raw, {"workflow": "nope"})
+    assert status == 422 and headers["Content-Type"] == "application/problem+json"
+    assert list(problem["errors"]) == ["workflow"]
+
+    status, headers, problem = tier.request("GET", "/api/v1/status")
+    assert status == 401 and headers["Content-Type"] == "application/problem+json"
+    assert Chart.objects.count() == 1
+
+
+def test_a_sigterm_stops_the_tier_warm(tier):
+    assert tier.request("GET", "/healthz")[0] == 200
+    t0 = time.monotonic()
+    assert tier.stop() == 0, tier.log.read_text()[-2000:]
+    assert time.monotonic() - t0 < 10
