@@ -56,8 +56,8 @@ class ChartAdmin(admin.ModelAdmin):
         if obj is None:
             return ("org", "workflow", "external_id", "payload", "priority", "due_at")
         return ("org", "workflow", "external_id", "payload", "state", "priority", "prioritized_at", "paused",
-                "moved_to_front_at", "cancel_requested", "due_at", "due_explicit", "due_alert", "due_flagged_at"
-                ) + TIMING + ("rerun_of", "activity")
+                "moved_to_front_at", "cancel_requested", "due_at", "due_explicit", "due_alert", "due_flagged_at",
+                "due_late_at") + TIMING + ("rerun_of", "activity")
 
     @admin.display(description="Operator actions")
     def activity(self, obj: Chart) -> str:

@@ -65,6 +65,8 @@ class Chart(models.Model):
                                         help_text="When the due warning last rose.")
     due_flagged_at = models.DateTimeField(null=True, blank=True, editable=False,
                                           help_text="When it was first warned about (at risk or late).")
+    due_late_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                       help_text="When its warning first reached late (its ETA after the due time).")
     updated_at = models.DateTimeField(auto_now=True)
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns",

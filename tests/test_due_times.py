@@ -91,4 +91,12 @@ def test_the_scheduler_reads_own_due_times_and_turnarounds_and_records_warnings(
     d, o = Chart.objects.get(pk=derived.pk), Chart.objects.get(pk=own.pk)
     assert (d.due_alert, d.due_flagged_at.timestamp(), d.due_alert_at.timestamp()) == ("late", at, at)
     assert o.due_alert == "" and o.due_flagged_at.timestamp() == at  # the first flag stays
+    assert d.due_late_at.timestamp() == at and o.due_late_at is None  # the late warning's first rise
+    db.record_due_alerts({own.pk: 1}, [own.pk], at + 120)
+    db.record_due_alerts({own.pk: 2}, [own.pk], at + 180)  # at risk, then late: late from now
+    db.record_due_alerts({derived.pk: 1}, [], at + 180)
+    db.record_due_alerts({derived.pk: 2}, [derived.pk], at + 240)  # late again: its first stays
+    d, o = Chart.objects.get(pk=derived.pk), Chart.objects.get(pk=own.pk)
+    assert (o.due_flagged_at.timestamp(), o.due_late_at.timestamp()) == (at, at + 180)
+    assert d.due_late_at.timestamp() == at
     assert db.read_charts([derived.pk])[0][derived.pk].due_alert == "late"  # restored at a restart

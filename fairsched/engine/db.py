@@ -516,21 +516,21 @@ def record_first_etas(etas: dict[int, tuple[float, float]]) -> int:
 
 
 def record_due_alerts(levels: dict[int, int], rose: list[int], at: float) -> int:
-    """The due warnings an ETA pass moved (``fairsched.engine.due``): ``due_alert`` for each
-    chart; where it rose, ``due_alert_at`` (the webhook sweep's cue) and, the first time,
-    ``due_flagged_at`` (the accuracy panel's lead time). Only charts still queued or running."""
+    """The due warnings a pass moved: ``due_alert``; where it rose, ``due_alert_at`` (the
+    webhook sweep's cue), the first time ``due_flagged_at`` (the early warning's lead), the
+    first time to late ``due_late_at`` (the late warning's). Only queued or running charts."""
     close_old_connections()
-    qn = connection.ops.quote_name
+    col = lambda name: connection.ops.quote_name(Chart._meta.get_field(name).column)  # noqa: E731
     when = datetime.fromtimestamp(at, tz=timezone.utc)
-    flagged = qn(Chart._meta.get_field("due_flagged_at").column)
-    state = qn(Chart._meta.get_field("state").column)
-    active = f"{state} IN ('queued', 'running')"
+    active = f"{col('state')} IN ('queued', 'running')"
     names = {0: "", 1: "at_risk", 2: "late"}
     with transaction.atomic():
         done = _update_column("due_alert", [(names[lv], pk) for pk, lv in levels.items()], where=active)
         risen = [(when, pk) for pk in rose]
         _update_column("due_alert_at", risen, where=active)
-        _update_column("due_flagged_at", risen, where=f"{active} AND {flagged} IS NULL")
+        _update_column("due_flagged_at", risen, where=f"{active} AND {col('due_flagged_at')} IS NULL")
+        _update_column("due_late_at", [(when, pk) for pk in rose if levels.get(pk) == 2],
+                       where=f"{active} AND {col('due_late_at')} IS NULL")
     return done
 
 

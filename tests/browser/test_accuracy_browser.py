@@ -63,3 +63,20 @@ def test_org_page_shows_its_own_accuracy(browser, browser_server, redis_url, fin
                                                                     "−5.0 min"])
     expect(table.locator('tr[data-kind="dispatch"] td').nth(4)).to_have_text("−2.5 min")
     expect(page.locator("#accuracy")).to_contain_text("your last 6 finished charts")
+
+def test_accuracy_panel_gives_both_due_warnings_recall_and_precision(browser, browser_server, redis_url, finished):
+    from charts.models import Chart
+
+    acme = list(Chart.objects.filter(org=finished["acme"]).order_by("finished_at"))
+    for i, chart in enumerate(acme):  # the first two missed their due time, the other four met it
+        due = chart.finished_at + (timedelta(minutes=-1) if i < 2 else timedelta(minutes=10))
+        Chart.objects.filter(pk=chart.pk).update(
+            due_at=due, due_flagged_at=due - timedelta(hours=3) if i < 3 else None,  # early: 2 missed + 1 met
+            due_late_at=due - timedelta(hours=2) if i == 0 else None)              # late: 1, which missed
+    page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    login(page, browser_server, "root", then="/dashboard/")
+    expect(page.locator("#acc-due")).to_have_text(
+        "Due warnings, last 6 finished charts with a due time: 2 missed. Late warning (ETA after the due time): "
+        "recall 50% (missed charts warned at least 1.0 h ahead), precision 100% (of 1 warned, the share that "
+        "missed); median lead 2.0 h. Early warning (at risk or late): recall 100%, precision 67% (of 3 warned); "
+        "median lead 3.0 h.", timeout=10_000)

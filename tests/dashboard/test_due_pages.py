@@ -137,7 +137,8 @@ def test_the_admin_filters_charts_by_due(due_backlog):
 def test_accuracy_json_gives_the_due_warnings_recall_and_precision(due_backlog):
     a, b, c = due_backlog["charts"][:3]
     Chart.objects.filter(pk=a.pk).update(state="succeeded", finished_at=a.due_at + timedelta(minutes=5),
-                                         due_flagged_at=a.due_at - timedelta(hours=2))  # missed, warned 2 h ahead
+                                         due_flagged_at=a.due_at - timedelta(hours=2),  # missed, warned 2 h ahead
+                                         due_late_at=a.due_at - timedelta(minutes=90))  # and late 1.5 h ahead
     Chart.objects.filter(pk=b.pk).update(state="succeeded", finished_at=b.due_at - timedelta(minutes=5),
                                          due_flagged_at=b.due_at - timedelta(minutes=20))  # warned, met
     Chart.objects.filter(pk=c.pk).update(state="failed", finished_at=c.due_at - timedelta(minutes=5))  # missed
@@ -146,3 +147,6 @@ def test_accuracy_json_gives_the_due_warnings_recall_and_precision(due_backlog):
     due = staff.get("/dashboard/accuracy.json").json()["due"]
     assert (due["finished"], due["missed"], due["flagged"]) == (3, 2, 2)
     assert due["recall"] == 0.5 and due["precision"] == 0.5
+    late = due["late"]  # the late warning: only a, which missed
+    assert (late["finished"], late["missed"], late["flagged"]) == (3, 2, 1)
+    assert late["recall"] == 0.5 and late["precision"] == 1.0 and late["lead_median_s"] == 5400

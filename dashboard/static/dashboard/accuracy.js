@@ -37,9 +37,12 @@
     if (!el || !w || !w.finished) return;
     const p = (x) => (x == null ? "—" : Math.round(x * 100) + "%");
     const h = (s) => (s == null ? "—" : (s / 3600).toFixed(1) + " h");
-    el.textContent = `Due warnings, last ${w.finished} finished charts with a due time: ${w.missed} missed; ` +
-      `recall ${p(w.recall)} (missed charts warned at least ${h(w.lead_min_s)} ahead), ` +
-      `precision ${p(w.precision)} (of ${w.flagged} warned, the share that missed); median lead ${h(w.lead_median_s)}.`;
+    const late = w.late || {};
+    el.textContent = `Due warnings, last ${w.finished} finished charts with a due time: ${w.missed} missed. ` +
+      `Late warning (ETA after the due time): recall ${p(late.recall)} (missed charts warned at least ` +
+      `${h(late.lead_min_s)} ahead), precision ${p(late.precision)} (of ${late.flagged} warned, the share that ` +
+      `missed); median lead ${h(late.lead_median_s)}. Early warning (at risk or late): recall ${p(w.recall)}, ` +
+      `precision ${p(w.precision)} (of ${w.flagged} warned); median lead ${h(w.lead_median_s)}.`;
   }
 
   function render(d) {
