@@ -13,12 +13,23 @@ Temporal's own start and close times:
 3. dispatch throughput: a large budget and many short charts submitted at once;
    starts per second between the first and the last start.
 
-Usage: ``python bench/scheduler.py [--chain 40] [--creates 20] [--many 400]``
+The baseline, in the same stack and run (issue 26's goal 1): a bare temporalio client
+starts ``--many`` DemoChart workflows of the same payload on the same worker and task queue
+at ``--bare-concurrency`` starts in flight (by default the scheduler's own) (no database, no scheduler; their chart ids
+exist nowhere, so their outcome writes are no-ops): its starts per second (Temporal's start
+times, as above) and its start latency (the ``start_workflow`` call, p50/p95), against which
+the throughput (goal >= 0.95x) and the refill p95 (goal <= 1.5x the start latency's p95) are
+given; and one at a time, ``--chain`` starts, the baseline of a refill (which starts one chart).
+The two throughputs alternate ``--rounds`` times, the bare client first, each round on an
+idle stack (the previous round's workflows closed).
+
+Usage: ``python bench/scheduler.py [--chain 40] [--creates 20] [--many 400] [--rounds 5]``
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,12 +52,17 @@ def main() -> None:
     parser.add_argument("--chain", type=int, default=40, help="charts in the refill chain (budget 1)")
     parser.add_argument("--creates", type=int, default=20, help="charts created one by one")
     parser.add_argument("--many", type=int, default=400, help="charts submitted at once for throughput")
+    parser.add_argument("--bare-concurrency", type=int, default=None,
+                        help="the bare client's starts in flight (default: the scheduler's, FAIRSCHED_START_CONCURRENCY)")
+    parser.add_argument("--rounds", type=int, default=5, help="throughput rounds, bare client and Fairsched")
+    parser.add_argument("--no-watch", action="store_true", help="the scheduler without result watchers")
     args = parser.parse_args()
 
     with live_stack("fairsched-bench-") as stack:
         run(args, stack.spawn, stack.temporal_url)
 
 def run(args, spawn, temporal_url: str) -> None:
+    from django.conf import settings
     from temporalio.client import Client
 
     from charts.models import Chart, ChartState
@@ -54,19 +70,65 @@ def run(args, spawn, temporal_url: str) -> None:
     from control.services import budget_set, scheduler_settings_set
     from orgs.models import Org, Workflow
 
+    if args.bare_concurrency is None:
+        args.bare_concurrency = settings.FAIRSCHED_START_CONCURRENCY
     loop = asyncio.new_event_loop()
     client = loop.run_until_complete(Client.connect(temporal_url))
 
     def times(ids: list[int]) -> dict[int, tuple[float, float | None]]:
+        from common.workflow_ids import workflow_id
+
+        names = {c: workflow_id(c) for c in ids}  # (reads the deployment: not from the loop)
+
         async def go():
             out = {}
             for i in range(0, len(ids), 100):
-                part = ids[i:i + 100]
-                query = " OR ".join(f'WorkflowId = "chart-{c}"' for c in part)
+                part = {names[c]: c for c in ids[i:i + 100]}
+                query = " OR ".join(f'WorkflowId = "{w}"' for w in part)
                 async for wf in client.list_workflows(query):
-                    out[int(wf.id.split("-")[1])] = (wf.start_time.timestamp(),
-                                                     wf.close_time.timestamp() if wf.close_time else None)
+                    out[part[wf.id]] = (wf.start_time.timestamp(),
+                                        wf.close_time.timestamp() if wf.close_time else None)
             return out
+        return loop.run_until_complete(go())
+
+    def bare(n: int, concurrency: int, tag: str) -> tuple[float, list[float]]:
+        """A plain temporalio client starts ``n`` DemoCharts, ``concurrency`` in flight:
+        (starts/s by Temporal's start times, each start call's latency in s)."""
+        from temporalio.common import WorkflowIDReusePolicy
+
+        from django.conf import settings
+
+        from fairsched.temporal.shared import ChartInput
+
+        async def go():
+            sem, lat = asyncio.Semaphore(concurrency), []
+
+            async def one(i: int) -> None:
+                async with sem:
+                    t0 = time.perf_counter()
+                    await client.start_workflow(
+                        "DemoChart", ChartInput(chart_id=10**12 + i, org="bare", org_id=0, workflow="code",
+                                                payload={"seconds": 1}),
+                        id=f"bare-{tag}-{i}", task_queue=settings.FAIRSCHED_TASK_QUEUE,
+                        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+                    lat.append(time.perf_counter() - t0)
+            await asyncio.gather(*(one(i) for i in range(n)))
+            starts = []
+            for _ in range(100):
+                starts = [wf.start_time.timestamp()
+                          async for wf in client.list_workflows(f'WorkflowId STARTS_WITH "bare-{tag}-"')]
+                if len(starts) == n:
+                    break
+                await asyncio.sleep(0.2)
+            starts.sort()
+            # as Fairsched's round waits for its charts to finish: the next round starts on an idle stack
+            for _ in range(600):
+                running = [wf async for wf in client.list_workflows(
+                    f'WorkflowId STARTS_WITH "bare-{tag}-" AND ExecutionStatus = "Running"')]
+                if not running:
+                    break
+                await asyncio.sleep(0.5)
+            return (len(starts) - 1) / (starts[-1] - starts[0]), lat
         return loop.run_until_complete(go())
 
     def wait(ids: list[int], timeout: float) -> None:
@@ -88,7 +150,7 @@ def run(args, spawn, temporal_url: str) -> None:
     wf = Workflow.objects.create(name="code", temporal_type="DemoChart")
     scheduler_settings_set(budget=1, eta_interval_s=3.0, reconcile_interval_s=5.0)
     spawn("runworker")
-    spawn("runscheduler")
+    spawn("runscheduler", *(["--no-watch"] if args.no_watch else []))
 
     # 1. refill latency
     ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 0.2}}
@@ -100,6 +162,9 @@ def run(args, spawn, temporal_url: str) -> None:
     print(f"refill latency (workflow closed -> next chart started), {len(refill)} refills, budget 1: "
           f"p50 {pct(refill, 50) * 1000:.0f} ms, p95 {pct(refill, 95) * 1000:.0f} ms, "
           f"max {max(refill) * 1000:.0f} ms  (goal p95 < 1000 ms)")
+    _, one_by_one = bare(args.chain, 1, f"seq-{int(time.time())}")  # a refill starts one chart: its baseline
+    print(f"the bare client's start call, one at a time ({len(one_by_one)}): p50 {pct(one_by_one, 50) * 1000:.0f} ms, "
+          f"p95 {pct(one_by_one, 95) * 1000:.0f} ms")
 
     # 2. submit (chart_submit, which notifies on commit) -> dispatched, budget free
     budget_set(budget=100)
@@ -116,19 +181,37 @@ def run(args, spawn, temporal_url: str) -> None:
           f"p50 {pct(lat, 50) * 1000:.0f} ms, p95 {pct(lat, 95) * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms  "
           f"(goal < 1000 ms)")
 
-    # 3. throughput: many short charts, large budget
+    # 3. throughput: many short charts, large budget; the bare client first in each round
     budget_set(budget=10_000)
     time.sleep(1.0)
-    t0 = time.time()
-    ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 1}}
-                                    for _ in range(args.many)]).created
-    wait(ids, 300)
-    t = wait_visible(ids, closed=False)
-    starts = sorted(s for s, _ in t.values())
-    span = starts[-1] - starts[0]
-    print(f"dispatch throughput, {len(ids)} charts submitted at once, budget 10000: "
-          f"{(len(starts) - 1) / span if span > 0 else float('inf'):.0f} starts/s "
-          f"(first start {(starts[0] - t0) * 1000:.0f} ms after the submit, last {starts[-1] - t0:.2f} s)")
+    ours, theirs, start_lat = [], [], []
+    for r in range(args.rounds):
+        rate, lat = bare(args.many, args.bare_concurrency, f"{r}-{int(time.time())}")
+        theirs.append(rate)
+        start_lat += lat
+        time.sleep(1.0)
+        t0 = time.time()
+        ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 1}}
+                                        for _ in range(args.many)]).created
+        wait(ids, 300)
+        t = wait_visible(ids, closed=False)
+        starts = sorted(s for s, _ in t.values())
+        span = starts[-1] - starts[0]
+        ours.append((len(starts) - 1) / span if span > 0 else float("inf"))
+        time.sleep(1.0)
+        print(f"round {r + 1}: bare client {rate:.0f} starts/s (start call p50 {pct(lat, 50) * 1000:.0f} ms, "
+              f"p95 {pct(lat, 95) * 1000:.0f} ms); Fairsched {ours[-1]:.0f} starts/s = {ours[-1] / rate:.2f}x "
+              f"(first start {(starts[0] - t0) * 1000:.0f} ms after the submit, last {starts[-1] - t0:.2f} s)")
+    ratios = sorted(a / b for a, b in zip(ours, theirs))
+    print(f"dispatch throughput, {args.many} charts at once, budget 10000, {args.bare_concurrency} starts in flight: "
+          f"median ratio {statistics.median(ratios):.2f}x; Fairsched "
+          f"{', '.join(f'{x:.0f}' for x in ours)} starts/s against the bare client's "
+          f"{', '.join(f'{x:.0f}' for x in theirs)} = {', '.join(f'{a / b:.2f}x' for a, b in zip(ours, theirs))} "
+          f"(goal >= 0.95x)")
+    print(f"refill p95 {pct(refill, 95) * 1000:.0f} ms against the bare client's start call p95, one at a time "
+          f"{pct(one_by_one, 95) * 1000:.0f} ms = {pct(refill, 95) / pct(one_by_one, 95):.2f}x, "
+          f"{args.bare_concurrency} in flight {pct(start_lat, 95) * 1000:.0f} ms = "
+          f"{pct(refill, 95) / pct(start_lat, 95):.2f}x (goal <= 1.5x)")
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()
 

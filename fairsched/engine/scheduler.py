@@ -119,7 +119,7 @@ class Scheduler:
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
-    START_CONCURRENCY: int = 32       # workflow starts in flight at once
+    START_CONCURRENCY: int = 64       # workflow starts in flight at once (FAIRSCHED_START_CONCURRENCY)
     DESCRIBE_CONCURRENCY: int = 16    # reconcile RPCs in flight at once
     MAX_EVENTS_PER_TICK: int = 50     # more are summarised in one "batch" event
     ETA_SOON_MIN_GAP_S: float = 0.2   # after a change, publish this soon after the last pass ...
@@ -150,6 +150,7 @@ class Scheduler:
         resync_interval_s: float | None = None,
         full_resync_s: float | None = None,
         cancel_grace_s: float | None = None,
+        start_concurrency: int | None = None,
         clock: Clock | None = None,
         store: Store | None = None,
         publisher: Publisher | None = None,
@@ -176,6 +177,8 @@ class Scheduler:
         self.task_queue = task_queue
         self.redis_url = redis_url
         self.watch_results = watch_results
+        if start_concurrency is not None:
+            self.START_CONCURRENCY = start_concurrency
         if lease_ttl_s is not None:
             self.LEASE_TTL_S = lease_ttl_s
             self.LEASE_RENEW_S = max(0.2, lease_ttl_s / 5)

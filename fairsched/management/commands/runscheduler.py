@@ -42,6 +42,7 @@ class Command(BaseCommand):
             task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE, redis_url=settings.REDIS_URL,
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
             cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S, eta_pass_in=settings.FAIRSCHED_ETA_PASS,
+            start_concurrency=settings.FAIRSCHED_START_CONCURRENCY,
         )
 
     # With FAIRSCHED_ETA_PASS=thread the ETA pass and the snapshot run in a thread (by
