@@ -38,6 +38,20 @@ def test_bad_boolean_names_the_variable():
     assert result.returncode != 0 and "DJANGO_DEBUG" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "1001", "many"])
+def test_a_bad_start_concurrency_names_the_variable(value):
+    result = run_manage("check", FAIRSCHED_START_CONCURRENCY=value)
+    assert result.returncode != 0 and "FAIRSCHED_START_CONCURRENCY" in result.stderr
+
+
+def test_the_start_concurrency_reaches_the_scheduler(settings):
+    from fairsched.management.commands.runscheduler import Command
+
+    settings.FAIRSCHED_START_CONCURRENCY = 7
+    scheduler = Command().make_scheduler({"task_queue": None, "no_watch": False, "lease_ttl": None})
+    assert scheduler.START_CONCURRENCY == 7
+
+
 def test_sqlite_is_configured_for_several_writers():
     from django.conf import settings
 
