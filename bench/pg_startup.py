@@ -12,7 +12,9 @@ backlog (50 orgs of Zipf-like sizes) into a database of its own, then, in one ch
 3. ``ANALYZE`` of the charts' table, then the same read again and the same plan;
 
 and the same three steps for a restart's head read (a round written for every chart, as
-after the first start's backfill: one ``UPDATE`` of them all just before).
+after the first start's backfill: one ``UPDATE`` of them all just before), then a fourth:
+the ``VACUUM`` a scheduler runs when its backfill ends (``pg_statistics.vacuum_after_backfill``),
+and the same read again.
 
 Usage::
 
@@ -127,6 +129,12 @@ else:
     explain("its slowest query", slow)
     refresh_statistics()
     head_read("restart, after ANALYZE")
+    explain("the same query", slow)
+    t0 = time.perf_counter()
+    ran = pg_statistics.vacuum_after_backfill()
+    print(f"RESULT pg_statistics.vacuum_after_backfill(): {'VACUUM ran' if ran else 'nothing to do'}, "
+          f"{time.perf_counter() - t0:.2f} s")
+    head_read("restart, after VACUUM")
     explain("the same query", slow)
 """
 

@@ -69,3 +69,33 @@ def test_the_start_up_read_refreshes_them_before_its_snapshot(monkeypatch):
     monkeypatch.setattr(pg_statistics, "analyze_if_stale", lambda *a, **k: called.append(1) or False)
     db.read_streamed(250, 10_000, lambda head: False)
     assert called == [1]
+
+
+def test_the_end_of_a_backfill_vacuums_away_the_chunks_dead_row_versions(caplog):
+    """Each backfill chunk's UPDATE leaves a dead version of its rows; the vacuum at the end
+    of the backfill removes them (and refreshes the statistics), from a thread and a
+    connection of its own, as the scheduler runs it (``DbStore.start_vacuum_after_backfill``)."""
+    if connection.vendor != "postgresql":
+        assert pg_statistics.vacuum_after_backfill() is False  # SQLite: nothing to do
+        return
+    import threading
+
+    from fairsched.engine.ports import DbStore
+
+    _bulk(400)
+    Chart.objects.update(fair_round=3)  # what the chunks do: every row again
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'charts_chart'::regclass")
+        assert cursor.fetchone()[0] >= 400
+    before = {t.ident for t in threading.enumerate()}
+    DbStore().start_vacuum_after_backfill()
+    vacuum = [t for t in threading.enumerate() if t.ident not in before and t.name == "fairsched-vacuum"]
+    assert vacuum and vacuum[0].daemon
+    vacuum[0].join(30)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT n_dead_tup, last_vacuum, last_analyze FROM pg_stat_user_tables "
+                       "WHERE relid = 'charts_chart'::regclass")
+        dead, vacuumed, analyzed = cursor.fetchone()
+    assert dead == 0 and vacuumed is not None and analyzed is not None
+    assert "VACUUM (ANALYZE) charts_chart after the first start's backfill" in caplog.text

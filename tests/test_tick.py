@@ -88,6 +88,7 @@ class FakeStore:
         self.marked: list[tuple] = []  # every mark_running item
         self.saved = None  # the round state saved last
         self.whole_gate = asyncio.Event()  # a streamed start reads the whole backlog once set
+        self.vacuums = 0  # start_vacuum_after_backfill calls
         self.averages: dict = {}  # (org, workflow) -> mean seconds: the Durations estimates
 
     def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
@@ -170,6 +171,9 @@ class FakeStore:
 
     async def read_active_chunk(self, after_pk, limit):
         return sorted((r for r in self._active() if r.id > after_pk), key=lambda r: r.id)[:limit]
+
+    def start_vacuum_after_backfill(self) -> None:
+        self.vacuums += 1
 
     async def read_charts(self, ids):
         rows = {i: self.rows[i] for i in ids if i in self.rows}
@@ -686,9 +690,14 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     assert s.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
     left = 9 - len(written)
     assert f"writing {left} charts' rounds 2 at a time" in caplog.text  # not again what the head wrote
+    assert r.store.vacuums == 0  # the head's rounds written is not the end of the backfill
     for _ in range(6):
         await r.tick()
     assert "every chart's round is written" in caplog.text
+    assert r.store.vacuums == 1  # PostgreSQL's dead row versions of the chunks: one vacuum, once
+    for _ in range(3):
+        await r.tick()
+    assert r.store.vacuums == 1
     assert {pk: row.round for pk, row in r.store.rows.items() if row.state == "queued"} == \
         {4: 1, 5: 1, 6: 1, 7: 2, 8: 2, 9: 2}
     assert r.store.saved == s.state.queue.export_rounds()

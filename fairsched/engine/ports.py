@@ -44,7 +44,7 @@ from common import live_updates
 from common.notify import Note
 from common import snapshot as snapshot_store
 from fairsched.core import RoundState
-from fairsched.engine import db
+from fairsched.engine import db, pg_statistics
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.engine.temporal_port import (  # noqa: F401 - the Temporal port's errors and real port
     AlreadyStarted,
@@ -140,6 +140,7 @@ class Store(Protocol):
         """Is a queued or running chart one that keeps its legacy id ``chart-<pk>``?"""
     async def save_rounds(self, state: RoundState, changes: dict[str, int | None],
                           work: dict[str, tuple[float | None, float | None]] | None = None) -> None: ...
+    def start_vacuum_after_backfill(self) -> None: ...
 
 
 def _in_db_thread(name: str) -> Callable:
@@ -189,6 +190,15 @@ def in_daemon_thread(fn: Callable[..., Any], *args: Any, name: str = "fairsched-
     return future
 
 
+def _vacuum_after_backfill() -> bool:
+    from django.db import connection
+
+    try:
+        return pg_statistics.vacuum_after_backfill()
+    finally:
+        connection.close()  # this thread's own connection, which nothing else will use
+
+
 class DbStore:
     """The real store: :mod:`fairsched.engine.db`, one call at a time in the database thread,
     but for the start-up's streamed read (a thread and a connection of its own)."""
@@ -201,6 +211,12 @@ class DbStore:
         head of the order (None: none to start from); it says whether the whole backlog
         must be read too (else this returns None)."""
         return await in_daemon_thread(db.read_streamed, per_org, roundless_max, on_head)
+
+    def start_vacuum_after_backfill(self) -> None:
+        """``pg_statistics.vacuum_after_backfill`` in a daemon thread and connection of its own,
+        not awaited: seconds at 1M, which neither dispatch nor a warm stop waits for (a stop
+        ends the thread; PostgreSQL drops the vacuum with its connection)."""
+        threading.Thread(target=_vacuum_after_backfill, name="fairsched-vacuum", daemon=True).start()
 
     recent_arrivals = _in_db_thread("recent_arrivals")
     recent_durations = _in_db_thread("recent_durations")

@@ -492,6 +492,9 @@ class Scheduler:
             log.info("the rounds of the head of the backlog are written")
         else:
             log.info("every chart's round is written")
+            # PostgreSQL: the chunks' dead row versions slow a restart's head read until a
+            # vacuum (pg_statistics.vacuum_after_backfill); it runs beside the loop
+            self.store.start_vacuum_after_backfill()
         return Effects()
 
     async def _save_rounds(self) -> None:
