@@ -814,35 +814,3 @@ async def test_a_step_down_waits_for_a_task_that_ignores_its_cancel_through_the_
     assert not task.done() and r.s._tasks == []
     release.set()
     await task
-
-
-async def test_the_backfill_sizes_its_chunks_by_how_long_a_write_takes(rig):
-    """A dispatch waits behind a chunk's write, so chunks are sized by time: the first holds
-    BACKFILL_CHUNK charts, each next one the geometric mean of the last size and what the
-    last write's speed puts in BACKFILL_CHUNK_S, within BACKFILL_CHUNK_RANGE; every chart's
-    round is written all the same."""
-    r = rig(budget=1, charts=60, weights=(1, 1, 1))
-    r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK, r.s.BACKFILL_CHUNK_S, r.s.BACKFILL_CHUNK_RANGE = 3, 8, 0.05, (2, 16)
-    sizes, per_chart_s = [], [0.025]  # a slow database first: 25 ms a chart
-    save = r.store.save_rounds
-
-    async def timed_save(state, changes, work=None):
-        sizes.append(len(changes))
-        r.clock.advance(per_chart_s[0] * len(changes))
-        await save(state, changes, work)
-
-    r.store.save_rounds = timed_save
-    await r.lead()
-    for _ in range(4):
-        await r.tick()
-    chunks = [n for n in sizes if n > 1]  # (a dispatch's own save writes its chart alone)
-    # 8 charts in 0.2 s (2 would take 0.05 s): sqrt(8 x 2) = 4; 4 in 0.1 s: sqrt(4 x 2) = 3 (2.83);
-    # 3 in 75 ms: sqrt(3 x 2) = 2 (2.45), the least the range allows
-    assert chunks == [8, 4, 3, 2]
-    per_chart_s[0] = 0.001  # a fast database: 1 ms a chart, 50 a write
-    for _ in range(20):
-        await r.tick()
-    chunks = [n for n in sizes if n > 1]
-    # the next (2, sized by the last slow write) takes 2 ms: sqrt(2 x 50) = 10; then 16, the most
-    assert chunks[4:7] == [2, 10, 16]
-    assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")

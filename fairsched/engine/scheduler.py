@@ -115,9 +115,7 @@ class Scheduler:
     HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
     HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
     BACKFILL_MIN: int = 20_000        # more new rounds than this at a load are written a chunk at a time ...
-    BACKFILL_CHUNK: int = 1000        # ... this many in the first write (one write per tick, after its dispatch) ...
-    BACKFILL_CHUNK_S: float = 0.05    # ... then as many as a write of about this long holds (a dispatch waits behind one)
-    BACKFILL_CHUNK_RANGE: tuple[int, int] = (100, 20_000)  # ... never fewer or more
+    BACKFILL_CHUNK: int = 1000        # ... this many per write (one per tick, after its dispatch)
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often
     BACKOFF_MIN_S: float = 0.5
     BACKOFF_MAX_S: float = 10.0
@@ -204,7 +202,6 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._notes: list[Note] = []
         self._finished: list[tuple[int, Outcome]] = []
-        self._chunk: int | None = None  # the backfill's next chunk (_backfill_step)
         self._tasks: list[asyncio.Task] = []
         self._resync_requested = False
         self._resync_due = 0.0
@@ -486,23 +483,9 @@ class Scheduler:
     # ================================================================ round state
     async def _backfill_step(self) -> Effects:
         """One chunk of the backfill (:mod:`fairsched.core.backfill`): the next charts in
-        round order, with each org's cursor after them, in one transaction.
-
-        A dispatch that comes due while a chunk is written waits for its commit, so a chunk
-        is sized by time, not rows: the first holds ``BACKFILL_CHUNK`` charts, each next one
-        as many as the last wrote in ``BACKFILL_CHUNK_S`` (the geometric mean with the last
-        size, so one slow write does not swing it), within ``BACKFILL_CHUNK_RANGE``. At 1M on
-        PostgreSQL a chunk of 1,000 took 160 ms (every updated row rewrites the table's
-        indexes), which a priority dispatch waited for (docs/scale.md). Chunk sizes change
-        nothing else: every chunk is a prefix of each org's order with its cursor after it."""
-        n = self._chunk or self.BACKFILL_CHUNK
-        self._rounds.chunk(n)
-        began = self.clock.monotonic()
+        round order, with each org's cursor after them, in one transaction."""
+        self._rounds.chunk(self.BACKFILL_CHUNK)
         await self._save_rounds()
-        took = self.clock.monotonic() - began
-        if took > 0:
-            lo, hi = self.BACKFILL_CHUNK_RANGE
-            self._chunk = max(min(lo, n), min(hi, round((n * n * self.BACKFILL_CHUNK_S / took) ** 0.5)))
         if self._rounds.backfilling:
             self._wake.set()  # the next chunk at once, after this tick's dispatch
         elif self.state.partial:

@@ -198,8 +198,8 @@ class Startup(Part):
             self.state.queue, lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED},
             self.BACKFILL_MIN)
         if n:
-            log.info("writing %d charts' rounds %d at a time between dispatches (the head of the order first; "
-                     "then as many as a write of %.0f ms holds)", n, self.BACKFILL_CHUNK, 1000 * self.BACKFILL_CHUNK_S)
+            log.info("writing %d charts' rounds %d at a time between dispatches (the head of the order first)",
+                     n, self.BACKFILL_CHUNK)
         del world
         _freeze_backlog()
         log.info("loaded backlog: %d queued (%d in the order), %d running (cost %d of budget %d), %d orgs",
