@@ -289,8 +289,8 @@ FAIRSCHED_DEPLOYMENT = os.environ.get("FAIRSCHED_DEPLOYMENT", "")
 FAIRSCHED_CANCEL_GRACE_S = env_int("FAIRSCHED_CANCEL_GRACE_S", 60)
 if FAIRSCHED_CANCEL_GRACE_S < 1:
     raise ImproperlyConfigured(f"FAIRSCHED_CANCEL_GRACE_S: must be at least 1, got {FAIRSCHED_CANCEL_GRACE_S}")
-# A dispatch's workflow starts in flight at once (bench/scheduler.py: with 32, 0.85-0.89x a bare
-# client's throughput at 50; with 64, 0.91-1.01x a bare client's at 64, on a Temporal dev server).
+# A dispatch's workflow starts in flight at once (bench/scheduler.py, a Temporal dev server: with 32,
+# 0.85-0.89x a bare client's throughput at 50; with 64, a median 0.96x (0.77-1.01x) a bare client's at 64).
 FAIRSCHED_START_CONCURRENCY = env_int("FAIRSCHED_START_CONCURRENCY", 64)
 if not 1 <= FAIRSCHED_START_CONCURRENCY <= 1000:
     raise ImproperlyConfigured(
