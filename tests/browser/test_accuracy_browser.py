@@ -80,3 +80,4 @@ def test_accuracy_panel_gives_both_due_warnings_recall_and_precision(browser, br
         "recall 50% (missed charts warned at least 1.0 h ahead), precision 100% (of 1 warned, the share that "
         "missed); median lead 2.0 h. Early warning (at risk or late): recall 100%, precision 67% (of 3 warned); "
         "median lead 3.0 h.", timeout=10_000)
+    page.locator("#accuracy").screenshot(path=str(ARTIFACTS / "accuracy-due-warnings.png"))
