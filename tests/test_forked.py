@@ -52,6 +52,16 @@ def test_the_child_reads_the_parent_memory_as_at_the_fork_and_sends_its_result_b
     assert gone(pid)  # reaped, not left a zombie
 
 
+def test_a_fork_that_held_the_loop_long_is_logged(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="fairsched.engine")
+    monkeypatch.setattr(forked, "FORK_SLOW_LOG_S", 10.0)
+    assert asyncio.run(forked.run_forked(lambda: 1, name="quick pass", timeout_s=30)) == 1
+    assert "the fork held the loop" not in caplog.text
+    monkeypatch.setattr(forked, "FORK_SLOW_LOG_S", 0.0)
+    assert asyncio.run(forked.run_forked(lambda: 2, name="ETA pass", timeout_s=30)) == 2
+    assert "ETA pass: the fork held the loop" in caplog.text
+
+
 def test_the_child_runs_at_the_niceness_asked_for_above_its_parent():
     niceness = asyncio.run(forked.run_forked(lambda: os.nice(0), name="pass", timeout_s=30, nice=5))
     assert niceness == min(19, os.nice(0) + 5)

@@ -814,3 +814,21 @@ async def test_a_step_down_waits_for_a_task_that_ignores_its_cancel_through_the_
     assert not task.done() and r.s._tasks == []
     release.set()
     await task
+
+
+async def test_a_slow_step_is_logged_with_how_long_the_loop_waited(rig, caplog):
+    """A dispatch waits behind whatever step the loop is in: a step that took
+    STEP_SLOW_LOG_S or more is logged with its name and time; a quick one is not."""
+    r = rig(budget=1, charts=1)
+    await r.lead()
+
+    async def slow():
+        r.clock.advance(0.25)
+
+    async def quick():
+        r.clock.advance(0.01)
+
+    await r.s._guarded("rounds", slow)
+    await r.s._guarded("notes", quick)
+    assert "step rounds took 250 ms (the loop waited for it)" in caplog.text
+    assert "step notes took" not in caplog.text

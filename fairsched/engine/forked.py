@@ -37,12 +37,16 @@ import multiprocessing
 import os
 import signal
 import sys
+import logging
+import time
 import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("fairsched.engine")
+FORK_SLOW_LOG_S = 0.05  # a fork that held the loop this long is logged (its page tables: ~20 ms a GB)
 
 
 class EtaPassIn(enum.StrEnum):
@@ -138,7 +142,11 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
         # Python 3.12+ warns about any fork while threads run; see the module docstring
         # for why this one is safe.
         warnings.simplefilter("ignore", DeprecationWarning)
+        began = time.monotonic()
         proc.start()
+        took = time.monotonic() - began
+    if took >= FORK_SLOW_LOG_S:
+        log.info("%s: the fork held the loop %.0f ms", name, 1000 * took)
     send.close()
     received = False
     reports: list[Any] = []

@@ -128,6 +128,7 @@ class Scheduler:
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
+    STEP_SLOW_LOG_S: float = 0.1       # and the loop's steps (a dispatch waits behind one)
     ETA_PASS_TIMEOUT_MIN_S: float = 30.0   # a pass in a child is killed after this long ...
     ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer ...
     ETA_PASS_TIMEOUT_PER_CHART_S: float = 0.0006  # ... or this per chart queued or running (600 s at 1M)
@@ -454,6 +455,7 @@ class Scheduler:
         self.phase = name
         backoff = self._backoff[name]
         failures = backoff.failures
+        began = self.clock.monotonic()
         try:
             result = await step()
         except asyncio.CancelledError:
@@ -466,6 +468,9 @@ class Scheduler:
             return None
         if backoff.failures == failures:
             backoff.ok()
+        took = self.clock.monotonic() - began
+        if took >= self.STEP_SLOW_LOG_S:
+            log.info("step %s took %.0f ms (the loop waited for it)", name, 1000 * took)
         return result if result is not None else True
 
     def may_dispatch(self) -> bool:
