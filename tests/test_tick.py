@@ -832,3 +832,12 @@ async def test_a_slow_step_is_logged_with_how_long_the_loop_waited(rig, caplog):
     await r.s._guarded("notes", quick)
     assert "step rounds took 250 ms (the loop waited for it)" in caplog.text
     assert "step notes took" not in caplog.text
+    # a backfill's chunks are slow one after another: one line per STEP_SLOW_LOG_EVERY_S at most
+    caplog.clear()
+    for _ in range(3):
+        await r.s._guarded("rounds", slow)  # 0.25 s each: within 10 s of the first line
+    assert "step rounds" not in caplog.text
+    r.clock.advance(10)
+    await r.s._guarded("rounds", slow)
+    assert "step rounds took 250 ms (the loop waited for it); 3 more since the last such line, " \
+           "the longest 250 ms" in caplog.text

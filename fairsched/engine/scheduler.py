@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -128,7 +129,8 @@ class Scheduler:
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
-    STEP_SLOW_LOG_S: float = 0.1       # and the loop's steps (a dispatch waits behind one)
+    STEP_SLOW_LOG_S: float = 0.1       # and the loop's steps (a dispatch waits behind one) ...
+    STEP_SLOW_LOG_EVERY_S: float = 10.0  # ... one line a step this often at most (a backfill's chunks)
     ETA_PASS_TIMEOUT_MIN_S: float = 30.0   # a pass in a child is killed after this long ...
     ETA_PASS_TIMEOUT_FACTOR: float = 10.0  # ... or this many times the last pass's cost, if longer ...
     ETA_PASS_TIMEOUT_PER_CHART_S: float = 0.0006  # ... or this per chart queued or running (600 s at 1M)
@@ -203,6 +205,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._notes: list[Note] = []
         self._finished: list[tuple[int, Outcome]] = []
+        self._slow_steps: dict[str, tuple[int, float, float]] = {}  # name -> (not logged, longest, logged at)
         self._tasks: list[asyncio.Task] = []
         self._resync_requested = False
         self._resync_due = 0.0
@@ -470,8 +473,19 @@ class Scheduler:
             backoff.ok()
         took = self.clock.monotonic() - began
         if took >= self.STEP_SLOW_LOG_S:
-            log.info("step %s took %.0f ms (the loop waited for it)", name, 1000 * took)
+            self._log_slow_step(name, took)
         return result if result is not None else True
+
+    def _log_slow_step(self, name: str, took: float) -> None:
+        """One line a step per ``STEP_SLOW_LOG_EVERY_S`` at most, saying how many more were slow."""
+        now = self.clock.monotonic()
+        more, longest, logged_at = self._slow_steps.get(name, (0, 0.0, -math.inf))
+        if now - logged_at < self.STEP_SLOW_LOG_EVERY_S:
+            self._slow_steps[name] = (more + 1, max(longest, took), logged_at)
+            return
+        log.info("step %s took %.0f ms (the loop waited for it)%s", name, 1000 * took,
+                 f"; {more} more since the last such line, the longest {1000 * longest:.0f} ms" if more else "")
+        self._slow_steps[name] = (0, 0.0, now)
 
     def may_dispatch(self) -> bool:
         return self.leading and self.clock.monotonic() < self.leadership.ok_until and not self._stop.is_set()
