@@ -114,6 +114,24 @@ def test_gunicorn_serves_the_producer_api_and_notifies_the_scheduler(tier, redis
     assert Chart.objects.count() == 1
 
 
+def test_the_tier_serves_the_api_docs_page_and_its_files(tier):
+    import re
+
+    conn = http.client.HTTPConnection("127.0.0.1", tier.port, timeout=30)
+    conn.request("GET", "/api/v1/docs")
+    page = conn.getresponse()
+    html = page.read().decode()
+    assert page.status == 200 and "text/html" in page.getheader("Content-Type")
+    scripts = re.findall(r'src="(/static/[^"]+\.js)"', html)
+    assert scripts, html[:500]
+    for src in scripts:  # FAIRSCHED_SERVE_STATIC (the default): served here too, as daphne does
+        conn.request("GET", src)
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200, src
+    conn.close()
+
+
 def test_a_sigterm_stops_the_tier_warm(tier):
     assert tier.request("GET", "/healthz")[0] == 200
     t0 = time.monotonic()
