@@ -2,7 +2,8 @@
 (``config/gunicorn.conf.py``, ``config.wsgi``), against the test database and a real Redis.
 
 It answers the producer API as daphne does (a 201 with its ``Location``, a problem+json that
-names the field, the chart read back, a 401 without a key), its workers send the scheduler the chart's
+names the field, the chart read back, a 401 without a key), serves the scrape target and the
+API's docs page with its files, its workers send the scheduler the chart's
 note over Redis after the commit, as daphne's process does, and a SIGTERM stops it warm."""
 from __future__ import annotations
 
@@ -112,6 +113,24 @@ def test_gunicorn_serves_the_producer_api_and_notifies_the_scheduler(tier, redis
     status, headers, problem = tier.request("GET", "/api/v1/status")
     assert status == 401 and headers["Content-Type"] == "application/problem+json"
     assert Chart.objects.count() == 1
+
+    # the scrape target, routed to the tier too: loopback without a token, as on daphne; the
+    # counts of both worker processes reach it through Redis (each flushes every 50 ms)
+    want = ['fairsched_charts{org="acme",state="queued"} 1.0',
+            'fairsched_api_requests_total{code="201",endpoint="POST /api/v1/charts"} 1.0',
+            'fairsched_api_requests_total{code="422",endpoint="POST /api/v1/charts"} 1.0']
+    deadline, lines = time.monotonic() + 10, []
+    while time.monotonic() < deadline:
+        conn = http.client.HTTPConnection("127.0.0.1", tier.port, timeout=30)
+        conn.request("GET", "/metrics")
+        scrape = conn.getresponse()
+        lines = scrape.read().decode().splitlines()
+        conn.close()
+        assert scrape.status == 200 and scrape.getheader("Content-Type").startswith("text/plain")
+        if all(w in lines for w in want):
+            break
+        time.sleep(0.2)
+    assert all(w in lines for w in want), [line for line in lines if line.startswith("fairsched_")][:40]
 
 
 def test_the_tier_serves_the_api_docs_page_and_its_files(tier):
