@@ -27,3 +27,6 @@ timeout = 60
 keepalive = 5
 accesslog = None
 errorlog = "-"
+# gunicorn 27's control socket is one path per user (~/.gunicorn/gunicorn.ctl): two tiers on one
+# host (several units, the tests' parallel workers) would share it. Nothing here uses it.
+control_socket_disable = True
