@@ -46,17 +46,22 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-class Daphne:
+class WebServer:
+    """A web server on a free port of this machine, with the bench's environment; a subclass
+    gives its command line (``argv``)."""
+
     def __init__(self, env: dict[str, str], log: Path) -> None:
         from fairsched.runtime import embedded
 
         self.port = embedded.free_port()
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(self.port),
-             "config.asgi:application"], cwd=ROOT, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench", "DJANGO_SECURE_SSL_REDIRECT": "0",
-                                                        "FAIRSCHED_DEMO_LOAD": "0"},
+            self.argv(), cwd=ROOT, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench",
+                                        "DJANGO_SECURE_SSL_REDIRECT": "0", "FAIRSCHED_DEMO_LOAD": "0"},
             stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -66,22 +71,24 @@ class Daphne:
             self.proc.kill()
 
 
-class Gunicorn(Daphne):
+class Daphne(WebServer):
+    def argv(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(self.port),
+                "config.asgi:application"]
+
+
+class Gunicorn(WebServer):
     """The API tier (docs/deploying.md, "The API tier"): gunicorn with its settings
     (config/gunicorn.conf.py), ``workers`` processes on one port, ``threads`` each if given."""
 
     def __init__(self, env: dict[str, str], log: Path, workers: int, threads: int | None) -> None:
-        from fairsched.runtime import embedded
+        self.workers, self.threads = workers, threads
+        super().__init__(env, log)
 
-        self.port = embedded.free_port()
-        more = ["--threads", str(threads)] if threads else []
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "-c", "config/gunicorn.conf.py",
-             "-b", f"127.0.0.1:{self.port}", "-w", str(workers), *more, "config.wsgi"],
-            cwd=ROOT, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench", "DJANGO_SECURE_SSL_REDIRECT": "0",
-                           "FAIRSCHED_DEMO_LOAD": "0"},
-            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
+    def argv(self) -> list[str]:
+        more = ["--threads", str(self.threads)] if self.threads else []
+        return [str(Path(sys.executable).parent / "gunicorn"), "-c", "config/gunicorn.conf.py",
+                "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers), *more, "config.wsgi"]
 
 
 def producers(ports: list[int], keys: list[str], seconds: float, request) -> tuple[int, list[float], int]:
