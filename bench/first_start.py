@@ -45,7 +45,7 @@ def first_dispatch(value):
     share(value)
     gc.collect()
     t0 = time.perf_counter()
-    head = db.read_head(Scheduler.HEAD_PER_ORG, Scheduler.HEAD_ROUNDLESS_MAX)
+    head = db.read_head(Scheduler.HEAD_PER_ORG)
     if head is None:  # the whole backlog first
         state = LiveState(db.read_world(), observe_arrivals=False)
     else:

@@ -55,7 +55,7 @@ def head_read(label):
     timer = Timer()
     t0 = time.perf_counter()
     with connection.execute_wrapper(timer):
-        head = db.read_head(Scheduler.HEAD_PER_ORG, Scheduler.HEAD_ROUNDLESS_MAX)
+        head = db.read_head(Scheduler.HEAD_PER_ORG)
     took = time.perf_counter() - t0
     assert head is not None
     slow = sorted(timer.calls, key=lambda c: -c[0])

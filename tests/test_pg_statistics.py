@@ -67,7 +67,7 @@ def test_the_start_up_read_refreshes_them_before_its_snapshot(monkeypatch):
     could not run."""
     called = []
     monkeypatch.setattr(pg_statistics, "analyze_if_stale", lambda *a, **k: called.append(1) or False)
-    db.read_streamed(250, 10_000, lambda head: False)
+    db.read_streamed(250, lambda head: False)
     assert called == [1]
 
 

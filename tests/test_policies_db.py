@@ -51,9 +51,9 @@ def test_a_restart_under_work_reads_back_the_order_and_the_work_of_each_chart():
 def test_a_first_start_under_work_reads_the_whole_backlog_before_it_dispatches():
     org = make_org("A")
     make_chart(org, make_workflow("code"))
-    assert db.read_head(per_org=1, roundless_max=10) is not None  # charts: a first start's head
+    assert db.read_head(per_org=1) is not None  # charts: a first start's head
     policies_set(share="work")
-    assert db.read_head(per_org=1, roundless_max=10) is None      # work: the whole backlog
+    assert db.read_head(per_org=1) is None      # work: the whole backlog
 
 
 def test_the_round_state_under_charts_reads_back_whole_numbers():

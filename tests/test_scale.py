@@ -369,27 +369,27 @@ def random_charts(seed: int, extra) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("per_org", [1, 3, 100])
 def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
-    """``db.read_head`` (one indexed query per org) returns the very charts and horizon
-    that ``head_of_backlog`` picks from the whole backlog: priority charts, charts without
-    a round, each org's first ``per_org`` by (round, created_at, id), with ties of rounds
-    and of creation times, paused charts and running ones."""
+    """``db.read_head`` (a few indexed queries per org) returns the very charts, horizon and
+    truncated orgs that ``head_of_backlog`` picks from the whole backlog: priority charts,
+    charts moved to the front without a round, each org's first ``per_org`` with a round by
+    (round, created_at, id) and first ``per_org`` without one by (created_at, id), with ties
+    of rounds and of creation times, paused charts and running ones."""
     from fairsched.core import RoundState, head_of_backlog
 
-    random_charts(per_org, lambda rng, i, t0: {"fair_round": rng.choice([None, 0, 1, 1, 2, 3, 5])})
-    assert db.read_head(per_org, 1000) is None  # no round state saved, yet charts hold rounds: the whole first
+    random_charts(per_org, lambda rng, i, t0: {
+        "fair_round": rng.choice([None, None, 0, 1, 1, 2, 3, 5]),
+        "moved_to_front_at": t0 + timedelta(seconds=i) if rng.random() < 0.05 else None})
+    assert db.read_head(per_org) is None  # no round state saved, yet charts hold rounds: the whole first
     db.save_rounds(RoundState(0, 1, {}), {})
-    head = db.read_head(per_org, 1000)
+    head = db.read_head(per_org)
     world = db.read_world()
     queued = [r.queued_chart(with_round=True) for r in world.charts if r.state == "queued"]
-    want, horizon = head_of_backlog(queued, per_org)
+    want, horizon, truncated = head_of_backlog(queued, per_org)
     assert sorted(r.id for r in head.world.charts if r.state == "queued") == sorted(int(c.id) for c in want)
     assert [r.id for r in head.world.charts if r.state == "running"] == \
         [r.id for r in world.charts if r.state == "running"]
-    assert head.horizon == horizon
-    assert (horizon is None) == (per_org == 100)
-    roundless = sum(1 for c in queued if not c.priority and c.round is None)
-    assert roundless and db.read_head(per_org, roundless) is not None
-    assert db.read_head(per_org, roundless - 1) is None  # too many to rank without the whole backlog
+    assert head.horizon == horizon and head.truncated == truncated
+    assert (horizon is None and not truncated) == (per_org == 100) == (not head.whole_wanted)
 
 
 @pytest.mark.django_db
@@ -404,7 +404,7 @@ def test_a_first_starts_head_read_from_the_database_is_what_the_core_picks(per_o
 
     random_charts(per_org, lambda rng, i, t0: {
         "moved_to_front_at": t0 + timedelta(seconds=i) if rng.random() < 0.05 else None})
-    head = db.read_head(per_org, 1000)
+    head = db.read_head(per_org)
     world = db.read_world()
     want, truncated = first_head_of_backlog([r.queued_chart() for r in world.charts if r.state == "queued"], per_org)
     assert head.world.rounds is None and head.horizon is None
@@ -413,7 +413,7 @@ def test_a_first_starts_head_read_from_the_database_is_what_the_core_picks(per_o
         [r.id for r in world.charts if r.state == "running"]
     assert head.truncated == truncated and head.whole_wanted == (per_org != 100)
     Chart.objects.filter(state="queued", priority=False).update(fair_round=3)
-    assert db.read_head(per_org, 1000) is None
+    assert db.read_head(per_org) is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -442,7 +442,7 @@ def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
             conn.close()
 
     def on_head(head):
-        assert sorted(r.id for r in head.world.charts) == [a.pk, b.pk]
+        assert [r.id for r in head.world.charts] == [a.pk] and head.truncated == {str(org.pk)}  # 1 an org
         t = th.Thread(target=write_elsewhere)
         t.start()
         t.join(20)
@@ -451,7 +451,7 @@ def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
     result: dict = {}
 
     def read():
-        result["world"] = db.read_streamed(1, 100, on_head)
+        result["world"] = db.read_streamed(1, on_head)
 
     reader = th.Thread(target=read)  # a thread of its own, as the scheduler runs it
     reader.start()

@@ -108,7 +108,7 @@ class FakeStore:
         return World(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages), self._active(),
                      rounds=self.saved, read_at=datetime.now(UTC))
 
-    async def read_streamed(self, per_org, roundless_max, on_head):
+    async def read_streamed(self, per_org, on_head):
         """The head of the saved order first (what ``db.read_head`` reads), then, once the
         test opens ``whole_gate``, the whole backlog as it was when the head was read."""
         world = await self.read_world()
@@ -124,10 +124,11 @@ class FakeStore:
                 return None
             await self.whole_gate.wait()
             return world
-        head, horizon = head_of_backlog([r.queued_chart(with_round=True) for r in queued.values()], per_org)
+        head, horizon, truncated = head_of_backlog([r.queued_chart(with_round=True) for r in queued.values()],
+                                                   per_org)
         charts = running + [queued[c.id] for c in head]
         world = dataclasses.replace(world, rounds=self.saved)
-        if not on_head(db.Head(dataclasses.replace(world, charts=charts), horizon)):
+        if not on_head(db.Head(dataclasses.replace(world, charts=charts), horizon, frozenset(truncated))):
             return None
         await self.whole_gate.wait()
         return world
@@ -653,6 +654,60 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
         await r.tick()
     assert "every chart's round is written" in caplog.text
     assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
+    assert r.store.saved == s.state.queue.export_rounds()
+
+
+async def test_a_restart_amid_the_first_starts_backfill_dispatches_from_the_head(rig, caplog):
+    """A first start writes the rounds a chunk at a time; a restart in the middle (charts
+    4 to 9 have no round yet) does not wait for the whole backlog: it reads each org's first
+    chart with a round and first without (one each here), places those by the arrival rule
+    after the saved cursors, and dispatches up to the horizon. The whole backlog then takes
+    over, the backfill writes the rest, and the order is the one a scheduler that never
+    stopped would hold."""
+    r = rig(budget=1, charts=9, weights=(1, 1, 1))
+    r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
+    await r.lead()
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+    assert {pk for pk, row in r.store.rows.items() if row.round is not None} == {1, 2, 3}
+    order = r.s.state.queue.order()
+    rounds = {c: r.s.state.queue.round_of(c) for c in order}
+    await r.s._step_down()
+
+    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    s.HEAD_PER_ORG, s.BACKFILL_MIN, s.BACKFILL_CHUNK = 1, 3, 2
+    r.s = s
+    await r.lead()
+    assert s.state.partial and s.state.queue.order() == ["2", "3", "4", "5", "6"]
+    assert "loaded the head of the order (3 orgs' rounds still to write)" in caplog.text
+    assert {c: s.state.queue.round_of(c) for c in s.state.queue.order()} == {c: rounds[c] for c in "23456"}
+    r.temporal.close(1)
+    await settle()
+    await r.tick()
+    r.temporal.close(2)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2]  # 3: org 2's unread charts could sort before it
+    written = {pk for pk, row in r.store.rows.items() if row.round is not None}
+    assert written <= {1, 2, 3, 4, 5, 6}  # the head's own charts only, each org a prefix
+    r.store.whole_gate.set()
+    for _ in range(50):
+        await settle()
+        if s.startup._whole_ready is not None:
+            break
+    await r.tick()
+    assert not s.state.partial
+    assert "takes over from the head (1 dispatched" in caplog.text
+    assert "differs" not in caplog.text
+    assert r.temporal.start_calls == [1, 2, 3]
+    assert s.state.queue.order() == order[2:]
+    assert {c: s.state.queue.round_of(c) for c in order[2:]} == {c: rounds[c] for c in order[2:]}
+    for _ in range(6):
+        await r.tick()
+    assert "every chart's round is written" in caplog.text
+    assert {pk: row.round for pk, row in r.store.rows.items() if row.state == "queued"} == \
+        {int(c): rounds[c] for c in order[2:]}
     assert r.store.saved == s.state.queue.export_rounds()
 
 

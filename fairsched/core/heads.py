@@ -5,23 +5,33 @@ from __future__ import annotations
 from typing import Iterable
 
 from .keys import normal_key
-from .types import QueuedChart
+from .types import QueuedChart, RoundState
 
 
-def head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], tuple | None]:
-    """The head of a saved order, what a restart loads first: every priority chart, every
-    chart without a round, and of each org the ``k`` first charts with a round by
-    ``(round, created_at, seq)`` (the normal key). With them, the horizon: the smallest
-    normal key of an org's ``k``-th chart (its later charts may sort after it), None if
-    no org had ``k`` (the head is the whole backlog). The database reads the same rows
-    with one indexed query per org (``fairsched.engine.db.read_head``)."""
+def head_of_backlog(queued: Iterable[QueuedChart], k: int
+                    ) -> tuple[list[QueuedChart], tuple | None, set[str]]:
+    """The head of a saved order, what a restart loads first (:meth:`FairQueue.restore`
+    with a horizon): every priority chart, every chart moved to the front without a round,
+    of each org the ``k`` first charts with a round by ``(round, created_at, seq)`` (the
+    normal key) and its ``k`` first others without a round by ``(created_at, seq)`` (their
+    rank order after the moved ones, which is the order they take rounds in).
+
+    With them, the horizon: the smallest normal key of an org's ``k``-th chart with a round
+    (its later charts may sort after it), None if no org had ``k``; and the orgs with more
+    than ``k`` charts without a round (``truncated``: a restart in the middle of a first
+    start's backfill, or after a large import while no scheduler ran), whose unread charts
+    take rounds after the read ones (:meth:`FairQueue.restore` bounds the horizon by them).
+    The head is the whole backlog when the horizon is None and nothing is truncated. The
+    database reads the same rows with a few indexed queries per org
+    (``fairsched.engine.db.read_head``)."""
     head: list[QueuedChart] = []
     ranked: dict[str, list[QueuedChart]] = {}
+    roundless: dict[str, list[QueuedChart]] = {}
     for c in queued:
-        if c.priority or c.round is None:
+        if c.priority or (c.round is None and c.front_at is not None):
             head.append(c)
         else:
-            ranked.setdefault(c.org, []).append(c)
+            (ranked if c.round is not None else roundless).setdefault(c.org, []).append(c)
     bounds = []
     for charts in ranked.values():
         charts.sort(key=lambda c: (c.round, c.created_at, c.seq))
@@ -29,7 +39,13 @@ def head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedC
         if len(charts) >= k:
             c = charts[k - 1]
             bounds.append(normal_key(c.round, c.created_at, c.seq))
-    return head, min(bounds) if bounds else None
+    truncated = set()
+    for org, charts in roundless.items():
+        charts.sort(key=lambda c: (c.created_at, c.seq))
+        head.extend(charts[:k])
+        if len(charts) > k:
+            truncated.add(org)
+    return head, min(bounds) if bounds else None, truncated
 
 
 def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], set[str]]:
@@ -52,6 +68,18 @@ def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[Q
         if len(charts) > k:
             truncated.add(org)
     return head, truncated
+
+
+def same_rounds(whole: RoundState, head: RoundState, truncated: frozenset[str] | set[str]) -> bool:
+    """The whole backlog's round state, after it replayed what a partial head did, is the
+    head's, but for the cursors of the orgs the head held only the first charts of
+    (``truncated``): the whole placed their unread ones after them."""
+    if whole == head:
+        return True
+    if not truncated or (whole.head, whole.budget, whole.orgs.keys()) != (head.head, head.budget, head.orgs.keys()):
+        return False
+    return all(w == h if org not in truncated else (w.in_head, w.in_round, w.weight) == (h.in_head, h.in_round, h.weight)
+               for org, w, h in ((o, whole.orgs[o], head.orgs[o]) for o in whole.orgs))
 
 
 class NeedsWholeBacklog(Exception):

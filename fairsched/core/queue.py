@@ -20,7 +20,6 @@ Complexity (n queued charts, k of one org, B the budget):
 from __future__ import annotations
 
 import math
-from operator import attrgetter
 from typing import Iterable, Mapping
 
 from .entry import _UNTRACKED, _Entry, _Untracked
@@ -29,6 +28,7 @@ from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, fifo_key, normal_key, or
 from .plan import gc_paused
 from .queue_dispatch import QueueDispatch
 from .queue_etas import QueueEtas
+from .queue_loads import QueueLoads
 from .queue_views import QueueViews
 from .reserve import DEFAULT_DEPTH
 from .modes import Dispatch, Share, check_policies
@@ -38,12 +38,11 @@ from .types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
 
 __all__ = ["FairQueue", "NeedsWholeBacklog", "POLICIES", "first_head_of_backlog", "head_of_backlog"]
 
-_seq_id = attrgetter("seq", "id")
 
 POLICIES = ("wrr", "fifo")
 
 
-class FairQueue(QueueViews, QueueDispatch, QueueEtas):
+class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
     """The queued charts of every org in their fair order.
 
     ``weights`` lists the orgs in their listed order (a budget change re-ranks
@@ -147,109 +146,6 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
         q._order.bulk_load(keys)
         return q
 
-    @classmethod
-    def restore(
-        cls,
-        queued: Iterable[QueuedChart],
-        *,
-        state: RoundState,
-        budget: int,
-        weights: Mapping[str, int],
-        costs: Mapping[tuple[str, str | None], int] | None = None,
-        horizon: tuple | None = None,
-        **policies,
-    ) -> "FairQueue":
-        """Resume after a restart or a failover from what :meth:`export_rounds` and
-        :meth:`take_round_changes` persisted (contracts/simulate.md: the order after a
-        restart equals the order before it). Each chart's ``round`` is the round it
-        held (None: it arrived after the last save, or never had one). ``head`` and
-        each org's ``(last, used, in_head)`` come from ``state``.
-
-        Charts with a round keep it; the others then arrive, per org in its rank
-        order, by the arrival rule. An org whose weight differs from ``state``'s is
-        re-ranked, and every org (in listed order) if the budget differs: what a live
-        change made while no scheduler ran would have done. O(n log n).
-
-        ``horizon``: ``queued`` is only the head of the order, every chart whose normal
-        key is at most ``horizon`` (a ``(round, created_at, seq)``), with the whole
-        priority tier and every chart without a round (a restart loads that first and the
-        rest meanwhile). The queue dispatches up to the horizon only, and logs what it
-        takes out for :meth:`replay` on the whole queue. Raises :class:`NeedsWholeBacklog`
-        if any org must be re-ranked (that needs all its charts)."""
-        if horizon is not None and horizon[0] < state.head:
-            raise NeedsWholeBacklog("the head alone may hide charts below the head round")
-        with gc_paused():
-            q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
-            q._head = int(state.head)
-            for org in q._weights:
-                s = state.orgs.get(org)
-                if s is None:
-                    continue
-                if s.last is not None:
-                    q._last[org], q._used[org] = s.last, s.used
-                if s.in_head:
-                    r = q._head if s.in_round is None else int(s.in_round)
-                    q._disp_round[org], q._disp_count[org] = r, s.in_head
-            q._enter(queued, with_round=True)
-            keys = []
-            if tuple(state.share) != q.share_key:
-                q._convert_dispatched(tuple(state.share))
-            rerank_all = state.budget != q._budget or tuple(state.share) != q.share_key
-            for org, w in q._weights.items():
-                s = state.orgs.get(org)
-                if rerank_all or (s is not None and s.weight != w) or q._stale(org):
-                    if horizon is not None:
-                        raise NeedsWholeBacklog(f"org {org} is re-ranked on restore")
-                    keys.extend(q._rank(org, insert=False))
-                else:
-                    keys.extend(q._resume_org(org))
-            q._order.bulk_load(keys)
-            if horizon is not None:
-                q._horizon = (TIER_NORMAL, *horizon)
-                q.start_log = []
-            return q
-
-    @classmethod
-    def first_head(
-        cls,
-        queued: Iterable[QueuedChart],
-        *,
-        truncated: Iterable[str],
-        budget: int,
-        weights: Mapping[str, int],
-        costs: Mapping[tuple[str, str | None], int] | None = None,
-        **policies,
-    ) -> "FairQueue":
-        """A first start's head (no round was ever saved): ``queued`` holds the whole
-        priority tier and, of each org, a prefix of its rank order (``org_rank_key``);
-        ``truncated``: the orgs with more charts than that. Their ranks are exactly
-        :meth:`from_backlog`'s: an org's charts take rounds in its rank order, each by the
-        arrival rule from ``head = 0``, so an org's first charts get the same rounds
-        whatever follows them.
-
-        What the head cannot know is where a truncated org's unread charts go: from the
-        round of its last read chart on (the next round if that one is full). So the
-        queue is partial (:attr:`partial`): it dispatches the normal tier only below the
-        smallest such round (a truncated org with no ordered chart read: none at all), and
-        logs what it takes out for :meth:`replay` on the whole backlog's queue.
-        :func:`first_head_of_backlog` says which charts the head holds."""
-        q = cls.from_backlog(queued, budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
-        bound = None
-        truncated = set(truncated)
-        for org in truncated:
-            if q._weights.get(org, 0) <= 0:
-                continue  # held: none of its charts is ever ordered
-            last = q._last.get(org)
-            if last is None:
-                top = -1  # its unread charts may take round 0
-            else:  # its next chart takes ``last`` again while fewer than its weight hold it
-                top = last if q._used.get(org, 0) >= q._turn(org) else last - 1
-            bound = top if bound is None else min(bound, top)
-        if truncated:  # partial even if only held orgs were cut: the whole backlog must follow
-            q._horizon = (TIER_NORMAL, math.inf if bound is None else bound, math.inf)  # a round <= bound
-            q.start_log = []
-        return q
-
     def _enter(self, charts: Iterable[QueuedChart], with_round: bool = False) -> list[_Entry]:
         """A new entry for each chart, registered but not placed (``with_round``: holding
         the chart's ``round``). ``charts`` may be a generator: a load passes one, so each
@@ -271,27 +167,6 @@ class FairQueue(QueueViews, QueueDispatch, QueueEtas):
             by_org[c.org][c.id] = e
             out.append(e)
         return out
-
-    def _stale(self, org: str) -> bool:
-        """A restored normal-tier chart of ``org`` in the order below ``head`` cannot be
-        what was saved: it was resumed or un-prioritised while no scheduler ran, which
-        re-ranks."""
-        return any(e.round is not None and e.round < self._head and not e.priority
-                   and self._state(e) == ORDERED for e in self._by_org[org].values())
-
-    def _resume_org(self, org: str) -> list[tuple]:
-        """:meth:`restore` of one org: its charts with a round keep it (in arrival
-        order), then the others arrive in rank order. Returns their keys."""
-        charts = self._by_org[org].values()
-        kept = sorted((e for e in charts if e.round is not None), key=_seq_id)
-        new = sorted((e for e in charts if e.round is None),
-                     key=lambda e: org_rank_key(e.created_at, e.seq, e.front_at))
-        keys = [self._place(e, arrive=False, insert=False) for e in kept]
-        for e in new:
-            keys.append(self._place(e, arrive=True, insert=False))
-            if e.round is not None:
-                self._changed.add(e.id)
-        return [k for k in keys if k is not None]
 
     def export_rounds(self) -> RoundState:
         """``head`` and each org's ``(last, used, in_head, weight)``: with each queued

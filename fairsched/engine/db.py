@@ -283,8 +283,8 @@ class Head:
 
     world: World
     horizon: tuple | None
-    # A first start's head (no round state was ever saved): the orgs with more charts than
-    # were read (:func:`fairsched.core.FairQueue.first_head`); None at a restart.
+    # The orgs with more charts without a round than were read, their first by rank (a
+    # first start, :func:`fairsched.core.FairQueue.first_head`; or a restart amid its backfill).
     truncated: frozenset[str] | None = None
 
     @property
@@ -293,74 +293,53 @@ class Head:
         return self.horizon is not None or bool(self.truncated)
 
 
-def read_head(per_org: int, roundless_max: int) -> Head | None:
+def read_head(per_org: int) -> Head | None:
     """What :func:`fairsched.core.head_of_backlog` picks, straight from the database: the
-    running charts, and of each org its queued priority charts, its queued charts without
-    a round and its ``per_org`` first with one by ``(round, created_at, id)`` (the index
-    ``chart_org_head``: one short query each). None when more than ``roundless_max``
-    charts have no round (charts created while no scheduler ran: ranking them needs every
-    org's charts). When no round state was ever saved, a first start's head instead
-    (:func:`_read_first_head`), except under the share ``work``: a first start then ranks
-    the whole backlog before it dispatches (None; docs/scheduling.md, "The live scheduler
-    and the policies")."""
+    running charts and, of each org, its queued priority charts, its ``per_org`` first with
+    a round by ``(round, created_at, id)`` and its ``per_org`` first without one by
+    ``(created_at, id)`` (the index ``chart_org_head``: one short query each), with every
+    chart moved to the front without a round (the partial index ``chart_moved_to_front``).
+    The orgs with more without a round are ``truncated``: a restart amid a first start's
+    backfill.
+
+    When no round state was ever saved, a first start's head: the same read, in which no
+    chart holds a round (:func:`fairsched.core.first_head_of_backlog`). None (rank the whole
+    backlog first) if one does anyway (a round state deleted by hand: only the whole
+    backlog can tell those charts' places), or under the share ``work`` (docs/scheduling.md,
+    "The live scheduler and the policies")."""
     rounds = read_round_state()
-    if rounds is None:
-        if SchedulerSettings.get().share == Share.WORK:
-            return None
-        return _read_first_head(per_org)
+    if rounds is None and SchedulerSettings.get().share == Share.WORK:
+        return None
     read_at = timezone_now()
     rows = Chart.objects.values_list(*CHART_FIELDS)
     charts = [_row(v) for v in rows.filter(state=ChartState.RUNNING)]
+    charts.extend(_row(v) for v in rows.filter(state=ChartState.QUEUED, moved_to_front_at__isnull=False,
+                                               priority__in=[False], fair_round__isnull=True))
     orgs = read_orgs()
     bounds = []
-    roundless = 0
+    truncated = set()
     for org in orgs:
         queued = rows.filter(org_id=org.id, state=ChartState.QUEUED)
-        # ``priority__in``, not ``priority=``: Django writes ``NOT priority`` for False, which
-        # SQLite's planner cannot match to an index column (it sorted 222k rows an org).
-        charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
-        new = [_row(v) for v in queued.filter(priority__in=[False], fair_round__isnull=True)[:roundless_max + 1]]
-        roundless += len(new)
-        if roundless > roundless_max:
-            return None
-        charts.extend(new)
         kept = [_row(v) for v in queued.filter(priority__in=[False], fair_round__isnull=False)
                 .order_by("fair_round", "created_at", "id")[:per_org]]
-        charts.extend(kept)
+        if kept and rounds is None:
+            return None
         if len(kept) == per_org:
             last = kept[-1]
             bounds.append(normal_key(last.round, last.created_at, last.id))
-    return Head(_head_world(charts, orgs, rounds, read_at), min(bounds) if bounds else None)
-
-
-def _read_first_head(per_org: int) -> Head | None:
-    """A first start's head (no round state saved: every chart ranks from ``head = 0``):
-    the running charts and, of each org, its queued priority charts, its charts moved to
-    the front and its ``per_org`` first others by ``(created_at, id)`` (its rank order,
-    ``org_rank_key``; one indexed query each). The orgs with more are ``truncated``. None
-    (rank the whole backlog) if a queued chart holds a round anyway: a round state deleted
-    by hand; only the whole backlog can tell those charts' places."""
-    read_at = timezone_now()
-    rows = Chart.objects.values_list(*CHART_FIELDS)
-    charts = [_row(v) for v in rows.filter(state=ChartState.RUNNING)]
-    # the index chart_moved_to_front (partial: only those rows)
-    charts.extend(_row(v) for v in rows.filter(state=ChartState.QUEUED, moved_to_front_at__isnull=False,
-                                               priority__in=[False]))
-    orgs = read_orgs()
-    truncated = set()
-    for org in orgs:  # the index chart_org_head
-        queued = rows.filter(org_id=org.id, state=ChartState.QUEUED)
-        if queued.filter(priority__in=[False], fair_round__isnull=False).exists():
-            return None
-        charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
-        normal = queued.filter(priority__in=[False], fair_round__isnull=True)
-        # by fair_round too (NULL in all): so chart_org_head's order (PostgreSQL took chart_state_created, see pg_statistics)
-        first = [_row(v) for v in normal.filter(moved_to_front_at__isnull=True).order_by("fair_round", "created_at", "id")[:per_org + 1]]
-        if len(first) > per_org:
+        # ``priority__in``, not ``priority=``: Django writes ``NOT priority`` for False, which
+        # SQLite's planner cannot match to an index column (it sorted 222k rows an org).
+        # ``order_by("fair_round", ...)`` (NULL in all): chart_org_head's order, which
+        # PostgreSQL otherwise forgoes for chart_state_created (see pg_statistics).
+        new = [_row(v) for v in queued.filter(priority__in=[False], fair_round__isnull=True,
+                                              moved_to_front_at__isnull=True)
+               .order_by("fair_round", "created_at", "id")[:per_org + 1]]
+        if len(new) > per_org:
             truncated.add(str(org.id))
-            first.pop()
-        charts.extend(first)
-    return Head(_head_world(charts, orgs, None, read_at), None, frozenset(truncated))
+            new.pop()
+        charts.extend(kept + new)
+        charts.extend(_row(v) for v in queued.filter(priority__in=[True]))
+    return Head(_head_world(charts, orgs, rounds, read_at), min(bounds) if bounds else None, frozenset(truncated))
 
 
 def _head_world(charts: list[ChartRow], orgs: list[OrgRow], rounds: CoreRoundState | None,
@@ -371,7 +350,7 @@ def _head_world(charts: list[ChartRow], orgs: list[OrgRow], rounds: CoreRoundSta
                  rounds=rounds, read_at=read_at)
 
 
-def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | None], bool]) -> World | None:
+def read_streamed(per_org: int, on_head: Callable[[Head | None], bool]) -> World | None:
     """Start-up: :func:`read_head`, handed to ``on_head`` at once, then (if ``on_head``
     says the whole backlog is wanted; else None) :func:`read_world`, both in one snapshot
     of the database (:func:`one_snapshot`, which takes no write lock), so the whole backlog is exactly what the head was
@@ -382,7 +361,7 @@ def read_streamed(per_org: int, roundless_max: int, on_head: Callable[[Head | No
         SchedulerSettings.get()  # the one write a read could make, before the read transaction
         pg_statistics.analyze_if_stale()  # PostgreSQL after a bulk load: plans that fit the head's probes
         with one_snapshot():
-            if not on_head(read_head(per_org, roundless_max)):
+            if not on_head(read_head(per_org)):
                 return None
             return read_world()
     finally:

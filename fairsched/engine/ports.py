@@ -114,8 +114,7 @@ class Unavailable(Exception):
 # ==================================================================== store
 class Store(Protocol):
     async def read_world(self) -> World: ...
-    async def read_streamed(self, per_org: int, roundless_max: int,
-                            on_head: Callable[[db.Head | None], bool]) -> World | None: ...
+    async def read_streamed(self, per_org: int, on_head: Callable[[db.Head | None], bool]) -> World | None: ...
     async def recent_arrivals(self) -> list[tuple[str, str, float]]: ...
     async def recent_durations(self) -> list[tuple[str, str, float]]: ...
     async def recent_promises(self) -> list[tuple[float, float, float]]: ...
@@ -205,12 +204,11 @@ class DbStore:
 
     read_world = _in_db_thread("read_world")
 
-    async def read_streamed(self, per_org: int, roundless_max: int,
-                            on_head: Callable[[db.Head | None], bool]) -> World | None:
+    async def read_streamed(self, per_org: int, on_head: Callable[[db.Head | None], bool]) -> World | None:
         """``db.read_streamed`` in a thread of its own: ``on_head`` is called there with the
         head of the order (None: none to start from); it says whether the whole backlog
         must be read too (else this returns None)."""
-        return await in_daemon_thread(db.read_streamed, per_org, roundless_max, on_head)
+        return await in_daemon_thread(db.read_streamed, per_org, on_head)
 
     def start_vacuum_after_backfill(self) -> None:
         """``pg_statistics.vacuum_after_backfill`` in a daemon thread and connection of its own,

@@ -113,8 +113,7 @@ class Scheduler:
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
     FULL_RESYNC_CHUNK: int = 1000     # charts per chunk of the full re-read (one per tick, after its dispatch)
     FULL_RESYNC_COST_FACTOR: float = 100.0  # ... and at most every this many times its own duration
-    HEAD_PER_ORG: int = 250           # a restart loads first this many charts per org (the head of the order)
-    HEAD_ROUNDLESS_MAX: int = 10_000  # ... unless more charts than this have no saved round (then all first)
+    HEAD_PER_ORG: int = 250           # a start loads first this many charts per org with a round, and without
     BACKFILL_MIN: int = 20_000        # more new rounds than this at a load are written a chunk at a time ...
     BACKFILL_CHUNK: int = 1000        # ... this many per write (one per tick, after its dispatch)
     MAX_SLEEP_S: float = 1.0          # the loop wakes at least this often

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fairsched.core import NeedsWholeBacklog, RoundSaver, RoundState
+from fairsched.core import NeedsWholeBacklog, RoundSaver, same_rounds
 from fairsched.engine import db
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Backoff, Host, Part
@@ -26,17 +26,6 @@ from fairsched.engine.state import QUEUED, LiveState, World
 from fairsched.engine.sync import Sync
 
 log = logging.getLogger("fairsched.engine")
-
-
-def _same_rounds(whole: RoundState, head: RoundState, truncated: frozenset[str]) -> bool:
-    """The whole backlog's round state after the replay is the head's (never expected
-    otherwise), but for the cursors of the orgs a first start's head cut short."""
-    if whole == head:
-        return True
-    if not truncated or (whole.head, whole.budget, whole.orgs.keys()) != (head.head, head.budget, head.orgs.keys()):
-        return False
-    return all(w == h if org not in truncated else (w.in_head, w.in_round, w.weight) == (h.in_head, h.in_round, h.weight)
-               for org, w, h in ((o, whole.orgs[o], head.orgs[o]) for o in whole.orgs))
 
 
 def _freeze_backlog() -> None:
@@ -72,8 +61,7 @@ class Startup(Part):
                 loop.call_soon_threadsafe(heads.put_nowait, head)
                 return head is None or head.whole_wanted
 
-            reading = asyncio.ensure_future(self.store.read_streamed(self.HEAD_PER_ORG, self.HEAD_ROUNDLESS_MAX,
-                                                                     on_head))
+            reading = asyncio.ensure_future(self.store.read_streamed(self.HEAD_PER_ORG, on_head))
             got_head = asyncio.ensure_future(heads.get())
             try:
                 done, _ = await asyncio.wait({reading, got_head}, return_when=asyncio.FIRST_COMPLETED)
@@ -111,12 +99,14 @@ class Startup(Part):
             return False
         self.host._install(state, RoundSaver(head.world.rounds))
         if head.truncated:
-            # A first start: the head's rounds are written first (each org a prefix of its
-            # order, its cursor after it), and the whole backlog's then go on after them.
+            # A first start, or a restart amid its backfill: the head's new rounds are written
+            # first (each org a prefix of its order, its cursor after it), and the whole
+            # backlog's then go on after them.
             self.host._rounds.start_backfill(state.queue, tuple, 1, keep_written=True)
         self.host._notes.clear()  # the read covers them; the take-over's resync covers what came later
         log.info("loaded the head of the %s: %d queued (%d in the order), %d running; dispatching from it "
-                 "while the whole backlog loads", "backlog (a first start)" if head.truncated else "order",
+                 "while the whole backlog loads", "backlog (a first start)" if head.world.rounds is None else
+                 "order" + (" (%d orgs' rounds still to write)" % len(head.truncated) if head.truncated else ""),
                  len(state.queue), state.queue.order_len, len(state.running))
         for chart_id in state.running:
             self.sync._watch(chart_id)
@@ -170,7 +160,7 @@ class Startup(Part):
             if prepared is not None:  # before the replay: what the head dispatched extends its org's written part
                 backfill = self.host._rounds.adopt(whole.queue, prepared)
             taken = whole.take_over_from(head)
-            if not _same_rounds(whole.queue.export_rounds(), head.queue.export_rounds(), head.truncated):
+            if not same_rounds(whole.queue.export_rounds(), head.queue.export_rounds(), head.truncated):
                 log.error("the whole backlog's round state differs from the head's after the replay")
             log.info("the whole backlog takes over from the head (%d dispatched or removed meanwhile)", len(taken))
         else:

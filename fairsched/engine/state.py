@@ -128,9 +128,9 @@ class LiveState:
         :class:`~fairsched.core.NeedsWholeBacklog` if the saved order cannot resume
         from its head alone.
 
-        ``truncated``: ``world`` is a first start's head (no round state saved, each org's
-        first charts by rank, :func:`fairsched.engine.db.read_head`) and these orgs have
-        more: the state is partial in the same way (``FairQueue.first_head``)."""
+        ``truncated``: these orgs have more charts without a round than the first by rank
+        that ``world`` holds (a first start, ``FairQueue.first_head``, or a restart amid
+        its backfill): the state is partial in the same way."""
         with gc_paused():  # at start-up: several small acyclic objects per chart, a million charts
             self._load(world, observe_arrivals, horizon, truncated)
 
@@ -142,7 +142,7 @@ class LiveState:
     def _load(self, world: World, observe_arrivals: bool, horizon: tuple | None = None,
               truncated: frozenset[str] | None = None) -> None:
         self.config = world.config
-        self.truncated: frozenset[str] = frozenset(truncated or ())  # a first start's head: see __init__
+        self.truncated: frozenset[str] = frozenset(truncated or ())  # see __init__
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
         queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
@@ -155,8 +155,8 @@ class LiveState:
             self.queue = FairQueue.restore(
                 (c.queued_chart(with_round=True, work=world.config.share is Share.WORK) for c in queued),
                 state=world.rounds,
-                budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon, **policies,
-            )
+                budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon,
+                truncated=truncated, **policies)
         elif truncated:
             self.queue = FairQueue.first_head(
                 (c.queued_chart() for c in queued), truncated=truncated, budget=world.config.budget,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fairsched.core import FairQueue, QueuedChart, RoundSaver, first_head_of_backlog
+from fairsched.core import (FairQueue, NeedsWholeBacklog, QueuedChart, RoundSaver, first_head_of_backlog,
+                            head_of_backlog, same_rounds)
 from fairsched.core.keys import org_rank_key
 
 ORGS = ("o1", "o2", "o3", "o4")
@@ -88,6 +89,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         head_charts, truncated = head_of(self.charts, k)
         self.live = self.Q.first_head(head_charts, truncated=truncated, budget=3, weights=WEIGHTS, costs=COSTS)
         self.head_phase = self.live.partial
+        self.truncated = truncated
         self.saver = RoundSaver(None)
         self.saver.start_backfill(self.live, lambda: (), 1, keep_written=self.head_phase)
         self.rows: dict[str, int | None] = {}
@@ -108,6 +110,8 @@ class FirstStartMachine(RuleBasedStateMachine):
         free = self.ref.budget - sum(self.running.values())
         started = self.live.dispatch(free)
         if self.head_phase:
+            if started and self.snapshot is not None:
+                event("a restart's head dispatched")
             assert [c.id for c in started] == self.ref.peek(free)[:len(started)]
             self.ref.replay(self.live.start_log[self.logged:])
             self.logged = len(self.live.start_log)
@@ -127,25 +131,40 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.saver.chunk(n)
         self._save()
 
+    snapshot = None  # a restart's read: (queued charts with their saved rounds, saved state, had a round)
+
     @precondition(lambda self: self.head_phase and self.whole is None)
     @rule()
     def build_whole(self):
         """The whole backlog (read in the head's snapshot) is built, and its backfill
         prepared, as a thread does while the head goes on dispatching and writing."""
-        self.whole = whole_of(self.charts, self.Q)
-        self.prepared = RoundSaver.prepare(self.whole, lambda: (), 1, dict(self.saver.written_rounds or {}),
-                                           self.saver.saved)
+        if self.snapshot is None:
+            self.whole = whole_of(self.charts, self.Q)
+            had = ()
+        else:
+            queued, saved, had = self.snapshot
+            self.whole = self.Q.restore(queued, state=saved, budget=3, weights=WEIGHTS, costs=COSTS)
+        self.prepared = None
+        if self.truncated:
+            self.prepared = RoundSaver.prepare(self.whole, lambda: had, 1, dict(self.saver.written_rounds or {}),
+                                               self.saver.saved)
 
     @precondition(lambda self: self.whole is not None)
     @rule()
     def take_over(self):
         """The backfill catches up with what the head wrote since; the whole replays the head's log."""
         whole, self.whole = self.whole, None
-        self.saver.adopt(whole, self.prepared)
+        if self.prepared is not None:
+            self.saver.adopt(whole, self.prepared)
         whole.replay(self.live.start_log)
         assert whole.order() == self.ref.order()
+        assert same_rounds(whole.export_rounds(), self.live.export_rounds(), self.truncated)
+        if self.prepared is None:  # the engine's _loaded: a backfill of what the whole placed, if large
+            had = self.snapshot[2]
+            self.saver.start_backfill(whole, lambda: had, 10**9)
         self.live = whole
         self.head_phase = False
+        self.snapshot = None
         self._save()
 
     @precondition(lambda self: not self.head_phase)
@@ -180,9 +199,36 @@ class FirstStartMachine(RuleBasedStateMachine):
                {cid: self.ref.round_of(cid) for cid in self.ref._entries}
         self.live = restored
         self.head_phase = False
-        self.whole = None
+        self.whole = self.snapshot = None
         self.saver = RoundSaver(self.saved)
         self.saver.start_backfill(restored, lambda: {c for c, r in self.rows.items() if r is not None}, 1)
+        self._save()
+
+    @rule(k=st.integers(1, 4))
+    def kill_9_then_head_first(self, k):
+        """kill -9 at any moment (amid the backfill too), and the new scheduler starts from
+        the head of what was committed (``head_of_backlog``: each org's first ``k`` charts
+        with a round and ``k`` without, the orgs with more ``truncated``), as the engine
+        does; the whole backlog, read in the same snapshot, then takes over."""
+        if self.saved is None:
+            return self.kill_9()
+        queued = [replace(self.ref.get(cid), round=self.rows.get(cid))
+                  for cid in sorted(self.ref._entries, key=lambda c: int(c[1:]))]
+        head, horizon, truncated = head_of_backlog(queued, k)
+        try:
+            live = self.Q.restore(head, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS, horizon=horizon,
+                                  truncated=truncated)
+        except NeedsWholeBacklog:
+            return self.kill_9()
+        if not live.partial:
+            return self.kill_9()  # the head was the whole backlog
+        self.live, self.head_phase, self.whole, self.logged = live, True, None, 0
+        self.truncated = truncated
+        event("a restart from the head, " + ("orgs cut short" if truncated else "a horizon only"))
+        self.snapshot = (queued, self.saved, {c for c, r in self.rows.items() if r is not None})
+        self.saver = RoundSaver(self.saved)
+        if truncated:  # the engine's _start_from_head
+            self.saver.start_backfill(live, tuple, 1, keep_written=True)
         self._save()
 
     @invariant()
