@@ -228,6 +228,21 @@ class FakeStore:
         for cid, (est, share) in (work or {}).items():
             self.set(int(cid), est_s=est, share=share)
 
+    chunk_gate: asyncio.Event | None = None  # a test holds the backfill's chunk in flight with it
+    chunks_aside = 0
+    chunk_failures = 0  # the next chunks to fail (a database error)
+
+    async def save_rounds_aside(self, state, changes, work=None):
+        """A backfill's chunk, written aside: as the real store, after the loop let go."""
+        self.chunks_aside += 1
+        await asyncio.sleep(0)
+        if self.chunk_gate is not None:
+            await self.chunk_gate.wait()
+        if self.chunk_failures:
+            self.chunk_failures -= 1
+            raise OSError("connection lost")
+        await self.save_rounds(state, changes, work)
+
 
 class FakeTemporal:
     """Workflows run until the test closes them (:meth:`close`); starts can be made to fail.
@@ -349,6 +364,17 @@ async def settle() -> None:
     """Let the watchers (and the ETA pass's bookkeeping) run."""
     for _ in range(10):
         await asyncio.sleep(0)
+
+
+async def tick_until_written(r, caplog, most: int = 50) -> int:
+    """Tick (letting the backfill's chunk in flight land between ticks) until every
+    chart's round is written; returns how many ticks that took."""
+    for n in range(1, most + 1):
+        await r.tick()
+        await settle()
+        if "every chart's round is written" in caplog.text:
+            return n
+    raise AssertionError("the backfill never ended")
 
 
 @pytest.fixture
@@ -650,9 +676,7 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     assert not s.state.partial and s.state.queue.order() == order
     assert {c: s.state.queue.round_of(c) for c in order} == rounds
     assert "writing 6 charts' rounds 2 at a time" in caplog.text  # 4 to 9: 2's and 3's were written
-    for _ in range(5):
-        await r.tick()
-    assert "every chart's round is written" in caplog.text
+    assert await tick_until_written(r, caplog) <= 5
     assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
     assert r.store.saved == s.state.queue.export_rounds()
 
@@ -703,12 +727,45 @@ async def test_a_restart_amid_the_first_starts_backfill_dispatches_from_the_head
     assert r.temporal.start_calls == [1, 2, 3]
     assert s.state.queue.order() == order[2:]
     assert {c: s.state.queue.round_of(c) for c in order[2:]} == {c: rounds[c] for c in order[2:]}
-    for _ in range(6):
-        await r.tick()
-    assert "every chart's round is written" in caplog.text
+    assert await tick_until_written(r, caplog) <= 6
     assert {pk: row.round for pk, row in r.store.rows.items() if row.state == "queued"} == \
         {int(c): rounds[c] for c in order[2:]}
     assert r.store.saved == s.state.queue.export_rounds()
+
+
+async def test_a_chart_starts_while_the_backfills_chunk_is_in_flight_and_commits_after_it(rig, caplog):
+    """The backfill's chunk is written aside (its own thread and connection): a chart whose
+    turn comes meanwhile starts on Temporal at once, and only its commit (which carries the
+    round state) waits for the chunk, so the saves land in the order they were made. A
+    chunk that fails leaves its charts to the next save: every round is written in the end."""
+    r = rig(budget=1, charts=9, weights=(1, 1, 1))
+    r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
+    r.store.chunk_gate = asyncio.Event()
+    await r.lead()
+    await r.tick()
+    assert r.temporal.start_calls == [1] and r.store.chunks_aside == 1  # the chunk after the dispatch, held
+    r.temporal.close(1)
+    await settle()
+    ticking = asyncio.create_task(r.tick())
+    await settle()
+    assert r.temporal.start_calls == [1, 2]  # started while the chunk is in flight
+    assert 2 not in [m[0] for m in r.store.marked] and not ticking.done()  # its commit waits for the chunk
+    r.store.chunk_failures = 1
+    r.store.chunk_gate.set()
+    await ticking
+    assert 2 in [m[0] for m in r.store.marked]
+    assert "rounds failed (OSError: connection lost)" in caplog.text
+    r.clock.advance(r.s.BACKOFF_MAX_S + 1)
+    await tick_until_written(r, caplog)
+    assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
+    assert r.store.saved == r.s.state.queue.export_rounds()
+    order = r.s.state.queue.order()
+    await r.s._step_down()
+    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
+                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
+    r.s = s
+    await r.lead()
+    assert s.state.queue.order() == order
 
 
 async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_whole_loads(rig, caplog):
@@ -746,9 +803,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     left = 9 - len(written)
     assert f"writing {left} charts' rounds 2 at a time" in caplog.text  # not again what the head wrote
     assert r.store.vacuums == 0  # the head's rounds written is not the end of the backfill
-    for _ in range(6):
-        await r.tick()
-    assert "every chart's round is written" in caplog.text
+    assert await tick_until_written(r, caplog) <= 6
     assert r.store.vacuums == 1  # PostgreSQL's dead row versions of the chunks: one vacuum, once
     for _ in range(3):
         await r.tick()

@@ -168,6 +168,7 @@ class Dispatcher(Part):
             planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
         if not started:
             return fx
+        await self.host.rounds_settled()  # the backfill's chunk in flight commits first
         new = self.state.commit_dispatch(planned, started)
         save = self.host._rounds.next(self.state.queue)
         work = self.state.work_of(save[1]) if save is not None else None

@@ -32,7 +32,8 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 7. then does one chunk of the long jobs, so that no dispatch waits behind one in its
    tick: the full resync, everything every ``FULL_RESYNC_S`` (raw SQL and
    ``QuerySet.update()`` calls that leave ``updated_at`` alone), and a first start's
-   rounds (:mod:`fairsched.core.backfill`),
+   rounds (:mod:`fairsched.core.backfill`; written aside while the loop goes on, see
+   :meth:`Scheduler._backfill_step`),
 8. starts the ETA pass soon after a change (at once after a budget, weight or cost
    change; with nothing changing, every ``eta_interval_s`` or ``ETA_IDLE_COST_FACTOR``
    times its cost): the pass, the snapshot and its publication run in a forked child
@@ -214,6 +215,7 @@ class Scheduler:
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
                                    "rounds")}
         self._rounds = RoundSaver(None)          # what of the round state is written, and when
+        self._chunk: asyncio.Task | None = None  # the backfill's chunk in flight, written aside (_backfill_step)
 
         # The collaborators (each reads the state and the ports through this scheduler).
         self.leadership = Leadership(self, lease or RedisLease(redis_url, self.LEASE_TTL_S),
@@ -352,6 +354,8 @@ class Scheduler:
         for task in self._tasks:
             task.cancel()
         tasks = self._tasks + self.sync.stop_watching()
+        if self._chunk is not None:  # its write ends before the lease goes (never after a next leader's)
+            tasks.append(self._chunk)
         if tasks:
             await self.clock.wait_tasks(tasks, self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self._tasks = []
@@ -384,6 +388,7 @@ class Scheduler:
         if self.state is None:
             return
         if self.startup._whole_ready is not None:
+            await self.rounds_settled()
             await self.startup._take_over_whole()
         fx = Effects()
         now = self.clock.monotonic()
@@ -427,7 +432,8 @@ class Scheduler:
         return (
             ("resync", lambda now: not self.state.partial and self.sync._full_resync_wanted(now),
              self.sync._full_resync_step, None),
-            ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading, self._backfill_step, None),
+            ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading and self._chunk is None,
+             self._backfill_step, None),
         )
 
     def _cancel_steps(self) -> tuple[Step, ...]:
@@ -501,23 +507,54 @@ class Scheduler:
     # ================================================================ round state
     async def _backfill_step(self) -> Effects:
         """One chunk of the backfill (:mod:`fairsched.core.backfill`): the next charts in
-        round order, with each org's cursor after them, in one transaction."""
+        round order, with each org's cursor after them, in one transaction, written aside
+        (a thread and connection of their own, :meth:`_write_chunk`) while the loop goes
+        on: a chart whose turn comes meanwhile reads and starts at once (its commit, which
+        carries the round state, waits for the chunk: :meth:`rounds_settled`)."""
         self._rounds.chunk(self.BACKFILL_CHUNK)
-        await self._save_rounds()
-        if self._rounds.backfilling:
-            self._wake.set()  # the next chunk at once, after this tick's dispatch
-        elif self.state.partial:
+        save = self._rounds.next(self.state.queue)
+        if save is not None:
+            self._chunk = asyncio.create_task(self._write_chunk(save, self.state.work_of(save[1])), name="rounds-chunk")
+        return Effects()
+
+    async def _write_chunk(self, save, work) -> None:
+        began = self.clock.monotonic()
+        try:
+            await self.store.save_rounds_aside(*save, work)
+        except Exception as exc:  # noqa: BLE001 - its charts stay pending: the next save writes them
+            delay = self._backoff["rounds"].fail(self.clock.monotonic())
+            log.warning("rounds failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
+            return
+        finally:
+            self._chunk = None
+            self._wake.set()  # the next chunk (after the tick's dispatch), or the saves it held back
+        self._rounds.written(save)
+        self._backoff["rounds"].ok()
+        took = self.clock.monotonic() - began
+        if took >= self.STEP_SLOW_LOG_S:
+            self._log_slow_step("rounds-chunk", took)
+        if self._rounds.backfilling or self.state is None:
+            return
+        if self.state.partial:
             log.info("the rounds of the head of the backlog are written")
         else:
             log.info("every chart's round is written")
             # PostgreSQL: the chunks' dead row versions slow a restart's head read until a
             # vacuum (pg_statistics.vacuum_after_backfill); it runs beside the loop
             self.store.start_vacuum_after_backfill()
-        return Effects()
+
+    async def rounds_settled(self) -> None:
+        """Wait for the backfill's chunk in flight, if any: every other use of the round
+        saver (a save, the whole backlog's take-over) comes after it, as if it had been
+        written in the tick (the saves commit in the order they were made)."""
+        if self._chunk is not None:
+            await asyncio.shield(self._chunk)
 
     async def _save_rounds(self) -> None:
         """Arrivals and re-ranks change rounds without a dispatch: write them too, so a
         new scheduler resumes exactly this order (one transaction, O(changes))."""
+        if self._chunk is not None:
+            return  # after the chunk in flight: its end wakes the loop, whose next tick saves
         save = self._rounds.next(self.state.queue)
         if save is not None:
             work = self.state.work_of(save[1])  # share "work": estimates at arrival and shares
