@@ -481,14 +481,14 @@ class Scheduler:
             self._log_slow_step(name, took)
         return result if result is not None else True
 
-    def _log_slow_step(self, name: str, took: float) -> None:
+    def _log_slow_step(self, name: str, took: float, how: str = "the loop waited for it") -> None:
         """One line a step per ``STEP_SLOW_LOG_EVERY_S`` at most, saying how many more were slow."""
         now = self.clock.monotonic()
         more, longest, logged_at = self._slow_steps.get(name, (0, 0.0, -math.inf))
         if now - logged_at < self.STEP_SLOW_LOG_EVERY_S:
             self._slow_steps[name] = (more + 1, max(longest, took), logged_at)
             return
-        log.info("step %s took %.0f ms (the loop waited for it)%s", name, 1000 * took,
+        log.info("step %s took %.0f ms (%s)%s", name, 1000 * took, how,
                  f"; {more} more since the last such line, the longest {1000 * longest:.0f} ms" if more else "")
         self._slow_steps[name] = (0, 0.0, now)
 
@@ -532,7 +532,7 @@ class Scheduler:
         self._backoff["rounds"].ok()
         took = self.clock.monotonic() - began
         if took >= self.STEP_SLOW_LOG_S:
-            self._log_slow_step("rounds-chunk", took)
+            self._log_slow_step("rounds-chunk", took, "written aside: the loop went on")
         if self._rounds.backfilling or self.state is None:
             return
         if self.state.partial:
