@@ -63,3 +63,6 @@ class FakeHost:
         self.guarded.append(name)
         result = await step()
         return result if result is not None else True
+
+    async def rounds_settled(self) -> None:
+        """No backfill's chunk is in flight here (the scheduler's own tests hold one)."""
