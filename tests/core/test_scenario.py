@@ -270,3 +270,36 @@ def test_a_repeated_id_is_refused_wherever_the_charts_end_up(queued, extra, mess
     with pytest.raises(ScenarioError) as err:
         parse_scenario(d)
     assert str(err.value) == message
+
+
+def test_the_plan_leaves_no_young_collection_behind_and_never_thaws_a_freeze():
+    """``plan()`` pauses the collector, then moves what it built out of the young
+    generation (``gc_paused(age_out=True)``): no collection walks its million-item
+    containers on the way out. A caller that froze objects on purpose (the live
+    scheduler's backlog) keeps them frozen."""
+    import gc
+
+    s = seed_scenario()
+    s["queued"] = [dict(s["queued"][0], id=f"x{i}") for i in range(3000)]
+    collections: list[int] = []
+
+    def seen(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        out = plan(s)
+        young_after = gc.get_count()[0]
+    finally:
+        gc.callbacks.remove(seen)
+    assert len(out["etas"]) >= 3000 and gc.isenabled()
+    assert collections == [] and young_after < 100  # without the age-out: one young collection, of all of it
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        plan(s)
+        assert gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
