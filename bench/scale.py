@@ -225,7 +225,7 @@ print("PROBE", c.pk)
 
 
 def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str, settle_s: float = 10.0,
-            window_s: float = 20.0) -> dict:
+            window_s: float = 20.0, probes: int = PROBES) -> dict:
     import psutil
 
     url = database_url(kind, tmp, size)
@@ -264,7 +264,7 @@ import django, time, json
 django.setup()
 from charts.services import chart_submit
 out = {{}}
-for i in range({PROBES}):
+for i in range({probes}):
     c = chart_submit(org={fig['probe_org']}, workflow={fig['probe_wf']}, payload={{"seconds": 0.2}},
                      priority=True, external_id=f"probe-{{i}}")
     out[c.pk] = c.created_at.timestamp()
@@ -279,6 +279,10 @@ print("PROBES", json.dumps(out))
         created = {int(k): v for k, v in json.loads(out.stdout.split("PROBES", 1)[1]).items()}
         started = asyncio.run(start_times(temporal_url, list(created)))
         lat = [started[c] - created[c] for c in created if c in started]
+        # each probe's chart id, creation and latency, to read beside the scheduler's log
+        (tmp / f"probes-{size}.json").write_text(json.dumps(
+            {c: {"created": created[c], "ms": round((started[c] - created[c]) * 1000, 1)} for c in created
+             if c in started}, indent=1))
         fig["probes_started"] = f"{len(lat)}/{len(created)}"
         fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
@@ -341,6 +345,8 @@ def main() -> None:
     parser.add_argument("--postgres", default="", help="a PostgreSQL URL (a database is created per size)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after the load before the idle window")
     parser.add_argument("--window", type=float, default=20.0, help="seconds of the idle CPU window")
+    parser.add_argument("--probes", type=int, default=PROBES,
+                        help="priority probe charts, one a second (each one's latency: probes-<size>.json in the logs)")
     args = parser.parse_args()
     sizes = [args.baseline] + [int(s) for s in args.sizes.split(",") if s]
     kind = args.postgres or "sqlite"
@@ -357,7 +363,7 @@ def main() -> None:
             # server would refuse the next size's first charts as already run.
             temporal = embedded.start_temporal(log=tmp / f"temporal-{size}.log")
             try:
-                results.append(measure(kind, size, tmp, redis.url, temporal.url, args.settle, args.window))
+                results.append(measure(kind, size, tmp, redis.url, temporal.url, args.settle, args.window, args.probes))
             finally:
                 temporal.stop()
     finally:
