@@ -951,3 +951,25 @@ async def test_a_slow_step_is_logged_with_how_long_the_loop_waited(rig, caplog):
     await r.s._guarded("rounds", slow)
     assert "step rounds took 250 ms (the loop waited for it); 3 more since the last such line, " \
            "the longest 250 ms" in caplog.text
+    # a step run from a task of its own (the ETA pass, which logs its own time) is not the loop's
+    caplog.clear()
+    await r.s._guarded("eta", slow, loop_waits=False)
+    assert "step eta" not in caplog.text
+
+
+async def test_a_slow_dispatch_says_where_its_time_went(rig, caplog):
+    """A dispatch's slow-step line names its phases: plan and read, the starts on
+    Temporal, the commit (and what of it waited for the backfill's chunk)."""
+    r = rig(budget=1, charts=1)
+    await r.lead()
+    start = r.temporal.start
+
+    async def slow_start(**kw):
+        r.clock.advance(0.3)
+        return await start(**kw)
+
+    r.temporal.start = slow_start
+    await r.tick()
+    assert r.temporal.start_calls == [1]
+    assert "step dispatch took 300 ms (the loop waited for it): 1 chart: plan and read 0 ms, start on " \
+           "Temporal 300 ms, commit 0 ms (of which waiting for the backfill's chunk 0 ms)" in caplog.text

@@ -33,6 +33,8 @@ class Dispatcher(Part):
         self.sync, self.etas = sync, etas
         self.starts = 0  # workflows started by this process (bench, tests)
         self._start_failures = StartFailures()
+        self._phases: tuple = (0, 0.0, 0.0, 0.0, 0.0)  # the last dispatch: charts, plan, start, commit, chunk wait
+        self._waited_for_chunk = 0.0
 
     # ---------------------------------------------------------------- plan
     async def _dispatch(self) -> Effects:
@@ -49,12 +51,25 @@ class Dispatcher(Part):
         (unless Temporal shows its workflow after all). A chart whose workflow already ran
         but whose outcome cannot be read keeps its place too; the rest of the dispatch commits."""
         fx = Effects()
+        clock = self.clock
+        t0 = clock.monotonic()
+        self._waited_for_chunk = 0.0
         plan = await self._plan(fx)
         if plan is None:
             return fx
+        t1 = clock.monotonic()
         starts = await self._start_all(plan)
+        t2 = clock.monotonic()
         fx.merge(await self._commit(plan, starts))
+        self._phases = (len(plan.charts), t1 - t0, t2 - t1, clock.monotonic() - t2, self._waited_for_chunk)
         return fx
+
+    def phases(self) -> str:
+        """Where the last dispatch's time went (the scheduler's slow-step line names it)."""
+        n, plan, start, commit, chunk = self._phases
+        return (f"{n} chart{'s' if n != 1 else ''}: plan and read {1000 * plan:.0f} ms, start on Temporal "
+                f"{1000 * start:.0f} ms, commit {1000 * commit:.0f} ms (of which waiting for the backfill's "
+                f"chunk {1000 * chunk:.0f} ms)")
 
     async def _plan(self, fx: Effects) -> Plan | None:
         """The head of the order that fits, its rows read and agreeing with memory (rows that
@@ -168,7 +183,9 @@ class Dispatcher(Part):
             planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
         if not started:
             return fx
+        waiting = self.clock.monotonic()
         await self.host.rounds_settled()  # the backfill's chunk in flight commits first
+        self._waited_for_chunk = self.clock.monotonic() - waiting
         new = self.state.commit_dispatch(planned, started)
         save = self.host._rounds.next(self.state.queue)
         work = self.state.work_of(save[1]) if save is not None else None

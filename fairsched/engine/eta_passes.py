@@ -125,7 +125,7 @@ class EtaPasses(Part):
         before = self._published_seq
         failed = False
         try:
-            failed = not await self.host._guarded("eta", lambda: self._eta_pass(captured, now))
+            failed = not await self.host._guarded("eta", lambda: self._eta_pass(captured, now), loop_waits=False)
             if not failed:
                 metrics.eta_pass_done(self.clock.monotonic() - started)
             if failed and self._published_seq == before:

@@ -396,7 +396,7 @@ class Scheduler:
         await self._carry_out(fx)
         await self._run_due(self._cancel_steps(), now, fx)
         if self.may_dispatch() and self._backoff["dispatch"].ready(now):
-            dfx = await self._guarded("dispatch", self.dispatcher._dispatch) or Effects()
+            dfx = await self._guarded("dispatch", self.dispatcher._dispatch, detail=self.dispatcher.phases) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
         cfx = Effects()
@@ -453,13 +453,18 @@ class Scheduler:
     def _reconcile_done(self) -> None:
         self._reconcile_due = self.clock.monotonic() + self.state.config.reconcile_interval_s
 
-    async def _guarded(self, name: str, step: Callable[[], Any]) -> Any:
+    async def _guarded(self, name: str, step: Callable[[], Any], *, detail: Callable[[], str] | None = None,
+                       loop_waits: bool = True) -> Any:
         """Run one step; on failure log it and back off that step (the loop keeps going).
 
         A step may also report a partial failure itself (``Dispatcher._dispatch`` when some starts
         failed: ``self._backoff[name].fail()``); that backoff stands. Only a step that
         ran without any failure resets it, or a failing start would be retried at once,
-        tens of times a second."""
+        tens of times a second.
+
+        A step of the loop that took ``STEP_SLOW_LOG_S`` or more is logged, with ``detail()``
+        (where its time went); not one run from a task of its own (``loop_waits=False``:
+        the ETA pass, which logs its own time)."""
         self.phase = name
         backoff = self._backoff[name]
         failures = backoff.failures
@@ -477,18 +482,18 @@ class Scheduler:
         if backoff.failures == failures:
             backoff.ok()
         took = self.clock.monotonic() - began
-        if took >= self.STEP_SLOW_LOG_S:
-            self._log_slow_step(name, took)
+        if took >= self.STEP_SLOW_LOG_S and loop_waits:
+            self._log_slow_step(name, took, detail=detail() if detail else "")
         return result if result is not None else True
 
-    def _log_slow_step(self, name: str, took: float, how: str = "the loop waited for it") -> None:
+    def _log_slow_step(self, name: str, took: float, how: str = "the loop waited for it", detail: str = "") -> None:
         """One line a step per ``STEP_SLOW_LOG_EVERY_S`` at most, saying how many more were slow."""
         now = self.clock.monotonic()
         more, longest, logged_at = self._slow_steps.get(name, (0, 0.0, -math.inf))
         if now - logged_at < self.STEP_SLOW_LOG_EVERY_S:
             self._slow_steps[name] = (more + 1, max(longest, took), logged_at)
             return
-        log.info("step %s took %.0f ms (%s)%s", name, 1000 * took, how,
+        log.info("step %s took %.0f ms (%s)%s%s", name, 1000 * took, how, f": {detail}" if detail else "",
                  f"; {more} more since the last such line, the longest {1000 * longest:.0f} ms" if more else "")
         self._slow_steps[name] = (0, 0.0, now)
 

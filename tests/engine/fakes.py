@@ -59,7 +59,7 @@ class FakeHost:
         self.slept.append(seconds)
         await self.clock.sleep(seconds)
 
-    async def _guarded(self, name: str, step: Any) -> Any:
+    async def _guarded(self, name: str, step: Any, *, detail: Any = None, loop_waits: bool = True) -> Any:
         self.guarded.append(name)
         result = await step()
         return result if result is not None else True

@@ -134,7 +134,9 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     charts, one write of them all held the database for minutes). Here no chunk is written
     (a gate) but the dispatches write what they must: the database then holds no queued
     chart's round, only each org's cursor (A's after a0 and a1), yet ``plan --live`` and a
-    restart after a kill -9 give the same order, and the new scheduler writes the rest."""
+    restart after a kill -9 give the same order, and the new scheduler writes the rest. It
+    starts from the head even so (one chart an org here: a2 and b0, both orgs cut short),
+    not after reading the whole backlog."""
     names = backlog()
     gate = tmp_path / "no-chunks"
     gate.touch()
@@ -147,8 +149,9 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     before = plan_live(live, names)
     assert before == published_after(dispatched_at(sched, names, "a0", "a1"), names, without=("a0", "a1")) == EXPECTED
     sched.kill()
-    new = live.faulty_scheduler("--backfill-min", "1")
-    new.saw("writing 7 charts' rounds", timeout=60)
+    new = live.faulty_scheduler("--backfill-min", "1", "--head-per-org", "1")
+    new.saw("loaded the head of the order (2 orgs' rounds still to write): 2 queued", timeout=60)
+    new.saw("the whole backlog takes over from the head", timeout=60)
     new.saw("every chart's round is written", timeout=60)
     # (the rounds it writes are those of its order in memory, which the snapshot publishes)
     assert order_after(live, names, "restart during the backfill", since=new.logged_at("scheduler starting")) == before
