@@ -12,6 +12,7 @@ import threading
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -163,19 +164,29 @@ def save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Wor
         _save_rounds(state, changes, work)
 
 
+_ORG_ROUND_FIELDS = ("last", "used", "in_head", "in_round", "weight")
+
+
 def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
     share, quantum = tuple(state.share)
     RoundState.objects.update_or_create(pk=1, defaults={"head": state.head, "budget": state.budget,
                                                         "share": share, "quantum_s": quantum})
-    current = {str(o.org_id): o for o in OrgRoundState.objects.all()}
+    current = {str(o[0]): o[1:] for o in OrgRoundState.objects.values_list("org_id", *_ORG_ROUND_FIELDS)}
+    moved = []
     for org, s in state.orgs.items():
+        values = (s.last, s.used, s.in_head, s.in_round, s.weight)
         o = current.get(org)
-        values = {"last": s.last, "used": s.used, "in_head": s.in_head, "in_round": s.in_round, "weight": s.weight}
         if o is None:
             if Org.objects.filter(pk=int(org)).exists():
-                OrgRoundState.objects.create(org_id=int(org), **values)
-        elif any(getattr(o, k) != v for k, v in values.items()):
-            OrgRoundState.objects.filter(pk=o.pk).update(**values)
+                OrgRoundState.objects.create(org_id=int(org), **dict(zip(_ORG_ROUND_FIELDS, values)))
+        elif o != values:
+            moved.append((*values, int(org)))
+    if moved:  # one prepared UPDATE for them all (a chunk of the backfill moves most orgs' cursors)
+        qn = connection.ops.quote_name
+        sets = ", ".join(f"{qn(f)} = %s" for f in _ORG_ROUND_FIELDS)
+        with connection.cursor() as cursor:
+            cursor.executemany(f"UPDATE {qn(OrgRoundState._meta.db_table)} SET {sets} WHERE {qn('org_id')} = %s",
+                               sorted(moved, key=itemgetter(-1)))  # row locks in org order
     if changes:
         _write_chart_rounds(changes)
     if work:
