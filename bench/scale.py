@@ -71,6 +71,16 @@ def database_url(kind: str, tmp: Path, size: int) -> str:
     return f"{base}/{name}"
 
 
+def drop_database(kind: str, url: str) -> None:
+    """The size's PostgreSQL database, dropped once measured (at 1M, 0.8 GB each run)."""
+    if kind == "sqlite":
+        return
+    import psycopg
+
+    with psycopg.connect(kind, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
 def seed(env: dict, size: int) -> dict:
     """Migrate and bulk-insert the backlog in a child process (a fresh Django per database)."""
     code = f"""
@@ -303,6 +313,7 @@ print("PROBES", json.dumps(out))
         fig["restart_first_dispatch_s"] = (started[probe] - t_respawn) if probe in started else None
     finally:
         stack.stop()
+        drop_database(kind, url)
     return fig
 
 
