@@ -366,6 +366,16 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def whole_takes_over(r, s) -> None:
+    """The whole backlog's read is let through; once it is built, a tick takes over with it."""
+    r.store.whole_gate.set()
+    for _ in range(50):
+        await settle()
+        if s.startup._whole_ready is not None:
+            break
+    await r.tick()
+
+
 async def tick_until_written(r, caplog, most: int = 50) -> int:
     """Tick (letting the backfill's chunk in flight land between ticks) until every
     chart's round is written; returns how many ticks that took."""
@@ -631,12 +641,7 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     assert r.temporal.start_calls == [1, 2, 10]  # a priority chart needs no whole order
     r.temporal.close(10)
     await settle()
-    r.store.whole_gate.set()
-    for _ in range(50):
-        await settle()
-        if s.startup._whole_ready is not None:
-            break
-    await r.tick()
+    await whole_takes_over(r, s)
     assert not s.state.partial
     assert "takes over from the head (1 dispatched" in caplog.text
     assert "differs" not in caplog.text  # the replay moved the rounds as the head moved them
@@ -715,12 +720,7 @@ async def test_a_restart_amid_the_first_starts_backfill_dispatches_from_the_head
     assert r.temporal.start_calls == [1, 2]  # 3: org 2's unread charts could sort before it
     written = {pk for pk, row in r.store.rows.items() if row.round is not None}
     assert written <= {1, 2, 3, 4, 5, 6}  # the head's own charts only, each org a prefix
-    r.store.whole_gate.set()
-    for _ in range(50):
-        await settle()
-        if s.startup._whole_ready is not None:
-            break
-    await r.tick()
+    await whole_takes_over(r, s)
     assert not s.state.partial
     assert "takes over from the head (1 dispatched" in caplog.text
     assert "differs" not in caplog.text

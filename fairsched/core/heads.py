@@ -39,13 +39,7 @@ def head_of_backlog(queued: Iterable[QueuedChart], k: int
         if len(charts) >= k:
             c = charts[k - 1]
             bounds.append(normal_key(c.round, c.created_at, c.seq))
-    truncated = set()
-    for org, charts in roundless.items():
-        charts.sort(key=lambda c: (c.created_at, c.seq))
-        head.extend(charts[:k])
-        if len(charts) > k:
-            truncated.add(org)
-    return head, min(bounds) if bounds else None, truncated
+    return head, min(bounds) if bounds else None, _first_of_each(roundless, k, head)
 
 
 def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[QueuedChart], set[str]]:
@@ -61,13 +55,19 @@ def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[Q
             head.append(c)
         else:
             rest.setdefault(c.org, []).append(c)
+    return head, _first_of_each(rest, k, head)
+
+
+def _first_of_each(by_org: dict[str, list[QueuedChart]], k: int, head: list[QueuedChart]) -> set[str]:
+    """Each org's ``k`` first charts of ``by_org`` by ``(created_at, seq)`` (its rank order
+    without a round, the moved ones apart) added to ``head``; returns the orgs that have more."""
     truncated = set()
-    for org, charts in rest.items():
+    for org, charts in by_org.items():
         charts.sort(key=lambda c: (c.created_at, c.seq))
         head.extend(charts[:k])
         if len(charts) > k:
             truncated.add(org)
-    return head, truncated
+    return truncated
 
 
 def same_rounds(whole: RoundState, head: RoundState, truncated: frozenset[str] | set[str]) -> bool:
