@@ -52,9 +52,10 @@ class QueueLoads:
         ``horizon``: ``queued`` is only the head of the order, every chart whose normal
         key is at most ``horizon`` (a ``(round, created_at, seq)``), with the whole
         priority tier and every chart without a round but those of ``truncated`` orgs (a
-        restart loads that first and the rest meanwhile). The queue dispatches up to the horizon only, and logs what it
-        takes out for :meth:`replay` on the whole queue. Raises :class:`NeedsWholeBacklog`
-        if any org must be re-ranked (that needs all its charts). ``truncated``: orgs of
+        restart loads that first and the rest meanwhile). The queue dispatches up to the
+        horizon only, and logs what it takes out for :meth:`replay` on the whole queue.
+        Raises :class:`NeedsWholeBacklog` if any org must be re-ranked (that needs all its
+        charts). ``truncated``: orgs of
         which ``queued`` holds only the first charts without a round in rank order
         (:func:`head_of_backlog`); the horizon stops below where their unread ones go."""
         truncated = set(truncated or ())

@@ -8,7 +8,6 @@ No Django here: the management commands and the live scheduler call this.
 """
 from __future__ import annotations
 
-
 import json
 import math
 from dataclasses import dataclass

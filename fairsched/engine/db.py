@@ -174,7 +174,7 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Wo
     current = {str(o[0]): o[1:] for o in OrgRoundState.objects.values_list("org_id", *_ORG_ROUND_FIELDS)}
     moved = []
     for org, s in state.orgs.items():
-        values = (s.last, s.used, s.in_head, s.in_round, s.weight)
+        values = tuple(getattr(s, f) for f in _ORG_ROUND_FIELDS)  # OrgRounds' own names
         o = current.get(org)
         if o is None:
             if Org.objects.filter(pk=int(org)).exists():

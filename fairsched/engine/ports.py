@@ -239,6 +239,7 @@ class DbStore:
         at most for the one short write in flight)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_background_db(), db.record_first_etas, etas)
+
     async def save_rounds_aside(self, state: RoundState, changes: dict[str, int | None],
                                 work: dict[str, tuple[float | None, float | None]] | None = None) -> None:
         """``db.save_rounds`` in a thread and connection of its own: a backfill's chunk (100-230
