@@ -605,6 +605,29 @@ async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(
     assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
 
 
+async def test_a_crashed_dispatchs_workflow_that_recorded_itself_from_queued_holds_its_cost_until_it_closes(rig):
+    """The chaos test's budget overshoot (tests/integration/test_poison_live.py, once in a
+    PostgreSQL pass): a scheduler started chart 1's workflow and was killed before marking
+    its row running; the workflow recorded its outcome from queued (so no dispatched cost
+    on the row), and its worker died before the workflow closed. The next scheduler's
+    reconcile finds it final but still running in Temporal: it holds chart 1's cost and
+    watches for the close, so chart 2 waits, then starts at the close. (It held nothing
+    when the row had no dispatched cost, and Temporal saw 2 running against a budget of 1;
+    and the start-up reconcile's watches were dropped, the cost held to the next reconcile.)"""
+    r = rig(budget=1, charts=2)
+    r.temporal.runs[1] = "run-1"  # started by the predecessor, still running
+    r.store.set(1, state="succeeded")  # recorded by its workflow, from queued
+    assert r.store.rows[1].dispatched_cost is None
+    await r.lead()
+    assert r.s.state.used == 1 and r.s.state.running[1].closing
+    await r.tick()
+    assert r.temporal.start_calls == []  # the budget is chart 1's until Temporal closes it
+    r.temporal.close(1)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [2] and r.s.state.used == 1 and 1 not in r.s.state.running
+
+
 async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_backlog_loads(rig, caplog):
     """Three orgs of weight 1, budget 1: the order is 1 2 3 4 5 6 7 8 9. Chart 1 runs and
     the scheduler restarts, loading one chart per org first: 4, 2 and 3. The head may

@@ -334,8 +334,13 @@ class Scheduler:
         await self.startup._load()
         if self._stop.is_set():
             return False
-        # Adopt what a crashed predecessor started but never recorded, before dispatching anything.
-        await self._guarded("reconcile", self.sync._reconcile)
+        # Adopt what a crashed predecessor started but never recorded, before dispatching
+        # anything; and watch them (and the final rows whose workflow still runs) to their
+        # close, or their cost stays held until the next reconcile. (The first snapshot
+        # shows them: the effects' events are not published.)
+        fx = await self._guarded("reconcile", self.sync._reconcile)
+        if isinstance(fx, Effects):
+            await self._carry_out(fx)
         now = self.clock.monotonic()
         self._reconcile_due = now + self.state.config.reconcile_interval_s
         self._resync_due = now + self.RESYNC_INTERVAL_S

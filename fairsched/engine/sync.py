@@ -357,11 +357,13 @@ class Sync(Part):
                 adopt.append((chart_id, self.state.queue.cost_of(str(row.org), row.workflow), found[chart_id],
                               self.clock.time()))
                 continue
-            if row.state in FINAL and row.dispatched_cost and not await self._closed_now(chart_id):
+            if row.state in FINAL and not await self._closed_now(chart_id):
                 # Recorded by its last activity, but Temporal still runs it (a worker died between
                 # recording and closing, and this scheduler started since): it holds its cost until
                 # it closes, or Temporal would see more than the budget. (The listing may lag a
-                # close by a moment: _closed_now asks the workflow itself.)
+                # close by a moment: _closed_now asks the workflow itself.) That includes a row
+                # never marked running (a crash between start and compare-and-set), which its
+                # workflow recorded from queued: it has no dispatched cost, and holds its pair's.
                 fx.merge(self.state.hold_closing(row))
             if row.state == "cancelled":
                 await self._cancel(chart_id)

@@ -40,12 +40,23 @@ def states(ids: list[int]) -> dict[int, str]:
 
 def max_concurrent_cost(intervals: list[tuple[float, float, int]]) -> int:
     """Sweep over (start, close, cost): a close at the same instant as a start comes first."""
-    events = sorted([(s, 1, c) for s, _, c in intervals] + [(e, 0, -c) for _, e, c in intervals])
+    return peak_of(intervals)[0]
+
+
+def peak_of(intervals: list[tuple]) -> tuple[int, list[tuple]]:
+    """The highest cost running at once over (start, close, cost, ...) and the intervals
+    running at its first moment (what a failed budget check shows)."""
+    events = sorted([(s, 1, i) for i, (s, *_) in enumerate(intervals)]
+                    + [(e, 0, i) for i, (_, e, *_) in enumerate(intervals)])
     peak = cur = 0
-    for _, _, delta in events:
-        cur += delta
-        peak = max(peak, cur)
-    return peak
+    running: set[int] = set()
+    at_peak: list[tuple] = []
+    for _, starts, i in events:
+        cur += intervals[i][2] if starts else -intervals[i][2]
+        (running.add if starts else running.discard)(i)
+        if cur > peak:
+            peak, at_peak = cur, sorted(intervals[j] for j in running)
+    return peak, at_peak
 
 
 def test_charts_run_in_plan_order_and_all_succeed(live, temporal):
