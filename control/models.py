@@ -104,6 +104,10 @@ class RoundState(models.Model):
     share = models.CharField(max_length=8, default=Share.CHARTS, help_text="The share the rounds were computed under.")
     quantum_s = models.FloatField(null=True, blank=True,
                                   help_text="The quantum the rounds were computed under (share 'work' only).")
+    guard_holds = models.JSONField(
+        default=list, blank=True,
+        help_text="Under the dispatch 'backfill': the guards' windows of the charts started ahead of their "
+                  "turn, [start, estimated end, bound's end, cost] in epoch seconds, kept clear until they end.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -71,7 +71,8 @@ def test_a_restart_under_backfill_reads_back_the_round_an_org_dispatched_from_ab
     """Budget 4; B's R (cost 1, 700 s) runs. A (weight 2): a0 (300 s) and the wide a1
     (cost 3) hold round 0, the short a2 (100 s) round 1. Backfill starts a0 and a2; the head
     stays 0 while A has dispatched from round 1 (``OrgRoundState.in_round``). After a
-    restart a re-rank of A counts from there, as in the scheduler that never stopped."""
+    restart a re-rank of A counts from there, as in the scheduler that never stopped, and
+    a2's guard window is held as before (``RoundState.guard_holds``)."""
     from django.utils import timezone
 
     from charts.models import Chart, ChartState
@@ -95,6 +96,8 @@ def test_a_restart_under_backfill_reads_back_the_round_an_org_dispatched_from_ab
     assert [c.id for c in started] == [str(a0.pk), str(a2.pk)] and q.head == 0
     db.save_rounds(q.export_rounds(), q.take_round_changes())
     assert OrgRoundState.objects.get(org=a).in_round == 1
+    # a2 started ahead of a1's reservation, under its guard: its window is saved too
+    assert [(h[3], round(h[2] - h[0])) for h in RoundState.objects.get(pk=1).guard_holds] == [(1, 150)]
     Chart.objects.filter(pk__in=[a0.pk, a2.pk]).update(state=ChartState.RUNNING, dispatched_cost=1,
                                                         started_at=timezone.now())
 

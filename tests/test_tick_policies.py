@@ -106,6 +106,33 @@ async def test_dispatch_backfill_switched_on_live_starts_a_short_chart_past_a_bl
     assert r.temporal.start_calls == [1, 3, 2] and r.s.state.used == 3
 
 
+async def test_a_chart_backfilled_under_its_guard_holds_its_window_and_wakes_the_loop_at_its_end(rig):
+    """As above: chart 3 starts ahead of chart 2's reservation, guarded by its 90% bound
+    (75 s). Its window stays held until 75 s after its start, closed or not (docs/
+    scheduling.md, "Backfill"), and the loop wakes then to dispatch, though nothing may
+    finish at that moment."""
+    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
+    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
+        r.store.add(pk, org, wf)
+    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 50.0}
+    r.store.config = dataclasses.replace(r.store.config, dispatch="backfill")
+    await r.lead()
+    await r.tick()
+    started = r.clock.time()
+    assert r.temporal.start_calls == [1, 3]
+    q = r.s.state.queue
+    assert q.next_release(started) == started + 75.0
+    r.s.MAX_SLEEP_S = 1e6  # every other timed step far off: the window's end is the next wake-up
+    r.s._reconcile_due = r.s._resync_due = r.s.etas._eta_due = r.clock.monotonic() + 1e6
+    assert r.s._idle_for() == 75.0
+    r.temporal.close(3)
+    await settle()
+    await r.tick()
+    assert q.next_release(r.clock.time()) == started + 75.0  # chart 3 is done: its window is still held
+    r.clock.advance(80.0)
+    assert q.next_release(r.clock.time()) is None
+
+
 async def test_backfill_never_starts_a_chart_whose_bound_would_delay_the_reservation(rig):
     """As above, but chart 3 takes 80 s: its 90% bound (120 s) ends after chart 2's
     reservation (100 s), so backfill leaves it behind chart 2, as strict does."""

@@ -118,7 +118,7 @@ class RoundBackfill:
             if s is not None:
                 last, used = self.cursor(org)
                 orgs[org] = OrgRounds(last, used if last is not None else 0, s.in_head, s.weight, s.in_round)
-        return RoundState(rounds.head, rounds.budget, orgs, rounds.share)
+        return RoundState(rounds.head, rounds.budget, orgs, rounds.share, rounds.holds)
 
     def behind(self, head: int) -> list[str]:
         """Under the share "work": the orgs whose written part the head has passed (their

@@ -88,6 +88,11 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         self._estimate = estimate
         self._bound = bound
         self.depth = int(depth)
+        # Backfill: the guards' windows of the charts it started ahead (start, estimated end,
+        # bound's end, cost; absolute), held until the bound's end (reserve.Profile.hold);
+        # those of the last walk's charts until they start.
+        self._guard_holds: list[tuple[float, float, float, int]] = []
+        self._guards_now: dict[str, tuple[float, float, float, int]] = {}
         self._budget = int(budget)
         self._weights: dict[str, int] = dict(weights)
         self._costs: dict = dict(costs or {})
@@ -180,7 +185,7 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
             in_head = self._disp_count.get(org, 0) if r is not None and r >= head else 0
             in_round = r if in_head and r > head else None  # (only under backfill)
             orgs[org] = OrgRounds(last, self._used.get(org, 0) if last is not None else 0, in_head, w, in_round)
-        return RoundState(head, self._budget, orgs, self.share_key)
+        return RoundState(head, self._budget, orgs, self.share_key, tuple(self._guard_holds))
 
     def take_round_changes(self) -> dict[str, int | None]:
         """The queued charts whose round changed since the last call (arrivals,
@@ -203,6 +208,7 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         q.policy = self.policy
         q.share, q.quantum_s, q.dispatch_policy, q._work = self.share, self.quantum_s, self.dispatch_policy, self._work
         q._estimate, q._bound, q.depth = self._estimate, self._bound, self.depth
+        q._guard_holds, q._guards_now = list(self._guard_holds), {}
         q._budget = self._budget
         q._weights = dict(self._weights)
         q._costs = dict(self._costs)

@@ -104,8 +104,11 @@ class QueueDispatch:
     def _started(self, keys: list) -> list[QueuedChart]:
         started = []
         log = self.start_log
+        guards = self._guards_now
         for k in keys:
             e = k.entry
+            if guards and e.id in guards:  # started ahead under its guard: its window stays held
+                self._guard_holds.append(guards.pop(e.id))
             self._ordered_n[e.org] -= 1
             self._forget(e)
             e.key = None
@@ -137,7 +140,11 @@ class QueueDispatch:
             h = self._horizon
             keys = list(takewhile(lambda k: k[:4] <= h, keys))
         items = [_item(k, estimate, bound) for k in keys]
-        picked = [keys[i] for i in startable_now(items, profile)]
+        self._guard_holds = holds = [h for h in self._guard_holds if h[2] > now]
+        profile.hold(holds, now)
+        guarded: list[int] = []
+        picked = [keys[i] for i in startable_now(items, profile, guarded)]
+        self._guards_now = {keys[i].id: (now, now + items[i][1], now + items[i][2], items[i][0]) for i in guarded}
         if len(keys) == self.depth and self._horizon is None and profile.now_free() >= 1:
             # the strict walk after the reserved charts starts now what fits in the budget
             # free for good from now (the guards' windows held, as the ETA pass's lanes):
@@ -145,6 +152,13 @@ class QueueDispatch:
             tail = list(islice(self._order, self.depth, self.depth + max(0, profile.now_free())))
             picked += tail[:head_of_line((k.entry.cost for k in tail), profile.free_for_good())]
         return picked
+
+    def next_release(self, now: float) -> float | None:
+        """Under backfill, the next end of a guard's window after ``now`` (absolute): budget
+        that charts reserved ahead may use from then on, so a moment to dispatch at even if
+        nothing finishes then (the ETA pass counts on it). None: no window is held."""
+        ends = [h[2] for h in self._guard_holds if h[2] > now]
+        return min(ends) if ends else None
 
     def _next_normal_round(self) -> float:
         """The smallest round of the normal tier still in the order (inf: none)."""
@@ -186,12 +200,16 @@ class QueueDispatch:
             self._disp_round[org] = r
             self._disp_count[org] = e.share
 
-    def replay(self, log: Iterable[tuple]) -> list[tuple[str, str]]:
+    def replay(self, log: Iterable[tuple], holds: Iterable[tuple] | None = None) -> list[tuple[str, str]]:
         """Take out what a partial queue (the head of this order, restored from the same
         saved state) dispatched and removed, as it did: ``head`` and the rounds move
-        exactly as they moved there. A chart this queue does not hold arrived after its
-        read: a priority chart (no round to count) or one already gone. Returns the
-        ``(id, org)`` of each chart taken out."""
+        exactly as they moved there, and the guards' windows are the head's (``holds``,
+        its ``_guard_holds``; None: keep this queue's).
+        A chart this queue does not hold arrived after its read: a priority chart (no
+        round to count) or one already gone. Returns the ``(id, org)`` of each chart
+        taken out."""
+        if holds is not None:
+            self._guard_holds = list(holds)
         out = []
         for kind, cid, *rest in log:
             e = self._entries.get(cid)

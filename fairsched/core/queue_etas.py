@@ -72,7 +72,7 @@ class QueueEtas:
         if self.dispatch_policy is Dispatch.BACKFILL:
             # the reservations of the first ``depth`` charts, as dispatch makes them; the
             # strict walk after them from the lanes they leave
-            lanes, skip = self._reserve_head(running, etas, org_clear, budget, estimate, cap, pending)
+            lanes, skip = self._reserve_head(running, now, etas, org_clear, budget, estimate, cap, pending)
             if skip < self.depth or (pending is not None and not pending):
                 return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
         if pending is None:
@@ -83,12 +83,13 @@ class QueueEtas:
         # stretch of the order at a time, until every pending chart has its ETA
         return self._partial_pass(lanes, etas, org_clear, estimate, pending, skip)
 
-    def _reserve_head(self, running, etas, org_clear, budget, estimate, cap, pending) -> tuple[list, int]:
+    def _reserve_head(self, running, now, etas, org_clear, budget, estimate, cap, pending) -> tuple[list, int]:
         """Backfill's ETAs of the first ``depth`` charts (:func:`.reserve.reserve_walk`,
         the reservations dispatch makes), added to ``etas`` and ``org_clear`` (and taken
         from ``pending``). Returns the lanes they leave (a heap) and how many were walked."""
         bound = self._bound
         profile = Profile(budget, [(etas[r.id].finish_s, r.cost) for r in running])
+        profile.hold(self._guard_holds, now)
         keys = list(islice(self._order, self.depth))
         costs = self._costs
         items = []

@@ -64,6 +64,7 @@ class QueueLoads:
         with gc_paused():
             q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
             q._head = int(state.head)
+            q._guard_holds = [tuple(h) for h in state.holds]
             if truncated and q._work:  # (docs/scheduling.md, "The live scheduler and the policies")
                 raise NeedsWholeBacklog("under the share work, an org's unread charts may carry any work")
             for org in q._weights:

@@ -6,7 +6,11 @@ estimated finishes and the reservations of every chart before it. A chart whose
 reservation is now starts now. Guard: a chart reserved *ahead* of an earlier chart (it
 would start before an earlier chart's reservation) must fit for its 90% bound too
 (``bound``, :data:`P90_RATIO` x its estimate unless the caller knows better), so that
-running long it still ends before the reservation it would otherwise delay.
+running long it still ends before the reservation it would otherwise delay. The guard's
+window (from the estimate's end to the bound's end) then stays held for every later chart
+reserved ahead (:meth:`Profile._clear_of_guards`), while the chart is queued, running or
+done (the queue's holds, :meth:`Profile.hold`), until its end, which is a step of the
+profile: so the next dispatch walks the same reservations (docs/scheduling.md, "Backfill").
 
 Only the first ``depth`` charts of the order are reserved this way (Slurm's
 ``bf_max_job_test``; :data:`DEFAULT_DEPTH`); the charts after them take the strict lane
@@ -23,7 +27,9 @@ Times are seconds from now (0 is now), as in every ETA pass. The profile is the 
 budget over time, a step function: ``times[i]`` (sorted, ``times[0] == 0``) and
 ``free[i]`` on ``[times[i], times[i + 1])``, the last step for ever. It may be negative
 (a budget lowered under running work). A reservation is O(P) in the profile's steps
-P <= 2 x depth + running charts, so a walk is O(depth x P), whatever the backlog.
+P <= 3 x depth + running charts + the windows held, so a walk is O(depth x P), whatever
+the backlog; a chart reserved ahead is checked against the windows it meets, O(P x G)
+for G of them (few: only charts started ahead under their guard have one).
 """
 from __future__ import annotations
 
@@ -80,10 +86,58 @@ class Profile:
             j += 1
         return -1
 
+    def hold(self, holds: Iterable[tuple[float, float, float, int]], now: float) -> None:
+        """Add the guards' windows of charts that were started ahead (``holds``: start,
+        estimated end, bound's end, cost; absolute times) to this profile from ``now``:
+        each holds until its bound's end, running or not (see :meth:`_clear_of_guards`)."""
+        for s, e, b, c in holds:
+            if b > now:
+                self.guards.append((e - now, b - now, c))
+                self._split(b - now)
+
+    def _split(self, t: float) -> None:
+        """Make ``t`` a step's start (the free budget unchanged): the end of a guard's
+        window, where a chart reserved ahead may start (:meth:`earliest` tries steps' starts)."""
+        times = self.times
+        j = bisect_left(times, t)
+        if j == len(times) or times[j] != t:
+            times.insert(j, t)
+            self.free.insert(j, self.free[j - 1])
+
+    def _clear_of_guards(self, i: int, c: int, d: float) -> int:
+        """-1 if ``c`` started at ``times[i]`` for ``d`` seconds (a chart reserved ahead)
+        leaves every guard its window (a guarded reservation's units from its estimated end
+        to its bound's end), else the index of the first step where it does not.
+
+        Were it in a window, the walk would not be the same at the next dispatch: the
+        guarded chart, still queued, finds it running there and its guard fails (its
+        reservation, and the one it guards, pushed back); or, started since, it no longer
+        guards, and the chart moves earlier than its ETA. So the windows stay held for
+        every chart reserved ahead, until the bound's end, whether the guarded chart is
+        queued, running or done (the queue remembers the holds of those it started); a
+        chart that is not ahead starts after every guarded chart before it and may use
+        them, as before."""
+        t = self.times[i]
+        later = [g for g in self.guards if g[0] < t + d and g[1] > t]
+        if not later:
+            return -1
+        times, free = self.times, self.free
+        end = t + d
+        n = len(times)
+        j = i
+        while j < n and times[j] < end:
+            step_end = times[j + 1] if j + 1 < n else float("inf")
+            held = sum(gc for g_end, g_bound, gc in later if times[j] < g_bound and step_end > g_end)
+            if held and free[j] - held < c:
+                return j
+            j += 1
+        return -1
+
     def earliest(self, c: int, d: float, bound: float, frontier: float) -> int:
         """The index of the earliest step from which ``c`` fits for ``d`` seconds (and
         for ``bound`` seconds if it starts before ``frontier``, the latest reservation
-        start of the charts before it). -1 if ``c`` never fits (above the budget)."""
+        start of the charts before it, and clear of the guards' windows: see
+        :meth:`_clear_of_guards`). -1 if ``c`` never fits (above the budget)."""
         if c > self.budget:
             return -1
         times, free = self.times, self.free
@@ -94,7 +148,10 @@ class Profile:
                 i += 1
                 continue
             ahead = times[i] < frontier
-            j = self._fits(i, c, bound if ahead and bound > d else d)
+            window = bound if ahead and bound > d else d
+            j = self._fits(i, c, window)
+            if j < 0 and ahead and self.guards:
+                j = self._clear_of_guards(i, c, window)
             if j < 0:
                 return i
             if ahead:
@@ -113,6 +170,7 @@ class Profile:
         end = times[i] + d
         if bound is not None and bound > d:
             self.guards.append((end, times[i] + bound, c))
+            self._split(times[i] + bound)
         j = i
         n = len(times)
         while j < n and times[j] < end:
@@ -197,10 +255,12 @@ def reserve_walk(items: Sequence[tuple[int, float, float]], profile: Profile,
     return starts, fins
 
 
-def startable_now(items: Iterable[tuple[int, float, float]], profile: Profile) -> list[int]:
+def startable_now(items: Iterable[tuple[int, float, float]], profile: Profile,
+                  guarded: list[int] | None = None) -> list[int]:
     """The indexes of ``items`` (cost, estimate, 90% bound), in order, whose reservation is
     now: what dispatch starts. Stops as soon as nothing more can start now (no budget free
-    now), so a dispatch with little free budget walks a few charts only."""
+    now), so a dispatch with little free budget walks a few charts only. ``guarded``
+    collects those of them started ahead under their guard (their holds)."""
     out = []
     frontier = 0.0
     times = profile.times
@@ -214,6 +274,8 @@ def startable_now(items: Iterable[tuple[int, float, float]], profile: Profile) -
         profile.reserve(i, c, d, b if t < frontier else None)
         if i == 0:
             out.append(n)
+            if guarded is not None and t < frontier and b > d:
+                guarded.append(n)
         if t > frontier:
             frontier = t
     return out

@@ -165,7 +165,8 @@ class _Sim:
         self._last_t = None
 
     def next_instant(self) -> float | None:
-        """The next time anything happens (a finish, an event, an arrival); None: the end."""
+        """The next time anything happens (a finish, an event, an arrival, the end of a
+        backfill guard's window while charts wait); None: the end."""
         t = math.inf
         if self.finishing:
             t = self.finishing[0][0]
@@ -173,6 +174,10 @@ class _Sim:
             t = min(t, self.arrivals[self.arr_order[self.ai]].at_s)
         if self.ei < len(self.ev_order):
             t = min(t, self.events[self.ev_order[self.ei]].at_s)
+        if self._last_t is not None and self.q.order_len:  # (a guard's window ends: a dispatch, as live)
+            release = self.q.next_release(self._last_t)
+            if release is not None and release < t:
+                t = release
         return None if t == math.inf else t
 
     def account(self, t: float) -> None:

@@ -300,9 +300,13 @@ class OrgRounds:
 class RoundState:
     """What a restarted scheduler needs, beside each queued chart's own ``round``,
     to resume the fair order exactly (:meth:`FairQueue.export_rounds` /
-    :meth:`FairQueue.restore`). ``budget`` is the budget it was computed under."""
+    :meth:`FairQueue.restore`). ``budget`` is the budget it was computed under.
+    ``holds``: under backfill, the guards' windows of the charts started ahead (start,
+    estimated end, bound's end, cost; epoch seconds), which the next dispatches keep
+    clear (docs/scheduling.md, "Backfill")."""
 
     head: int
     budget: int
     orgs: Mapping[str, OrgRounds] = field(default_factory=dict)
     share: tuple = (Share.CHARTS, None)  # (share, quantum_s) the rounds were given under
+    holds: tuple = ()

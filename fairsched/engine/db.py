@@ -148,7 +148,8 @@ def round_state() -> CoreRoundState | None:
     # under Share.CHARTS used and in_head count charts: ints, as the core gives them
     orgs = {str(o.org_id): OrgRounds(o.last, o.used if work else int(o.used), o.in_head if work else int(o.in_head),
                                      o.weight, o.in_round) for o in OrgRoundState.objects.all()}
-    return CoreRoundState(row.head, row.budget, orgs, (row.share, row.quantum_s if work else None))
+    return CoreRoundState(row.head, row.budget, orgs, (row.share, row.quantum_s if work else None),
+                          tuple(tuple(h) for h in row.guard_holds or ()))
 
 
 Work = dict[str, tuple[float | None, float | None]]
@@ -170,7 +171,8 @@ _ORG_ROUND_FIELDS = ("last", "used", "in_head", "in_round", "weight")
 def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
     share, quantum = tuple(state.share)
     RoundState.objects.update_or_create(pk=1, defaults={"head": state.head, "budget": state.budget,
-                                                        "share": share, "quantum_s": quantum})
+                                                        "share": share, "quantum_s": quantum,
+                                                        "guard_holds": [list(h) for h in state.holds]})
     current = {str(o[0]): o[1:] for o in OrgRoundState.objects.values_list("org_id", *_ORG_ROUND_FIELDS)}
     moved = []
     for org, s in state.orgs.items():

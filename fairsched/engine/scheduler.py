@@ -384,6 +384,10 @@ class Scheduler:
         due = min(self._reconcile_due, now + self.MAX_SLEEP_S)
         if not (self.state is not None and self.state.partial):
             due = min(due, self._resync_due, self.etas._eta_due)
+        if self.state is not None:  # backfill: a guard's window ends, a dispatch is due
+            release = self.state.queue.next_release(self.clock.time())
+            if release is not None:
+                due = min(due, now + release - self.clock.time())
         return max(0.0, due - now)
 
     # ================================================================ the step

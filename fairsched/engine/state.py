@@ -379,7 +379,7 @@ class LiveState:
         changed since the read (arrivals, operators' changes) the caller's resync applies.
         Returns the ids taken out of the order."""
         taken = []
-        for cid, org in self.queue.replay(head.queue.start_log or ()):
+        for cid, org in self.queue.replay(head.queue.start_log or (), head.queue._guard_holds):
             chart_id = int(cid)
             self.queued_by_org[int(org)] -= 1
             self.external_ids.pop(chart_id, None)

@@ -125,33 +125,68 @@ def _static(data, n_max=40):
     return weights, budget, costs, Durations(averages), arrivals
 
 
-@pytest.mark.xfail(strict=True, reason="a known defect of the backfill's guard, found 2026-12-05 (docstring)")
-def test_a_chart_backfilled_into_an_earlier_guards_window_delays_it():
-    """The property below found this static backlog (share "work", budget 6, weights 1).
-    At 0 the plan backfills x6 (b, cost 2, 120 s) at 90, ahead of x4's reservation at 210,
-    so its guard needs its 90% bound, 2 units to 270; and x7 (b, cost 1, 210 s), later in
-    the order, at 30. x7 was checked against x6's estimate, [90, 210), not its guard's
-    window: once x7 runs, 1 unit of [210, 240) is gone, x6's guard fails at 30 and x6
-    starts at 240, later than under strict (210) and than its ETA at arrival (finish
-    210). Holding a guarded reservation until its bound in the profile too (as in the
-    lanes) keeps x6 at 90 but makes x7 start earlier than its ETA (210, not 270) once x6
-    finishes at its estimate: the ETA pass and dispatch would have to agree on that hold.
-    Strict xfail: it fails the day the guard is fixed, and then this test should go."""
-    weights = {"a": 1, "b": 1, "c": 1}
-    wfs = {f"w{c}": c for c in range(1, 5)}
-    costs = {(o, wf): c for o in weights for wf, c in wfs.items()}
-    mult = {"a": [1, 1, 1, 2], "b": [7, 4, 1, 1], "c": [1, 1, 1, 1]}
-    est = Durations({(o, f"w{i + 1}"): m * 30.0 for o in weights for i, m in enumerate(mult[o])})
-    picks = [("a", "w2"), ("a", "w3"), ("b", "w1"), ("a", "w4"), ("a", "w4"), ("b", "w2"), ("b", "w2"), ("b", "w1")]
+def _static_backlog(budget: int, weights: dict, seconds: dict, picks: list, share: str = "charts"):
+    """A static backlog at 0: org ``o``'s workflow ``wN`` costs N and takes ``seconds[(o, wN)]``
+    (30 s if not listed); each chart runs exactly its estimate. (strict, backfill) by id."""
+    costs = {(o, f"w{c}"): c for o in weights for c in range(1, 5)}
+    est = Durations({k: float(seconds.get(k, 30.0)) for k in costs})
     arrivals = [Arrival(f"x{i}", o, wf, 0.0, est(o, wf)) for i, (o, wf) in enumerate(picks)]
-    kw = dict(budget=6, weights=weights, costs=costs, estimate=est, share="work")
+    kw = dict(budget=budget, weights=weights, costs=costs, estimate=est, share=share)
     strict = {c.id: c for c in simulate(arrivals, **kw).charts}
-    for c in simulate(arrivals, dispatch="backfill", **kw).charts:
+    return strict, {c.id: c for c in simulate(arrivals, dispatch="backfill", **kw).charts}
+
+
+def _kept(strict: dict, bf: dict) -> None:
+    for c in bf.values():
         assert c.start_s <= strict[c.id].start_s + 1e-9, c.id
         assert c.finish_s == pytest.approx(c.eta_at_arrival_s, abs=1e-6), c.id
 
 
-@settings(max_examples=150, deadline=None)
+def test_a_chart_reserved_ahead_never_takes_an_earlier_guards_window():
+    """The property below found this static backlog (share "work", budget 6, weights 1).
+    At 0 the plan backfills x6 (b, cost 2, 120 s) at 90, ahead of x4's reservation at 210,
+    so its guard needs its 90% bound, 2 units until 270. x7 (b, cost 1, 210 s), later in
+    the order and ahead too, used to be reserved at 30, checked against x6's estimate
+    [90, 210) only: once x7 ran, 1 unit of [210, 240) was gone, x6's guard failed at the
+    next dispatch and x6 started at 240 (strict: 210; its ETA at arrival: finish 210).
+    Now a chart reserved ahead fits clear of every guard's window, and the window stays
+    held once its chart runs or is done: x6 keeps 90, x7 goes at 210, and every chart
+    finishes at its ETA at arrival."""
+    weights = {"a": 1, "b": 1, "c": 1}
+    seconds = {("a", "w4"): 60.0, ("b", "w1"): 210.0, ("b", "w2"): 120.0}
+    picks = [("a", "w2"), ("a", "w3"), ("b", "w1"), ("a", "w4"), ("a", "w4"), ("b", "w2"), ("b", "w2"), ("b", "w1")]
+    strict, bf = _static_backlog(6, weights, seconds, picks, share="work")
+    assert (bf["x6"].start_s, bf["x7"].start_s) == (90.0, 210.0)
+    assert (strict["x6"].start_s, strict["x7"].start_s) == (210.0, 270.0)
+    _kept(strict, bf)
+
+
+@pytest.mark.parametrize("budget, seconds, picks, starts", [
+    # A chart reserved ahead fits clear of the guards' windows its estimate only: x8 (cost
+    # 1) went at 30, its own guard's window [60, 75) beside x6's, with x4 and x7 there one
+    # unit too many: x7 moved back at the next dispatch. Its whole bound must fit: x8 at 90.
+    (6, {}, ["w1", "w1", "w4", "w4", "w3", "w4", "w1", "w2", "w1"], {"x7": 60.0, "x8": 90.0}),
+    # x6's guard window ends at 45, where nothing finishes: x7 could start then, but the
+    # walk tried only the ends of reservations (and found 60, x8's end, only at a later
+    # dispatch, earlier than x7's ETA). The window's end is a step of the profile now, and
+    # a moment to dispatch at (FairQueue.next_release): x7 starts at 45, as its ETA says.
+    (7, {("a", "w4"): 60.0}, ["w1", "w1", "w1", "w2", "w4", "w4", "w2", "w2", "w1"], {"x6": 0.0, "x7": 45.0}),
+    # x3's guard window ends at 45 too: x5 starts then (not at 60, the next finish).
+    (3, {}, ["w1", "w1", "w2", "w1", "w2", "w1"], {"x3": 0.0, "x5": 45.0}),
+    # x3, reserved ahead at 30, guards until 75: unless the walk tries 75 as a start while
+    # x3 is still queued, x4's ETA says 90 and x4 starts at 75, once x3's window is held.
+    (5, {("a", "w4"): 90.0}, ["w1", "w4", "w2", "w1", "w1"], {"x3": 30.0, "x4": 75.0}),
+])
+def test_backfill_keeps_each_eta_where_guards_windows_meet(budget, seconds, picks, starts):
+    """Cases the property below found against the fix above while it was being made (org a
+    alone, 30 s charts unless listed): each fails one of its parts taken out. (Before the
+    fix, x8, x7 and x5 went at 30: sooner, but the guards they crossed did not hold.)"""
+    strict, bf = _static_backlog(budget, {"a": 1}, seconds, [("a", wf) for wf in picks])
+    assert {c: bf[c].start_s for c in starts} == starts
+    _kept(strict, bf)
+
+
+@settings(max_examples=400, deadline=None)  # (the guard's defects above were 1 example in ~3,000)
 @given(data=st.data(), share=st.sampled_from(["charts", "work"]))
 def test_backfill_on_a_static_backlog_starts_nothing_later_and_keeps_every_eta(data, share):
     """A static backlog, every duration equal to its estimate: under backfill no chart

@@ -121,7 +121,7 @@ class RestartMachineBackfill(RestartMachine):
                 part.add(c)
                 arrived.append(c)
         whole = self.Q.restore(rows, **kw)
-        whole.replay(part.start_log)
+        whole.replay(part.start_log, part._guard_holds)
         for c in arrived:
             if c.id in part._entries:
                 whole.add(c)
