@@ -165,10 +165,18 @@ class FakeStore:
     async def read_costs(self):
         return dict(self.costs)
 
-    async def read_changes(self, since):
-        return db.Changes(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages),
-                          list(self.rows.values()),
-                          datetime.now(UTC))
+    async def read_changes(self, since, after=None, limit=None):
+        """Every row counts as changed; with ``limit``, a chunk at a time by id (the real
+        store's keyset is ``(updated_at, id)``)."""
+        rows = sorted(self.rows.values(), key=lambda r: r.id)
+        if after is not None:
+            rows = [r for r in rows if r.id > after[1]]
+        more = None
+        if limit is not None and len(rows) >= limit:
+            rows = rows[:limit]
+            more = (None, rows[-1].id)
+        return db.Changes(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages), rows,
+                          datetime.now(UTC), more)
 
     async def read_active_chunk(self, after_pk, limit):
         return sorted((r for r in self._active() if r.id > after_pk), key=lambda r: r.id)[:limit]

@@ -390,25 +390,41 @@ class Changes:
     averages: Durations     # the duration estimates (fairsched.engine.estimates)
     charts: list[ChartRow]  # every chart (any state) whose updated_at is at or after the watermark
     read_at: datetime       # when this read began: the next watermark (less the overlap)
+    more: tuple[datetime, int] | None = None  # a chunk's read: where the next chunk begins (None: the last)
 
 
-def read_changes(since: datetime | None) -> Changes:
+def read_changes(since: datetime | None, after: tuple[datetime, int] | None = None,
+                 limit: int | None = None) -> Changes:
     """Settings, orgs, costs and duration estimates (small: read whole), and the charts whose
     ``updated_at`` is at or after ``since`` (all states: a chart that turned final
     leaves the order). ``updated_at`` is set by every write through ``charts.services``
     and by ``save()`` (auto_now); a ``QuerySet.update()`` or raw SQL that leaves it alone
-    is caught only by the periodic full pass (:func:`read_active_chunk`)."""
+    is caught only by the periodic full pass (:func:`read_active_chunk`).
+
+    With ``limit``: at most that many charts, by ``(updated_at, id)`` from just after
+    ``after`` (keyset pagination over the ``chart_updated_id`` index), and ``more`` says
+    where the next chunk begins: after a bulk import, or at the whole backlog's take-over,
+    a resync reads a chunk a tick, not 100,000 rows in one step."""
     from django.utils import timezone
 
     read_at = timezone.now()
     config = read_config()
     qs = Chart.objects.filter(updated_at__gte=since) if since is not None else Chart.objects.filter(state__in=ACTIVE)
-    # Sorted here, not by the database: with ``ORDER BY id`` SQLite walks the primary key
-    # and tests every row (0.4 s at a million charts, every few seconds: most of an idle
-    # scheduler's CPU) instead of searching the ``updated_at`` index.
-    charts = sorted((_row(v) for v in qs.values_list(*CHART_FIELDS)), key=lambda r: r.id)
+    more = None
+    if limit is None:
+        # Sorted here, not by the database: with ``ORDER BY id`` SQLite walks the primary key
+        # and tests every row (0.4 s at a million charts, every few seconds: most of an idle
+        # scheduler's CPU) instead of searching the ``updated_at`` index.
+        charts = sorted((_row(v) for v in qs.values_list(*CHART_FIELDS)), key=lambda r: r.id)
+    else:
+        if after is not None:
+            qs = qs.filter(updated_at__gte=after[0]).exclude(updated_at=after[0], pk__lte=after[1])
+        got = list(qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit])
+        charts = [_row(v[1:]) for v in got]
+        if len(got) == limit:
+            more = (got[-1][0], got[-1][1])
     return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
-                   read_at=read_at)
+                   read_at=read_at, more=more)
 
 
 def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:

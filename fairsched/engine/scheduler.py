@@ -111,6 +111,7 @@ class Scheduler:
     STANDBY_POLL_S: float = 0.5
     RESYNC_INTERVAL_S: float = 3.0    # incremental re-read: charts changed since the last one
     RESYNC_OVERLAP_S: float = 10.0    # each incremental read goes this far before the last one began
+    RESYNC_CHUNK: int = 2000          # ... at most this many charts a tick (a bulk import: a chunk a tick)
     FULL_RESYNC_S: float = 300.0      # full re-read (in chunks), the safety net for raw writes
     FULL_RESYNC_CHUNK: int = 1000     # charts per chunk of the full re-read (one per tick, after its dispatch)
     FULL_RESYNC_COST_FACTOR: float = 100.0  # ... and at most every this many times its own duration

@@ -166,7 +166,7 @@ class Startup(Part):
         else:
             whole.running = head.running
         self.host._install(whole, self.host._rounds if replay else RoundSaver(world.rounds))
-        self.sync._watermark = None  # the next resync reads everything changed since the whole read
+        self.sync.restart_resync()  # the next resync reads everything changed since the whole read
         self.host._resync_requested = True
         self.etas._eta_now = True
         await self._loaded(world, backfill)

@@ -49,6 +49,9 @@ class Sync(Part):
         self._watchers: dict[int, asyncio.Task] = {}
         self._cancel_sent_at: dict[int, float] = {}  # chart -> monotonic time its cancel was sent
         self._watermark = None  # when the last incremental read began (a datetime)
+        # an incremental resync under way, a chunk a tick: (since, where the next chunk
+        # begins, when its first chunk was read: the next watermark)
+        self._resync_chunks: tuple | None = None
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
@@ -100,21 +103,41 @@ class Sync(Part):
             fx.merge(await self._apply_rows(reads.charts))
         return fx
 
+    def restart_resync(self) -> None:
+        """The next incremental resync reads everything changed since the state's load
+        (a new state: the whole backlog's take-over), from its first chunk."""
+        self._watermark = None
+        self._resync_chunks = None
+
     async def _resync(self) -> Effects:
         """Incremental resync: the charts whose ``updated_at`` moved since the last read
         (less ``RESYNC_OVERLAP_S``, for clocks that disagree and transactions that
-        committed late), and the small tables whole. O(changes), not O(backlog)."""
+        committed late), and the small tables whole. O(changes), not O(backlog): at most
+        ``RESYNC_CHUNK`` charts a call; with more, the next tick reads the next chunk
+        (after its dispatch: a chart whose turn has come never waits for 100,000 rows
+        changed by a bulk import or written before a take-over), and the watermark moves
+        once the last chunk is read."""
         self.host._resync_requested = False
-        marks = [m for m in (self._watermark, self.state.loaded_at) if m is not None]
-        since = max(marks) if marks else None
-        if since is not None:
-            since -= timedelta(seconds=self.RESYNC_OVERLAP_S)
-        changes = await self.store.read_changes(since)
+        if self._resync_chunks is None:
+            marks = [m for m in (self._watermark, self.state.loaded_at) if m is not None]
+            since = max(marks) if marks else None
+            if since is not None:
+                since -= timedelta(seconds=self.RESYNC_OVERLAP_S)
+            self._resync_chunks = (since, None, None)
+        since, after, first_read_at = self._resync_chunks
+        changes = await self.store.read_changes(since, after, self.RESYNC_CHUNK)
         state = self.state
         fx = state.apply_settings(changes.config, changes.orgs, changes.costs, changes.averages)
         for row in changes.charts:
             fx.merge(state.apply_chart(row.id, row))
-        self._watermark = changes.read_at
+        first_read_at = first_read_at or changes.read_at
+        if changes.more is not None:
+            self._resync_chunks = (since, changes.more, first_read_at)
+            self.host._resync_requested = True
+            self.host._wake.set()
+        else:
+            self._resync_chunks = None
+            self._watermark = first_read_at
         self._log_resync("resync", fx)
         return fx
 

@@ -57,6 +57,24 @@ async def test_the_incremental_resync_applies_what_changed_and_moves_the_waterma
     assert not host._resync_requested
 
 
+async def test_the_incremental_resync_reads_a_chunk_a_call_and_moves_the_watermark_after_the_last(sync):
+    """At the whole backlog's take-over, or after a bulk import, many rows changed since the
+    last read: a chunk a tick (the tick's dispatch between two), the watermark moved
+    only once the last chunk is read, to when the first was."""
+    host = sync.host
+    host.RESYNC_CHUNK = 2
+    for pk in (1, 2, 3):
+        host.store.set(pk, paused=True)
+    await sync._resync()
+    q = host.state.queue
+    assert [q.get(c).paused for c in ("1", "2", "3")] == [True, True, False]
+    assert host._resync_requested and host._wake.is_set() and sync._watermark is None
+    host._wake.clear()
+    await sync._resync()
+    assert q.get("3").paused and sync._watermark is not None
+    assert not host._resync_requested and sync._resync_chunks is None
+
+
 async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_returned(sync):
     host = sync.host
     host.FULL_RESYNC_CHUNK = 2
