@@ -33,8 +33,9 @@ class Dispatcher(Part):
         self.sync, self.etas = sync, etas
         self.starts = 0  # workflows started by this process (bench, tests)
         self._start_failures = StartFailures()
-        self._phases: tuple = (0, 0.0, 0.0, 0.0, 0.0)  # the last dispatch: charts, plan, start, commit, chunk wait
-        self._waited_for_chunk = 0.0
+        self._phases: tuple = (0, 0.0, 0.0, 0.0)  # the last dispatch: charts, plan, start, commit
+        self.deferred = 0  # commits chained after a save in flight (_commit_later)
+        self._chained = False  # the last dispatch's commit was (phases())
 
     # ---------------------------------------------------------------- plan
     async def _dispatch(self) -> Effects:
@@ -53,7 +54,7 @@ class Dispatcher(Part):
         fx = Effects()
         clock = self.clock
         t0 = clock.monotonic()
-        self._waited_for_chunk = 0.0
+        self._chained = False
         plan = await self._plan(fx)
         if plan is None:
             return fx
@@ -61,15 +62,15 @@ class Dispatcher(Part):
         starts = await self._start_all(plan)
         t2 = clock.monotonic()
         fx.merge(await self._commit(plan, starts))
-        self._phases = (len(plan.charts), t1 - t0, t2 - t1, clock.monotonic() - t2, self._waited_for_chunk)
+        self._phases = (len(plan.charts), t1 - t0, t2 - t1, clock.monotonic() - t2)
         return fx
 
     def phases(self) -> str:
         """Where the last dispatch's time went (the scheduler's slow-step line names it)."""
-        n, plan, start, commit, chunk = self._phases
+        n, plan, start, commit = self._phases
         return (f"{n} chart{'s' if n != 1 else ''}: plan and read {1000 * plan:.0f} ms, start on Temporal "
-                f"{1000 * start:.0f} ms, commit {1000 * commit:.0f} ms (of which waiting for the backfill's "
-                f"chunk {1000 * chunk:.0f} ms)")
+                f"{1000 * start:.0f} ms, commit {1000 * commit:.0f} ms"
+                + (" (chained after the save in flight: written meanwhile)" if self._chained else ""))
 
     async def _plan(self, fx: Effects) -> Plan | None:
         """The head of the order that fits, its rows read and agreeing with memory (rows that
@@ -171,7 +172,14 @@ class Dispatcher(Part):
     # ---------------------------------------------------------------- commit
     async def _commit(self, plan: Plan, starts: Starts) -> Effects:
         """What started leaves the order and holds its cost; rows move queued -> running
-        (compare-and-set, with the round state, in one transaction); the refused fail."""
+        (compare-and-set, with the round state, in one transaction); the refused fail.
+
+        The round state's saves commit in the order they were made, one at a time. When
+        another is in flight (the backfill's chunk, written aside, or an earlier dispatch's
+        commit waiting for it), this commit is chained after it as a task of its own
+        (:meth:`_commit_later`) and the loop goes on: the next chart whose turn comes
+        starts meanwhile. Until its row is written the chart is ``committing``: a read of
+        its row as still queued is behind memory, not the truth (``LiveState._chart_queued``)."""
         fx = Effects()
         at = self.clock.time()
         started = starts.started(at)
@@ -183,16 +191,69 @@ class Dispatcher(Part):
             planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
         if not started:
             return fx
-        waiting = self.clock.monotonic()
-        await self.host.rounds_settled()  # the backfill's chunk in flight commits first
-        self._waited_for_chunk = self.clock.monotonic() - waiting
         new = self.state.commit_dispatch(planned, started)
         save = self.host._rounds.next(self.state.queue)
         work = self.state.work_of(save[1]) if save is not None else None
-        ran = await self.store.mark_running([(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at))
-                                             for r in new if r.id not in starts.closed],
-                                            (*save, work) if work else save)
-        self.host._rounds.written(save)
+        items = [(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at)) for r in new if r.id not in starts.closed]
+        before = self.host._chunk
+        if before is None:
+            ran = await self.store.mark_running(items, (*save, work) if work else save)
+            self.host._rounds.written(save)
+            fx.merge(await self._after_commit(plan, starts, new, ran, at))
+            return fx
+        self.state.committing.update(r.id for r in new)
+        self._chained = True
+        self.host._chunk = asyncio.create_task(
+            self._commit_later(before, self.state, plan, starts, new, items, save, work, at), name="dispatch-commit")
+        self.deferred += 1
+        return fx
+
+    async def _commit_later(self, before: asyncio.Task, state, plan: Plan, starts: Starts, new: list[Running],
+                            items: list[tuple], save, work, at: float) -> None:
+        """A dispatch's commit chained after the save in flight (``before``): its round
+        state is the one the dispatch left. Of the charts' rounds it saw pending, those a
+        save in between wrote are left out (the ones still pending are written with it,
+        whatever later changed them: its round state needs them). What the write returned
+        goes back to the loop (:meth:`_finish_commits`), which follows it as an inline
+        commit would."""
+        me = asyncio.current_task()
+        waited = self.clock.monotonic()
+        try:
+            await asyncio.wait({before})
+            if save is not None:
+                pending = self.host._rounds.pending
+                save = (save[0], {cid: r for cid, r in save[1].items() if cid in pending})
+                work = {cid: w for cid, w in work.items() if cid in save[1]} if work else None
+            ran = await self.store.mark_running(items, (*save, work) if work else save)
+            self.host._rounds.written(save)
+        except Exception as exc:  # noqa: BLE001 - its charts' rows stay queued: the resyncs follow them
+            ran = None
+            self.host._backoff["dispatch"].fail(self.clock.monotonic())
+            log.warning("commit of charts %s failed (%s: %s); their rows stay queued", [r.id for r in new],
+                        type(exc).__name__, exc)
+        finally:
+            if self.host._chunk is me:
+                self.host._chunk = None
+        took = self.clock.monotonic() - waited
+        if took >= self.host.STEP_SLOW_LOG_S:
+            self.host._log_slow_step("dispatch-commit", took, "after the save in flight: the loop went on")
+        if self.host.state is state:  # (stepped down meanwhile: the next leader's load reads the rows)
+            self.host._commits_done.append((plan, starts, new, ran, at))
+            self.host._wake.set()
+
+    async def _finish_commits(self) -> Effects:
+        """In the tick: follow the commits written after the save in flight, in order."""
+        fx = Effects()
+        done = self.host._commits_done
+        while done and self.state is not None:
+            plan, starts, new, ran, at = done.pop(0)
+            self.state.committing.difference_update(r.id for r in new)
+            if ran is not None:
+                fx.merge(await self._after_commit(plan, starts, new, ran, at))
+        return fx
+
+    async def _after_commit(self, plan: Plan, starts: Starts, new: list[Running], ran: dict, at: float) -> Effects:
+        fx = Effects()
         metrics.charts_started([(r.org, plan.rows[r.id].row.created_at) for r in new if ran.get(r.id)], at)
         free = plan.free_before
         for r in new:

@@ -61,6 +61,8 @@ class Host(Protocol):
     _wake: asyncio.Event
     _resync_requested: bool
     _backoff: dict[str, Backoff]
+    _chunk: asyncio.Task | None  # the round state's save in flight (a backfill's chunk, a chained commit)
+    _commits_done: list[tuple]   # chained commits written, for the tick to follow (Dispatcher)
     ids: WorkflowIds | None  # this deployment's workflow ids (set at the take-over)
 
     def __getattr__(self, name: str) -> Any:  # the tunables: BACKOFF_MIN_S, HEAD_PER_ORG, ...

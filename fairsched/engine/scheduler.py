@@ -214,9 +214,12 @@ class Scheduler:
         self.ids: WorkflowIds | None = None  # this deployment's workflow ids (at take-over)
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
-                                   "rounds")}
+                                   "rounds", "commit")}
         self._rounds = RoundSaver(None)          # what of the round state is written, and when
-        self._chunk: asyncio.Task | None = None  # the backfill's chunk in flight, written aside (_backfill_step)
+        # the round state's save in flight, written aside: the backfill's chunk (_backfill_step)
+        # or a dispatch's commit chained after one (Dispatcher._commit_later)
+        self._chunk: asyncio.Task | None = None
+        self._commits_done: list[tuple] = []
 
         # The collaborators (each reads the state and the ports through this scheduler).
         self.leadership = Leadership(self, lease or RedisLease(redis_url, self.LEASE_TTL_S),
@@ -367,6 +370,7 @@ class Scheduler:
         self._tasks = []
         self.etas._published_seq = None  # a leader again confirms only what its own passes store
         self.state = None
+        self._commits_done.clear()
         self.startup._whole_ready = None
         self._notes.clear()
         self._finished.clear()
@@ -401,6 +405,8 @@ class Scheduler:
             await self.rounds_settled()
             await self.startup._take_over_whole()
         fx = Effects()
+        if self._commits_done:
+            fx.merge(await self._guarded("commit", self.dispatcher._finish_commits) or Effects())
         now = self.clock.monotonic()
         await self._run_due(self._catch_up_steps(), now, fx)
         await self._carry_out(fx)
@@ -541,7 +547,8 @@ class Scheduler:
             log.warning("rounds failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
             return
         finally:
-            self._chunk = None
+            if self._chunk is asyncio.current_task():
+                self._chunk = None
             self._wake.set()  # the next chunk (after the tick's dispatch), or the saves it held back
         self._rounds.written(save)
         self._backoff["rounds"].ok()
@@ -559,11 +566,14 @@ class Scheduler:
             self.store.start_vacuum_after_backfill()
 
     async def rounds_settled(self) -> None:
-        """Wait for the backfill's chunk in flight, if any: every other use of the round
-        saver (a save, the whole backlog's take-over) comes after it, as if it had been
-        written in the tick (the saves commit in the order they were made)."""
-        if self._chunk is not None:
-            await asyncio.shield(self._chunk)
+        """Wait for the round state's saves in flight, if any (the backfill's chunk, the
+        commits chained after it): every other use of the round saver (a save, the whole
+        backlog's take-over) comes after them, as if they had been written in the tick
+        (the saves commit in the order they were made); then follow the chained commits."""
+        while self._chunk is not None:
+            await asyncio.wait({self._chunk})
+        if self._commits_done and self.state is not None:
+            await self._carry_out(await self.dispatcher._finish_commits())
 
     async def _save_rounds(self) -> None:
         """Arrivals and re-ranks change rounds without a dispatch: write them too, so a

@@ -164,7 +164,7 @@ class Startup(Part):
                 log.error("the whole backlog's round state differs from the head's after the replay")
             log.info("the whole backlog takes over from the head (%d dispatched or removed meanwhile)", len(taken))
         else:
-            whole.running = head.running
+            whole.running, whole.committing = head.running, head.committing
         self.host._install(whole, self.host._rounds if replay else RoundSaver(world.rounds))
         self.sync.restart_resync()  # the next resync reads everything changed since the whole read
         self.host._resync_requested = True

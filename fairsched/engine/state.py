@@ -7,9 +7,8 @@ snapshot needs to name things (orgs, external ids). The live loop
 these methods and carries out the :class:`Effects` they return (cancel a
 workflow, watch or stop watching a workflow's result, run the ETA pass now).
 
-Rows are the truth: :meth:`LiveState.apply_chart` makes memory agree with one
-re-read row (:mod:`fairsched.engine.rows`), whatever it was before;
-:meth:`LiveState.apply_world` does that for everything (the periodic resync).
+Rows are the truth (:meth:`LiveState.apply_chart`, one re-read row, whatever it was
+before; :meth:`LiveState.apply_world`, everything), but for a chart whose commit is to land.
 """
 from __future__ import annotations
 
@@ -181,6 +180,7 @@ class LiveState:
         self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
         self.loaded_at = world.read_at
         self.running: dict[int, Running] = {}
+        self.committing: set[int] = set()  # started, their rows' commit still to land (Dispatcher)
         for c in world.charts:
             if c.state == RUNNING:
                 self._add_running(c)
@@ -384,7 +384,7 @@ class LiveState:
             self.queued_by_org[int(org)] -= 1
             self.external_ids.pop(chart_id, None)
             taken.append(cid)
-        self.running = head.running
+        self.running, self.committing = head.running, head.committing
         self.unpromised |= {str(c) for c in head.running}
         return taken
 
@@ -396,9 +396,8 @@ class LiveState:
             fx.events.append(lu.Removed(chart=chart_id, state=row.state if row else "deleted").to_wire())
         r = self.running.get(chart_id)
         if r is not None and not r.closing:
-            # Recorded (by the workflow's last activity) but only Temporal says when the
-            # workflow has closed: the cost stays held until then (a result watch or the
-            # reconciliation calls finished()), so Temporal never sees more than the budget.
+            # Recorded (by its workflow's last activity), but its cost stays held until Temporal
+            # says it closed (the watch or reconcile: finished()): never more than the budget.
             r.closing = True
             fx.watch.add(chart_id)
         return fx
@@ -425,8 +424,9 @@ class LiveState:
     def _chart_queued(self, chart_id: int, row: ChartRow) -> Effects:
         """The row is queued: new to the order, or a change of one already in it."""
         fx = Effects()
-        if chart_id in self.running:
-            # Requeued behind our back: the row wins; Temporal's listing re-adopts it if it really runs.
+        if chart_id in self.committing:
+            return fx  # read before its commit landed: the row is behind memory, not the truth yet
+        if chart_id in self.running:  # requeued behind our back: the row wins (Temporal's listing re-adopts)
             self.running.pop(chart_id)
             fx.unwatch.add(chart_id)
         q = self._queued_as(chart_id, row)

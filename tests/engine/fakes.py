@@ -41,7 +41,10 @@ class FakeHost:
         self._wake = asyncio.Event()
         self._resync_requested = False
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
-                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel", "rounds")}
+                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel", "rounds",
+                                   "commit")}
+        self._chunk: asyncio.Task | None = None
+        self._commits_done: list[tuple] = []
         self.ids = self.temporal.ids = current_workflow_ids()  # the tests' deployment (tests/conftest.py)
         self.guarded: list[str] = []
         self.slept: list[float] = []
