@@ -835,6 +835,27 @@ async def test_commits_chained_behind_a_chunk_land_in_the_order_their_dispatches
     assert s.state.queue.order() == order
 
 
+async def test_a_commit_chained_behind_a_chunk_that_outlives_the_step_down_is_never_written(rig, caplog):
+    """A step-down waits for the saves in flight for a while, then gives the lease up. A
+    commit still chained behind a chunk then must not write (a next leader's saves would
+    be overwritten): it is dropped, and the next leader adopts its started workflow."""
+    r = rig(budget=1, charts=9, weights=(1, 1, 1))
+    r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
+    r.store.chunk_gate = asyncio.Event()
+    await r.lead()
+    await r.tick()
+    r.temporal.close(1)
+    await settle()
+    await r.tick()
+    assert r.temporal.start_calls == [1, 2] and r.s.state.committing == {2}
+    commit = r.s._chunk
+    await r.s._step_down()  # the chunk outlives the wait
+    r.store.chunk_gate.set()
+    await asyncio.wait_for(commit, 1.0)
+    assert 2 not in [m[0] for m in r.store.marked] and r.store.state(2) == "queued"
+    assert "commit of charts [2] dropped: this scheduler stepped down" in caplog.text
+
+
 async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_whole_loads(rig, caplog):
     """No round saved, three orgs of weight 1, budget 1: the order is 1 2 3 4 5 6 7 8 9.
     The first start reads two charts per org first (1 4, 2 5, 3 6): their rounds are the

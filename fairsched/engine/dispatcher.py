@@ -220,6 +220,12 @@ class Dispatcher(Part):
         waited = self.clock.monotonic()
         try:
             await asyncio.wait({before})
+            if self.host.state is not state:
+                # stepped down and gave the lease up meanwhile (a step-down waits for the saves
+                # in flight, for a while): never write after it, or a next leader's saves would
+                # be overwritten; its load adopts these started workflows
+                log.warning("commit of charts %s dropped: this scheduler stepped down", [r.id for r in new])
+                return
             if save is not None:
                 pending = self.host._rounds.pending
                 save = (save[0], {cid: r for cid, r in save[1].items() if cid in pending})
