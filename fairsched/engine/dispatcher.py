@@ -174,11 +174,11 @@ class Dispatcher(Part):
         """What started leaves the order and holds its cost; rows move queued -> running
         (compare-and-set, with the round state, in one transaction); the refused fail.
 
-        The round state's saves commit in the order they were made, one at a time. When
-        another is in flight (the backfill's chunk, written aside, or an earlier dispatch's
-        commit waiting for it), this commit is chained after it as a task of its own
-        (:meth:`_commit_later`) and the loop goes on: the next chart whose turn comes
-        starts meanwhile. Until its row is written the chart is ``committing``: a read of
+        The round state's saves commit in the order they were made, one at a time. While
+        the backfill runs (its chunks load the database) or another save is in flight (the
+        backfill's chunk, written aside, or an earlier dispatch's commit), this commit is
+        written as a task of its own (:meth:`_commit_later`), chained after the save in
+        flight, and the loop goes on: the next chart whose turn comes starts meanwhile. Until its row is written the chart is ``committing``: a read of
         its row as still queued is behind memory, not the truth (``LiveState._chart_queued``)."""
         fx = Effects()
         at = self.clock.time()
@@ -196,19 +196,22 @@ class Dispatcher(Part):
         work = self.state.work_of(save[1]) if save is not None else None
         items = [(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at)) for r in new if r.id not in starts.closed]
         before = self.host._chunk
-        if before is None:
+        if before is None and not self.host._rounds.backfilling:
             ran = await self.store.mark_running(items, (*save, work) if work else save)
             self.host._rounds.written(save)
             fx.merge(await self._after_commit(plan, starts, new, ran, at))
             return fx
         self.state.committing.update(r.id for r in new)
+        for r in new:  # watched from now, not from the tick that follows the commit
+            if r.id not in starts.closed:
+                self.sync._watch(r.id)
         self._chained = True
         self.host._chunk = asyncio.create_task(
             self._commit_later(before, self.state, plan, starts, new, items, save, work, at), name="dispatch-commit")
         self.deferred += 1
         return fx
 
-    async def _commit_later(self, before: asyncio.Task, state, plan: Plan, starts: Starts, new: list[Running],
+    async def _commit_later(self, before: asyncio.Task | None, state, plan: Plan, starts: Starts, new: list[Running],
                             items: list[tuple], save, work, at: float) -> None:
         """A dispatch's commit chained after the save in flight (``before``): its round
         state is the one the dispatch left. Of the charts' rounds it saw pending, those a
@@ -219,7 +222,8 @@ class Dispatcher(Part):
         me = asyncio.current_task()
         waited = self.clock.monotonic()
         try:
-            await asyncio.wait({before})
+            if before is not None:
+                await asyncio.wait({before})
             if self.host.state is not state:
                 # stepped down and gave the lease up meanwhile (a step-down waits for the saves
                 # in flight, for a while): never write after it, or a next leader's saves would

@@ -219,6 +219,7 @@ class Scheduler:
         # the round state's save in flight, written aside: the backfill's chunk (_backfill_step)
         # or a dispatch's commit chained after one (Dispatcher._commit_later)
         self._chunk: asyncio.Task | None = None
+        self._backfill_chunk: asyncio.Task | None = None  # the backfill's own chunk in flight (one at a time)
         self._commits_done: list[tuple] = []
 
         # The collaborators (each reads the state and the ports through this scheduler).
@@ -448,7 +449,7 @@ class Scheduler:
         return (
             ("resync", lambda now: not self.state.partial and self.sync._full_resync_wanted(now),
              self.sync._full_resync_step, None),
-            ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading and self._chunk is None,
+            ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading and self._backfill_chunk is None,
              self._backfill_step, None),
         )
 
@@ -531,16 +532,24 @@ class Scheduler:
         round order, with each org's cursor after them, in one transaction, written aside
         (a thread and connection of their own, :meth:`_write_chunk`) while the loop goes
         on: a chart whose turn comes meanwhile reads and starts at once (its commit, which
-        carries the round state, waits for the chunk: :meth:`rounds_settled`)."""
+        carries the round state, is chained after the chunk: ``Dispatcher._commit_later``).
+        A chunk made while a dispatch's commit is in flight is chained after it."""
+        before = self._chunk
         self._rounds.chunk(self.BACKFILL_CHUNK)
         save = self._rounds.next(self.state.queue)
         if save is not None:
-            self._chunk = asyncio.create_task(self._write_chunk(save, self.state.work_of(save[1])), name="rounds-chunk")
+            self._chunk = self._backfill_chunk = asyncio.create_task(
+                self._write_chunk(save, self.state.work_of(save[1]), before), name="rounds-chunk")
         return Effects()
 
-    async def _write_chunk(self, save, work) -> None:
+    async def _write_chunk(self, save, work, before: asyncio.Task | None = None) -> None:
         began = self.clock.monotonic()
         try:
+            if before is not None:  # a commit in flight: written after it (what it wrote left out)
+                await asyncio.wait({before})
+                save = (save[0], {cid: r for cid, r in save[1].items() if cid in self._rounds.pending})
+                work = {cid: w for cid, w in work.items() if cid in save[1]} if work else None
+                began = self.clock.monotonic()
             await self.store.save_rounds_aside(*save, work)
         except Exception as exc:  # noqa: BLE001 - its charts stay pending: the next save writes them
             delay = self._backoff["rounds"].fail(self.clock.monotonic())
@@ -549,6 +558,8 @@ class Scheduler:
         finally:
             if self._chunk is asyncio.current_task():
                 self._chunk = None
+            if self._backfill_chunk is asyncio.current_task():
+                self._backfill_chunk = None
             self._wake.set()  # the next chunk (after the tick's dispatch), or the saves it held back
         self._rounds.written(save)
         self._backoff["rounds"].ok()
