@@ -849,6 +849,7 @@ async def test_a_commit_chained_behind_a_chunk_that_outlives_the_step_down_is_ne
     await r.tick()
     assert r.temporal.start_calls == [1, 2] and r.s.state.committing == {2}
     commit = r.s._chunk
+    r.s.STOP_WAIT_S = 0.05
     await r.s._step_down()  # the chunk outlives the wait
     r.store.chunk_gate.set()
     await asyncio.wait_for(commit, 1.0)

@@ -302,6 +302,9 @@ def test_the_plan_leaves_no_young_collection_behind_and_never_thaws_a_freeze():
     try:
         frozen = gc.get_freeze_count()
         plan(s)
-        assert gc.get_freeze_count() == frozen and gc.isenabled()
+        # a thaw moves every frozen object back (the count falls to 0); another thread of
+        # this worker (an earlier test's) may free a frozen object meanwhile (333,221
+        # against 333,222 once, in a PostgreSQL pass): that is no thaw
+        assert gc.get_freeze_count() > frozen * 0.99 and gc.isenabled()
     finally:
         gc.unfreeze()
