@@ -212,6 +212,23 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
     assert s.state.queue.order()[0] == str(ids[2])
 
 
+def assert_searches_updated_id(queries) -> None:
+    """The charts' query among ``queries`` searches the ``chart_updated_id`` index, never
+    the whole table."""
+    sql, = [q["sql"] for q in queries.captured_queries if 'FROM "charts_chart"' in q["sql"]]
+    with connection.cursor() as cur:
+        if connection.vendor == "sqlite":
+            cur.execute(f"EXPLAIN QUERY PLAN {sql}")
+            plan = " ".join(str(row[-1]) for row in cur.fetchall())
+            assert "USING INDEX chart_updated_id" in plan and "SCAN charts_chart" not in plan, plan
+        else:  # a test table is tiny: a sequential scan would win on cost alone
+            with transaction.atomic():
+                cur.execute("SET LOCAL enable_seqscan = off")
+                cur.execute(f"EXPLAIN {sql}")
+                plan = " ".join(row[0] for row in cur.fetchall())
+            assert "chart_updated_id" in plan, plan
+
+
 @pytest.mark.django_db
 def test_the_incremental_resync_reads_in_chunks_every_changed_chart_once_through_the_updated_at_index():
     """A resync after a bulk import or at a take-over reads a chunk a tick: keyset
@@ -233,18 +250,7 @@ def test_the_incremental_resync_reads_in_chunks_every_changed_chart_once_through
             break
         after = changes.more
     assert sorted(got) == ids and len(got) == len(set(got)) and chunks == 3  # 3 + 3 + 1
-    sql, = [q["sql"] for q in queries.captured_queries if 'FROM "charts_chart"' in q["sql"]]
-    with connection.cursor() as cur:
-        if connection.vendor == "sqlite":
-            cur.execute(f"EXPLAIN QUERY PLAN {sql}")
-            plan = " ".join(str(row[-1]) for row in cur.fetchall())
-            assert "USING INDEX chart_updated_id" in plan and "SCAN charts_chart" not in plan, plan
-        else:
-            with transaction.atomic():
-                cur.execute("SET LOCAL enable_seqscan = off")
-                cur.execute(f"EXPLAIN {sql}")
-                plan = " ".join(row[0] for row in cur.fetchall())
-            assert "chart_updated_id" in plan, plan
+    assert_searches_updated_id(queries)
 
 
 @pytest.mark.django_db
@@ -259,18 +265,7 @@ def test_the_incremental_resync_searches_the_updated_at_index_never_the_whole_ta
     with CaptureQueriesContext(connection) as queries:
         changes = db.read_changes(timezone.now() - timedelta(minutes=1))
     assert len(changes.charts) == 3
-    sql, = [q["sql"] for q in queries.captured_queries if 'FROM "charts_chart"' in q["sql"]]
-    with connection.cursor() as cur:
-        if connection.vendor == "sqlite":
-            cur.execute(f"EXPLAIN QUERY PLAN {sql}")
-            plan = " ".join(str(row[-1]) for row in cur.fetchall())
-            assert "USING INDEX chart_updated_id" in plan and "SCAN charts_chart" not in plan, plan
-        else:  # a test table is tiny: a sequential scan would win on cost alone
-            with transaction.atomic():
-                cur.execute("SET LOCAL enable_seqscan = off")
-                cur.execute(f"EXPLAIN {sql}")
-                plan = " ".join(row[0] for row in cur.fetchall())
-            assert "chart_updated_id" in plan, plan
+    assert_searches_updated_id(queries)
 
 
 # --- worker concurrency follows the budget ------------------------------------------------------

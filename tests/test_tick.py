@@ -360,6 +360,18 @@ class Rig:
     def renew_lease(self) -> None:
         self.s.leadership.ok_until = self.clock.monotonic() + self.s.LEASE_TTL_S
 
+    async def restart(self, **tunables) -> Scheduler:
+        """The scheduler steps down and a new one, over the same database, Temporal and
+        Redis, replaces it (not leading yet: :meth:`lead`). ``tunables``: its class
+        constants to set (HEAD_PER_ORG=1, ...)."""
+        await self.s._step_down()
+        self.s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q",
+                           redis_url="redis://unused", clock=self.clock, store=self.store,
+                           publisher=self.publisher, temporal=self.temporal)
+        for name, value in tunables.items():
+            setattr(self.s, name, value)
+        return self.s
+
     async def tick(self) -> None:
         await self.s.tick()
         await settle()
@@ -646,12 +658,7 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     await r.lead()
     await r.tick()
     assert r.temporal.start_calls == [1] and r.store.saved is not None
-    await r.s._step_down()
-
-    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
-                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
-    s.HEAD_PER_ORG = 1
-    r.s = s
+    s = await r.restart(HEAD_PER_ORG=1)
     await r.lead()
     assert s.state.partial and sorted(s.state.queue.order(), key=int) == ["2", "3", "4"]
     r.clock.advance(s.RESYNC_INTERVAL_S + 1.0)  # a resync and an ETA pass would be due: not while partial
@@ -696,12 +703,7 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     assert written == {1, 2, 3}  # the dispatch's own chart, then one chunk of the head of the order; not all nine
     order = r.s.state.queue.order()
     rounds = {c: r.s.state.queue.round_of(c) for c in order}
-    await r.s._step_down()
-
-    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
-                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
-    s.BACKFILL_MIN, s.BACKFILL_CHUNK = 3, 2
-    r.s = s
+    s = await r.restart(BACKFILL_MIN=3, BACKFILL_CHUNK=2)
     r.store.whole_gate.set()
     await r.lead()
     for _ in range(50):
@@ -732,12 +734,7 @@ async def test_a_restart_amid_the_first_starts_backfill_dispatches_from_the_head
     assert {pk for pk, row in r.store.rows.items() if row.round is not None} == {1, 2, 3}
     order = r.s.state.queue.order()
     rounds = {c: r.s.state.queue.round_of(c) for c in order}
-    await r.s._step_down()
-
-    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
-                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
-    s.HEAD_PER_ORG, s.BACKFILL_MIN, s.BACKFILL_CHUNK = 1, 3, 2
-    r.s = s
+    s = await r.restart(HEAD_PER_ORG=1, BACKFILL_MIN=3, BACKFILL_CHUNK=2)
     await r.lead()
     assert s.state.partial and s.state.queue.order() == ["2", "3", "4", "5", "6"]
     assert "loaded the head of the order (3 orgs' rounds still to write)" in caplog.text
@@ -797,10 +794,7 @@ async def test_a_chart_starts_while_the_backfills_chunk_is_in_flight_and_its_com
     assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
     assert r.store.saved == r.s.state.queue.export_rounds()
     order = r.s.state.queue.order()
-    await r.s._step_down()
-    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
-                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
-    r.s = s
+    s = await r.restart()
     await r.lead()
     assert s.state.queue.order() == order
 
@@ -827,10 +821,7 @@ async def test_commits_chained_behind_a_chunk_land_in_the_order_their_dispatches
     await tick_until_written(r, caplog)
     assert r.store.saved == r.s.state.queue.export_rounds()
     order = r.s.state.queue.order()
-    await r.s._step_down()
-    s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
-                  clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
-    r.s = s
+    s = await r.restart()
     await r.lead()
     assert s.state.queue.order() == order
 
@@ -900,11 +891,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     assert {pk: row.round for pk, row in r.store.rows.items() if row.state == "queued"} == \
         {4: 1, 5: 1, 6: 1, 7: 2, 8: 2, 9: 2}
     assert r.store.saved == s.state.queue.export_rounds()
-    await s._step_down()
-
-    s2 = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
-                   clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
-    r.s = s2
+    s2 = await r.restart()
     await r.lead()
     for _ in range(50):
         await settle()

@@ -78,14 +78,21 @@ async def test_quantum_s_alone_switched_live_under_work_reranks(rig):
     assert r.store.saved.share == ("work", 1200.0)
 
 
+def wide_head(rig, small_s: float):
+    """Budget 3, org 1 (weight 2): chart 1 costs 2 and chart 2 costs 3, 100 s each; org 2's
+    chart 3 costs 1 and takes ``small_s``."""
+    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
+    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
+        r.store.add(pk, org, wf)
+    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): small_s}
+    return r
+
+
 async def test_dispatch_backfill_switched_on_live_starts_a_short_chart_past_a_blocked_head(rig):
     """Budget 3, org 1 (weight 2): chart 1 costs 2 and chart 2 costs 3, 100 s each; org 2's
     chart 3 costs 1 and takes 50 s. Strict: 1 starts, 2 waits for 3 units, 3 waits behind it.
     Backfill: 3 ends (even at its 90% bound, 75 s) before 2's reservation at 100 s: it starts."""
-    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
-    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
-        r.store.add(pk, org, wf)
-    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 50.0}
+    r = wide_head(rig, small_s=50.0)
     await r.lead()
     await r.tick()
     assert r.temporal.start_calls == [1]  # strict: head-of-line
@@ -111,10 +118,7 @@ async def test_a_chart_backfilled_under_its_guard_holds_its_window_and_wakes_the
     (75 s). Its window stays held until 75 s after its start, closed or not (docs/
     scheduling.md, "Backfill"), and the loop wakes then to dispatch, though nothing may
     finish at that moment."""
-    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
-    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
-        r.store.add(pk, org, wf)
-    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 50.0}
+    r = wide_head(rig, small_s=50.0)
     r.store.config = dataclasses.replace(r.store.config, dispatch="backfill")
     await r.lead()
     await r.tick()
@@ -136,10 +140,7 @@ async def test_a_chart_backfilled_under_its_guard_holds_its_window_and_wakes_the
 async def test_backfill_never_starts_a_chart_whose_bound_would_delay_the_reservation(rig):
     """As above, but chart 3 takes 80 s: its 90% bound (120 s) ends after chart 2's
     reservation (100 s), so backfill leaves it behind chart 2, as strict does."""
-    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
-    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
-        r.store.add(pk, org, wf)
-    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 80.0}
+    r = wide_head(rig, small_s=80.0)
     r.store.config = dataclasses.replace(r.store.config, dispatch="backfill")
     await r.lead()
     await r.tick()
@@ -188,10 +189,7 @@ async def test_the_eta_pass_under_backfill_gives_the_reservations_dispatch_makes
     """As the backfill test above: after the switch, the ETA pass says chart 3 starts now and
     chart 2 when chart 1 ends (100 s), exactly what dispatch starts; under strict it said
     chart 3 starts after chart 2. The snapshot names the policy in force."""
-    r = rig(budget=3, charts=0, weights=(2, 1), costs={("1", "mid"): 2, ("1", "big"): 3, ("2", "small"): 1})
-    for pk, org, wf in ((1, 1, "mid"), (2, 1, "big"), (3, 2, "small")):
-        r.store.add(pk, org, wf)
-    r.store.averages = {("1", "mid"): 100.0, ("1", "big"): 100.0, ("2", "small"): 50.0}
+    r = wide_head(rig, small_s=50.0)
     await r.lead()
     await r.tick()
     now = r.clock.time()
