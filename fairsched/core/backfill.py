@@ -330,12 +330,21 @@ class RoundSaver:
         if self.written_rounds is not None:
             self.written_rounds.update(save[1])
         pending = self.pending
-        if len(save[1]) == len(pending):
+        if pending == save[1]:
             pending.clear()
             return
         for cid, r in save[1].items():
             if pending.get(cid, r) == r:
                 pending.pop(cid, None)
+
+    def unwritten(self, save: Save, work: Mapping | None = None) -> tuple[Save, Mapping | None]:
+        """``save`` (and ``work``, keyed by the same charts), made while another save was in
+        flight, less the charts' rounds that save wrote: those no longer pending. The ones
+        still pending are kept with the value ``save`` holds, even if a later change moved
+        them: its round state needs them (the later save writes the new value)."""
+        pending = self.pending
+        changes = {cid: r for cid, r in save[1].items() if cid in pending}
+        return (save[0], changes), ({cid: w for cid, w in work.items() if cid in changes} if work else None)
 
     def _follow(self, queue: "FairQueue", bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
         """What happened to the backfill's orgs since the last save (module docstring)."""

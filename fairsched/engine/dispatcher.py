@@ -34,7 +34,6 @@ class Dispatcher(Part):
         self.starts = 0  # workflows started by this process (bench, tests)
         self._start_failures = StartFailures()
         self._phases: tuple = (0, 0.0, 0.0, 0.0)  # the last dispatch: charts, plan, start, commit
-        self.deferred = 0  # commits chained after a save in flight (_commit_later)
         self._chained = False  # the last dispatch's commit was (phases())
 
     # ---------------------------------------------------------------- plan
@@ -208,7 +207,6 @@ class Dispatcher(Part):
         self._chained = True
         self.host._chunk = asyncio.create_task(
             self._commit_later(before, self.state, plan, starts, new, items, save, work, at), name="dispatch-commit")
-        self.deferred += 1
         return fx
 
     async def _commit_later(self, before: asyncio.Task | None, state, plan: Plan, starts: Starts, new: list[Running],
@@ -231,9 +229,7 @@ class Dispatcher(Part):
                 log.warning("commit of charts %s dropped: this scheduler stepped down", [r.id for r in new])
                 return
             if save is not None:
-                pending = self.host._rounds.pending
-                save = (save[0], {cid: r for cid, r in save[1].items() if cid in pending})
-                work = {cid: w for cid, w in work.items() if cid in save[1]} if work else None
+                save, work = self.host._rounds.unwritten(save, work)
             ran = await self.store.mark_running(items, (*save, work) if work else save)
             self.host._rounds.written(save)
         except Exception as exc:  # noqa: BLE001 - its charts' rows stay queued: the resyncs follow them

@@ -391,9 +391,10 @@ class Scheduler:
         if not (self.state is not None and self.state.partial):
             due = min(due, self._resync_due, self.etas._eta_due)
         if self.state is not None:  # backfill: a guard's window ends, a dispatch is due
-            release = self.state.queue.next_release(self.clock.time())
+            wall = self.clock.time()
+            release = self.state.queue.next_release(wall)
             if release is not None:
-                due = min(due, now + release - self.clock.time())
+                due = min(due, now + release - wall)
         return max(0.0, due - now)
 
     # ================================================================ the step
@@ -547,8 +548,7 @@ class Scheduler:
         try:
             if before is not None:  # a commit in flight: written after it (what it wrote left out)
                 await asyncio.wait({before})
-                save = (save[0], {cid: r for cid, r in save[1].items() if cid in self._rounds.pending})
-                work = {cid: w for cid, w in work.items() if cid in save[1]} if work else None
+                save, work = self._rounds.unwritten(save, work)
                 began = self.clock.monotonic()
             await self.store.save_rounds_aside(*save, work)
         except Exception as exc:  # noqa: BLE001 - its charts stay pending: the next save writes them

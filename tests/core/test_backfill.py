@@ -229,3 +229,22 @@ def test_under_work_the_head_passing_a_written_part_writes_the_next_round():
                                   state=state, budget=3, weights=weights)
     assert [(again.round_of(c), again.share_of(c)) for c in ("x1", "x2")] == [(1, 150), (1, 300)]
     assert again.export_rounds() == live.export_rounds()
+
+
+def test_a_save_landing_keeps_a_round_changed_since_it_was_made_and_a_chained_save_writes_it():
+    """Saves chained after one in flight: chart a's round moved (1 -> 2) after save 1 was
+    made and before save 2. Save 1 landing forgets only what it wrote as it still is
+    (a whole-pending shortcut once cleared a's new round); save 2, made before save 1
+    landed, keeps a (still pending) and drops b (written by save 1)."""
+    state = RoundState(0, 1, {})
+    saver = RoundSaver(None)
+    saver.pending.update({"a": 1, "b": 5})
+    first = (state, dict(saver.pending))
+    saver.pending["a"] = 2
+    second = (state, dict(saver.pending))
+    saver.written(first)
+    assert saver.pending == {"a": 2}
+    (_, changes), work = saver.unwritten(second, {"a": (60.0, 1.0), "b": (30.0, 1.0)})
+    assert changes == {"a": 2} and work == {"a": (60.0, 1.0)}
+    saver.written((state, changes))
+    assert saver.pending == {}
