@@ -11,6 +11,7 @@ nothing starts although budget is free: the head of the order does not fit).
 """
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -19,6 +20,7 @@ from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport
 from fairsched.core.rules import is_held
 from fairsched.engine.due import FLAG_KEYS, DueResult, due_pass
+from fairsched.engine.order_rows import DUE_CODE, NAN, NO_ROUND, Rows
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
@@ -51,15 +53,9 @@ def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
             "text": f"next: #{cid} ({name}, {workflow}, cost {cost}) waits for {cost} free; {free} free"}
 
 
-ROW_KEYS = ("id", "pos", "org", "workflow", "cost", "round", "priority", "state", "external_id",
-            "start_s", "finish_s", "p90_s",  # a row of the order; a chart set aside has no p90_s
-            "due_s", "due_state", "slack_s")  # its due time (seconds from now), state and slack; None: no due time
-
-
 class KeyedRows(Sequence):
     """Rows kept as tuples of ``keys`` values, each made its dict only when read (a page of
-    them at a time when stored). Reads as a sequence of dicts; an item may also be a dict
-    already (a running chart's)."""
+    them at a time when stored): each org's at-risk and late charts. Reads as a sequence of dicts."""
 
     __slots__ = ("_items", "_keys")
 
@@ -90,48 +86,53 @@ class KeyedRows(Sequence):
         return f"{type(self).__name__}({list(self)!r})"
 
 
-class Rows(KeyedRows):
-    """Rows of the published order, as tuples of :data:`ROW_KEYS` values (a :class:`KeyedRows`):
-    a million dicts at once were about 0.8 GB of an ETA pass's peak memory at a million charts."""
-
-    __slots__ = ()
-
-    def __init__(self, items: list | None = None) -> None:
-        super().__init__(items, ROW_KEYS)
-
-    def places(self) -> Iterator[tuple]:
-        """``(id, pos, state, finish_s, start_s, p90_s, due_s, due_state, slack_s)`` of each
-        row, without making its dict."""
-        for t in self._items:
-            if type(t) is dict:
-                yield (t["id"], t.get("pos"), t.get("state"), t.get("finish_s"), t.get("start_s"), t.get("p90_s"),
-                       t.get("due_s"), t.get("due_state"), t.get("slack_s"))
-            else:
-                yield t[0], t[1], t[7], t[10], t[9], t[11], t[12], t[13], t[14]
-
-    def external_ids(self) -> Iterator[str | None]:
-        """The ``external_id`` of each row, without making its dict."""
-        for t in self._items:
-            yield t.get("external_id") if type(t) is dict else t[8]
-
-
 _NO_DUE = (None, None, None)
 
 
 def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, due: DueResult) -> Rows:
-    """The rows of the fair order, in order."""
+    """The rows of the fair order, in order, as columns (:mod:`fairsched.engine.order_rows`)."""
     cost_of = state.queue.cost_of
     ext = state.external_ids
     dues = due.by_chart
-    rows: list[tuple] = []
+    rows = Rows()
+    cols = rows.cols
+    a_id, a_org, a_wf, a_cost, a_round = (cols.id.append, cols.org.append, cols.workflow.append, cols.cost.append,
+                                          cols.round.append)
+    a_ext, a_start, a_fin, a_p90 = cols.ext.append, cols.start.append, cols.finish.append, cols.p90.append
+    a_due, a_dstate, a_slack = cols.due.append, cols.due_state.append, cols.slack.append
+    code = DUE_CODE
+    pairs: dict = {}  # (org, workflow) -> (org id, cost)
     # walk() reads the order's keys (immutable), never the shared mutable entries.
-    for pos, (cid, (org, wf), rnd) in enumerate(state.queue.walk()):
-        eta = etas.get(cid)
+    for cid, pair, rnd in state.queue.walk():
         i = int(cid)
-        rows.append((i, pos, int(org), wf, cost_of(org, wf), rnd, rnd is None, "ordered", ext.get(i),
-                     eta.start_s if eta else None, eta.finish_s if eta else None,
-                     p90(org, wf, eta) if eta and p90 else None) + dues.get(i, _NO_DUE))
-    return Rows(rows)
+        oc = pairs.get(pair)
+        if oc is None:
+            oc = pairs[pair] = (int(pair[0]), cost_of(*pair))
+        a_id(i)
+        a_org(oc[0])
+        a_wf(pair[1])
+        a_cost(oc[1])
+        a_round(NO_ROUND if rnd is None else rnd)
+        a_ext(ext.get(i))
+        eta = etas.get(cid)
+        if eta is None:
+            a_start(NAN)
+            a_fin(NAN)
+            a_p90(NAN)
+        else:
+            a_start(eta[0])
+            a_fin(eta[1])
+            a_p90(p90(pair[0], pair[1], eta) if p90 else NAN)
+        d = dues.get(i)
+        if d is None:
+            a_due(NAN)
+            a_dstate(0)
+            a_slack(NAN)
+        else:
+            a_due(d[0])
+            a_dstate(code[d[1]])
+            a_slack(NAN if d[2] is None else d[2])
+    return rows
 
 
 def _aside_rows(state: PassInput, due: DueResult) -> tuple[list[tuple], dict[int, dict[str, int]]]:
@@ -223,15 +224,19 @@ def _due_summary(due: DueResult) -> dict[str, Any]:
 def _per_org(org_rows: list[dict[str, Any]], order_rows: Rows,
              running_rows: list[dict[str, Any]], due: DueResult) -> dict[int, dict]:
     """Each org's row and its charts (:class:`Rows`): its order rows, then its running rows."""
-    charts: dict[int, list] = {row["id"]: [] for row in org_rows}
-    for t in order_rows._items:
-        got = charts.get(t[2])
+    idx: dict[int, array] = {row["id"]: array("q") for row in org_rows}
+    for i, org in enumerate(order_rows.cols.org):  # each org's rows of the order: their indexes
+        got = idx.get(org)
         if got is not None:
-            got.append(t)
-    for row in running_rows:
-        if row["org"] in charts:
-            charts[row["org"]].append({**row, "state": "running"})
-    return {row["id"]: {"org": row, "charts": Rows(charts[row["id"]]),
+            got.append(i)
+    tails: dict[int, list] = {org: [] for org in idx}
+    for t in order_rows.tail:  # then its charts set aside
+        if t[2] in tails:
+            tails[t[2]].append(t)
+    for row in running_rows:  # then its running charts
+        if row["org"] in tails:
+            tails[row["org"]].append({**row, "state": "running"})
+    return {row["id"]: {"org": row, "charts": Rows(order_rows.cols, idx[row["id"]], tails[row["id"]]),
                         # each org's at-risk and late charts, their dicts made page by page when stored
                         # (at 200k queued, 115k of them late, the dicts were 31 MB of the pass's 147 MB)
                         "flagged": KeyedRows(due.flagged.get(row["id"], []), FLAG_KEYS)}
@@ -251,7 +256,7 @@ def build_snapshot(state: LiveState | PassInput, report: EtaReport, now: float,
         due = due_pass(state, report.etas, now, p90)
     order_rows = _ordered_rows(state, report.etas, p90, due)
     aside_rows, unplanned = _aside_rows(state, due)
-    order_rows._items.extend(aside_rows)
+    order_rows.tail.extend(aside_rows)
     running_rows, used_by_org, running_by_org = _running_rows(state, report.etas, now, p90, due)
     used = sum(used_by_org.values())
     org_rows = _org_rows(state, report, now, unplanned, used, used_by_org, running_by_org, due)
