@@ -14,11 +14,15 @@ warning level (the hysteresis); the loop writes the levels that changed
 """
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Callable
 
 from fairsched.core import BLOCKED, HELD, PAUSED
 from fairsched.core.due import AT_RISK, LATE, LEVEL_STATE, ON_TIME, due_state, next_level
+from fairsched.engine.order_rows import DUE_CODE, DUE_STATES, NAN
 
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 TOP_CHARTS = 100  # the Due panel's list (the snapshot's "due.charts")
@@ -81,11 +85,60 @@ class DueBook:
                         dict(self.alerts))
 
 
+class DueByChart(Mapping):
+    """Each chart's ``(due_s, state, slack_s)``, by chart id, for the charts with a due time.
+
+    The order's charts are held in three columns aligned with the order (``due``, ``state``
+    as :data:`~fairsched.engine.order_rows.DUE_CODE`, ``slack``; NaN and 0 where a chart has
+    no due time): the snapshot's rows take them as they are (``publish._ordered_rows``), with
+    no tuple, float or dict entry per chart (a million of those were about 80 MB of a forked
+    pass). ``ids`` and ``pos`` name the charts that have one and their places; a lookup by
+    id builds its index on first use. The charts set aside and the running ones are in
+    ``extra``, a dict."""
+
+    __slots__ = ("due", "state", "slack", "ids", "pos", "extra", "_index")
+
+    def __init__(self, n: int = 0) -> None:
+        self.due = array("d", [NAN]) * n
+        self.state = bytearray(n)
+        self.slack = array("d", [NAN]) * n
+        self.ids = array("q")
+        self.pos = array("q")
+        self.extra: dict[int, tuple[float, str, float | None]] = {}
+        self._index: dict[int, int] | None = None
+
+    def set(self, pos: int, chart_id: int, due_s: float, state: str, slack_s: float | None) -> None:
+        """The due state of the order's chart at ``pos``."""
+        self.due[pos] = due_s
+        self.state[pos] = DUE_CODE[state]
+        self.slack[pos] = NAN if slack_s is None else slack_s
+        self.ids.append(chart_id)
+        self.pos.append(pos)
+
+    def at(self, pos: int) -> tuple[float, str, float | None]:
+        slack = self.slack[pos]
+        return self.due[pos], DUE_STATES[self.state[pos]], None if slack != slack else slack
+
+    def __getitem__(self, chart_id: int) -> tuple[float, str, float | None]:
+        got = self.extra.get(chart_id)
+        if got is not None:
+            return got
+        if self._index is None:
+            self._index = dict(zip(self.ids, self.pos))
+        return self.at(self._index[chart_id])
+
+    def __iter__(self) -> Iterator[int]:
+        return chain(self.ids, self.extra)
+
+    def __len__(self) -> int:
+        return len(self.ids) + len(self.extra)
+
+
 @dataclass
 class DueResult:
     """One pass's due states."""
 
-    by_chart: dict[int, tuple[float, str, float | None]] = field(default_factory=dict)  # due_s, state, slack_s
+    by_chart: DueByChart = field(default_factory=DueByChart)  # due_s, state, slack_s by chart
     orgs: dict[int, dict[str, int]] = field(default_factory=dict)  # per org: on_time, at_risk, late
     flagged: dict[int, list[list[Any]]] = field(default_factory=dict)  # per org: at risk / late, least slack first
     levels: dict[int, int] = field(default_factory=dict)  # warning levels that changed
@@ -112,13 +165,14 @@ def _slack_key(r: list) -> tuple:
 
 
 def due_keys(queue, due: DueInput, now: float):
-    """``(key, org, workflow, chart id, due_s)`` of each chart of ``queue``'s order that has a
-    due time (its own, else its creation plus its org's turnaround), from the head: the walk
-    of :func:`due_pass` and of the previews' counts (``whatif.at_risk_counts``). It reads the
-    order's keys only (``FairQueue.keys``), never their entries."""
+    """``(place, key, org, workflow, chart id, due_s)`` of each chart of ``queue``'s order
+    that has a due time (its own, else its creation plus its org's turnaround), from the
+    head (its place: its index in the order): the walk of :func:`due_pass` and of the
+    previews' counts (``whatif.at_risk_counts``). It reads the order's keys only
+    (``FairQueue.keys``), never their entries."""
     explicit, tget = due.explicit, due.turnaround.get
     eget = explicit.get
-    for k in queue.keys():
+    for pos, k in enumerate(queue.keys()):
         org, wf = k.pair
         i = int(k.id)
         at = eget(i) if explicit else None
@@ -127,7 +181,7 @@ def due_keys(queue, due: DueInput, now: float):
             if t is None:
                 continue
             at = k.created_at + t
-        yield k, org, wf, i, at - now
+        yield pos, k, org, wf, i, at - now
 
 
 def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
@@ -141,8 +195,11 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
         return out
     explicit, turnaround, alerts = due.explicit, due.turnaround, due.alerts
     ext = state.external_ids
+    by_chart = out.by_chart = DueByChart(state.queue.order_len)
+    unseen = set(alerts)  # the warnings in force of charts that turn out to have no due time
 
-    def one(i: int, org: str, wf: str, created: float, eta, no_eta: str | None, external_id) -> None:
+    def one(i: int, org: str, wf: str, created: float, eta, no_eta: str | None, external_id,
+            pos: int | None = None) -> None:
         at = explicit.get(i)
         if at is None:
             t = turnaround.get(org)
@@ -153,14 +210,18 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
         finish = eta[1] if eta is not None else None
         bound = p90(org, wf, eta) if eta is not None and p90 is not None else None
         s = due_state(due_s, finish, bound, no_eta)
-        out.by_chart[i] = (due_s, s.state, s.slack_s)
+        if pos is None:
+            by_chart.extra[i] = (due_s, s.state, s.slack_s)
+        else:
+            by_chart.set(pos, i, due_s, s.state, s.slack_s)
+        unseen.discard(i)
         o = int(org)
         counts = out.orgs.get(o)
         if counts is None:
             counts = out.orgs[o] = {ON_TIME: 0, AT_RISK: 0, LATE: 0}
         counts[s.state] += 1
         if s.state != ON_TIME:
-            out.flagged.setdefault(o, []).append([i, o, s.state, due_s, s.slack_s, s.reason, wf, external_id])
+            out.flagged.setdefault(o, []).append((i, o, s.state, due_s, s.slack_s, s.reason, wf, external_id))
         before = alerts.get(i, 0)
         level = next_level(before, due_s, finish, bound, no_eta)
         if level != before:
@@ -172,13 +233,20 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
     # is counted inline; any other goes through ``one``, the rule's own functions. Equal
     # results either way (tests/engine/test_due_lean_loop.py); this halved a pass at 100k.
     get_eta, aget = etas.get, alerts.get
-    by_chart, org_counts, org_int = out.by_chart, out.orgs, {}
-    for k, org, wf, i, due_s in due_keys(state.queue, due, now):
+    org_counts, org_int = out.orgs, {}
+    due_col, state_col, slack_col, ids_add, pos_add = (by_chart.due, by_chart.state, by_chart.slack,
+                                                       by_chart.ids.append, by_chart.pos.append)
+    on_time = DUE_CODE[ON_TIME]
+    for pos, k, org, wf, i, due_s in due_keys(state.queue, due, now):
         eta = get_eta(k.id)
         if eta is not None and not aget(i):
             finish = eta[1]
             if finish <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
-                by_chart[i] = (due_s, ON_TIME, due_s - finish)
+                due_col[pos] = due_s
+                state_col[pos] = on_time
+                slack_col[pos] = due_s - finish
+                ids_add(i)
+                pos_add(pos)
                 o = org_int.get(org)
                 if o is None:
                     o = org_int[org] = int(org)
@@ -187,16 +255,15 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
                     counts = org_counts[o] = {ON_TIME: 0, AT_RISK: 0, LATE: 0}
                 counts[ON_TIME] += 1
                 continue
-        one(i, org, wf, k.created_at, eta, None, ext.get(i))
+        one(i, org, wf, k.created_at, eta, None, ext.get(i), pos)
     for kind in (HELD, PAUSED, BLOCKED):
         for q in state.aside[kind]:
             i = int(q.id)
             one(i, q.org, q.workflow, q.created_at, None, kind, ext.get(i))
     for r in state.running:
         one(r.id, str(r.org), r.workflow, r.created_at, etas.get(str(r.id)), None, r.external_id)
-    for cid in alerts:
-        if cid not in out.by_chart:
-            out.levels[cid] = 0  # no due time any more (or not known to this pass)
+    for cid in unseen:
+        out.levels[cid] = 0  # no due time any more (or not known to this pass)
     for rows in out.flagged.values():
         rows.sort(key=_slack_key)
     return out

@@ -19,8 +19,8 @@ from typing import Any, Callable
 from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport
 from fairsched.core.rules import is_held
-from fairsched.engine.due import FLAG_KEYS, DueResult, due_pass
-from fairsched.engine.order_rows import DUE_CODE, NAN, NO_ROUND, Rows
+from fairsched.engine.due import FLAG_KEYS, DueByChart, DueResult, due_pass
+from fairsched.engine.order_rows import NAN, NO_ROUND, Rows
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
@@ -99,8 +99,6 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
     a_id, a_org, a_wf, a_cost, a_round = (cols.id.append, cols.org.append, cols.workflow.append, cols.cost.append,
                                           cols.round.append)
     a_ext, a_start, a_fin, a_p90 = cols.ext.append, cols.start.append, cols.finish.append, cols.p90.append
-    a_due, a_dstate, a_slack = cols.due.append, cols.due_state.append, cols.slack.append
-    code = DUE_CODE
     pairs: dict = {}  # (org, workflow) -> (org id, cost)
     # walk() reads the order's keys (immutable), never the shared mutable entries.
     for cid, pair, rnd in state.queue.walk():
@@ -123,15 +121,12 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
             a_start(eta[0])
             a_fin(eta[1])
             a_p90(p90(pair[0], pair[1], eta) if p90 else NAN)
-        d = dues.get(i)
-        if d is None:
-            a_due(NAN)
-            a_dstate(0)
-            a_slack(NAN)
-        else:
-            a_due(d[0])
-            a_dstate(code[d[1]])
-            a_slack(NAN if d[2] is None else d[2])
+    # the due states, as the pass left them: columns aligned with the order (engine/due.py)
+    if len(dues.due) != len(cols):
+        if len(dues.due):
+            raise ValueError(f"due states for {len(dues.due)} charts, not the order's {len(cols)}")
+        dues = DueByChart(len(cols))  # no due time anywhere: the pass made none
+    cols.due, cols.due_state, cols.slack = dues.due, dues.state, dues.slack
     return rows
 
 
@@ -147,7 +142,7 @@ def _aside_rows(state: PassInput, due: DueResult) -> tuple[list[tuple], dict[int
             counts[aside] += 1
             i = int(q.id)
             rows.append((i, None, int(q.org), q.workflow, cost_of(q.org, q.workflow), None, q.priority, aside,
-                         ext.get(i), None, None, None) + due.by_chart.get(i, _NO_DUE))
+                         ext.get(i), None, None, None) + due.by_chart.extra.get(i, _NO_DUE))
     return rows, unplanned
 
 
@@ -165,7 +160,7 @@ def _running_rows(state: PassInput, etas: dict[str, Eta], now: float, p90: Calla
             "expected_s": state.durations(str(r.org), r.workflow),
             "finish_s": eta.finish_s if eta else 0.0, "workflow_id": workflow_id(r.id), "run_id": r.run_id,
             "p90_s": p90(str(r.org), r.workflow, eta) if eta and p90 else None,
-            **dict(zip(("due_s", "due_state", "slack_s"), due.by_chart.get(r.id, _NO_DUE))),
+            **dict(zip(("due_s", "due_state", "slack_s"), due.by_chart.extra.get(r.id, _NO_DUE))),
         })
         used_by_org[r.org] = used_by_org.get(r.org, 0) + r.cost
         running_by_org[r.org] = running_by_org.get(r.org, 0) + 1

@@ -156,7 +156,7 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
         out[org] = out.get(org, 0) + 1
 
     # one lean loop (no call per chart): O(charts), most of them without a due time or on time
-    for k, org, wf, _, due_s in due_keys(captured.queue, due, now):
+    for _, k, org, wf, _, due_s in due_keys(captured.queue, due, now):
         eta = get_eta(k.id)
         if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
             continue

@@ -34,8 +34,8 @@ def reference(state, etas, now, p90):
         counts = orgs.setdefault(int(org), {"on_time": 0, "at_risk": 0, "late": 0})
         counts[s.state] += 1
         if s.state != ON_TIME:
-            flagged.setdefault(int(org), []).append([i, int(org), s.state, due_s, s.slack_s, s.reason, wf,
-                                                     state.external_ids.get(i)])
+            flagged.setdefault(int(org), []).append((i, int(org), s.state, due_s, s.slack_s, s.reason, wf,
+                                                     state.external_ids.get(i)))
         before = due.alerts.get(i, 0)
         level = next_level(before, due_s, finish, bound, no_eta)
         if level != before:
