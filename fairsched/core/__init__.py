@@ -80,12 +80,12 @@ from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
 from .heads import same_rounds
 from .queue import FairQueue, NeedsWholeBacklog, first_head_of_backlog, head_of_backlog
 from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, is_held, lane_pass
-from .types import (DECLARED_AS_N, DEFAULT_AVG_S, ById, Durations, EstimateSource, Eta, EtaReport, OrgRounds, Plan,
+from .types import (DECLARED_AS_N, DEFAULT_AVG_S, ById, Durations, EstimateSource, Eta, EtaReport, OrgRounds, Plan, WalkEtas, eta_reader,
                     QueuedChart, RoundState, RunningChart)
 
 __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
-    "DECLARED_AS_N", "DEFAULT_AVG_S", "ById", "Durations", "EstimateSource", "Eta", "EtaReport", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
+    "DECLARED_AS_N", "DEFAULT_AVG_S", "ById", "Durations", "EstimateSource", "Eta", "EtaReport", "WalkEtas", "eta_reader", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
     "RoundSaver", "RoundState", "RunningChart",
     "fifo_key", "first_head_of_backlog", "head_of_backlog", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "same_rounds", "simulate_lanes",

@@ -41,19 +41,19 @@ one step per phantom (O((n + phantoms) log budget)). Dispatch never reads it.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from functools import partial
 from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable, Mapping
 
 from .plan import gc_paused, initial_lanes, running_clear
 from .rules import arrival_round, is_held, lane_pass
-from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart
+from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart, WalkEtas
 
 Estimate = Callable[[str, "str | None"], float]
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
-make_eta = partial(tuple.__new__, Eta)  # an Eta without the NamedTuple constructor's overhead
+NAN = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,8 +286,8 @@ class Forecaster:
         real = _RealCharts(own)
         # the lane walk (rules.lane_pass) over the order with the phantoms let in as it goes
         starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes)
-        real.collect(starts, etas, org_clear)
-        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+        walked = real.collect(starts, etas, org_clear)
+        return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
 
 
 class _PhantomRounds:
@@ -336,15 +336,17 @@ class _RealCharts:
         self.orgs: list[str] = []
         self.durs: list[float] = []
 
-    def collect(self, starts: list, etas: dict, org_clear: dict) -> None:
-        """Each chart's ETA (its start plus its own duration) into ``etas``; its org's
-        clear-time raised to its finish in ``org_clear``."""
-        st = [starts[i] for i in self.idx]
-        fins = [a + b for a, b in zip(st, self.durs)]
-        etas.update(zip(self.ids, map(make_eta, zip(st, fins))))
+    def collect(self, starts: list, head: dict, org_clear: dict) -> WalkEtas:
+        """Each chart's ETA (its start plus its own duration), after ``head`` (the running
+        charts'), as columns aligned with the walk; its org's clear-time raised to its
+        finish in ``org_clear``. A chart whose cost is above the lanes has none (NaN)."""
+        starts.append(NAN)  # what a chart with no lanes (place -1) reads
+        st = array("d", [starts[i] for i in self.idx])
+        fins = array("d", [a + b for a, b in zip(st, self.durs)])
         for org, fin in zip(self.orgs, fins):
-            if fin > org_clear[org]:
+            if fin > org_clear[org]:  # (never for NaN)
                 org_clear[org] = fin
+        return WalkEtas(head, self.ids, st, fins)
 
 
 def _forecast_items(queue, lanes: list, ph: _PhantomRounds, real: _RealCharts, mean: Callable,
@@ -361,7 +363,11 @@ def _forecast_items(queue, lanes: list, ph: _PhantomRounds, real: _RealCharts, m
         ce = info.get(pair)
         if ce is None:
             ce = info[pair] = ((cost_of(pair[0], pair[1]), mean(*pair)), own(*pair))
-        if ce[0][0] > nl:
+        if ce[0][0] > nl:  # no ETA: its place in the walk all the same (WalkEtas)
+            idx(-1)
+            ids(cid)
+            orgs(pair[0])
+            durs(NAN)
             continue
         if ph.gen is not None and rnd is not None:
             for item in ph.before(rnd, lanes, nl):

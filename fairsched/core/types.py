@@ -225,6 +225,67 @@ class ById(Mapping):
         return f"ById({dict(self.items())!r})"
 
 
+class WalkEtas(Mapping):
+    """A full pass's ETAs (:meth:`Forecaster.etas`): ``head``, a dict (the running
+    charts'), then the order's charts, in the order's walk: their ids (the walk's own
+    objects) and two columns ``start``/``finish`` (``array('d')``, NaN where a chart has no
+    ETA: its cost above the budget's lanes), not an :class:`Eta` in a dict per chart (about
+    130 MB at a million charts in a forked pass). A reader that walks the order reads the
+    ETA at each place (:meth:`at`, O(1)); a lookup by id builds the index on first use.
+    Equal to any mapping with the same items (the charts that have an ETA)."""
+
+    __slots__ = ("head", "ids", "start", "finish", "_index", "_n")
+
+    def __init__(self, head: dict, ids: list, start, finish) -> None:
+        self.head, self.ids, self.start, self.finish = head, ids, start, finish
+        self._index: dict | None = None
+        self._n: int | None = None
+
+    def at(self, pos: int, chart_id: str) -> Eta | None:
+        """The ETA of ``chart_id``, at place ``pos`` of the walk this pass made (if it is
+        not there, a pass over another order, by its id); None without one."""
+        ids = self.ids
+        if pos < len(ids) and ids[pos] is chart_id:
+            f = self.finish[pos]
+            return None if f != f else Eta(self.start[pos], f)
+        return self.get(chart_id)
+
+    def _lookup(self) -> dict:
+        if self._index is None:
+            self._index = {c: i for i, (c, f) in enumerate(zip(self.ids, self.finish)) if f == f}
+        return self._index
+
+    def __getitem__(self, key) -> Eta:
+        got = self.head.get(key)
+        if got is not None:
+            return got
+        i = self._lookup()[key]
+        return Eta(self.start[i], self.finish[i])
+
+    def __contains__(self, key) -> bool:
+        return key in self.head or key in self._lookup()
+
+    def __iter__(self) -> Iterator:
+        return chain(self.head, (c for c, f in zip(self.ids, self.finish) if f == f))
+
+    def __len__(self) -> int:
+        if self._n is None:
+            self._n = sum(1 for f in self.finish if f == f)
+        return len(self.head) + self._n
+
+    def __repr__(self) -> str:
+        return f"WalkEtas({dict(self.items())!r})"
+
+
+def eta_reader(etas: Mapping) -> Callable[[int, str], "Eta | None"]:
+    """``(place in the order's walk, chart id) -> Eta or None`` over a pass's ``etas``: by
+    place for :class:`WalkEtas`, by id for a dict."""
+    if isinstance(etas, WalkEtas):
+        return etas.at
+    get = etas.get
+    return lambda _pos, chart_id: get(chart_id)
+
+
 class LazyMapping(Mapping):
     """A read-only mapping made by ``make()`` on its first use (a plan's rounds: the
     JSON writer never reads them)."""

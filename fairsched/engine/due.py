@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable
 
-from fairsched.core import BLOCKED, HELD, PAUSED
+from fairsched.core import BLOCKED, HELD, PAUSED, eta_reader
 from fairsched.core.due import AT_RISK, LATE, LEVEL_STATE, ON_TIME, due_state, next_level
 from fairsched.engine.order_rows import DUE_CODE, DUE_STATES, NAN
 
@@ -232,13 +232,13 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
     # The order in one lean loop: a chart on time with no warning in force (most of them)
     # is counted inline; any other goes through ``one``, the rule's own functions. Equal
     # results either way (tests/engine/test_due_lean_loop.py); this halved a pass at 100k.
-    get_eta, aget = etas.get, alerts.get
+    eta_at, aget = eta_reader(etas), alerts.get
     org_counts, org_int = out.orgs, {}
     due_col, state_col, slack_col, ids_add, pos_add = (by_chart.due, by_chart.state, by_chart.slack,
                                                        by_chart.ids.append, by_chart.pos.append)
     on_time = DUE_CODE[ON_TIME]
     for pos, k, org, wf, i, due_s in due_keys(state.queue, due, now):
-        eta = get_eta(k.id)
+        eta = eta_at(pos, k.id)
         if eta is not None and not aget(i):
             finish = eta[1]
             if finish <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):

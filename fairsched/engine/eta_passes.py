@@ -17,11 +17,11 @@ import dataclasses
 import logging
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Mapping, Set
 from itertools import islice
 
 from common import live_updates, metrics
-from fairsched.core import Eta
+from fairsched.core import Eta, WalkEtas, eta_reader
 from fairsched.core.plan import gc_paused
 from fairsched.engine import forked, whatif
 from fairsched.engine.forked import EtaPassIn
@@ -44,8 +44,16 @@ class EtaColumns:
     finish: array  # 'd': Eta.finish_s
 
     @classmethod
-    def of(cls, etas: dict[str, Eta], ids: Iterable[str]) -> EtaColumns:
-        picked = [(cid, etas[cid]) for cid in ids if cid in etas]
+    def of(cls, etas: Mapping[str, Eta], ids: Set[str]) -> EtaColumns:
+        """The ETAs in ``etas`` of the charts ``ids``. A pass's :class:`WalkEtas` is walked
+        (a lookup by id would build its index: a dict of every chart), a dict looked up."""
+        if isinstance(etas, WalkEtas):
+            picked = [(cid, e) for cid, e in etas.head.items() if cid in ids]
+            start, finish = etas.start, etas.finish
+            picked += [(cid, Eta(start[pos], finish[pos])) for pos, cid in enumerate(etas.ids)
+                       if cid in ids and finish[pos] == finish[pos]]
+        else:
+            picked = [(cid, etas[cid]) for cid in ids if cid in etas]
         return cls(array("q", [int(cid) for cid, _ in picked]), array("d", [e[0] for _, e in picked]),
                    array("d", [e[1] for _, e in picked]))
 
@@ -216,7 +224,9 @@ class EtaPasses(Part):
             seq = self.publisher.store_snapshot(snap, rows, per_org)
             forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
             etas = report.etas
-            head = {cid: etas[cid] for cid in islice(captured.queue, self.ETAS_KEPT) if cid in etas}
+            eta_at = eta_reader(etas)
+            head = {cid: e for pos, cid in enumerate(islice(captured.queue, self.ETAS_KEPT))
+                    if (e := eta_at(pos, cid)) is not None}
             risky = {str(o): c["at_risk"] + c["late"] for o, c in due.orgs.items() if c["at_risk"] + c["late"]}
             return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose,
                            whatif.measured(captured, report, risky, now))

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from common.clear_notes import no_eta_note
-from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport
+from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
 from fairsched.core.rules import is_held
 from fairsched.engine.due import FLAG_KEYS, DueByChart, DueResult, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, Rows
@@ -101,7 +101,8 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
     a_ext, a_start, a_fin, a_p90 = cols.ext.append, cols.start.append, cols.finish.append, cols.p90.append
     pairs: dict = {}  # (org, workflow) -> (org id, cost)
     # walk() reads the order's keys (immutable), never the shared mutable entries.
-    for cid, pair, rnd in state.queue.walk():
+    eta_at = eta_reader(etas)
+    for pos, (cid, pair, rnd) in enumerate(state.queue.walk()):
         i = int(cid)
         oc = pairs.get(pair)
         if oc is None:
@@ -112,7 +113,7 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
         a_cost(oc[1])
         a_round(NO_ROUND if rnd is None else rnd)
         a_ext(ext.get(i))
-        eta = etas.get(cid)
+        eta = eta_at(pos, cid)
         if eta is None:
             a_start(NAN)
             a_fin(NAN)

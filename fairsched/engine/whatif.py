@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from fairsched.core import eta_reader
 from fairsched.core.plan import gc_paused, unplanned_clear
 from fairsched.core.queue import FairQueue
 from fairsched.core.sortedkeys import SortedKeys
@@ -150,14 +151,14 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
     if due is None or not (due.explicit or due.turnaround):
         return out
     explicit, turnaround = due.explicit, due.turnaround
-    get_eta, eget, tget = etas.get, explicit.get, turnaround.get
+    eta_at, eget, tget = eta_reader(etas), explicit.get, turnaround.get
 
     def count(org: str) -> None:
         out[org] = out.get(org, 0) + 1
 
     # one lean loop (no call per chart): O(charts), most of them without a due time or on time
-    for _, k, org, wf, _, due_s in due_keys(captured.queue, due, now):
-        eta = get_eta(k.id)
+    for pos, k, org, wf, _, due_s in due_keys(captured.queue, due, now):
+        eta = eta_at(pos, k.id)
         if eta is not None and eta[1] <= due_s and (p90 is None or p90(org, wf, eta) <= due_s):
             continue
         out[org] = out.get(org, 0) + 1
@@ -173,7 +174,7 @@ def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str
             if t is None:
                 continue
             at = r.created_at + t
-        eta = get_eta(str(r.id))
+        eta = etas.get(str(r.id))  # (a running chart's: the pass's head)
         if eta is None or eta[1] > at - now or (p90 is not None and p90(org, r.workflow, eta) > at - now):
             count(org)
     return out
