@@ -285,7 +285,7 @@ class Forecaster:
                             if p.phantoms and lanes else None)
         real = _RealCharts(own)
         # the lane walk (rules.lane_pass) over the order with the phantoms let in as it goes
-        starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes)
+        starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes, finishes=False)
         walked = real.collect(starts, etas, org_clear)
         return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
 
@@ -331,7 +331,7 @@ class _RealCharts:
     def __init__(self, own: Callable) -> None:
         self.own = own
         self.info: dict = {}  # (org, workflow) -> ((cost, mean duration), own duration)
-        self.idx: list[int] = []
+        self.idx = array("q")  # (machine integers: an int object a chart less)
         self.ids: list[str] = []
         self.orgs: list[str] = []
         self.durs: list[float] = []

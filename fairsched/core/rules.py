@@ -108,7 +108,7 @@ def head_of_line(costs: Iterable[int], free: int) -> int:
     return n
 
 
-def lane_pass(cost_est: Iterable[tuple[int, float]], lanes: list[float]
+def lane_pass(cost_est: Iterable[tuple[int, float]], lanes: list[float], finishes: bool = True,
               ) -> tuple[list[float | None], list[float | None]]:
     """The lane walk, in O(n log budget): for each (cost c, estimate) in order, the
     chart starts when the c-th earliest lane frees (``lanes[c-1]`` of the sorted
@@ -121,6 +121,9 @@ def lane_pass(cost_est: Iterable[tuple[int, float]], lanes: list[float]
     earliest free lane) before it yields the next chart (the forecast pass does,
     to let expected arrivals in first) or stop early (a partial pass).
 
+    ``finishes=False``: no list of finishes (empty), for a caller that adds durations of
+    its own to the starts (the forecast pass): a float per chart less to hold.
+
     With a heap: the c-th earliest lane is read off the heap's top levels for c <= 3
     (the second is a child of the root, the third a child of the root or of the second),
     and the c earliest are replaced by the finish one at a time (with an estimate >= 0
@@ -131,7 +134,7 @@ def lane_pass(cost_est: Iterable[tuple[int, float]], lanes: list[float]
     starts: list = []
     fins: list = []
     sa = starts.append
-    fa = fins.append
+    fa = fins.append if finishes else bool  # (bool: a C call that keeps nothing)
     nl = len(lanes)
     hreplace, hpop, hpush = heapreplace, heappop, heappush
     for c, est in cost_est:
