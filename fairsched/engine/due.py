@@ -14,10 +14,12 @@ warning level (the hysteresis); the loop writes the levels that changed
 """
 from __future__ import annotations
 
+import heapq
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from typing import Any, Callable
 
 from fairsched.core import BLOCKED, HELD, PAUSED, eta_reader
@@ -134,13 +136,87 @@ class DueByChart(Mapping):
         return len(self.ids) + len(self.extra)
 
 
+class Flagged(Sequence):
+    """One org's charts at risk or late, least slack first (:meth:`sort`), as columns of
+    :data:`FLAG_KEYS`: ids, due times and slacks in arrays, the states as codes, the
+    reasons, workflows and external ids as references to shared strings. About 50 bytes a
+    chart, not a tuple with its own floats and int (some 180: 80 MB at a first pass over a
+    million charts, half of them late). Reads as a sequence of dicts (the snapshot's page
+    of the org's flagged charts); :meth:`rows` gives tuples."""
+
+    __slots__ = ("org", "id", "state", "due", "slack", "reason", "workflow", "ext")
+
+    def __init__(self, org: int) -> None:
+        self.org = org
+        self.id = array("q")
+        self.state = bytearray()
+        self.due, self.slack = array("d"), array("d")
+        self.reason: list[str] = []
+        self.workflow: list[str | None] = []
+        self.ext: list[str | None] = []
+
+    def add(self, chart_id: int, state: str, due_s: float, slack_s: float | None, reason: str,
+            workflow: str | None, external_id: str | None) -> None:
+        self.id.append(chart_id)
+        self.state.append(DUE_CODE[state])
+        self.due.append(due_s)
+        self.slack.append(NAN if slack_s is None else slack_s)
+        self.reason.append(reason)
+        self.workflow.append(workflow)
+        self.ext.append(external_id)
+
+    def key(self, j: int) -> tuple[float, int]:
+        """:func:`_slack_key` of row ``j``: least slack first (a chart without an ETA: by
+        the time left until it is due), then by id."""
+        slack = self.slack[j]
+        return (slack if slack == slack else self.due[j]), self.id[j]
+
+    def sort(self) -> None:
+        perm = sorted(range(len(self.id)), key=self.key)
+        self.id = array("q", [self.id[j] for j in perm])
+        self.state = bytearray(self.state[j] for j in perm)
+        self.due = array("d", [self.due[j] for j in perm])
+        self.slack = array("d", [self.slack[j] for j in perm])
+        self.reason, self.workflow, self.ext = ([col[j] for j in perm] for col in (self.reason, self.workflow, self.ext))
+
+    def row(self, j: int) -> tuple:
+        slack = self.slack[j]
+        return (self.id[j], self.org, DUE_STATES[self.state[j]], self.due[j], None if slack != slack else slack,
+                self.reason[j], self.workflow[j], self.ext[j])
+
+    def rows(self) -> list[tuple]:
+        return [self.row(j) for j in range(len(self.id))]
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [dict(zip(FLAG_KEYS, self.row(j))) for j in range(*i.indices(len(self.id)))]
+        return dict(zip(FLAG_KEYS, self.row(range(len(self.id))[i])))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (dict(zip(FLAG_KEYS, self.row(j))) for j in range(len(self.id)))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to the same rows, as a :class:`Flagged` or a list of tuples (or of dicts)."""
+        if isinstance(other, Flagged):
+            return self.org == other.org and self.rows() == other.rows()
+        if isinstance(other, list):
+            return self.rows() == other or list(self) == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Flagged({self.org}, {self.rows()!r})"
+
+
 @dataclass
 class DueResult:
     """One pass's due states."""
 
     by_chart: DueByChart = field(default_factory=DueByChart)  # due_s, state, slack_s by chart
     orgs: dict[int, dict[str, int]] = field(default_factory=dict)  # per org: on_time, at_risk, late
-    flagged: dict[int, list[list[Any]]] = field(default_factory=dict)  # per org: at risk / late, least slack first
+    flagged: dict[int, Flagged] = field(default_factory=dict)  # per org: at risk / late, least slack first
     levels: dict[int, int] = field(default_factory=dict)  # warning levels that changed
     rose: list[int] = field(default_factory=list)  # ... of which these rose (the webhook, the first flag)
 
@@ -152,8 +228,10 @@ class DueResult:
         return out
 
     def top(self, n: int = TOP_CHARTS) -> list[dict[str, Any]]:
-        rows = sorted((r for rows in self.flagged.values() for r in rows), key=_slack_key)[:n]
-        return [dict(zip(FLAG_KEYS, r)) for r in rows]
+        """The ``n`` charts of every org at risk or late with the least slack."""
+        best = heapq.nsmallest(n, ((f.key(j), f, j) for f in self.flagged.values() for j in range(len(f))),
+                               key=itemgetter(0))
+        return [dict(zip(FLAG_KEYS, f.row(j))) for _, f, j in best]
 
 
 FLAG_KEYS = ("id", "org", "state", "due_s", "slack_s", "reason", "workflow", "external_id")
@@ -221,7 +299,10 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
             counts = out.orgs[o] = {ON_TIME: 0, AT_RISK: 0, LATE: 0}
         counts[s.state] += 1
         if s.state != ON_TIME:
-            out.flagged.setdefault(o, []).append((i, o, s.state, due_s, s.slack_s, s.reason, wf, external_id))
+            flagged = out.flagged.get(o)
+            if flagged is None:
+                flagged = out.flagged[o] = Flagged(o)
+            flagged.add(i, s.state, due_s, s.slack_s, s.reason, wf, external_id)
         before = alerts.get(i, 0)
         level = next_level(before, due_s, finish, bound, no_eta)
         if level != before:
@@ -264,8 +345,8 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
         one(r.id, str(r.org), r.workflow, r.created_at, etas.get(str(r.id)), None, r.external_id)
     for cid in unseen:
         out.levels[cid] = 0  # no due time any more (or not known to this pass)
-    for rows in out.flagged.values():
-        rows.sort(key=_slack_key)
+    for flagged in out.flagged.values():
+        flagged.sort()
     return out
 
 

@@ -12,14 +12,13 @@ nothing starts although budget is free: the head of the order does not fit).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
 from fairsched.core.rules import is_held
-from fairsched.engine.due import FLAG_KEYS, DueByChart, DueResult, due_pass
+from fairsched.engine.due import DueByChart, DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, Rows
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
@@ -51,39 +50,6 @@ def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
     return {"chart": int(cid), "org": int(org_id), "org_name": name,
             "workflow": workflow, "cost": cost, "free": free, "external_id": state.external_ids.get(int(cid)),
             "text": f"next: #{cid} ({name}, {workflow}, cost {cost}) waits for {cost} free; {free} free"}
-
-
-class KeyedRows(Sequence):
-    """Rows kept as tuples of ``keys`` values, each made its dict only when read (a page of
-    them at a time when stored): each org's at-risk and late charts. Reads as a sequence of dicts."""
-
-    __slots__ = ("_items", "_keys")
-
-    def __init__(self, items: list | None = None, keys: tuple[str, ...] = ()) -> None:
-        self._items = [] if items is None else items
-        self._keys = keys
-
-    def _row(self, t) -> dict[str, Any]:
-        return t if type(t) is dict else dict(zip(self._keys, t))
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._row(t) for t in self._items[i]]
-        return self._row(self._items[i])
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return map(self._row, self._items)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (KeyedRows, list)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({list(self)!r})"
 
 
 _NO_DUE = (None, None, None)
@@ -235,7 +201,7 @@ def _per_org(org_rows: list[dict[str, Any]], order_rows: Rows,
     return {row["id"]: {"org": row, "charts": Rows(order_rows.cols, idx[row["id"]], tails[row["id"]]),
                         # each org's at-risk and late charts, their dicts made page by page when stored
                         # (at 200k queued, 115k of them late, the dicts were 31 MB of the pass's 147 MB)
-                        "flagged": KeyedRows(due.flagged.get(row["id"], []), FLAG_KEYS)}
+                        "flagged": due.flagged.get(row["id"]) or Flagged(row["id"])}
             for row in org_rows}
 
 

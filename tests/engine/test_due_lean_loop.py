@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from fairsched.core import BLOCKED, HELD, PAUSED
 from fairsched.core.due import ON_TIME, due_state, next_level
-from fairsched.engine.due import _slack_key, due_pass
+from fairsched.engine.due import FLAG_KEYS, _slack_key, due_pass
 from tests.engine.test_whatif import T, charts_st, state_of
 
 
@@ -68,5 +68,9 @@ def test_the_lean_loop_gives_what_the_rule_gives_chart_by_chart(spec, model, dis
     assert out.by_chart == by_chart
     assert out.orgs == orgs
     assert out.flagged == flagged
+    for org, rows in flagged.items():  # as the snapshot's page reads them
+        assert list(out.flagged[org]) == [dict(zip(FLAG_KEYS, r)) for r in rows] == out.flagged[org][:]
+    every = sorted((r for rows in flagged.values() for r in rows), key=_slack_key)
+    assert out.top(3) == [dict(zip(FLAG_KEYS, r)) for r in every[:3]]  # the Due panel's, across orgs
     assert out.levels == levels
     assert sorted(out.rose) == sorted(rose)
