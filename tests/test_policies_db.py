@@ -10,6 +10,7 @@ import pytest
 
 from control.models import OrgRoundState, RoundState
 from control.services import policies_set
+from fairsched.core.reserve import window_end
 from fairsched.engine import db
 from fairsched.engine.state import LiveState
 from tests.factories import make_chart, make_org, make_workflow
@@ -96,8 +97,10 @@ def test_a_restart_under_backfill_reads_back_the_round_an_org_dispatched_from_ab
     assert [c.id for c in started] == [str(a0.pk), str(a2.pk)] and q.head == 0
     db.save_rounds(q.export_rounds(), q.take_round_changes())
     assert OrgRoundState.objects.get(org=a).in_round == 1
-    # a2 started ahead of a1's reservation, under its guard: its window is saved too
-    assert [(h[3], round(h[2] - h[0])) for h in RoundState.objects.get(pk=1).guard_holds] == [(1, 150)]
+    # a2 started ahead of a1's reservation, under its guard: its window is saved too, to its
+    # bound's end (150 s) up to the grid (reserve.window_end)
+    holds = RoundState.objects.get(pk=1).guard_holds
+    assert [h[3] for h in holds] == [1] and holds[0][2] == window_end(holds[0][0] + 150.0)
     Chart.objects.filter(pk__in=[a0.pk, a2.pk]).update(state=ChartState.RUNNING, dispatched_cost=1,
                                                         started_at=timezone.now())
 

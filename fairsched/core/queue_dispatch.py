@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 from .entry import _Entry
 from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from .modes import Dispatch
-from .reserve import P90_RATIO, Profile, startable_now
+from .reserve import P90_RATIO, Profile, startable_now, window_end
 from .rules import head_of_line
 from .types import Estimate, QueuedChart, RunningChart
 
@@ -132,7 +132,7 @@ class QueueDispatch:
         if not running and free < self._budget:
             rem = [(_FOREVER, self._budget - free)]  # nothing known of the running: never frees
             used = self._budget - free
-        profile = Profile(free + used, rem)
+        profile = Profile(free + used, rem, now)
         if profile.now_free() < 1:
             return []
         keys = list(islice(self._order, self.depth))
@@ -144,7 +144,8 @@ class QueueDispatch:
         profile.hold(holds, now)
         guarded: list[int] = []
         picked = [keys[i] for i in startable_now(items, profile, guarded)]
-        self._guards_now = {keys[i].id: (now, now + items[i][1], now + items[i][2], items[i][0]) for i in guarded}
+        self._guards_now = {keys[i].id: (now, now + items[i][1], window_end(now + 0.0 + items[i][2]), items[i][0])
+                            for i in guarded}
         if len(keys) == self.depth and self._horizon is None and profile.now_free() >= 1:
             # the strict walk after the reserved charts starts now what fits in the budget
             # free for good from now (the guards' windows held, as the ETA pass's lanes):
@@ -157,7 +158,7 @@ class QueueDispatch:
         """Under backfill, the next end of a guard's window after ``now`` (absolute): budget
         that charts reserved ahead may use from then on, so a moment to dispatch at even if
         nothing finishes then (the ETA pass counts on it). None: no window is held."""
-        ends = [h[2] for h in self._guard_holds if h[2] > now]
+        ends = [window_end(h[2]) for h in self._guard_holds if h[2] > now]
         return min(ends) if ends else None
 
     def _next_normal_round(self) -> float:

@@ -88,7 +88,7 @@ class QueueEtas:
         the reservations dispatch makes), added to ``etas`` and ``org_clear`` (and taken
         from ``pending``). Returns the lanes they leave (a heap) and how many were walked."""
         bound = self._bound
-        profile = Profile(budget, [(etas[r.id].finish_s, r.cost) for r in running])
+        profile = Profile(budget, [(etas[r.id].finish_s, r.cost) for r in running], now)
         profile.hold(self._guard_holds, now)
         keys = list(islice(self._order, self.depth))
         costs = self._costs

@@ -11,6 +11,8 @@ window (from the estimate's end to the bound's end) then stays held for every la
 reserved ahead (:meth:`Profile._clear_of_guards`), while the chart is queued, running or
 done (the queue's holds, :meth:`Profile.hold`), until its end, which is a step of the
 profile: so the next dispatch walks the same reservations (docs/scheduling.md, "Backfill").
+A window ends on a one-second grid of absolute time (:func:`window_end`), so the windows
+ending within the same second are one step, however many are held.
 
 Only the first ``depth`` charts of the order are reserved this way (Slurm's
 ``bf_max_job_test``; :data:`DEFAULT_DEPTH`); the charts after them take the strict lane
@@ -33,6 +35,7 @@ for G of them (few: only charts started ahead under their guard have one).
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from typing import Iterable, Sequence
 
@@ -44,6 +47,17 @@ P90_RATIO = 1.5
 time with sigma 0.4 has its 90th percentile at 1.54 x its mean)."""
 
 
+WINDOW_GRID_S = 1.0
+"""A guard's window ends on this grid of absolute time (its bound's end rounded up): windows
+ending within the same second end together, one step of the profile for all of them, not
+one each (``bench/backfill_holds.py``). Held at most this much longer than its bound."""
+
+
+def window_end(at: float) -> float:
+    """A guard's window's end for a bound ending at ``at`` (absolute): up to the grid."""
+    return math.ceil(at / WINDOW_GRID_S) * WINDOW_GRID_S
+
+
 OVERRUN_S = 1e-6
 """When a running chart past its estimate frees its cost, in a profile: not now (it still
 holds it, so nothing is started in its place), but at once after."""
@@ -52,10 +66,12 @@ holds it, so nothing is started in its place), but at once after."""
 class Profile:
     """The free budget from now on (see the module's docstring)."""
 
-    __slots__ = ("times", "free", "budget", "guards")
+    __slots__ = ("times", "free", "budget", "guards", "origin")
 
-    def __init__(self, budget: int, running: Iterable[tuple[float, int]]) -> None:
-        """``running``: (remaining seconds, cost) of each running chart."""
+    def __init__(self, budget: int, running: Iterable[tuple[float, int]], origin: float = 0.0) -> None:
+        """``running``: (remaining seconds, cost) of each running chart. ``origin``: now, in
+        absolute time (the guards' windows end on :data:`WINDOW_GRID_S`'s grid of it)."""
+        self.origin = origin
         ends: dict[float, int] = {}
         used = 0
         for rem, cost in running:
@@ -92,8 +108,9 @@ class Profile:
         each holds until its bound's end, running or not (see :meth:`_clear_of_guards`)."""
         for s, e, b, c in holds:
             if b > now:
-                self.guards.append((e - now, b - now, c))
-                self._split(b - now)
+                b = window_end(b) - now  # (on the grid already when this queue recorded it)
+                self.guards.append((e - now, b, c))
+                self._split(b)
 
     def _split(self, t: float) -> None:
         """Make ``t`` a step's start (the free budget unchanged): the end of a guard's
@@ -169,8 +186,10 @@ class Profile:
         times, free = self.times, self.free
         end = times[i] + d
         if bound is not None and bound > d:
-            self.guards.append((end, times[i] + bound, c))
-            self._split(times[i] + bound)
+            origin = self.origin
+            bound_end = window_end(origin + times[i] + bound) - origin
+            self.guards.append((end, bound_end, c))
+            self._split(bound_end)
         j = i
         n = len(times)
         while j < n and times[j] < end:

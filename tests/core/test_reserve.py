@@ -6,7 +6,7 @@ from bisect import bisect_left
 
 from hypothesis import given, settings, strategies as st
 
-from fairsched.core.reserve import Profile, reserve_walk
+from fairsched.core.reserve import WINDOW_GRID_S, Profile, reserve_walk, window_end
 
 
 def held_by_definition(profile: Profile) -> tuple[list[float], list[int]]:
@@ -53,3 +53,18 @@ class _Fixed(Profile):
 
     def __init__(self, times: list[float], free: list[int]) -> None:
         self.times, self.free, self.guards = times, free, []
+
+
+def test_windows_ending_within_the_same_second_end_together_never_before_their_bound():
+    now = 1_800_000_000.25
+    holds = [(now - 10, now + 20.0 + k / 1000, now + 90.0 + k / 1000, 1) for k in range(500)]  # ends 90.0-90.5 s on
+    profile = Profile(4, [], now)
+    profile.hold(holds, now)
+    ends = {b for _, b, _ in profile.guards}
+    assert len(ends) == 1 and profile.times == [0.0, *ends]  # one step for the 500 windows
+    (end,) = ends
+    assert all(now + end >= h[2] for h in holds) and now + end - max(h[2] for h in holds) < WINDOW_GRID_S
+    # a reservation made ahead now, in a walk, ends its window on the same grid
+    walk = Profile(4, [], now)
+    walk.reserve(0, 1, 30.0, 90.3)
+    assert walk.guards == [(30.0, window_end(now + 90.3) - now, 1)] and window_end(now + 90.3) - now == end
