@@ -407,6 +407,18 @@ async def tick_until_written(r, caplog, most: int = 50) -> int:
     raise AssertionError("the backfill never ended")
 
 
+async def written_then_a_restart_keeps_the_order(r, caplog) -> None:
+    """Tick until every chart's round is written: each queued row has its round, the saved
+    round state is the queue's, and a restart over them keeps the order."""
+    await tick_until_written(r, caplog)
+    assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
+    assert r.store.saved == r.s.state.queue.export_rounds()
+    order = r.s.state.queue.order()
+    s = await r.restart()
+    await r.lead()
+    assert s.state.queue.order() == order
+
+
 @pytest.fixture
 async def rig():
     rigs: list[Rig] = []
@@ -790,13 +802,7 @@ async def test_a_chart_starts_while_the_backfills_chunk_is_in_flight_and_its_com
     assert not r.s.state.committing and 2 in r.s.sync._watchers  # followed as an inline commit is
     assert "rounds failed (OSError: connection lost)" in caplog.text
     r.clock.advance(r.s.BACKOFF_MAX_S + 1)
-    await tick_until_written(r, caplog)
-    assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
-    assert r.store.saved == r.s.state.queue.export_rounds()
-    order = r.s.state.queue.order()
-    s = await r.restart()
-    await r.lead()
-    assert s.state.queue.order() == order
+    await written_then_a_restart_keeps_the_order(r, caplog)
 
 
 async def test_commits_chained_behind_a_chunk_land_in_the_order_their_dispatches_made_them(rig, caplog):
@@ -818,12 +824,7 @@ async def test_commits_chained_behind_a_chunk_land_in_the_order_their_dispatches
     r.store.chunk_gate.set()
     await r.s.rounds_settled()
     assert [m[0] for m in r.store.marked] == [1, 2, 3, 4] and not r.s.state.committing
-    await tick_until_written(r, caplog)
-    assert r.store.saved == r.s.state.queue.export_rounds()
-    order = r.s.state.queue.order()
-    s = await r.restart()
-    await r.lead()
-    assert s.state.queue.order() == order
+    await written_then_a_restart_keeps_the_order(r, caplog)
 
 
 async def test_a_commit_chained_behind_a_chunk_that_outlives_the_step_down_is_never_written(rig, caplog):
