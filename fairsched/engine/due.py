@@ -266,14 +266,14 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
     """The due state of every queued and running chart of ``state`` (a ``PassInput``)
     that has a due time, from the pass's ``etas`` and bounds ``p90``."""
     due: DueInput | None = getattr(state, "due", None)
-    out = DueResult()
+    by_chart = DueByChart(state.queue.order_len)  # aligned with the order, whether any chart is due or not
+    out = DueResult(by_chart)
     if due is None or not (due.explicit or due.turnaround):
         for cid in (due.alerts if due else ()):  # nothing is due any more: warnings fall
             out.levels[cid] = 0
         return out
     explicit, turnaround, alerts = due.explicit, due.turnaround, due.alerts
     ext = state.external_ids
-    by_chart = out.by_chart = DueByChart(state.queue.order_len)
     unseen = set(alerts)  # the warnings in force of charts that turn out to have no due time
 
     def one(i: int, org: str, wf: str, created: float, eta, no_eta: str | None, external_id,

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
 from fairsched.core.rules import is_held
-from fairsched.engine.due import DueByChart, DueResult, Flagged, due_pass
+from fairsched.engine.due import DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, Rows
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
@@ -90,9 +90,7 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
             a_p90(p90(pair[0], pair[1], eta) if p90 else NAN)
     # the due states, as the pass left them: columns aligned with the order (engine/due.py)
     if len(dues.due) != len(cols):
-        if len(dues.due):
-            raise ValueError(f"due states for {len(dues.due)} charts, not the order's {len(cols)}")
-        dues = DueByChart(len(cols))  # no due time anywhere: the pass made none
+        raise ValueError(f"due states for {len(dues.due)} charts, not the order's {len(cols)}")
     cols.due, cols.due_state, cols.slack = dues.due, dues.state, dues.slack
     return rows
 
