@@ -32,10 +32,10 @@ rng = random.Random(7)
 orgs = [OrgRow(i, f"Org {{i}}", f"org-{{i}}", 1 + (i % 3 == 0), {turnaround}) for i in range(1, 51)]
 org_of = rng.choices(range(1, 51), [1 / i for i in range(1, 51)], k=n)
 t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-gc.disable()
-rows = [db._row((i + 1, org_of[i], ("review", "code", "audit")[i % 3], "queued", t0 + timedelta(milliseconds=i),
-                 False, None, False, None, False, f"bl-{{i}}", None, None, None, None, None, False, "", None, None))
-        for i in range(n)]
+gc.disable()  # read as the database read gives them (db._active_rows): batches of tuples, as columns
+rows = db.chart_columns([(i + 1, org_of[i], ("review", "code", "audit")[i % 3], "queued", t0 + timedelta(milliseconds=i),
+                          False, None, False, None, False, f"bl-{{i}}", None, None, None, None, None, False, "", None, None)
+                         for i in range(b, min(n, b + 20_000))] for b in range(0, n, 20_000))
 gc.enable()
 costs = {{(str(o.id), wf): 2 for o in orgs for wf in ("review", "code", "audit")}}
 world = World(Config(budget=11), orgs, costs, {{}}, rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -26,6 +26,7 @@ from fairsched.core.modes import Share
 from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
 from fairsched.engine import pg_statistics
+from fairsched.engine.chart_columns import ChartColumns
 from fairsched.engine.db_rounds import Work, _save_rounds, _update_column, round_state  # noqa: F401 (db's API)
 from fairsched.engine.estimates import read_durations
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
@@ -98,16 +99,23 @@ def _row(v: tuple) -> ChartRow:
                     _ts(due_at) if due_explicit else None, bool(due_explicit), due_alert or "", est_s, share)
 
 
-def _active_rows(batch: int = 20_000) -> list[ChartRow]:
-    """Every queued and running chart, by pk, straight off a database cursor: the ORM's
-    per-row conversions cost as much again as the read itself at a million rows."""
+def _active_rows(batch: int = 20_000) -> ChartColumns:
+    """Every queued and running chart, by pk, straight off a database cursor (the ORM's
+    per-row conversions cost as much again as the read itself at a million rows), as
+    columns: only a batch's rows are objects at once (:mod:`.chart_columns`)."""
     qs = Chart.objects.filter(state__in=ACTIVE).order_by("pk").values_list(*CHART_FIELDS)
     sql, params = qs.query.sql_with_params()
-    out: list[ChartRow] = []
     with gc_paused(), connection.cursor() as cursor:  # many small acyclic rows: no collector passes
         cursor.execute(sql, params)
-        while rows := cursor.fetchmany(batch):
-            out.extend(_row(v) for v in rows)
+        return chart_columns(iter(lambda: cursor.fetchmany(batch), []))
+
+
+def chart_columns(batches: Iterable[Sequence[tuple]]) -> ChartColumns:
+    """The rows of ``batches`` (each a batch of :data:`CHART_FIELDS` tuples, as a cursor
+    fetches them) as columns, each batch's :class:`ChartRow` objects freed before the next."""
+    out = ChartColumns()
+    for rows in batches:
+        out.extend([_row(v) for v in rows])
     return out
 
 

@@ -3,7 +3,7 @@ port): the rows and settings it hands to :class:`~fairsched.engine.state.LiveSta
 Plain values, no I/O; times are epoch seconds."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -106,7 +106,7 @@ class World:
     orgs: list[OrgRow]
     costs: dict[tuple[str, str], int]
     averages: Durations | Mapping  # the duration estimates (a plain mapping: its averages alone)
-    charts: list[ChartRow]  # every queued and running chart
+    charts: Sequence[ChartRow]  # every queued and running chart (a read's: engine.chart_columns)
     rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
     read_at: datetime | None = None   # when the read began (the incremental resync's first watermark)
 

@@ -14,100 +14,23 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 from common import live_updates as lu
-from fairsched.core import Durations, Eta, EtaReport, FairQueue, QueuedChart, RunningChart, is_held
+from fairsched.core import Durations, Eta, FairQueue, QueuedChart, RunningChart, is_held
 from fairsched.core.forecast import Forecaster
-from fairsched.core.modes import Dispatch, EtaModel, Share
+from fairsched.core.modes import Dispatch, Share
 from fairsched.core.plan import gc_paused
-from fairsched.engine.due import DueBook, DueInput
+from fairsched.engine.chart_columns import ChartColumns
+from fairsched.engine.due import DueBook
+from fairsched.engine.live_types import Effects, PassInput, Running  # noqa: F401 (their old home: here)
 from fairsched.engine.rows import ChartRow, Config, OrgRow, World, durations_of  # the rows it applies (their old home: here)
 
 log = logging.getLogger("fairsched.engine")
 
 QUEUED, RUNNING = "queued", "running"
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
-
-
-@dataclass(slots=True)
-class Running:
-    """A chart in flight and the cost it holds (a later cost change never touches it)."""
-
-    id: int
-    org: int
-    workflow: str
-    started_at: float
-    cost: int
-    external_id: str | None = None
-    run_id: str = ""
-    cancel_requested: bool = False
-    cancel_sent: bool = False
-    closing: bool = False  # the row is final; waiting for Temporal to confirm the close
-    created_at: float = 0.0  # its due time may be created_at + its org's turnaround
-
-    def core(self) -> RunningChart:
-        return RunningChart(str(self.id), str(self.org), self.workflow, self.started_at, self.cost)
-
-
-@dataclass(slots=True)
-class Effects:
-    """What the live loop must carry out after a change."""
-
-    cancel: set[int] = field(default_factory=set)    # cancel these charts' workflows
-    watch: set[int] = field(default_factory=set)     # watch these workflows' results
-    unwatch: set[int] = field(default_factory=set)   # stop watching
-    eta_now: bool = False                            # budget / weight / cost changed
-    # for open pages: the wire form of common.live_updates events (the loop logs them too)
-    events: list[dict] = field(default_factory=list)
-
-    def merge(self, other: "Effects") -> "Effects":
-        self.cancel |= other.cancel
-        self.watch |= other.watch
-        self.unwatch |= other.unwatch
-        self.eta_now |= other.eta_now
-        self.events.extend(other.events)
-        return self
-
-    def __bool__(self) -> bool:
-        return bool(self.cancel or self.watch or self.unwatch or self.eta_now or self.events)
-
-
-@dataclass(frozen=True, slots=True)
-class PassInput:
-    """What one ETA pass and its snapshot read, copied from :class:`LiveState` on the
-    loop in milliseconds (:meth:`LiveState.capture`), so the pass itself (O(backlog)
-    pure Python) runs in another thread while the loop keeps dispatching."""
-
-    queue: FairQueue              # FairQueue.frozen_copy(): read only
-    forecast: Forecaster          # a copy of what was learned
-    durations: Durations
-    eta_model: EtaModel
-    running: tuple[Running, ...]  # copies
-    orgs: tuple[OrgRow, ...]
-    external_ids: dict[int, str | None]
-    queued_by_org: dict[int, int]
-    aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
-    queued: int                          # all queued charts (ordered and set aside)
-    unpromised: set[str]                 # charts without a first ETA (LiveState.unpromised)
-    due: DueInput | None = None          # due times and warning levels (fairsched.engine.due)
-
-    @property
-    def budget(self) -> int:
-        return self.queue.budget
-
-    def running_charts(self) -> list[RunningChart]:
-        return [r.core() for r in self.running]
-
-    def eta_report(self, now: float) -> EtaReport:
-        """The ETA pass of the configured model, on this copy (the only one: a pass reads a
-        copy, :meth:`LiveState.capture`)."""
-        if self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy is not Dispatch.BACKFILL:
-            return self.forecast.etas(self.queue, self.running_charts(), now)
-        # lanes, and always under backfill: the reservations dispatch makes, same depth and
-        # durations (docs/scheduling.md, "Backfill": ETA and dispatch agree)
-        return self.queue.etas(self.running_charts(), now, estimate=self.durations)
 
 
 class LiveState:
@@ -144,47 +67,61 @@ class LiveState:
         self.truncated: frozenset[str] = frozenset(truncated or ())  # see __init__
         self.orgs: dict[int, OrgRow] = {o.id: o for o in world.orgs}
         weights = {str(o.id): o.weight for o in world.orgs}
-        queued = [c for c in world.charts if c.state == QUEUED and c.org in self.orgs]
+        charts = ChartColumns.of(world.charts)  # a row made per chart as it is read, none kept
+        ours = bytearray(o in self.orgs for o in charts.org)
+        queued = charts.where(bytearray(s == QUEUED and k for s, k in zip(charts.state, ours)))
         self.durations = durations_of(world.averages)
+        # What the queue's pass over the rows notes of each (below): the id's int and string
+        # are the queue's own, one copy each.
+        self.external_ids: dict[int, str | None] = {}
+        # Charts whose first ETA is not recorded yet (the scheduler removes those the
+        # database already has at start-up): each pass records only these, O(new).
+        self.unpromised: set[str] = set()
+        self.queued_by_org: Counter[int] = Counter(queued.org)
         # the policies; under Share.WORK a chart's work is its cost x this estimate when it
         # arrives (then fixed: persisted as Chart.fair_est_s); backfill reserves by it too
         policies = dict(world.config.policies, estimate=self._estimate)
         if world.rounds is not None:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
-                (c.queued_chart(with_round=True, work=world.config.share is Share.WORK) for c in queued),
-                state=world.rounds,
+                self._entering(queued, with_round=True, work=world.config.share is Share.WORK), state=world.rounds,
                 budget=world.config.budget, weights=weights, costs=dict(world.costs), horizon=horizon,
                 truncated=truncated, **policies)
         elif truncated:
             self.queue = FairQueue.first_head(
-                (c.queued_chart() for c in queued), truncated=truncated, budget=world.config.budget,
+                self._entering(queued), truncated=truncated, budget=world.config.budget,
                 weights=weights, costs=dict(world.costs), **policies,
             )
         else:
             self.queue = FairQueue.from_backlog(
-                (c.queued_chart() for c in queued), budget=world.config.budget, weights=weights,
+                self._entering(queued), budget=world.config.budget, weights=weights,
                 costs=dict(world.costs), track_rounds=True, **policies,
             )
         # The forecast's statistics: each org's arrivals (O(1) per arrival) and finished
         # durations (O(1) per finish); its prior is the historical means above.
         self.forecast = Forecaster(self._prior)
         if observe_arrivals:
-            for c in sorted(world.charts, key=lambda c: c.created_at):
-                if c.org in self.orgs:
-                    self.forecast.observe_arrival(str(c.org), c.workflow, c.created_at)
-        self.external_ids: dict[int, str | None] = {c.id: c.external_id for c in queued}
-        # Charts whose first ETA is not recorded yet (the scheduler removes those the
-        # database already has at start-up): each pass records only these, O(new).
-        self.unpromised: set[str] = {str(c.id) for c in world.charts if c.org in self.orgs}
-        self.queued_by_org: Counter[int] = Counter(c.org for c in queued)
+            for i in sorted(range(len(charts)), key=charts.created_at.__getitem__):
+                if ours[i]:
+                    self.forecast.observe_arrival(str(charts.org[i]), charts.workflow[i], charts.created_at[i])
         self.loaded_at = world.read_at
         self.running: dict[int, Running] = {}
         self.committing: set[int] = set()  # started, their rows' commit still to land (Dispatcher)
-        for c in world.charts:
-            if c.state == RUNNING:
-                self._add_running(c)
-        self.due = DueBook.load(c for c in world.charts if c.org in self.orgs)
+        for c in charts.where(s == RUNNING for s in charts.state):
+            self._add_running(c)
+            if c.org in self.orgs:
+                self.unpromised.add(str(c.id))
+        self.due = DueBook.load(charts.where(k and (x or bool(a)) for k, x, a in
+                                             zip(ours, charts.due_explicit, charts.due_alert)))
+
+    def _entering(self, queued: ChartColumns, **how) -> Iterator[QueuedChart]:
+        """Each queued row as the core's chart (``how``: :meth:`ChartRow.queued_chart`), its
+        external id and its id (unpromised) noted on the way."""
+        ext, unpromised = self.external_ids, self.unpromised
+        for c, external_id in zip(queued.queued_charts(**how), queued.external_id):
+            ext[c.seq] = external_id
+            unpromised.add(c.id)
+            yield c
 
     # ------------------------------------------------------------- reading
     @property
