@@ -9,7 +9,11 @@ reading either a copy (``capture()``, what a pass in a thread needs) or the stat
 (``capture(copy=False)``, what the child reads: its memory is a copy already). Prints the
 parent's RSS, the child's USS (the pages it copied or allocated: what it adds to the
 machine's memory) at the pass's peak (its snapshot built and alive) and after each step,
-and the pass's time; the copy's figures are the baseline of the ratios. Last, a child that only
+and the pass's time; the copy's figures are the baseline of the ratios. The first pass after
+a load (every chart to promise its first ETA, every due warning new), then a later one: the
+first ran in a child that sent its due warnings back, the parent applied them and recorded the
+first ETAs, as the scheduler does (the warnings in force are then the parent's, and none
+rises). Last, a child that only
 walks the order's keys, as the pass does, and keeps nothing: each object it reads has its
 reference count written, so the page it lies on is copied (the floor of what any pass over
 the parent's objects costs; only the backlog held in columns, not objects, lowers it).
@@ -32,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import BACKLOG  # noqa: E402  (the same backlog as bench/memory.py)
 
 CHILD = r"""
-import gc, json, os, random, sys, time
+import gc, json, os, pickle, random, sys, time
 sys.path.insert(0, {root!r})
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 import django; django.setup()
@@ -43,8 +47,23 @@ from fairsched.engine import db
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import Config, LiveState, OrgRow, World
-n, copy, walk_only = {n}, {copy}, {walk_only}
+n, copy, walk_only, later = {n}, {copy}, {walk_only}, {later}
 """ + BACKLOG + r"""
+if later:  # a later pass: the first one ran in a child, and the parent applied what it sent back
+    r, w = os.pipe()
+    if os.fork() == 0:
+        with gc_paused():
+            first = state.capture(copy=False)
+            report = first.eta_report(time.time())
+            levels = due_pass(first, report.etas, time.time(), first.forecast.p90_finisher()).levels
+        os.write(w, pickle.dumps(levels)); os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as got:
+        levels = pickle.loads(got.read())
+    os.wait()
+    state.due.set_levels(levels, state.known_ids())  # the warnings now in force
+    state.unpromised = set()  # the first ETAs recorded
+    del levels
 gc.collect(); gc.freeze()
 parent = psutil.Process().memory_info().rss
 r, w = os.pipe()
@@ -81,8 +100,9 @@ print("MEM", json.dumps({{"parent": parent, **json.loads(out)}}))
 """
 
 
-def measure(n: int, copy: bool, walk_only: bool = False) -> dict:
-    code = CHILD.format(root=str(ROOT), n=n, copy=copy, walk_only=walk_only, turnaround="24 * 3600.0 if i % 2 else None")  # half the orgs due
+def measure(n: int, copy: bool, walk_only: bool = False, later: bool = False) -> dict:
+    code = CHILD.format(root=str(ROOT), n=n, copy=copy, walk_only=walk_only, later=later,
+                        turnaround="24 * 3600.0 if i % 2 else None")  # half the orgs due
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, cwd=ROOT)
     if out.returncode:
@@ -96,8 +116,9 @@ def main() -> None:
     args = parser.parse_args()
     mb = 2**20
     for n in (int(s) for s in args.sizes.split(",")):
-        copied, own = measure(n, True), measure(n, False)
-        for label, r in (("a copy (capture())", copied), ("the state itself (capture(copy=False))", own)):
+        copied, own, later = measure(n, True), measure(n, False), measure(n, False, later=True)
+        for label, r in (("a copy (capture())", copied), ("the state itself (capture(copy=False))", own),
+                         ("the state, a later pass", later)):
             print(f"{n:>9,} queued, the child reads {label:40} parent RSS {r['parent'] / mb:6.0f} MB, "
                   f"child USS {r['uss'] / mb:6.0f} MB ({r['uss'] / copied['uss']:.2f}x), "
                   f"parent + child {(r['parent'] + r['uss']) / mb:6.0f} MB, pass {r['s']:.2f} s")

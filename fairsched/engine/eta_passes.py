@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 from array import array
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from itertools import islice
 
 from common import live_updates, metrics
@@ -71,8 +71,8 @@ class PassOut:
     seq: int                 # the snapshot it published
     head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
     first: EtaColumns        # the ETAs of the charts that had no first ETA
-    due_levels: dict[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due.py)
-    due_rose: list[int] = dataclasses.field(default_factory=list)         # ... of which these rose
+    due_levels: Mapping[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due.py: Levels)
+    due_rose: Sequence[int] = dataclasses.field(default_factory=list)        # ... of which these rose
     measure: whatif.Measure | None = None  # per org its clear-time and at-risk count: a preview's "before"
 
 

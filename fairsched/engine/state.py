@@ -210,7 +210,7 @@ class LiveState:
             queue=read, forecast=forecast, durations=self.durations, eta_model=self.config.eta_model,
             running=tuple(replace(r) for r in self.running.values()), orgs=tuple(self.orgs.values()),
             external_ids=ext, queued_by_org=by_org, aside=aside, queued=len(queue), unpromised=unpromised,
-            due=self.due.capture(self.orgs.values()),
+            due=self.due.capture(self.orgs.values(), copy=copy),
         )
 
     def counters(self) -> dict:

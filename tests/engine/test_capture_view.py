@@ -26,9 +26,14 @@ def test_a_pass_over_the_state_itself_gives_what_a_pass_over_its_copy_gives(spec
     state = state_of(spec, model=model, dispatch=dispatch)
     state.external_ids.update({i: f"mrn-{i}" for i in state.external_ids})  # shown in the rows and the Due list
     order, rounds = list(state.queue), state.queue.export_rounds()
+    due_book = (dict(state.due.explicit), dict(state.due.alerts))
 
     own = a_pass(state.capture(copy=False), T + shift)
     copied = a_pass(state.capture(), T + shift)
 
     assert own == copied
     assert list(state.queue) == order and state.queue.export_rounds() == rounds
+    assert (state.due.explicit, state.due.alerts) == due_book  # read, never written
+    shared, copied_in = state.capture(copy=False).due, state.capture().due
+    assert shared.alerts is state.due.alerts and shared.explicit is state.due.explicit
+    assert copied_in.alerts is not state.due.alerts and copied_in.explicit is not state.due.explicit

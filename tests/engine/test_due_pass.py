@@ -3,6 +3,7 @@ warnings it raises written through the store (with the hysteresis)."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
@@ -40,6 +41,9 @@ def test_states_follow_the_etas_the_turnaround_and_the_own_due_times():
     assert by_id[2]["due_state"] == "late" and by_id[4]["due_state"] is None
     assert [f["id"] for f in per_org[1]["flagged"]] == [2, 5] and per_org[2]["flagged"] == []
     assert set(due.levels) == {2, 5} and sorted(due.rose) == [2, 5]
+    assert due.levels == {2: 2, 5: 1} and due.levels[5] == 1 and dict(due.levels.items()) == {2: 2, 5: 1}
+    sent = pickle.loads(pickle.dumps(due))  # what a forked pass sends its parent
+    assert sent.levels == {2: 2, 5: 1} and list(sent.rose) == list(due.rose)
 
 
 def test_a_turnaround_change_reaches_every_unfinished_chart_without_rereading_one():
