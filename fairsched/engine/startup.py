@@ -182,7 +182,7 @@ class Startup(Part):
             self.state.unpromised -= {str(c) for c in await self.store.recorded_first_etas()}
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
-        self.etas._last_report = None
+        self.etas.loaded()
         charts = world.charts
         n = backfill if backfill is not None else self.host._rounds.start_backfill(
             self.state.queue, lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED},
