@@ -1054,10 +1054,10 @@ async def test_a_slow_dispatch_says_where_its_time_went(rig, caplog):
 
 
 async def test_the_rounds_backfill_waits_for_the_first_pass_over_the_loaded_backlog(rig, caplog):
-    """A first start at 1M: the first ETA pass over the whole backlog shared two cores with
-    the rounds' backfill and took 75 s, against 7 s alone, and until it ends the pages show
-    no ETA. The backfill now waits while that pass is in flight, and only that one: it
-    goes on once the pass ends, and beside every later pass."""
+    """Until the first ETA pass over a loaded backlog stores its snapshot the pages show no
+    ETA, and at 1M the rounds' backfill competes with it for the two cores. The backfill
+    waits while that pass computes, and only then: not while the pass writes its first
+    ETAs after publishing, nor beside any later pass."""
     r = rig(budget=1, charts=12, weights=(1, 1, 1))
     r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
     release = threading.Event()
@@ -1084,9 +1084,25 @@ async def test_the_rounds_backfill_waits_for_the_first_pass_over_the_loaded_back
         await r.tick()
         await settle()
     assert written() == at_first and r.s._rounds.backfilling  # no chunk while the first pass runs
+    recording, recorded = asyncio.Event(), asyncio.Event()
+    record = r.store.record_first_etas
+
+    async def held_record(etas):
+        recording.set()
+        await recorded.wait()
+        return await record(etas)
+
+    r.store.record_first_etas = held_record
     release.set()
+    await asyncio.wait_for(recording.wait(), 10)  # published; its first ETAs still to write
+    assert "the first ETAs of the loaded backlog are published" in caplog.text
+    assert not r.s.etas.first_pass_running and r.s.etas._eta_task is not None
+    for _ in range(3):
+        await r.tick()
+        await settle()
+    assert written() > at_first  # the backfill goes on while they are written
+    recorded.set()
     await pass_ends(r.s)
-    assert not r.s.etas.first_pass_running
     r.clock.advance(60.0)  # the next pass is due: the backfill goes on beside it
     assert await tick_until_written(r, caplog) <= 8
     assert len(passes) >= 2

@@ -92,21 +92,22 @@ class EtaPasses(Part):
         self._measured: tuple | None = None      # (mark, Measure) of the last pass that succeeded
         self._first_pass_wanted = False          # a backlog was loaded: its first pass is still to start
         self._first_pass: asyncio.Task | None = None  # ... and this is it (first_pass_running)
+        self._loaded_at = 0.0                    # monotonic time the backlog was loaded
 
     def loaded(self) -> None:
         """The whole backlog was loaded: nothing of the last pass's holds for it, and its
         first pass (the next to start) is the one :attr:`first_pass_running` follows."""
         self._last_report = None
         self._first_pass_wanted = True
+        self._loaded_at = self.clock.monotonic()
 
     @property
     def first_pass_running(self) -> bool:
-        """The first pass over a newly loaded backlog is in flight. Until it ends the pages
-        show no ETA at all, so the background work that competes with it for the CPU (the
-        rounds' backfill) waits for it: at 1M, under a first start's backfill, that pass
-        took 75 s against 7 s alone (bench/scale.py). Only the first: a pass that fails
-        ends it, and the backfill goes on beside the next."""
-        return self._first_pass is not None and not self._first_pass.done()
+        """The first pass over a newly loaded backlog computes its ETAs: until its snapshot
+        is stored the pages show no ETA at all, so the background work that competes with it
+        for the CPU (the rounds' backfill) waits (not for the first ETAs' writes after it).
+        Only the first: a pass that fails ends it, and the backfill goes on beside the next."""
+        return self._first_pass is not None and not self._first_pass.done() and self._last_report is None
 
     def _schedule_eta(self, fx: Effects, now: float) -> None:
         """Bring the next ETA pass forward after a change, and start it when due."""
@@ -217,6 +218,9 @@ class EtaPasses(Part):
         # million ETAs (~200 MB at 1M).
         self._last_report = (out.head, now)
         await self.publisher.snapshot_stored(out.seq)
+        if self._eta_task is self._first_pass:
+            log.info("the first ETAs of the loaded backlog are published, %.1f s after its load",
+                     self.clock.monotonic() - self._loaded_at)
         # after publishing: the dashboards do not wait for these writes
         await self._record_due_alerts(out, now)
         await self._record_first_etas(out.first, now)

@@ -451,7 +451,7 @@ class Scheduler:
             ("resync", lambda now: not self.state.partial and self.sync._full_resync_wanted(now),
              self.sync._full_resync_step, None),
             ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading and self._backfill_chunk is None
-             and not self.etas.first_pass_running, self._backfill_step, None),  # (the first pass's CPU first)
+             and not self.etas.first_pass_running, self._backfill_step, None),  # (the first ETAs' CPU first)
         )
 
     def _cancel_steps(self) -> tuple[Step, ...]:
