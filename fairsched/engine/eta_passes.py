@@ -23,7 +23,7 @@ from itertools import islice
 from common import live_updates, metrics
 from fairsched.core import Eta, WalkEtas, eta_reader
 from fairsched.core.plan import gc_paused
-from fairsched.engine import forked, whatif
+from fairsched.engine import forked, heap, whatif
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Host, Part
 from fairsched.engine.due import due_pass
@@ -156,6 +156,7 @@ class EtaPasses(Part):
             failed = not await self.host._guarded("eta", lambda: self._eta_pass(captured, now), loop_waits=False)
             if not failed:
                 metrics.eta_pass_done(self.clock.monotonic() - started)
+            heap.give_back()  # the pass's result, freed (at 1M: the pickle of a million first ETAs)
             if failed and self._published_seq == before:
                 # No snapshot from this pass: the last one no longer says what this scheduler
                 # knows (something changed, or the pass would not have run). It is not
