@@ -57,11 +57,11 @@ def _in_a_child_whose_time_is_up(host) -> list[float]:
 @pytest.mark.skipif(not forked.available(), reason="no fork here")
 async def test_a_pass_in_a_forked_child_is_timed_out_by_the_clock(etas):
     """The child's timeout goes through the Clock port, as every wait of the scheduler: here
-    its time is up at once, so the pass fails (its child killed) though 30 s are far off."""
+    its time is up at once, so the pass fails (its child killed) though 10 s are far off."""
     host = etas.host
     asked = _in_a_child_whose_time_is_up(host)
     etas._schedule_eta(Effects(), host.clock.monotonic())
-    with pytest.raises(forked.ChildFailed, match="ETA pass took more than 30 s: killed"):
+    with pytest.raises(forked.ChildFailed, match="ETA pass took more than 10 s: killed"):
         await run_pass(etas)  # the fake host's guard lets it through (the scheduler's logs it)
     assert asked == [host.ETA_PASS_TIMEOUT_MIN_S]
     assert etas._published_seq is None and host.publisher.snapshots == 0
@@ -69,12 +69,12 @@ async def test_a_pass_in_a_forked_child_is_timed_out_by_the_clock(etas):
 
 @pytest.mark.skipif(not forked.available(), reason="no fork here")
 async def test_a_pass_in_a_child_is_given_the_longest_of_its_bounds(etas):
-    """30 s at least; 10x the last pass's cost; 0.6 ms a chart queued or running (a million:
+    """10 s at least; 10x the last pass's cost; 0.6 ms a chart queued or running (a million:
     600 s), the bound of a first pass over a large backlog."""
     host = etas.host
     asked = _in_a_child_whose_time_is_up(host)
     charts = len(host.state.queue) + len(host.state.running)
-    for last_cost, per_chart, expected in ((0.0, 0.0006, 30.0), (7.0, 0.0006, 70.0), (0.0, 100.0, 100.0 * charts)):
+    for last_cost, per_chart, expected in ((0.0, 0.0006, 10.0), (7.0, 0.0006, 70.0), (0.0, 100.0, 100.0 * charts)):
         etas._eta_last_cost, host.ETA_PASS_TIMEOUT_PER_CHART_S = last_cost, per_chart
         etas._schedule_eta(Effects(), host.clock.monotonic())
         with pytest.raises(forked.ChildFailed):
