@@ -304,3 +304,18 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
     await r.tick()  # the next confirmation
     assert confirmed_seq() == second
     assert snapshot.confirmed_at(snapshot.read_snapshot()) == r.clock.time()
+
+
+def test_a_child_that_overruns_says_where_it_hung_before_it_is_killed(capfd):
+    """A hang in a child (a lock a parent thread held at the fork, once in CI) is killed
+    at its timeout; just before, every thread's stack goes to stderr, the scheduler's log."""
+    def fn():
+        hung_here()
+
+    def hung_here():
+        time.sleep(60)
+
+    with pytest.raises(forked.ChildFailed, match="took more than 2 s: killed"):
+        asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=2))
+    err = capfd.readouterr().err
+    assert "Timeout (0:00:01" in err and "in hung_here" in err, err[-2000:]

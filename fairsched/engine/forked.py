@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import enum
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -111,12 +112,17 @@ def _detach(parent: int) -> None:
         os._exit(1)
 
 
-def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int) -> None:
+def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int, timeout_s: float | None = None) -> None:
     global _to_parent
     _detach(parent)
     _to_parent = send
     if nice:
         os.nice(nice)
+    if timeout_s:
+        # Just before the parent kills it for overrunning, every thread's stack goes to
+        # stderr (the scheduler's log): a child that hangs says where (faulthandler's own
+        # C thread, which needs no lock the child may find held).
+        faulthandler.dump_traceback_later(max(0.5, 0.9 * timeout_s), exit=False)
     try:
         result: tuple[str, Any] = ("ok", fn())
     except BaseException:  # noqa: BLE001 - everything goes back to the parent, as text
@@ -137,7 +143,7 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
     CPU to the parent and its database)."""
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice), name=name, daemon=True)
+    proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice, timeout_s), name=name, daemon=True)
     with warnings.catch_warnings():
         # Python 3.12+ warns about any fork while threads run; see the module docstring
         # for why this one is safe.
@@ -198,7 +204,7 @@ async def run_forked_pair(fa: Callable[[], T], fb: Callable[[], Any], *, name: s
         warnings.simplefilter("ignore", DeprecationWarning)
         for fn in (fa, fb):
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice), name=name, daemon=True)
+            proc = ctx.Process(target=_child, args=(send, fn, os.getpid(), nice, timeout_s), name=name, daemon=True)
             proc.start()
             send.close()
             pipes.append(recv)
