@@ -122,6 +122,11 @@ class ChartColumns(Sequence[ChartRow]):
         return map(QueuedChart, *base, rounds, map(_float_or_none, self.est_s),
                    (s if r is not None else None for s, r in zip(shares, rounds)))
 
+    def ids_with_round(self, state: str) -> set[str]:
+        """The ids (as the queue's strings) of the rows in ``state`` that hold a saved
+        round: a load's "had a round" question, read off two columns, no row made."""
+        return {str(i) for i, r, s in zip(self.id, self.round, self.state) if r != NO_INT and s == state}
+
     def __len__(self) -> int:
         return len(self.id)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from fairsched.core import NeedsWholeBacklog, RoundSaver, same_rounds
 from fairsched.engine import db, heap
+from fairsched.engine.chart_columns import ChartColumns
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Backoff, Host, Part
 from fairsched.engine.ports import in_daemon_thread
@@ -123,8 +124,9 @@ class Startup(Part):
             world = await reading
             prepare = None
             if self.state.truncated:  # a first start: the million rounds' backfill is prepared in the thread too
-                written, saved, charts = dict(self.host._rounds.written_rounds or {}), self.host._rounds.saved, world.charts
-                had = lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED}  # noqa: E731
+                written, saved = dict(self.host._rounds.written_rounds or {}), self.host._rounds.saved
+                charts = ChartColumns.of(world.charts)
+                had = lambda: charts.ids_with_round(QUEUED)  # noqa: E731
                 prepare = lambda state: RoundSaver.prepare(state.queue, had, self.BACKFILL_MIN,  # noqa: E731
                                                            written, saved)
             self._whole_ready = (*(await self._build(world, prepare)), world, True)
@@ -185,10 +187,9 @@ class Startup(Part):
         except Exception as exc:  # noqa: BLE001 - the ETAs only: never stop the load for them
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self.etas.loaded()
-        charts = world.charts
+        charts = ChartColumns.of(world.charts)
         n = backfill if backfill is not None else self.host._rounds.start_backfill(
-            self.state.queue, lambda: {str(c.id) for c in charts if c.round is not None and c.state == QUEUED},
-            self.BACKFILL_MIN)
+            self.state.queue, lambda: charts.ids_with_round(QUEUED), self.BACKFILL_MIN)
         if n:
             log.info("writing %d charts' rounds %d at a time between dispatches (the head of the order first)",
                      n, self.BACKFILL_CHUNK)

@@ -38,6 +38,7 @@ def test_the_columns_read_as_the_rows(rows, data):
     mask = data.draw(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)))
     assert list(cols.where(mask)) == [r for r, m in zip(rows, mask) if m]
     assert list(ChartColumns.of(rows)) == rows and ChartColumns.of(cols) is cols
+    assert cols.ids_with_round("queued") == {str(r.id) for r in rows if r.round is not None and r.state == "queued"}
 
 
 @settings(max_examples=200, deadline=None)
