@@ -144,7 +144,7 @@ class QueueDispatch:
         profile.hold(holds, now)
         guarded: list[int] = []
         picked = [keys[i] for i in startable_now(items, profile, guarded)]
-        self._guards_now = {keys[i].id: (now, now + items[i][1], window_end(now + 0.0 + items[i][2]), items[i][0])
+        self._guards_now = {keys[i].id: (now, now + items[i][1], window_end(now + items[i][2]), items[i][0])
                             for i in guarded}
         if len(keys) == self.depth and self._horizon is None and profile.now_free() >= 1:
             # the strict walk after the reserved charts starts now what fits in the budget

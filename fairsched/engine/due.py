@@ -171,8 +171,8 @@ class Flagged(Sequence):
         self.ext.append(external_id)
 
     def key(self, j: int) -> tuple[float, int]:
-        """:func:`_slack_key` of row ``j``: least slack first (a chart without an ETA: by
-        the time left until it is due), then by id."""
+        """The order of row ``j`` among the flagged: least slack first (a chart without an
+        ETA: by the time left until it is due), then by id."""
         slack = self.slack[j]
         return (slack if slack == slack else self.due[j]), self.id[j]
 
@@ -277,11 +277,6 @@ class DueResult:
 
 
 FLAG_KEYS = ("id", "org", "state", "due_s", "slack_s", "reason", "workflow", "external_id")
-
-
-def _slack_key(r: list) -> tuple:
-    # least slack first; a chart without an ETA by the time left until it is due
-    return (r[4] if r[4] is not None else r[3], r[0])
 
 
 def due_keys(queue, due: DueInput, now: float):
