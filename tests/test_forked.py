@@ -319,3 +319,91 @@ def test_a_child_that_overruns_says_where_it_hung_before_it_is_killed(capfd):
         asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=2))
     err = capfd.readouterr().err
     assert "Timeout (0:00:01" in err and "in hung_here" in err, err[-2000:]
+
+
+# --- nothing imported in a child --------------------------------------------------------------
+
+
+def _fresh(script: str, timeout: float = 60) -> str:
+    """``script`` in a fresh interpreter set up as the scheduler is (Django, the scheduler's
+    modules imported, nothing else yet): what it prints."""
+    head = textwrap.dedent(f"""
+        import asyncio, os, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+        import django
+        django.setup()
+        from fairsched.engine.scheduler import Scheduler  # what runscheduler imports
+        from fairsched.engine import forked
+    """)
+    out = subprocess.run([sys.executable, "-c", head + textwrap.dedent(script)], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT, env={**os.environ})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_an_eta_pass_in_a_child_imports_nothing(redis_url):
+    """An import takes a lock per module; a parent thread that was importing the same module
+    at the fork leaves it held in the child for ever. So the pass in a child, its snapshot
+    stored in a real Redis and its result pickled, must import nothing the parent has not.
+    (It imported ``encodings.idna``: every ``getaddrinfo`` encodes its host with that codec,
+    and the scheduler's lease keeper and database thread make their first connection at
+    about the time the first pass forks.)"""
+    out = _fresh(f"""
+        import pickle
+        from fairsched.engine.eta_passes import EtaPasses
+        from fairsched.engine.ports import LivePublisher
+        from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+
+        t0 = time.time() - 1000
+        orgs = [OrgRow(1, "Acme", "acme", 1, 3600.0), OrgRow(2, "Beta", "beta", 2, None)]
+        charts = [ChartRow(i, 1 + i % 2, "code", "queued", t0 + i, external_id=f"x-{{i}}") for i in range(1, 13)]
+        state = LiveState(World(Config(budget=1), orgs, {{}}, {{}}, charts))
+
+        class Host:
+            ETAS_KEPT = Scheduler.ETAS_KEPT
+            publisher = LivePublisher({redis_url!r})
+
+        Host.state = state
+        passes = EtaPasses(Host())
+
+        def fn():
+            before = set(sys.modules)
+            pickle.dumps(passes._pass_in_child(state, time.time()))
+            return sorted(set(sys.modules) - before)
+
+        print(asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=30)))
+    """)
+    assert out.strip() == "[]", out
+
+
+def test_a_child_connects_even_if_a_parent_thread_was_importing_the_idna_codec_at_the_fork(redis_url):
+    """The hang itself: a parent thread holds ``encodings.idna``'s import lock at the fork
+    (as while it imports it); the child's first ``getaddrinfo`` would wait for it for ever.
+    The parent imported the codec before any fork (``forked._import_before_forks``), so the
+    child never asks for the lock."""
+    host, port = redis_url.split("//")[1].split("/")[0].rsplit(":", 1)
+    out = _fresh(f"""
+        import socket, threading
+        from importlib import _bootstrap
+
+        held, done = threading.Event(), threading.Event()
+
+        def importing():  # as a thread in the middle of importing the module
+            lock = _bootstrap._get_module_lock("encodings.idna")
+            lock.acquire()
+            held.set()
+            done.wait()
+            lock.release()
+
+        threading.Thread(target=importing, daemon=True).start()
+        held.wait()
+        try:
+            got = asyncio.run(forked.run_forked(lambda: len(socket.getaddrinfo({host!r}, {port})) > 0,
+                                                name="ETA pass", timeout_s=5))
+        except forked.ChildFailed as exc:
+            got = str(exc).splitlines()[0]
+        done.set()
+        print(got)
+    """)
+    assert out.strip() == "True", out

@@ -31,6 +31,7 @@ the scheduler; without one (``bench/whatif.py``, a test), by :func:`asyncio.wait
 from __future__ import annotations
 
 import asyncio
+import codecs
 import ctypes
 import enum
 import faulthandler
@@ -71,6 +72,22 @@ def _find_prctl() -> Any:
 
 
 _PRCTL = _find_prctl()
+
+
+def _import_before_forks() -> None:
+    """Import now, in the parent, what a child would otherwise import on its way. An import
+    takes a lock per module, and a parent thread that was importing the same module at the
+    fork left that lock held in the child for ever. The one a child met: the ``idna`` codec.
+    Every ``socket.getaddrinfo`` encodes its host with it, an IP address included, so the
+    first synchronous Redis connection in a process imports ``encodings.idna``. In the
+    scheduler that is the lease keeper's thread or the database thread (asyncio's clients
+    skip the lookup for an address), at about the time the first ETA pass forks, and the
+    pass's child connects to Redis to store its snapshot. ``tests/test_forked.py`` checks
+    that a pass in a child imports nothing."""
+    codecs.lookup("idna")  # imports encodings.idna (and stringprep); cached from then on
+
+
+_import_before_forks()
 
 
 def available() -> bool:
