@@ -13,7 +13,9 @@ and the pass's time; the copy's figures are the baseline of the ratios. The firs
 a load (every chart to promise its first ETA, every due warning new), then a later one: the
 first ran in a child that sent its due warnings back, the parent applied them and recorded the
 first ETAs, as the scheduler does (the warnings in force are then the parent's, and none
-rises). Last, a child that only
+rises). With ``--redis URL``, the child also stores the snapshot there as the scheduler does
+(``common.snapshot.store``), its USS sampled while it stores (the encoded pages in flight),
+and the keys deleted after. Last, a child that only
 walks the order's keys, as the pass does, and keeps nothing: each object it reads has its
 reference count written, so the page it lies on is copied (the floor of what any pass over
 the parent's objects costs; only the backlog held in columns, not objects, lowers it).
@@ -21,6 +23,7 @@ Usage::
 
     python bench/child_memory.py                       # 100k and 1M
     python bench/child_memory.py --sizes 100000
+    python bench/child_memory.py --sizes 1000000 --redis redis://127.0.0.1:6379/15
 """
 from __future__ import annotations
 
@@ -47,7 +50,12 @@ from fairsched.engine import db
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import Config, LiveState, OrgRow, World
-n, copy, walk_only, later = {n}, {copy}, {walk_only}, {later}
+n, copy, walk_only, later, redis_url = {n}, {copy}, {walk_only}, {later}, {redis_url!r}
+
+
+def uss():  # the pages this process has of its own (private), from the kernel's summary
+    with open("/proc/self/smaps_rollup") as f:
+        return 1024 * sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean", "Private_Dirty")))
 """ + BACKLOG + r"""
 if later:  # a later pass: the first one ran in a child, and the parent applied what it sent back
     r, w = os.pipe()
@@ -88,8 +96,31 @@ if pid == 0:
         stages["due_pass"] = me.memory_full_info().uss
         snapshot = build_snapshot(captured, report, now, p90=p90, due=due)  # alive: the pass's peak
         stages["build_snapshot"] = me.memory_full_info().uss
-    took = time.perf_counter() - began
-    os.write(w, json.dumps({{"uss": stages["build_snapshot"], "stages": stages, "s": took}}).encode())
+        took = time.perf_counter() - began
+        if redis_url:  # stored as the scheduler stores it, the USS sampled meanwhile
+            import threading
+            import redis
+            from common import snapshot as snapshot_store
+            peak, done = [uss()], threading.Event()
+
+            def sample():
+                while not done.wait(0.02):
+                    peak[0] = max(peak[0], uss())
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            client = redis.Redis.from_url(redis_url)
+            t0 = time.perf_counter()
+            seq = snapshot_store.store(*snapshot, client=client)
+            stored_s = time.perf_counter() - t0
+            done.set()
+            sampler.join()
+            stages["store (peak)"] = max(peak[0], uss())
+            client.delete(snapshot_store.PAGES_KEY.format(seq), snapshot_store.SNAPSHOT_KEY)
+    out = {{"uss": max(stages["build_snapshot"], stages.get("store (peak)", 0)), "stages": stages, "s": took}}
+    if redis_url:
+        out["store_s"] = stored_s
+    os.write(w, json.dumps(out).encode())
     os._exit(0)
 os.close(w)
 out = b""
@@ -100,8 +131,8 @@ print("MEM", json.dumps({{"parent": parent, **json.loads(out)}}))
 """
 
 
-def measure(n: int, copy: bool, walk_only: bool = False, later: bool = False) -> dict:
-    code = CHILD.format(root=str(ROOT), n=n, copy=copy, walk_only=walk_only, later=later,
+def measure(n: int, copy: bool, walk_only: bool = False, later: bool = False, redis_url: str | None = None) -> dict:
+    code = CHILD.format(root=str(ROOT), n=n, copy=copy, walk_only=walk_only, later=later, redis_url=redis_url,
                         turnaround="24 * 3600.0 if i % 2 else None")  # half the orgs due
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, cwd=ROOT)
@@ -113,15 +144,19 @@ def measure(n: int, copy: bool, walk_only: bool = False, later: bool = False) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--redis", metavar="URL", help="also store each snapshot there (a database the bench may "
+                        "write to: its keys are deleted after), the child's USS sampled while it stores")
     args = parser.parse_args()
     mb = 2**20
     for n in (int(s) for s in args.sizes.split(",")):
-        copied, own, later = measure(n, True), measure(n, False), measure(n, False, later=True)
+        copied, own, later = (measure(n, True, redis_url=args.redis), measure(n, False, redis_url=args.redis),
+                              measure(n, False, later=True, redis_url=args.redis))
         for label, r in (("a copy (capture())", copied), ("the state itself (capture(copy=False))", own),
                          ("the state, a later pass", later)):
             print(f"{n:>9,} queued, the child reads {label:40} parent RSS {r['parent'] / mb:6.0f} MB, "
                   f"child USS {r['uss'] / mb:6.0f} MB ({r['uss'] / copied['uss']:.2f}x), "
-                  f"parent + child {(r['parent'] + r['uss']) / mb:6.0f} MB, pass {r['s']:.2f} s")
+                  f"parent + child {(r['parent'] + r['uss']) / mb:6.0f} MB, pass {r['s']:.2f} s"
+                  + (f", store {r['store_s']:.2f} s" if "store_s" in r else ""))
             print(" " * 12 + "the child's USS after each step: " + ", ".join(
                 f"{step} {uss / mb:.0f} MB" for step, uss in r["stages"].items()))
         walk = measure(n, False, walk_only=True)

@@ -20,9 +20,9 @@ MAX_CHARTS = 10_000  # one action; the snapshot lists them least slack first
 def at_risk_ids(org_id: int) -> list[int]:
     """The org's queued charts at risk or late: the latest snapshot's list (``d:<org>``,
     least slack first), else, with no scheduler publishing, the warnings on the rows."""
-    flagged = snap.read_due(org_id)
+    flagged = snap.read_due(org_id, limit=MAX_CHARTS)
     if flagged:
-        return [int(f["id"]) for f in flagged][:MAX_CHARTS]
+        return [int(f["id"]) for f in flagged]
     return list(Chart.objects.filter(org_id=org_id, state=ChartState.QUEUED, due_alert__in=("at_risk", "late"))
                 .order_by("due_at", "pk").values_list("pk", flat=True)[:MAX_CHARTS])
 

@@ -48,9 +48,11 @@ parses only the page it shows, never the whole order (16 MB of JSON at 100k queu
 - ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
   ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
   its running rows with ``"state": "running"``): the org's status page.
-- ``d:<org id>`` -- the org's charts at risk or late, least slack first: ``{"id", "org",
-  "state", "due_s", "slack_s", "reason", "workflow", "external_id"}`` each (the org page's
-  Due list, "Prioritise at risk"). Rows of the order carry ``due_s``, ``due_state`` and
+- ``d:<org id>`` -- ``{"total": <charts>}`` and ``d:<org id>:<n>`` page ``n`` of the org's
+  charts at risk or late, least slack first: ``{"id", "org", "state", "due_s", "slack_s",
+  "reason", "workflow", "external_id"}`` each (the org page's Due list reads the first page,
+  "Prioritise at risk" the first 10,000 charts). A snapshot stored before these pages has the
+  whole list in ``d:<org id>``. Rows of the order carry ``due_s``, ``due_state`` and
   ``slack_s`` (None without a due time), ``c:<id>`` three more items ``[.., due_s,
   due_state, slack_s]`` when the chart has a due time; the snapshot's ``due`` has the counts
   (``counts``, per org ``orgs``) and the Due panel's ``charts``; each org row ``due``
@@ -86,7 +88,8 @@ CURRENT_KEY = "fairsched:snapshot:current"  # {"seq", "at"}: seq is the live sch
 TTL_S = 3600  # a snapshot of a scheduler that died an hour ago is gone, not shown as live
 PAGE_ROWS = 500
 OLD_PAGES_TTL_S = 10  # readers fetch a snapshot and its pages within milliseconds
-_FIELDS_PER_WRITE = 1000  # HSET fields per round trip: bounded Redis work and memory per command
+_FIELDS_PER_WRITE = 1000  # HSET fields per round trip, and
+_BYTES_PER_WRITE = 4 * 2**20  # bytes: bounded Redis work and memory per command (a page of the order is ~120 KB)
 
 
 def _dumps(value: Any) -> str:
@@ -100,30 +103,47 @@ def pages_of(rows: list[dict[str, Any]], size: int = PAGE_ROWS):
         yield n, _dumps(rows[start:start + size])
 
 
+def _encoded(value: Any) -> bytes:
+    return _dumps(value).encode()  # (JSON is ASCII: a copy, no transcoding)
+
+
 def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]]):
-    """Every field of a snapshot's page hash, lazily."""
+    """Every field of a snapshot's page hash, lazily, as ``(name, JSON bytes)``."""
     for n, text in pages_of(order_rows):
-        yield f"o:{n}", text
+        yield f"o:{n}", text.encode()
     places = getattr(order_rows, "places", None)  # a Rows: without making each row's dict
     for cid, pos, state, finish, start, p90, due, due_state, slack in (places() if places else (
             (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s"), r.get("p90_s"),
              r.get("due_s"), r.get("due_state"), r.get("slack_s")) for r in order_rows)):
         # one chart's place: pages about one chart (the API's eta_p90 reads p90; its due
         # fields only when it has a due time)
-        yield f"c:{cid}", _dumps([pos, state, finish, start, p90] + ([due, due_state, slack] if due_state else []))
+        yield f"c:{cid}", _encoded([pos, state, finish, start, p90] + ([due, due_state, slack] if due_state else []))
     for org_id, data in per_org.items():
-        yield f"d:{org_id}", _dumps(list(data.get("flagged", [])))  # a sequence of dicts, made as read
+        # the org's at-risk and late charts (a sequence of dicts made as read), in pages: at a
+        # million charts half of them late, one org's were 37 MB in one field, and making it
+        # took 110 MB (bench/child_memory.py --redis); a reader wants the first 50
+        flagged = data.get("flagged", [])
+        yield f"d:{org_id}", _encoded({"total": len(flagged)})
+        for n, text in pages_of(flagged):
+            yield f"d:{org_id}:{n}", text.encode()
         charts = data.get("charts", [])
-        yield f"g:{org_id}", _dumps({"org": data.get("org"), "total": len(charts)})
+        yield f"g:{org_id}", _encoded({"org": data.get("org"), "total": len(charts)})
         for n, text in pages_of(charts):
-            yield f"g:{org_id}:{n}", text
+            yield f"g:{org_id}:{n}", text.encode()
         ext_ids = getattr(charts, "external_ids", None)
-        where: dict[str, list[int]] = {}
+        # each external id's places in the org's rows: an int while it has one (nearly every
+        # id), a list from its second (a list each was 32 MB more for 220k ids)
+        where: dict[str, int | list[int]] = {}
         for i, ext in enumerate(ext_ids() if ext_ids else (r.get("external_id") for r in charts)):
             if ext:
-                where.setdefault(ext, []).append(i)
+                got = where.setdefault(ext, i)
+                if got != i:
+                    if type(got) is int:
+                        where[ext] = [got, i]
+                    else:
+                        got.append(i)
         for ext, rows in where.items():
-            yield f"x:{org_id}:{ext}", _dumps(rows)
+            yield f"x:{org_id}:{ext}", _encoded(rows if type(rows) is list else [rows])
 
 
 def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]],
@@ -135,12 +155,17 @@ def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: d
     client = client if client is not None else redis_client()
     seq = int(client.incr(SEQ_KEY))
     key = PAGES_KEY.format(seq)
-    batch: dict[str, str] = {}
-    for field, text in page_fields(order_rows, per_org):
-        batch[field] = text
-        if len(batch) >= _FIELDS_PER_WRITE:
+    # The fields come encoded, and the client sends bytes as they are. A batch of 1,000
+    # texts was 1,000 pages of the order, 120 MB at a million charts, held twice while it
+    # was sent (the texts and the client's encoded copy): bench/child_memory.py --redis.
+    batch: dict[str, bytes | bytearray] = {}
+    size = 0
+    for field, data in page_fields(order_rows, per_org):
+        batch[field] = data
+        size += len(data)
+        if len(batch) >= _FIELDS_PER_WRITE or size >= _BYTES_PER_WRITE:
             client.hset(key, mapping=batch)
-            batch = {}
+            batch, size = {}, 0
     if batch:
         client.hset(key, mapping=batch)
     client.expire(key, TTL_S)
@@ -287,11 +312,24 @@ def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[
             for i, v in zip(ids, got) if v is not None}
 
 
-def read_due(org_id: int, snapshot: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The org's charts at risk or late in the snapshot, least slack first (``d:<org>``):
+def read_due(org_id: int, limit: int | None = None, snapshot: dict[str, Any] | None = None
+             ) -> list[dict[str, Any]]:
+    """The org's first ``limit`` charts at risk or late in the snapshot (all with None),
+    least slack first, reading only the pages they span (``d:<org>`` holds their count,
+    ``d:<org>:<n>`` the pages; an older scheduler stored the whole list in ``d:<org>``):
     ``[{"id", "org", "state", "due_s", "slack_s", "reason", "workflow", "external_id"}]``."""
     snapshot = snapshot if snapshot is not None else read_snapshot()
-    return _with_latest(snapshot, lambda s: (_fields(s, [f"d:{org_id}"]) or [None])[0]) or []
+
+    def read(s):
+        head = _fields(s, [f"d:{org_id}"])
+        if head is None:
+            return None
+        if not isinstance(head[0], dict):  # absent (no charts flagged), or the whole list
+            return (head[0] or [])[:limit]
+        total = head[0].get("total", 0)
+        return _slice(s, f"d:{org_id}", total, 0, total if limit is None else limit)
+
+    return _with_latest(snapshot, read) or []
 
 
 def read_org_external_id(org_id: int, external_id: str, snapshot: dict[str, Any] | None = None

@@ -200,7 +200,7 @@ def org_page(request: HttpRequest, slug: str) -> HttpResponse:
 
     return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
                                                 "live": status["source"] == "scheduler",
-                                                "due_charts": snap.read_due(org.pk)[:50] if status["source"] == "scheduler" else [],
+                                                "due_charts": snap.read_due(org.pk, limit=50) if status["source"] == "scheduler" else [],
                                                 "accuracy": accuracy(org_id=org.pk, points=0)})
 
 

@@ -93,6 +93,47 @@ def test_a_published_page_equals_the_same_slice_of_the_full_order(redis_url):
     assert client.hlen(key) > 3
 
 
+def test_a_large_snapshot_is_stored_in_writes_bounded_in_bytes_and_reads_back_whole(redis_url, monkeypatch):
+    """Each HSET of a snapshot's pages stops at the first field that brings it to
+    ``_BYTES_PER_WRITE``: at a million charts, 1,000 fields of the order's pages were 120 MB
+    in one command, held twice while it was sent. An org's flagged charts are stored in
+    pages too (they were one field of 37 MB), and read back whole or their first ``limit``."""
+    import redis
+
+    w = world(3000)
+    due_soon = [OrgRow(1, "Acme", "acme", 2, 60.0), OrgRow(2, "Beta", "beta", 1, 60.0), w.orgs[2]]
+    live = LiveState(World(w.config, due_soon, w.costs, w.averages, w.charts))
+    now = T0 + 5000
+    snap, rows, per_org = build_snapshot(live, live.capture().eta_report(now), now)
+    flagged = {org: json.loads(json.dumps(list(data["flagged"]))) for org, data in per_org.items()}
+    assert max(map(len, flagged.values())) > 2 * snapshot.PAGE_ROWS  # encoded in three pages or more
+    bound = 100_000
+    monkeypatch.setattr(snapshot, "_BYTES_PER_WRITE", bound)
+    writes: list[list[int]] = []
+    real_hset = redis.Redis.hset
+
+    def hset(self, name, key=None, value=None, mapping=None, items=None):
+        writes.append([len(v) for v in mapping.values()])
+        return real_hset(self, name, key, value, mapping, items)
+
+    monkeypatch.setattr(redis.Redis, "hset", hset)
+    snapshot.store(snap, rows, per_org)
+    assert len(writes) > 5
+    for fields in writes:
+        assert sum(fields[:-1]) < bound and len(fields) <= snapshot._FIELDS_PER_WRITE, fields
+    for org, want in flagged.items():
+        assert snapshot.read_due(int(org)) == want
+        for limit in (3, snapshot.PAGE_ROWS, snapshot.PAGE_ROWS + 7):
+            assert snapshot.read_due(int(org), limit=limit) == want[:limit]
+    whole = json.loads(json.dumps(rows, default=list))
+    assert snapshot.read_order(0, len(whole)) == (len(whole), whole)
+    # a snapshot stored by a scheduler before the pages: the whole list in d:<org>
+    org, want = max(flagged.items(), key=lambda kv: len(kv[1]))
+    key = snapshot.read_snapshot()["pages"]["key"]
+    real_hset(redis.Redis.from_url(redis_url), key, f"d:{org}", json.dumps(want))
+    assert snapshot.read_due(int(org)) == want and snapshot.read_due(int(org), limit=5) == want[:5]
+
+
 def test_a_newer_snapshot_replaces_the_pages_and_the_old_ones_expire(redis_url):
     import redis
 

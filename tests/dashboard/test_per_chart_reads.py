@@ -171,3 +171,14 @@ def test_every_charts_own_fields_equal_its_row_of_the_whole_order(redis_url):
                 got = snap.read_org_external_id(int(org), r["external_id"])
                 assert got["charts"] == [r] and got["total"] == len(data["charts"]), (org, i)
         assert snap.read_org_external_id(int(org), "no-such-id")["charts"] == []
+
+
+def test_the_external_id_index_lists_every_place_of_an_id_an_org_repeats():
+    """The index holds an id's one place as it finds it and makes a list from its second:
+    each field is the id's places in the org's rows, in order, however many."""
+    import json
+
+    charts = [{"id": i, "external_id": ext} for i, ext in enumerate(["a", "b", "a", None, "c", "a", "", "b"])]
+    fields = {name: json.loads(data) for name, data in snap.page_fields([], {7: {"org": {"id": 7}, "charts": charts}})
+              if name.startswith("x:")}
+    assert fields == {"x:7:a": [0, 2, 5], "x:7:b": [1, 7], "x:7:c": [4]}
