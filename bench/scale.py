@@ -16,7 +16,8 @@ For each backlog size (a small baseline first, then the sizes asked for), in one
 4. dispatch latency: priority probe charts of a cost-1 workflow, created through the
    ORM one by one; each goes to the head and fits the free unit at once. Created ->
    started on Temporal, p50 and p95. ``peak_mb``: the scheduler's RSS plus its
-   children's own memory (USS), at its highest from the idle window to the last probe;
+   children's own memory (USS), at its highest from the idle window to the last probe
+   (``peak_at``: its two parts, and when it was, from the window's start);
 5. web, against the running scheduler's snapshot:
    ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
    several offsets and the admin chart list, through Django's test client in this
@@ -193,6 +194,8 @@ class PeakMemory:
         import threading
 
         self.proc, self.peak, self._done = proc, 0.0, threading.Event()
+        self.at = ""  # the peak's parts: the parent's RSS, the children's USS, and when
+        self._began = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -201,7 +204,7 @@ class PeakMemory:
 
         while not self._done.wait(0.5):
             try:
-                total = self.proc.memory_info().rss
+                parent = total = self.proc.memory_info().rss
                 for child in self.proc.children():
                     try:
                         total += child.memory_full_info().uss
@@ -209,7 +212,10 @@ class PeakMemory:
                         pass
             except psutil.Error:
                 return
-            self.peak = max(self.peak, total / 2**20)
+            if total / 2**20 > self.peak:
+                self.peak = total / 2**20
+                self.at = (f"parent {parent / 2**20:.0f} MB + children {(total - parent) / 2**20:.0f} MB, "
+                           f"{time.monotonic() - self._began:.0f} s in")
 
     def stop(self) -> float:
         self._done.set()
@@ -298,6 +304,7 @@ print("PROBES", json.dumps(out))
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
         fig["dispatch_max_ms"] = max(lat) * 1000 if lat else None
         fig["peak_mb"] = peak.stop()
+        fig["peak_at"] = peak.at
 
         # web, against this scheduler's published snapshot (after the restart below, the
         # pages would read the database fallback until the new scheduler publishes)

@@ -92,8 +92,10 @@ _FIELDS_PER_WRITE = 1000  # HSET fields per round trip, and
 _BYTES_PER_WRITE = 4 * 2**20  # bytes: bounded Redis work and memory per command (a page of the order is ~120 KB)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+"""Compact JSON. One encoder for every call: ``json.dumps`` with any argument of its own makes
+a new encoder per call, and a pass at a million charts makes two million small fields
+(each chart's place, each external id's): 2.8 -> 2.0 us a field."""
 
 
 def pages_of(rows: list[dict[str, Any]], size: int = PAGE_ROWS):
