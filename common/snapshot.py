@@ -100,9 +100,12 @@ a new encoder per call, and a pass at a million charts makes two million small f
 
 def pages_of(rows: list[dict[str, Any]], size: int = PAGE_ROWS):
     """``(n, json text)`` of each page of ``rows``; each page is encoded on its own, so a
-    caller in a thread holds the GIL a few milliseconds at a time, never for the whole order."""
+    caller in a thread holds the GIL a few milliseconds at a time, never for the whole order.
+    Rows that can write their own page (``fairsched.engine.order_rows.Rows``: from its
+    columns, no dict per row) write it."""
+    page = getattr(rows, "json_page", None)
     for n, start in enumerate(range(0, len(rows), size)):
-        yield n, _dumps(rows[start:start + size])
+        yield n, page(start, start + size) if page is not None else _dumps(rows[start:start + size])
 
 
 def _encoded(value: Any) -> bytes:
@@ -113,13 +116,18 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
     """Every field of a snapshot's page hash, lazily, as ``(name, JSON bytes)``."""
     for n, text in pages_of(order_rows):
         yield f"o:{n}", text.encode()
-    places = getattr(order_rows, "places", None)  # a Rows: without making each row's dict
-    for cid, pos, state, finish, start, p90, due, due_state, slack in (places() if places else (
-            (r["id"], r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s"), r.get("p90_s"),
-             r.get("due_s"), r.get("due_state"), r.get("slack_s")) for r in order_rows)):
-        # one chart's place: pages about one chart (the API's eta_p90 reads p90; its due
-        # fields only when it has a due time)
-        yield f"c:{cid}", _encoded([pos, state, finish, start, p90] + ([due, due_state, slack] if due_state else []))
+    # one chart's place: pages about one chart (the API's eta_p90 reads p90; its due fields
+    # only when it has a due time). A Rows writes them from its columns, no dict per row.
+    json_places = getattr(order_rows, "json_places", None)
+    if json_places is not None:
+        for cid, text in json_places():
+            yield f"c:{cid}", text.encode()
+    else:
+        for r in order_rows:
+            due_state = r.get("due_state")
+            yield f"c:{r['id']}", _encoded([r.get("pos"), r.get("state"), r.get("finish_s"), r.get("start_s"),
+                                            r.get("p90_s")]
+                                           + ([r.get("due_s"), due_state, r.get("slack_s")] if due_state else []))
     for org_id, data in per_org.items():
         # the org's at-risk and late charts (a sequence of dicts made as read), in pages: at a
         # million charts half of them late, one org's were 37 MB in one field, and making it
@@ -145,7 +153,7 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
                     else:
                         got.append(i)
         for ext, rows in where.items():
-            yield f"x:{org_id}:{ext}", _encoded(rows if type(rows) is list else [rows])
+            yield f"x:{org_id}:{ext}", _encoded(rows) if type(rows) is list else b"[%d]" % rows
 
 
 def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, Any]],

@@ -2,6 +2,7 @@
 the rows they stand for: a list of dicts of ROW_KEYS, whole, sliced, by place, per org."""
 from __future__ import annotations
 
+import json
 from array import array
 
 from hypothesis import given, settings, strategies as st
@@ -39,8 +40,22 @@ def as_dicts(tuples) -> list[dict]:
     return [t if type(t) is dict else dict(zip(ROW_KEYS, t)) for t in tuples]
 
 
-def place(d: dict) -> tuple:
-    return tuple(d.get(k) for k in ("id", "pos", "state", "finish_s", "start_s", "p90_s", "due_s", "due_state", "slack_s"))
+def compact(rows: list[dict]) -> str:
+    return json.dumps(rows, separators=(",", ":"))
+
+
+def test_a_page_writes_infinite_and_missing_times_as_json_does():
+    rows, want = filled([(5, 1, "code", 2, 3, "é\"x", (float("inf"), -float("inf"), None), (-0.0, "late", 1e-7))])
+    assert rows.json_page(0, 1) == compact(as_dicts(want)) == (
+        '[{"id":5,"pos":0,"org":1,"workflow":"code","cost":2,"round":3,"priority":false,"state":"ordered",'
+        '"external_id":"\\u00e9\\"x","start_s":Infinity,"finish_s":-Infinity,"p90_s":null,"due_s":-0.0,'
+        '"due_state":"late","slack_s":1e-07}]')
+
+
+def compact_place(d: dict) -> str:
+    """A chart's place as the snapshot stores it (``c:<id>``): its due fields only with a due state."""
+    keys = ("pos", "state", "finish_s", "start_s", "p90_s") + (("due_s", "due_state", "slack_s") if d.get("due_state") else ())
+    return json.dumps([d.get(k) for k in keys], separators=(",", ":"))
 
 
 @settings(max_examples=200, deadline=None)
@@ -65,8 +80,9 @@ def check(charts, asides, cut, org, k):
     assert rows[::3] == whole[::3]
     if -len(whole) <= k < len(whole):
         assert rows[k] == whole[k]
-    assert list(rows.places()) == [place(d) for d in whole]
+    assert list(rows.json_places()) == [(d["id"], compact_place(d)) for d in whole]
     assert list(rows.external_ids()) == [d["external_id"] for d in whole]
+    assert rows.json_page(*cut) == compact(whole[slice(*cut)])  # the text json writes, from the columns
     # one org's view: its rows' indexes (their places in the order), then its aside and running charts
     mine = array("q", [p for p, t in enumerate(want) if t[2] == org])
     running = {"id": 7, "org": org, "state": "running", "external_id": "r"}
@@ -74,5 +90,7 @@ def check(charts, asides, cut, org, k):
     expect = as_dicts([want[p] for p in mine] + [t for t in tail if t[2] == org]) + [running]
     assert list(view) == expect and len(view) == len(expect)
     assert view[slice(*cut)] == expect[slice(*cut)]
-    assert list(view.places()) == [place(d) for d in expect]
+    assert list(view.json_places()) == [(d["id"], compact_place(d)) for d in expect]
+    assert view.json_page(*cut) == compact(expect[slice(*cut)])
+    assert view.json_page(0, len(expect)) == compact(expect)
     assert list(view.external_ids()) == [d["external_id"] for d in expect]
