@@ -48,11 +48,12 @@ parses only the page it shows, never the whole order (16 MB of JSON at 100k queu
 - ``g:<org id>`` -- ``{"org": <the orgs[] row>, "total": <charts>}`` and
   ``g:<org id>:<n>`` page ``n`` of that org's charts (its order rows in order, then
   its running rows with ``"state": "running"``): the org's status page.
-- ``d:<org id>`` -- ``{"total": <charts>}`` and ``d:<org id>:<n>`` page ``n`` of the org's
-  charts at risk or late, least slack first: ``{"id", "org", "state", "due_s", "slack_s",
-  "reason", "workflow", "external_id"}`` each (the org page's Due list reads the first page,
-  "Prioritise at risk" the first 10,000 charts). A snapshot stored before these pages has the
-  whole list in ``d:<org id>``. Rows of the order carry ``due_s``, ``due_state`` and
+- ``due:<org id>`` -- ``{"total": <charts>}`` and ``due:<org id>:<n>`` page ``n`` of the
+  org's charts at risk or late, least slack first: ``{"id", "org", "state", "due_s",
+  "slack_s", "reason", "workflow", "external_id"}`` each (the org page's Due list reads the
+  first 50, "Prioritise at risk" the first 10,000). A snapshot stored by an older scheduler
+  has the whole list in ``d:<org id>`` instead (read as well; and an older reader finds no
+  ``d:`` field in a newer snapshot, so it shows no list rather than failing). Rows of the order carry ``due_s``, ``due_state`` and
   ``slack_s`` (None without a due time), ``c:<id>`` three more items ``[.., due_s,
   due_state, slack_s]`` when the chart has a due time; the snapshot's ``due`` has the counts
   (``counts``, per org ``orgs``) and the Due panel's ``charts``; each org row ``due``
@@ -133,9 +134,9 @@ def page_fields(order_rows: list[dict[str, Any]], per_org: dict[int, dict[str, A
         # million charts half of them late, one org's were 37 MB in one field, and making it
         # took 110 MB (bench/child_memory.py --redis); a reader wants the first 50
         flagged = data.get("flagged", [])
-        yield f"d:{org_id}", _encoded({"total": len(flagged)})
+        yield f"due:{org_id}", _encoded({"total": len(flagged)})
         for n, text in pages_of(flagged):
-            yield f"d:{org_id}:{n}", text.encode()
+            yield f"due:{org_id}:{n}", text.encode()
         charts = data.get("charts", [])
         yield f"g:{org_id}", _encoded({"org": data.get("org"), "total": len(charts)})
         for n, text in pages_of(charts):
@@ -168,7 +169,7 @@ def store(snapshot: dict[str, Any], order_rows: list[dict[str, Any]], per_org: d
     # The fields come encoded, and the client sends bytes as they are. A batch of 1,000
     # texts was 1,000 pages of the order, 120 MB at a million charts, held twice while it
     # was sent (the texts and the client's encoded copy): bench/child_memory.py --redis.
-    batch: dict[str, bytes | bytearray] = {}
+    batch: dict[str, bytes] = {}
     size = 0
     for field, data in page_fields(order_rows, per_org):
         batch[field] = data
@@ -322,22 +323,23 @@ def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[
             for i, v in zip(ids, got) if v is not None}
 
 
-def read_due(org_id: int, limit: int | None = None, snapshot: dict[str, Any] | None = None
+def read_due(org_id: int, snapshot: dict[str, Any] | None = None, *, limit: int | None = None
              ) -> list[dict[str, Any]]:
     """The org's first ``limit`` charts at risk or late in the snapshot (all with None),
-    least slack first, reading only the pages they span (``d:<org>`` holds their count,
-    ``d:<org>:<n>`` the pages; an older scheduler stored the whole list in ``d:<org>``):
+    least slack first, reading only the pages they span (``due:<org>`` holds their count,
+    ``due:<org>:<n>`` the pages; an older scheduler stored the whole list in ``d:<org>``):
     ``[{"id", "org", "state", "due_s", "slack_s", "reason", "workflow", "external_id"}]``."""
     snapshot = snapshot if snapshot is not None else read_snapshot()
 
     def read(s):
-        head = _fields(s, [f"d:{org_id}"])
-        if head is None:
+        got = _fields(s, [f"due:{org_id}", f"d:{org_id}"])
+        if got is None:
             return None
-        if not isinstance(head[0], dict):  # absent (no charts flagged), or the whole list
-            return (head[0] or [])[:limit]
-        total = head[0].get("total", 0)
-        return _slice(s, f"d:{org_id}", total, 0, total if limit is None else limit)
+        head, whole = got
+        if head is None:  # none flagged, or an older scheduler's snapshot
+            return (whole or [])[:limit]
+        total = head.get("total", 0)
+        return _slice(s, f"due:{org_id}", total, 0, total if limit is None else limit)
 
     return _with_latest(snapshot, read) or []
 
