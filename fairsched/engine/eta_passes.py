@@ -18,7 +18,7 @@ import logging
 import math
 from array import array
 from collections.abc import Mapping, Sequence, Set
-from itertools import islice
+from itertools import chain, compress, islice
 
 from common import live_updates, metrics
 from fairsched.core import Eta, WalkEtas, eta_reader
@@ -48,12 +48,16 @@ class EtaColumns:
         """The ETAs in ``etas`` of the charts ``ids``. A pass's :class:`WalkEtas` is walked
         (a lookup by id would build its index: a dict of every chart), a dict looked up."""
         if isinstance(etas, WalkEtas):
-            picked = [(cid, e) for cid, e in etas.head.items() if cid in ids]
-            start, finish = etas.start, etas.finish
-            picked += [(cid, Eta(start[pos], finish[pos])) for pos, cid in enumerate(etas.ids)
-                       if cid in ids and finish[pos] == finish[pos]]
-        else:
-            picked = [(cid, etas[cid]) for cid in ids if cid in etas]
+            # The walk's columns selected in place (a bool each), never a tuple per chart: at a
+            # first start every chart is picked, and (id, Eta) pairs were 170 MB at 1M in the
+            # pass's child, beside its snapshot
+            head = [(cid, e) for cid, e in etas.head.items() if cid in ids]
+            finish = etas.finish
+            keep = [cid in ids and f == f for cid, f in zip(etas.ids, finish)]  # (f == f: an ETA)
+            return cls(array("q", chain([int(cid) for cid, _ in head], map(int, compress(etas.ids, keep)))),
+                       array("d", chain([e[0] for _, e in head], compress(etas.start, keep))),
+                       array("d", chain([e[1] for _, e in head], compress(finish, keep))))
+        picked = [(cid, etas[cid]) for cid in ids if cid in etas]
         return cls(array("q", [int(cid) for cid, _ in picked]), array("d", [e[0] for _, e in picked]),
                    array("d", [e[1] for _, e in picked]))
 

@@ -61,3 +61,13 @@ def test_a_chart_without_an_eta_is_not_in_the_mapping_yet_keeps_its_place():
     assert w.at(0, "7") == Eta(30.0, 120.0)  # not the id at that place: read by id
     assert w.at(9, "1") == Eta(0.0, 60.0)
     assert w == {"1": Eta(0.0, 60.0), "5": Eta(0.0, 90.0), "7": Eta(30.0, 120.0)}
+
+
+def test_the_first_etas_taken_from_a_walk_are_those_of_the_ids_asked_that_have_one():
+    nan = float("nan")
+    w = WalkEtas({"1": Eta(0.0, 60.0), "2": Eta(5.0, 65.0)}, ["5", "6", "7", "8"],
+                 array("d", [0.0, nan, 30.0, 40.0]), array("d", [90.0, nan, 120.0, 130.0]))
+    first = EtaColumns.of(w, {"1", "5", "6", "8", "9"})  # 6 has no ETA, 9 is not in the walk
+    assert (list(first.ids), list(first.start), list(first.finish)) == ([1, 5, 8], [0.0, 0.0, 40.0],
+                                                                        [60.0, 90.0, 130.0])
+    assert first.part(0, 3) == {"1": Eta(0.0, 60.0), "5": Eta(0.0, 90.0), "8": Eta(40.0, 130.0)}
