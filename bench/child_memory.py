@@ -8,7 +8,9 @@ scheduler runs it (``eta_report``, the 90% bounds, the due states, ``build_snaps
 reading either a copy (``capture()``, what a pass in a thread needs) or the state itself
 (``capture(copy=False)``, what the child reads: its memory is a copy already). Prints the
 parent's RSS, the child's USS (the pages it copied or allocated: what it adds to the
-machine's memory) at the pass's peak (its snapshot built and alive) and after each step,
+machine's memory) at the pass's peak and after each step (the last ones sampled: the
+snapshot stored, with ``--redis``, and what the child sends back pickled, its first ETAs and
+due warnings),
 and the pass's time; the copy's figures are the baseline of the ratios. The first pass after
 a load (every chart to promise its first ETA, every due warning new), then a later one: the
 first ran in a child that sent its due warnings back, the parent applied them and recorded the
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import BACKLOG  # noqa: E402  (the same backlog as bench/memory.py)
 
 CHILD = r"""
-import gc, json, os, pickle, random, sys, time
+import gc, json, os, pickle, random, sys, threading, time
 sys.path.insert(0, {root!r})
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 import django; django.setup()
@@ -48,7 +50,10 @@ from datetime import datetime, timedelta, timezone
 from fairsched.core.plan import gc_paused
 from fairsched.engine import db
 from fairsched.engine.due import due_pass
+from fairsched.engine.eta_passes import EtaColumns  # (imported here, as the scheduler has it: not in the child)
 from fairsched.engine.publish import build_snapshot
+import redis
+from common import snapshot as snapshot_store
 from fairsched.engine.state import Config, LiveState, OrgRow, World
 n, copy, walk_only, later, redis_url = {n}, {copy}, {walk_only}, {later}, {redis_url!r}
 
@@ -97,27 +102,31 @@ if pid == 0:
         snapshot = build_snapshot(captured, report, now, p90=p90, due=due)  # alive: the pass's peak
         stages["build_snapshot"] = me.memory_full_info().uss
         took = time.perf_counter() - began
-        if redis_url:  # stored as the scheduler stores it, the USS sampled meanwhile
-            import threading
-            import redis
-            from common import snapshot as snapshot_store
-            peak, done = [uss()], threading.Event()
+        # the pass's last steps, the USS sampled meanwhile: the snapshot stored as the
+        # scheduler stores it (with --redis), then what the child sends back (the first ETAs,
+        # the due warnings moved) pickled, as the scheduler's child does
+        peak, done = [uss()], threading.Event()
 
-            def sample():
-                while not done.wait(0.02):
-                    peak[0] = max(peak[0], uss())
+        def sample():
+            while not done.wait(0.02):
+                peak[0] = max(peak[0], uss())
 
-            sampler = threading.Thread(target=sample)
-            sampler.start()
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        if redis_url:
             client = redis.Redis.from_url(redis_url)
             t0 = time.perf_counter()
             seq = snapshot_store.store(*snapshot, client=client)
             stored_s = time.perf_counter() - t0
-            done.set()
-            sampler.join()
             stages["store (peak)"] = max(peak[0], uss())
             client.delete(snapshot_store.PAGES_KEY.format(seq), snapshot_store.SNAPSHOT_KEY)
-    out = {{"uss": max(stages["build_snapshot"], stages.get("store (peak)", 0)), "stages": stages, "s": took}}
+        peak[0] = 0
+        sent = pickle.dumps((EtaColumns.of(report.etas, captured.unpromised), due.levels, due.rose))
+        done.set()
+        sampler.join()
+        stages["result sent (peak)"] = max(peak[0], uss())
+        del sent
+    out = {{"uss": max(stages.values()), "stages": stages, "s": took}}
     if redis_url:
         out["store_s"] = stored_s
     os.write(w, json.dumps(out).encode())
