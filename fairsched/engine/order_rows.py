@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from json.encoder import encode_basestring_ascii
 from operator import itemgetter
@@ -77,19 +77,22 @@ class OrderColumns:
     def __len__(self) -> int:
         return len(self.id)
 
+    @staticmethod
+    def _take(idx: range | Sequence[int]) -> Callable[[Sequence], Sequence]:
+        """A column's values at ``idx`` (a range with step 1, or one index or more)."""
+        if type(idx) is range:
+            a, b = idx.start, idx.stop
+            return lambda col: col[a:b]
+        if len(idx) == 1:
+            i = idx[0]
+            return lambda col: [col[i]]
+        return itemgetter(*idx)
+
     def _cols(self, idx: range | Sequence[int]) -> list[list]:
         """Each column's values at ``idx`` (a range with step 1, or indexes), None restored."""
         if not len(idx):
             return [[] for _ in range(12)]
-        if type(idx) is range:
-            a, b = idx.start, idx.stop
-            take = (lambda col: col[a:b])
-        elif len(idx) == 1:
-            i = idx[0]
-            take = (lambda col: [col[i]])
-        else:
-            pick = itemgetter(*idx)
-            take = (lambda col: pick(col))
+        take = self._take(idx)
         rnds = [None if r == NO_ROUND else r for r in take(self.round)]
         return [take(self.id), rnds, take(self.org), take(self.workflow), take(self.cost), take(self.ext),
                 *([None if x != x else x for x in take(col)]
@@ -109,12 +112,7 @@ class OrderColumns:
         every row: made as dicts and encoded, they were a third of a pass's store at 1M."""
         if not len(idx):
             return []
-        if type(idx) is range:
-            a, b = idx.start, idx.stop
-            take = (lambda col: col[a:b])
-        else:
-            pick = itemgetter(*idx) if len(idx) > 1 else (lambda col: (col[idx[0]],))
-            take = (lambda col: pick(col))
+        take = self._take(idx)
         rounds = take(self.round)
         wf_json = {w: _json_str(w) for w in set(take(self.workflow))}
         return list(map(_ROW_JSON.__mod__, zip(
@@ -131,9 +129,7 @@ class OrderColumns:
         ``common.snapshot`` stores per chart), written a column at a time."""
         if not len(idx):
             return []
-        a, b = (idx.start, idx.stop) if type(idx) is range else (None, None)
-        pick = None if a is not None else itemgetter(*idx) if len(idx) > 1 else (lambda col: (col[idx[0]],))
-        take = (lambda col: col[a:b]) if pick is None else pick
+        take = self._take(idx)
         fins, starts, p90s, dues, slacks = (_json_floats(take(col))
                                             for col in (self.finish, self.start, self.p90, self.due, self.slack))
         return [(i, '[%d,"ordered",%s,%s,%s]' % (pos, f, s, p) if not code else
