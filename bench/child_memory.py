@@ -83,24 +83,24 @@ r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.close(r)
-    me, stages = psutil.Process(), {{}}
+    stages = {{}}
     began, now = time.perf_counter(), time.time()
     with gc_paused():
         captured = state.capture(copy=copy)
-        stages["capture"] = me.memory_full_info().uss
+        stages["capture"] = uss()
         if walk_only:  # the order's keys walked as the pass walks them, nothing kept
             for _ in captured.queue.walk():
                 pass
-            stages["walk"] = me.memory_full_info().uss
+            stages["walk"] = uss()
             os.write(w, json.dumps({{"uss": stages["walk"], "stages": stages, "s": time.perf_counter() - began}}).encode())
             os._exit(0)
         report = captured.eta_report(now)
         p90 = captured.forecast.p90_finisher()
-        stages["eta_report"] = me.memory_full_info().uss
+        stages["eta_report"] = uss()
         due = due_pass(captured, report.etas, now, p90)
-        stages["due_pass"] = me.memory_full_info().uss
+        stages["due_pass"] = uss()
         snapshot = build_snapshot(captured, report, now, p90=p90, due=due)  # alive: the pass's peak
-        stages["build_snapshot"] = me.memory_full_info().uss
+        stages["build_snapshot"] = uss()
         took = time.perf_counter() - began
         # the pass's last steps, the USS sampled meanwhile: the snapshot stored as the
         # scheduler stores it (with --redis), then what the child sends back (the first ETAs,
