@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import BACKLOG  # noqa: E402  (the same backlog as bench/memory.py)
 
 CHILD = r"""
-import gc, json, os, pickle, random, sys, threading, time
+import gc, json, multiprocessing, os, pickle, random, sys, threading, time
 sys.path.insert(0, {root!r})
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 import django; django.setup()
@@ -50,6 +50,7 @@ from datetime import datetime, timedelta, timezone
 from fairsched.core.plan import gc_paused
 from fairsched.engine import db
 from fairsched.engine.due import due_pass
+from fairsched.engine import forked
 from fairsched.engine.eta_passes import EtaColumns  # (imported here, as the scheduler has it: not in the child)
 from fairsched.engine.publish import build_snapshot
 import redis
@@ -80,6 +81,7 @@ if later:  # a later pass: the first one ran in a child, and the parent applied 
 gc.collect(); gc.freeze()
 parent = psutil.Process().memory_info().rss
 r, w = os.pipe()
+from_child, to_parent = multiprocessing.Pipe(duplex=False)  # the result, as forked.run_forked sends it
 pid = os.fork()
 if pid == 0:
     os.close(r)
@@ -121,22 +123,34 @@ if pid == 0:
             stages["store (peak)"] = max(peak[0], uss())
             client.delete(snapshot_store.PAGES_KEY.format(seq), snapshot_store.SNAPSHOT_KEY)
         peak[0] = 0
-        sent = pickle.dumps((EtaColumns.of(report.etas, captured.unpromised), due.levels, due.rose))
+        forked._send_result(to_parent, (EtaColumns.of(report.etas, captured.unpromised), due.levels, due.rose))
         done.set()
         sampler.join()
         stages["result sent (peak)"] = max(peak[0], uss())
-        del sent
     out = {{"uss": max(stages.values()), "stages": stages, "s": took}}
     if redis_url:
         out["store_s"] = stored_s
     os.write(w, json.dumps(out).encode())
     os._exit(0)
 os.close(w)
+to_parent.close()
+rss_peak, receiving = [parent], threading.Event()
+
+def sample_parent():
+    while not receiving.wait(0.02):
+        rss_peak[0] = max(rss_peak[0], psutil.Process().memory_info().rss)
+
+sampler = threading.Thread(target=sample_parent)
+sampler.start()
+if not walk_only:
+    got = forked._receive(from_child, [])  # the child's result, read as the scheduler reads it
+receiving.set()
+sampler.join()
 out = b""
 while chunk := os.read(r, 65536):
     out += chunk
 os.waitpid(pid, 0)
-print("MEM", json.dumps({{"parent": parent, **json.loads(out)}}))
+print("MEM", json.dumps({{"parent": parent, "parent_receiving": rss_peak[0], **json.loads(out)}}))
 """
 
 
@@ -162,7 +176,8 @@ def main() -> None:
                               measure(n, False, later=True, redis_url=args.redis))
         for label, r in (("a copy (capture())", copied), ("the state itself (capture(copy=False))", own),
                          ("the state, a later pass", later)):
-            print(f"{n:>9,} queued, the child reads {label:40} parent RSS {r['parent'] / mb:6.0f} MB, "
+            print(f"{n:>9,} queued, the child reads {label:40} parent RSS {r['parent'] / mb:6.0f} MB "
+                  f"({r['parent_receiving'] / mb:.0f} MB at most while it read the child's result), "
                   f"child USS {r['uss'] / mb:6.0f} MB ({r['uss'] / copied['uss']:.2f}x), "
                   f"parent + child {(r['parent'] + r['uss']) / mb:6.0f} MB, pass {r['s']:.2f} s"
                   + (f", store {r['store_s']:.2f} s" if "store_s" in r else ""))

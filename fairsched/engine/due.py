@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from fairsched.core import BLOCKED, HELD, PAUSED, eta_reader
 from fairsched.core.due import AT_RISK, LATE, LEVEL_STATE, ON_TIME, due_state, next_level
+from fairsched.engine import forked
 from fairsched.engine.order_rows import DUE_CODE, DUE_STATES, NAN
 
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -245,11 +246,21 @@ class Levels(Mapping):
     def __len__(self) -> int:
         return len(self.ids)
 
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        # the columns as they lie in memory, out of band from a forked child (forked.py)
+        return forked.columns_reduce(self, protocol, _levels, self.ids, self.level)
+
     def items(self):
         return zip(self.ids, self.level)
 
     def __repr__(self) -> str:
         return f"Levels({dict(self.items())!r})"
+
+
+def _levels(ids, level) -> Levels:
+    out = Levels()
+    out.ids, out.level = forked.as_array("q", ids), level if isinstance(level, bytearray) else bytearray(level)
+    return out
 
 
 @dataclass

@@ -64,8 +64,16 @@ class EtaColumns:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        # the columns as they lie in memory, out of band from a forked child (forked.py)
+        return forked.columns_reduce(self, protocol, _eta_columns, self.ids, self.start, self.finish)
+
     def part(self, lo: int, hi: int) -> dict[str, Eta]:
         return {str(cid): Eta(s, f) for cid, s, f in zip(self.ids[lo:hi], self.start[lo:hi], self.finish[lo:hi])}
+
+
+def _eta_columns(ids, start, finish) -> EtaColumns:
+    return EtaColumns(forked.as_array("q", ids), forked.as_array("d", start), forked.as_array("d", finish))
 
 
 @dataclasses.dataclass(frozen=True)
