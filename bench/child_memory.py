@@ -123,6 +123,7 @@ if pid == 0:
             stages["store (peak)"] = max(peak[0], uss())
             client.delete(snapshot_store.PAGES_KEY.format(seq), snapshot_store.SNAPSHOT_KEY)
         peak[0] = 0
+        del snapshot  # stored: freed before the first ETAs are gathered, as the scheduler's child does
         forked._send_result(to_parent, (EtaColumns.of(report.etas, captured.unpromised), due.levels, due.rose))
         done.set()
         sampler.join()

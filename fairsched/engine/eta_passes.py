@@ -53,7 +53,7 @@ class EtaColumns:
             # pass's child, beside its snapshot
             head = [(cid, e) for cid, e in etas.head.items() if cid in ids]
             finish = etas.finish
-            keep = [cid in ids and f == f for cid, f in zip(etas.ids, finish)]  # (f == f: an ETA)
+            keep = bytearray(cid in ids and f == f for cid, f in zip(etas.ids, finish))  # (f == f: an ETA)
             return cls(array("q", chain([int(cid) for cid, _ in head], map(int, compress(etas.ids, keep)))),
                        array("d", chain([e[0] for _, e in head], compress(etas.start, keep))),
                        array("d", chain([e[1] for _, e in head], compress(finish, keep))))
@@ -259,6 +259,10 @@ class EtaPasses(Part):
             snap["eta_model"] = captured.eta_model.value
             seq = self.publisher.store_snapshot(snap, rows, per_org)
             forked.report(seq)  # stored: the parent publishes it even if this child dies from here on
+            # Stored, so freed before the first ETAs are gathered below: their columns take the
+            # snapshot's place rather than add to it (at 1M, a first pass's child peaked 20 MB
+            # above its store there: bench/child_memory.py)
+            del snap, rows, per_org
             etas = report.etas
             eta_at = eta_reader(etas)
             head = {cid: e for pos, cid in enumerate(islice(captured.queue, self.ETAS_KEPT))
