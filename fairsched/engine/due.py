@@ -142,34 +142,48 @@ class DueByChart(Mapping):
         return len(self.ids) + len(self.extra)
 
 
+LOOK_UP = object()  # Flagged.add: the chart's external id is the state's, looked up when read
+
+
 class Flagged(Sequence):
     """One org's charts at risk or late, least slack first (:meth:`sort`), as columns of
     :data:`FLAG_KEYS`: ids, due times and slacks in arrays, the states as codes, the
-    reasons, workflows and external ids as references to shared strings. About 50 bytes a
-    chart, not a tuple with its own floats and int (some 180: 80 MB at a first pass over a
-    million charts, half of them late). Reads as a sequence of dicts (the snapshot's page
+    reasons and workflows as references to shared strings, the external ids looked up by id
+    when read (``ext_of``). About 40 bytes a chart, not a tuple with its own floats and int
+    (some 180: 80 MB at a first pass over a million charts, half of them late). Reads as a sequence of dicts (the snapshot's page
     of the org's flagged charts); :meth:`rows` gives tuples."""
 
-    __slots__ = ("org", "id", "state", "due", "slack", "reason", "workflow", "ext")
+    __slots__ = ("org", "id", "state", "due", "slack", "reason", "workflow", "ext", "ext_of")
 
-    def __init__(self, org: int) -> None:
+    def __init__(self, org: int, ext_of: Callable[[int], str | None] | None = None) -> None:
         self.org = org
         self.id = array("q")
         self.state = bytearray()
         self.due, self.slack = array("d"), array("d")
         self.reason: list[str] = []
         self.workflow: list[str | None] = []
-        self.ext: list[str | None] = []
+        # The external ids: looked up by id when a row is read (``ext_of``: the state's
+        # ExternalIds.get), but for those given to add() (a running chart's, not in it)
+        self.ext: dict[int, str | None] = {}
+        self.ext_of = ext_of
 
     def add(self, chart_id: int, state: str, due_s: float, slack_s: float | None, reason: str,
-            workflow: str | None, external_id: str | None) -> None:
+            workflow: str | None, external_id: Any = LOOK_UP) -> None:
+        """A flagged chart; ``external_id``: its own, else looked up when read (``ext_of``)."""
         self.id.append(chart_id)
         self.state.append(DUE_CODE[state])
         self.due.append(due_s)
         self.slack.append(NAN if slack_s is None else slack_s)
         self.reason.append(reason)
         self.workflow.append(workflow)
-        self.ext.append(external_id)
+        if external_id is not LOOK_UP:
+            self.ext[chart_id] = external_id
+
+    def external_id(self, chart_id: int) -> str | None:
+        got = self.ext.get(chart_id, LOOK_UP)
+        if got is LOOK_UP:
+            return None if self.ext_of is None else self.ext_of(chart_id)
+        return got
 
     def key(self, j: int) -> tuple[float, int]:
         """The order of row ``j`` among the flagged: least slack first (a chart without an
@@ -183,12 +197,13 @@ class Flagged(Sequence):
         self.state = bytearray(self.state[j] for j in perm)
         self.due = array("d", [self.due[j] for j in perm])
         self.slack = array("d", [self.slack[j] for j in perm])
-        self.reason, self.workflow, self.ext = ([col[j] for j in perm] for col in (self.reason, self.workflow, self.ext))
+        self.reason, self.workflow = ([col[j] for j in perm] for col in (self.reason, self.workflow))
 
     def row(self, j: int) -> tuple:
         slack = self.slack[j]
-        return (self.id[j], self.org, DUE_STATES[self.state[j]], self.due[j], None if slack != slack else slack,
-                self.reason[j], self.workflow[j], self.ext[j])
+        cid = self.id[j]
+        return (cid, self.org, DUE_STATES[self.state[j]], self.due[j], None if slack != slack else slack,
+                self.reason[j], self.workflow[j], self.external_id(cid))
 
     def rows(self) -> list[tuple]:
         return [self.row(j) for j in range(len(self.id))]
@@ -324,7 +339,7 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
     ext = state.external_ids
     unseen = set(alerts)  # the warnings in force of charts that turn out to have no due time
 
-    def one(i: int, org: str, wf: str, created: float, eta, no_eta: str | None, external_id,
+    def one(i: int, org: str, wf: str, created: float, eta, no_eta: str | None, external_id=LOOK_UP,
             pos: int | None = None) -> None:
         at = explicit.get(i)
         if at is None:
@@ -349,7 +364,7 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
         if s.state != ON_TIME:
             flagged = out.flagged.get(o)
             if flagged is None:
-                flagged = out.flagged[o] = Flagged(o)
+                flagged = out.flagged[o] = Flagged(o, ext.get)
             flagged.add(i, s.state, due_s, s.slack_s, s.reason, wf, external_id)
         before = alerts.get(i, 0)
         level = next_level(before, due_s, finish, bound, no_eta)
@@ -384,11 +399,10 @@ def due_pass(state, etas: dict, now: float, p90: Callable | None) -> DueResult:
                     counts = org_counts[o] = {ON_TIME: 0, AT_RISK: 0, LATE: 0}
                 counts[ON_TIME] += 1
                 continue
-        one(i, org, wf, k.created_at, eta, None, ext.get(i), pos)
+        one(i, org, wf, k.created_at, eta, None, LOOK_UP, pos)
     for kind in (HELD, PAUSED, BLOCKED):
         for q in state.aside[kind]:
-            i = int(q.id)
-            one(i, q.org, q.workflow, q.created_at, None, kind, ext.get(i))
+            one(int(q.id), q.org, q.workflow, q.created_at, None, kind)
     for r in state.running:
         one(r.id, str(r.org), r.workflow, r.created_at, etas.get(str(r.id)), None, r.external_id)
     for cid in unseen:

@@ -3,6 +3,7 @@
 and the copy an ETA pass reads (:class:`PassInput`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RunningChart
@@ -67,7 +68,7 @@ class PassInput:
     eta_model: EtaModel
     running: tuple[Running, ...]  # copies
     orgs: tuple[OrgRow, ...]
-    external_ids: dict[int, str | None]
+    external_ids: Mapping[int, str | None]  # an ExternalIds (engine/external_ids.py), or a dict
     queued_by_org: dict[int, int]
     aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
     queued: int                          # all queued charts (ordered and set aside)

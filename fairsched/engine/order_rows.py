@@ -59,6 +59,28 @@ def _json_floats(col: Sequence[float]) -> list[str]:
     return out
 
 
+class LookedUp(Sequence):
+    """A column looked up by the row's id when read (``of``: id -> value), not held: the
+    external ids of the order (``ExternalIds.get``), a string made per read, so a forked
+    pass copies no page of the parent's strings and keeps no list of a million of them."""
+
+    __slots__ = ("ids", "of")
+
+    def __init__(self, ids: Sequence[int], of: Callable[[int], Any]) -> None:
+        self.ids, self.of = ids, of
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(map(self.of, self.ids[i]))
+        return self.of(self.ids[i])
+
+    def __iter__(self) -> Iterator:
+        return map(self.of, self.ids)
+
+
 class OrderColumns:
     """The order's rows, one column a field (see the module's docstring). Filled by
     :meth:`add`, read by :meth:`rows`, and written as JSON by :meth:`json_rows` and :meth:`json_places`."""
@@ -69,7 +91,7 @@ class OrderColumns:
     def __init__(self) -> None:
         self.id, self.org, self.cost, self.round = array("q"), array("q"), array("q"), array("q")
         self.workflow: list[str | None] = []
-        self.ext: list[str | None] = []
+        self.ext: list[str | None] | LookedUp = []  # (publish: looked up by id, LookedUp)
         self.start, self.finish, self.p90 = array("d"), array("d"), array("d")
         self.due, self.slack = array("d"), array("d")
         self.due_state = bytearray()

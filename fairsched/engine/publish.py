@@ -19,7 +19,7 @@ from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
 from fairsched.core.rules import is_held
 from fairsched.engine.due import DueResult, Flagged, due_pass
-from fairsched.engine.order_rows import NAN, NO_ROUND, Rows
+from fairsched.engine.order_rows import NAN, NO_ROUND, LookedUp, Rows
 from fairsched.engine.state import LiveState, PassInput
 from fairsched.temporal.shared import workflow_id
 
@@ -64,7 +64,7 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
     cols = rows.cols
     a_id, a_org, a_wf, a_cost, a_round = (cols.id.append, cols.org.append, cols.workflow.append, cols.cost.append,
                                           cols.round.append)
-    a_ext, a_start, a_fin, a_p90 = cols.ext.append, cols.start.append, cols.finish.append, cols.p90.append
+    a_start, a_fin, a_p90 = cols.start.append, cols.finish.append, cols.p90.append
     pairs: dict = {}  # (org, workflow) -> (org id, cost)
     # walk() reads the order's keys (immutable), never the shared mutable entries.
     eta_at = eta_reader(etas)
@@ -78,7 +78,6 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
         a_wf(pair[1])
         a_cost(oc[1])
         a_round(NO_ROUND if rnd is None else rnd)
-        a_ext(ext.get(i))
         eta = eta_at(pos, cid)
         if eta is None:
             a_start(NAN)
@@ -92,6 +91,7 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
     if len(dues.due) != len(cols):
         raise ValueError(f"due states for {len(dues.due)} charts, not the order's {len(cols)}")
     cols.due, cols.due_state, cols.slack = dues.due, dues.state, dues.slack
+    cols.ext = LookedUp(cols.id, ext.get)  # each read when its page is written, not held
     return rows
 
 

@@ -24,6 +24,7 @@ from fairsched.core.modes import Dispatch, Share
 from fairsched.core.plan import gc_paused
 from fairsched.engine.chart_columns import ChartColumns
 from fairsched.engine.due import DueBook
+from fairsched.engine.external_ids import ExternalIds
 from fairsched.engine.live_types import Effects, PassInput, Running  # noqa: F401 (their old home: here)
 from fairsched.engine.rows import ChartRow, Config, OrgRow, World, durations_of  # the rows it applies (their old home: here)
 
@@ -73,7 +74,7 @@ class LiveState:
         self.durations = durations_of(world.averages)
         # What the queue's pass over the rows notes of each (below): the id's int and string
         # are the queue's own, one copy each.
-        self.external_ids: dict[int, str | None] = {}
+        self.external_ids = ExternalIds()  # as bytes, not a str per chart (engine/external_ids.py)
         # Charts whose first ETA is not recorded yet (the scheduler removes those the
         # database already has at start-up): each pass records only these, O(new).
         self.unpromised: set[str] = set()
@@ -203,7 +204,7 @@ class LiveState:
         aside = {state: [queue.get(cid) for cid in getattr(queue, state)] for state in ("held", "paused", "blocked")}
         if copy:
             read, forecast = queue.frozen_copy(), self.forecast.copy(self.durations)
-            ext, by_org, unpromised = dict(self.external_ids), dict(self.queued_by_org), set(self.unpromised)
+            ext, by_org, unpromised = self.external_ids.copy(), dict(self.queued_by_org), set(self.unpromised)
         else:
             read, forecast, ext, by_org, unpromised = queue, self.forecast, self.external_ids, self.queued_by_org, self.unpromised
         return PassInput(

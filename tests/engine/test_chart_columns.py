@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from fairsched.engine import db
 from fairsched.engine.chart_columns import ChartColumns
+from fairsched.engine.external_ids import ExternalIds
 from fairsched.engine.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState
 
@@ -80,14 +81,14 @@ def test_a_state_loaded_from_columns_is_the_state_loaded_from_rows():
 
 
 def test_the_load_keeps_one_copy_of_each_id():
-    """The queue's id string and int are those of the external ids and the unpromised set,
-    not copies (at a million charts each copy is 28-55 MB)."""
+    """The queue's id string is the unpromised set's, not a copy (at a million charts each
+    copy is 28-55 MB); the external ids hold no id of their own (engine/external_ids.py)."""
     state = LiveState(_world(ChartColumns.of(
         ChartRow(i, 1, "review", "queued", 1000.0 + i, external_id=f"e{i}") for i in range(1000, 1100))))
     seqs = {c.seq: c for c in state.queue.iter_charts()}
     ids = {c.id: c for c in state.queue.iter_charts()}
     assert len(ids) == 100
-    for key in state.external_ids:
-        assert any(key is k for k in seqs if k == key)
+    assert isinstance(state.external_ids, ExternalIds)
+    assert dict(state.external_ids.items()) == {i: f"e{i}" for i in seqs}
     for cid in state.unpromised:
         assert any(cid is k for k in ids if k == cid)
