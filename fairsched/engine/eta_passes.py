@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 from array import array
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from itertools import chain, compress, islice
 
 from common import live_updates, metrics
@@ -70,6 +70,16 @@ class EtaColumns:
 
     def part(self, lo: int, hi: int) -> dict[str, Eta]:
         return {str(cid): Eta(s, f) for cid, s, f in zip(self.ids[lo:hi], self.start[lo:hi], self.finish[lo:hi])}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Known:
+    """The charts in memory as a container (``in``), asked one by one (LiveState.knows)."""
+
+    knows: Callable[[int], bool]
+
+    def __contains__(self, chart_id: object) -> bool:
+        return self.knows(chart_id)
 
 
 def _eta_columns(ids, start, finish) -> EtaColumns:
@@ -315,9 +325,9 @@ class EtaPasses(Part):
         to the charts (the webhook sweep and the accuracy panel read them there)."""
         if not out.due_levels or self.state is None:
             return
-        known = self.state.known_ids()
+        known = _Known(self.state.knows)
         self.state.due.set_levels(out.due_levels, known)
-        levels = {cid: lv for cid, lv in out.due_levels.items() if cid in known or not lv}
+        levels = {cid: lv for cid, lv in out.due_levels.items() if not lv or known.knows(cid)}
         await self.store.record_due_alerts(levels, [cid for cid in out.due_rose if cid in levels], now)
 
     async def _record_first_etas(self, first: EtaColumns, now: float) -> None:

@@ -422,6 +422,11 @@ class LiveState:
         """Every chart in memory, queued or running."""
         return set(self.external_ids) | set(self.running)
 
+    def knows(self, chart_id: int) -> bool:
+        """``chart_id`` is in memory, queued or running: :meth:`known_ids` without a set made
+        (a million ints at 1M queued, made on the loop after a pass)."""
+        return chart_id in self.external_ids or chart_id in self.running
+
     def apply_world(self, world: World) -> Effects:
         """The periodic resync: everything in memory agrees with ``world`` afterwards."""
         fx = self.apply_orgs(world.orgs)

@@ -92,3 +92,13 @@ def test_the_load_keeps_one_copy_of_each_id():
     assert dict(state.external_ids.items()) == {i: f"e{i}" for i in seqs}
     for cid in state.unpromised:
         assert any(cid is k for k in ids if k == cid)
+
+
+def test_the_state_knows_its_queued_and_running_charts_as_known_ids_lists_them():
+    rows = [ChartRow(i, 1 + i % 3, "review", "running" if i % 7 == 0 else "queued", 1000.0 + i,
+                     external_id=f"ext-{i}" if i % 2 else None, started_at=900.0 if i % 7 == 0 else None)
+            for i in range(1, 300)]  # org 3 is unknown: its queued charts are left out, its running ones kept
+    state = LiveState(_world(ChartColumns.of(rows)))
+    known = state.known_ids()
+    assert 7 in known and 2 not in known and 14 in known  # 2: queued of org 3; 14: running of org 3
+    assert [i for i in range(-5, 400) if state.knows(i)] == sorted(known)
