@@ -30,17 +30,69 @@ NAN = float("nan")
 NO_INT = -(2**63)  # a missing integer (a chart without a round or a dispatched cost)
 
 # Each ChartRow field, in its order, and how its column stores it: "q" an integer, "Q" an
-# integer or None, "d" a float, "D" a float or None, "b" a bool, "o" any object.
+# integer or None, "d" a float, "D" a float or None, "b" a bool, "o" any object, "s" a
+# string or None as bytes (:class:`StrColumn`: a string of each row's own, the external id).
 KINDS: dict[str, str] = {
     "id": "q", "org": "q", "workflow": "o", "state": "o", "created_at": "d", "priority": "b",
     "prioritized_at": "D", "paused": "b", "front_at": "D", "cancel_requested": "b",
-    "external_id": "o", "started_at": "D", "dispatched_cost": "Q", "run_id": "o", "round": "Q",
+    "external_id": "s", "started_at": "D", "dispatched_cost": "Q", "run_id": "o", "round": "Q",
     "due_at": "D", "due_explicit": "b", "due_alert": "o", "est_s": "D", "share": "D",
 }
 assert tuple(KINDS) == ChartRow.__slots__, "ChartColumns.KINDS must list ChartRow's fields in order"
 
 
+class StrColumn(Sequence):
+    """A column of strings or None, held as their UTF-8 bytes one after another and each
+    one's end (the driver's strings die with the batch that brought them, rather than
+    live between the objects the state keeps and leave their pools empty once freed: 57 MB
+    of holes at a million external ids, ``bench/memory.py``). Each string made when read."""
+
+    __slots__ = ("blob", "ends")
+
+    def __init__(self, values: Iterable[str | None] = ()) -> None:
+        self.blob = bytearray()
+        self.ends = array("q")  # each row's end in ``blob``; negated (-end - 1): None
+        self.extend(values)
+
+    def extend(self, values: Iterable[str | None]) -> None:
+        blob, ends = self.blob, self.ends
+        for v in values:
+            if v is None:
+                ends.append(-len(blob) - 1)
+            else:
+                blob += v.encode()
+                ends.append(len(blob))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self.ends))[i]  # an IndexError as a list's; negative from the end
+        end = self.ends[i]
+        if end < 0:
+            return None
+        prev = self.ends[i - 1] if i else 0
+        return self.blob[(prev if prev >= 0 else -prev - 1):end].decode()
+
+    def __iter__(self) -> Iterator[str | None]:
+        blob, start = self.blob, 0
+        for end in self.ends:
+            if end < 0:
+                start = -end - 1
+                yield None
+            else:
+                yield blob[start:end].decode()
+                start = end
+
+    def take(self, places: Iterable[int]) -> StrColumn:
+        return StrColumn(map(self.__getitem__, places))
+
+
 def _empty(kind: str):
+    if kind == "s":
+        return StrColumn()
     if kind in "qQ":
         return array("q")
     if kind in "dD":
@@ -103,7 +155,7 @@ class ChartColumns(Sequence[ChartRow]):
             col = getattr(self, name)
             kept = map(col.__getitem__, places)
             setattr(out, name, array(col.typecode, kept) if isinstance(col, array)
-                    else bytearray(kept) if kind == "b" else list(kept))
+                    else bytearray(kept) if kind == "b" else StrColumn(kept) if kind == "s" else list(kept))
         return out
 
     def queued_charts(self, with_round: bool = False, work: bool = True) -> Iterator[QueuedChart]:

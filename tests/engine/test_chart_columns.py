@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from fairsched.engine import db
-from fairsched.engine.chart_columns import ChartColumns
+from fairsched.engine.chart_columns import ChartColumns, StrColumn
 from fairsched.engine.external_ids import ExternalIds
 from fairsched.engine.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState
@@ -102,3 +103,15 @@ def test_the_state_knows_its_queued_and_running_charts_as_known_ids_lists_them()
     known = state.known_ids()
     assert 7 in known and 2 not in known and 14 in known  # 2: queued of org 3; 14: running of org 3
     assert [i for i in range(-5, 400) if state.knows(i)] == sorted(known)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=8))))
+def test_a_column_of_strings_held_as_bytes_reads_back_as_a_list(values):
+    col = StrColumn(values)
+    assert list(col) == values and len(col) == len(values)
+    assert [col[i] for i in range(len(values))] == values == [col[i - len(values)] for i in range(len(values))]
+    assert col[1:-1] == values[1:-1]
+    assert list(col.take(range(0, len(values), 2))) == values[::2]
+    with pytest.raises(IndexError):
+        col[len(values)]
