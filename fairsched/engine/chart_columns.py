@@ -10,7 +10,8 @@ of them in the scheduler's RSS and in its forked ETA pass's pages.
 
 :class:`ChartColumns` holds the same read as one array (or list) per field: numbers
 unboxed, a missing time or number as NaN or a sentinel, the strings the driver made (the
-workflow and state names shared, see :func:`fairsched.engine.db._row`). It is a
+workflow and state names shared, see :func:`fairsched.engine.db._row`), but the external
+ids, a string of each chart's own: those as bytes (:class:`StrColumn`). It is a
 ``Sequence[ChartRow]``: a reader that iterates it gets each row made on demand and freed
 before the next, so any reader of a list of rows reads it unchanged, and a reader that
 selects (``where``) copies columns, not rows.
