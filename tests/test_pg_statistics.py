@@ -99,3 +99,57 @@ def test_the_end_of_a_backfill_vacuums_away_the_chunks_dead_row_versions(caplog)
         dead, vacuumed, analyzed = cursor.fetchone()
     assert dead == 0 and vacuumed is not None and analyzed is not None
     assert "VACUUM (ANALYZE) charts_chart after the first start's backfill" in caplog.text
+
+
+def _probe_blocks(org_id: int) -> tuple[int, int | None]:
+    """A restart's head probe of ``org_id`` (its first queued chart without a round, by
+    ``chart_org_head``), run: the pages it read (its buffers) and the chart it found."""
+    sql = ("SELECT id FROM charts_chart WHERE org_id = %s AND state = 'queued' AND priority = false "
+           "AND fair_round IS NULL ORDER BY fair_round, created_at, id LIMIT 1")
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, [org_id])
+        plan = cursor.fetchone()[0][0]["Plan"]
+        cursor.execute(sql, [org_id])
+        found = cursor.fetchone()
+    return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"], found and found[0]
+
+
+def test_a_backfill_chunk_s_dead_index_entries_are_swept_before_a_restart_reads_its_head():
+    """A chunk's UPDATE of the first charts by rank leaves their index entries without a
+    round dead; the sweep after it (run after each chunk written aside) marks them, so that
+    a restart's head probe reads a few index pages, not every row the backfill wrote."""
+    if connection.vendor != "postgresql":
+        pg_statistics.sweep_unrounded_heads()  # SQLite: nothing to do
+        return
+    _bulk(4000)
+    _bulk(4000)
+    a, b = (o for o in Chart.objects.values_list("org_id", flat=True).distinct().order_by("org_id"))
+    _analyzed()
+    pages = {}
+    for org in (a, b):  # a chunk: each org's first 3,000 by rank take their round
+        first = list(Chart.objects.filter(org_id=org).order_by("created_at", "id").values_list("id", flat=True)[:3000])
+        with connection.cursor() as cursor:  # the table's pages their versions lie on, left dead by the update
+            cursor.execute("SELECT count(DISTINCT (ctid::text::point)[0]) FROM charts_chart WHERE id = ANY(%s)",
+                           [first])
+            pages[org] = cursor.fetchone()[0]
+        Chart.objects.filter(id__in=first).update(fair_round=1)
+    unswept, found_a = _probe_blocks(a)  # (its run marks a's: the sweep is for b)
+    pg_statistics.sweep_unrounded_heads()
+    swept, found_b = _probe_blocks(b)
+    assert found_a == min(Chart.objects.filter(org_id=a, fair_round__isnull=True).values_list("id", flat=True))
+    assert found_b == min(Chart.objects.filter(org_id=b, fair_round__isnull=True).values_list("id", flat=True))
+    # unswept: the index pages and every table page of the dead versions; swept: the index's
+    assert unswept - swept >= 0.9 * pages[b] >= 10, (unswept, swept, pages)
+
+
+def test_a_chunk_written_aside_is_followed_by_the_sweep(monkeypatch):
+    import asyncio
+
+    from fairsched.core import RoundState
+    from fairsched.engine.ports import DbStore
+
+    calls = []
+    monkeypatch.setattr(db, "save_rounds", lambda state, changes, work=None: calls.append("save"))
+    monkeypatch.setattr(pg_statistics, "sweep_unrounded_heads", lambda: calls.append("sweep"))
+    asyncio.run(DbStore().save_rounds_aside(RoundState(0, 10, {}), {}, None))
+    assert calls == ["save", "sweep"]

@@ -201,6 +201,13 @@ def in_daemon_thread(fn: Callable[..., Any], *args: Any, name: str = "fairsched-
     return future
 
 
+def _save_rounds_swept(state: RoundState, changes: dict[str, int | None], work: Any) -> None:
+    """A backfill's chunk written, then the index entries its rows left dead swept
+    (``pg_statistics.sweep_unrounded_heads``: a restart's head read skips them)."""
+    db.save_rounds(state, changes, work)
+    pg_statistics.sweep_unrounded_heads()
+
+
 def _vacuum_after_backfill() -> bool:
     from django.db import connection
 
@@ -248,7 +255,7 @@ class DbStore:
         need not wait behind on the database thread. The loop makes every other round-state
         write after it has committed (``Scheduler.rounds_settled``)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_rounds_db(), db.save_rounds, state, changes, work)
+        return await loop.run_in_executor(_rounds_db(), _save_rounds_swept, state, changes, work)
 
     async def record_due_alerts(self, levels: dict[int, int], rose: list[int], at: float) -> int:
         """``db.record_due_alerts`` beside the first ETAs (few rows: the warnings that moved)."""
