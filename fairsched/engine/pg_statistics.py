@@ -1,4 +1,5 @@
-"""PostgreSQL's planner statistics of the charts' table, refreshed at start-up when stale.
+"""PostgreSQL's planner statistics of the charts' table, refreshed at start-up when stale;
+and the dead row versions a first start's backfill leaves, swept and vacuumed.
 
 Right after a bulk load (an import, a restore, a first deployment over an existing
 backlog) the table has no statistics until autovacuum gets to it, up to a minute or more
