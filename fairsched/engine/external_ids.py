@@ -97,6 +97,8 @@ class ExternalIds(MutableMapping):
     def __setitem__(self, chart_id: int, external_id: str | None) -> None:
         if type(chart_id) is not int:
             raise TypeError(f"a chart id is an int, not {type(chart_id).__name__}")
+        if external_id is not None and type(external_id) is not str:
+            raise TypeError(f"external_id: a str or None, not {type(external_id).__name__}")
         data = None if external_id is None else external_id.encode()
         if data is not None and len(data) > MAX_BYTES:
             raise ValueError(f"external_id: {len(data)} bytes, more than {MAX_BYTES}")

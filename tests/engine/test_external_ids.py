@@ -78,6 +78,8 @@ def test_bad_input_is_refused_naming_the_field():
         got[1] = "x" * (MAX_BYTES + 1)
     with pytest.raises(TypeError, match="chart id"):
         got["1"] = "x"
+    with pytest.raises(TypeError, match="external_id"):
+        got[1] = 17
     assert len(got) == 0 and 1 not in got
 
 
