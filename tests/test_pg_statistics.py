@@ -153,3 +153,35 @@ def test_a_chunk_written_aside_is_followed_by_the_sweep(monkeypatch):
     monkeypatch.setattr(pg_statistics, "sweep_unrounded_heads", lambda: calls.append("sweep"))
     asyncio.run(DbStore().save_rounds_aside(RoundState(0, 10, {}), {}, None))
     assert calls == ["save", "sweep"]
+
+
+def test_rows_changed_in_place_are_analyzed_in_the_background_a_bulk_load_first(caplog):
+    """A start's head read need not wait for an ANALYZE when the statistics still count the
+    rows right (a backfill wrote rounds in place): it runs on a thread and connection of its
+    own. A bulk load (the count wrong) is analyzed before the read, as ever."""
+    import threading
+
+    if connection.vendor != "postgresql":
+        assert pg_statistics.analyze_if_stale(min_rows=0, defer_in_place=True) is False
+        return
+    _bulk(300)
+    _stats()  # the inserts counted before the statistics, not after
+    _analyzed()
+    _, analyzed_at = _stats()
+    Chart.objects.update(fair_round=3)  # every row changed, none added
+    assert _stats()[0] >= 300
+    before = {t.ident for t in threading.enumerate()}
+    assert pg_statistics.analyze_if_stale(min_rows=100, defer_in_place=True) is False
+    aside = [t for t in threading.enumerate() if t.ident not in before and t.name == "fairsched-analyze"]
+    assert aside and aside[0].daemon
+    aside[0].join(30)
+    changed, analyzed_again = _stats()
+    assert changed == 0 and analyzed_again > analyzed_at
+    assert "in the background" in caplog.text
+
+    _bulk(600)  # three times the rows the statistics count: first, before the read
+    _stats()
+    before = {t.ident for t in threading.enumerate()}
+    assert pg_statistics.analyze_if_stale(min_rows=100, defer_in_place=True) is True
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name == "fairsched-analyze"]
+    assert _stats()[0] == 0

@@ -250,7 +250,9 @@ def read_streamed(per_org: int, on_head: Callable[[Head | None], bool]) -> World
     database thread stays free for the dispatches from the head."""
     try:
         SchedulerSettings.get()  # the one write a read could make, before the read transaction
-        pg_statistics.analyze_if_stale()  # PostgreSQL after a bulk load: plans that fit the head's probes
+        # PostgreSQL after a bulk load: plans that fit the head's probes (rows changed in
+        # place, a backfill's: analyzed meanwhile, in the background)
+        pg_statistics.analyze_if_stale(defer_in_place=True)
         with one_snapshot():
             if not on_head(read_head(per_org)):
                 return None
