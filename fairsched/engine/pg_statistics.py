@@ -21,7 +21,10 @@ then takes with or without statistics.
 So a scheduler's start runs ``ANALYZE`` on the table first when its statistics are missing
 or stale (:func:`analyze_if_stale`): it samples 30,000 rows whatever the table's size,
 a fraction of a second at 1M, and takes a lock that neither reads nor writes wait for
-(autovacuum, which takes the same, gives way to it). SQLite: nothing to do.
+(autovacuum, which takes the same, gives way to it); but when the statistics still count
+the rows right and the rows only changed in place (a restart amid a first start's backfill),
+the plans stand, and it runs in a thread of its own while the head is read. SQLite: nothing
+to do.
 """
 from __future__ import annotations
 
