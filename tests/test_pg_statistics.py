@@ -133,8 +133,8 @@ def test_a_backfill_chunk_s_dead_index_entries_are_swept_before_a_restart_reads_
                            [first])
             pages[org] = cursor.fetchone()[0]
         Chart.objects.filter(id__in=first).update(fair_round=1)
-    unswept, found_a = _probe_blocks(a)  # (its run marks a's: the sweep is for b)
-    pg_statistics.sweep_unrounded_heads()
+    pg_statistics.sweep_unrounded_heads([b])  # b's chunk: a's entries are left as they are
+    unswept, found_a = _probe_blocks(a)
     swept, found_b = _probe_blocks(b)
     assert found_a == min(Chart.objects.filter(org_id=a, fair_round__isnull=True).values_list("id", flat=True))
     assert found_b == min(Chart.objects.filter(org_id=b, fair_round__isnull=True).values_list("id", flat=True))
@@ -150,9 +150,10 @@ def test_a_chunk_written_aside_is_followed_by_the_sweep(monkeypatch):
 
     calls = []
     monkeypatch.setattr(db, "save_rounds", lambda state, changes, work=None: calls.append("save"))
-    monkeypatch.setattr(pg_statistics, "sweep_unrounded_heads", lambda: calls.append("sweep"))
+    monkeypatch.setattr(pg_statistics, "sweep_unrounded_heads", lambda orgs=None: calls.append(("sweep", orgs)))
+    asyncio.run(DbStore().save_rounds_aside(RoundState(0, 10, {}), {}, None, orgs={3, 1}))
     asyncio.run(DbStore().save_rounds_aside(RoundState(0, 10, {}), {}, None))
-    assert calls == ["save", "sweep"]
+    assert calls == ["save", ("sweep", [1, 3]), "save", ("sweep", None)]
 
 
 def test_rows_changed_in_place_are_analyzed_in_the_background_a_bulk_load_first(caplog):

@@ -90,6 +90,7 @@ class FakeStore:
         self.saved = None  # the round state saved last
         self.whole_gate = asyncio.Event()  # a streamed start reads the whole backlog once set
         self.vacuums = 0  # start_vacuum_after_backfill calls
+        self.chunks_orgs: list[tuple] = []  # (changes, orgs) of each chunk written aside
         self.averages: dict = {}  # (org, workflow) -> mean seconds: the Durations estimates
 
     def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
@@ -241,9 +242,10 @@ class FakeStore:
     chunks_aside = 0
     chunk_failures = 0  # the next chunks to fail (a database error)
 
-    async def save_rounds_aside(self, state, changes, work=None):
+    async def save_rounds_aside(self, state, changes, work=None, orgs=None):
         """A backfill's chunk, written aside: as the real store, after the loop let go."""
         self.chunks_aside += 1
+        self.chunks_orgs.append((dict(changes), orgs))  # the orgs whose dead index entries it sweeps
         await asyncio.sleep(0)
         if self.chunk_gate is not None:
             await self.chunk_gate.wait()
@@ -788,6 +790,8 @@ async def test_a_chart_starts_while_the_backfills_chunk_is_in_flight_and_its_com
     await r.lead()
     await r.tick()
     assert r.temporal.start_calls == [1] and r.store.chunks_aside == 1  # the chunk after the dispatch, held
+    changes, orgs = r.store.chunks_orgs[0]  # the sweep after it: the orgs of its charts
+    assert changes and orgs == {r.store.rows[int(c)].org for c in changes}
     r.temporal.close(1)
     await settle()
     await asyncio.wait_for(r.s.tick(), 1.0)  # the tick ends: its commit waits, not the loop

@@ -122,15 +122,16 @@ def vacuum_after_backfill() -> bool:
     return True
 
 
-def sweep_unrounded_heads() -> None:
-    """Probe, for every org, its first queued chart without a round, as a restart's head read
+def sweep_unrounded_heads(orgs: list[int] | None = None) -> None:
+    """Probe, for every org (or those of ``orgs``: a chunk's), its first queued chart without
+    a round, as a restart's head read
     does (``chart_org_head``, in its order): run after each chunk of a backfill, so that the
     index entries that chunk's ``UPDATE`` left dead are marked dead now (an index scan that
     meets a row version no transaction can see any more marks its entry, and later scans skip
     it without reading the table). Else, until the vacuum at the backfill's end, a restart's
     head read met every chart the backfill had written so far, in the table: about 1 s of a
     restart at 1M (bench/pg_startup.py: 2,859 pages read for none, for one org). One
-    statement, some 50 short index scans. Never raises. SQLite: nothing to do."""
+    statement, a short index scan an org. Never raises. SQLite: nothing to do."""
     if connection.vendor != "postgresql":
         return
     chart, org = (connection.ops.quote_name(t) for t in (Chart._meta.db_table, Org._meta.db_table))
@@ -139,7 +140,8 @@ def sweep_unrounded_heads() -> None:
             cursor.execute(
                 f"SELECT o.id, (SELECT c.id FROM {chart} c WHERE c.org_id = o.id AND c.state = %s "
                 f"AND c.priority = false AND c.fair_round IS NULL ORDER BY c.fair_round, c.created_at, c.id "
-                f"LIMIT 1) FROM {org} o", ["queued"])
+                f"LIMIT 1) FROM {org} o" + ("" if orgs is None else " WHERE o.id = ANY(%s)"),
+                ["queued"] + ([] if orgs is None else [orgs]))
             cursor.fetchall()
     except DatabaseError as exc:
         log.warning("the backfill's dead index entries were not swept (%s)", exc)

@@ -545,12 +545,13 @@ class Scheduler:
 
     async def _write_chunk(self, save, work, before: asyncio.Task | None = None) -> None:
         began = self.clock.monotonic()
+        orgs = {int(o) for o in map(self.state.queue.org_of, save[1]) if o is not None}  # (the sweep's)
         try:
             if before is not None:  # a commit in flight: written after it (what it wrote left out)
                 await asyncio.wait({before})
                 save, work = self._rounds.unwritten(save, work)
                 began = self.clock.monotonic()
-            await self.store.save_rounds_aside(*save, work)
+            await self.store.save_rounds_aside(*save, work, orgs=orgs)
         except Exception as exc:  # noqa: BLE001 - its charts stay pending: the next save writes them
             delay = self._backoff["rounds"].fail(self.clock.monotonic())
             log.warning("rounds failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
