@@ -8,7 +8,8 @@ from array import array
 from hypothesis import given, settings, strategies as st
 
 from fairsched.engine import order_rows
-from fairsched.engine.order_rows import DUE_CODE, NAN, NO_ROUND, ROW_KEYS, Rows
+from fairsched.engine.external_ids import ExternalIds
+from fairsched.engine.order_rows import DUE_CODE, NAN, NO_ROUND, ROW_KEYS, LookedUp, Rows
 
 maybe_s = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False))
 due = st.one_of(st.none(), st.tuples(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from(["on_time", "at_risk", "late"]),
@@ -60,17 +61,21 @@ def compact_place(d: dict) -> str:
 
 @settings(max_examples=200, deadline=None)
 @given(charts=st.lists(chart, max_size=40), asides=st.lists(aside, max_size=4), cut=st.tuples(st.integers(-5, 50),
-       st.integers(-5, 50)), org=st.integers(1, 4), k=st.integers(-50, 50))
-def test_columns_read_as_the_rows_they_stand_for(charts, asides, cut, org, k):
+       st.integers(-5, 50)), org=st.integers(1, 4), k=st.integers(-50, 50), looked_up=st.booleans())
+def test_columns_read_as_the_rows_they_stand_for(charts, asides, cut, org, k, looked_up):
     page, order_rows.PAGE = order_rows.PAGE, 7  # a whole view is walked 7 rows at a time: pages crossed
     try:
-        check(charts, asides, cut, org, k)
+        check(charts, asides, cut, org, k, looked_up)
     finally:
         order_rows.PAGE = page
 
 
-def check(charts, asides, cut, org, k):
+def check(charts, asides, cut, org, k, looked_up=False):
     rows, want = filled(charts)
+    if looked_up and len({c[0] for c in charts}) == len(charts):
+        # as publish fills it: the external ids looked up by chart id when read (ExternalIds)
+        ext = ExternalIds({c[0]: c[5] for c in charts})
+        rows.cols.ext = LookedUp(rows.cols.id, ext.get)
     tail = [(i, None, o, "review", 1, None, False, state, None, None, None, None, None, None, None)
             for i, o, state in asides]
     rows.tail.extend(tail)
