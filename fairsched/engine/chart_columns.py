@@ -87,9 +87,6 @@ class StrColumn(Sequence):
                 yield blob[start:end].decode()
                 start = end
 
-    def take(self, places: Iterable[int]) -> StrColumn:
-        return StrColumn(map(self.__getitem__, places))
-
 
 def _empty(kind: str):
     if kind == "s":

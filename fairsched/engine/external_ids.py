@@ -42,6 +42,12 @@ class _Block:
         self.live = 0  # charts in the block
         self.dead = 0  # bytes of the blob that no chart's id holds
 
+    def drop(self, n: int) -> None:
+        """``n`` more bytes no chart holds: compacted once they are half of the block's."""
+        self.dead += n
+        if self.dead > 256 and 2 * self.dead > len(self.blob):
+            self.compact()
+
     def compact(self) -> None:
         blob, offs, lens, out = self.blob, self.offs, self.lens, bytearray()
         for j in range(BLOCK):
@@ -114,29 +120,27 @@ class ExternalIds(MutableMapping):
             o = b.offs[j]
             if data is not None and len(data) == n and b.blob[o:o + n] == data:
                 return  # the same id (a resync sets every chart's again)
-            b.dead += n
         if data is None:
             b.lens[j] = NONE
         else:
             b.offs[j] = len(b.blob)
             b.lens[j] = len(data)
             b.blob += data
-            if b.dead > 256 and 2 * b.dead > len(b.blob):
-                b.compact()
+        if n < GONE:  # its old bytes, dropped once the new ones are in
+            b.drop(n)
 
     def __delitem__(self, chart_id: int) -> None:
         if self.pop(chart_id, _MISSING) is _MISSING:
             raise KeyError(chart_id)
 
     def pop(self, chart_id: int, default=_MISSING):
-        key = chart_id >> BLOCK_BITS
-        b = self._blocks.get(key)
-        got = _MISSING if b is None else self.get(chart_id, _MISSING)
+        got = self.get(chart_id, _MISSING)
         if got is _MISSING:
             if default is _MISSING:
                 raise KeyError(chart_id)
             return default
-        j = chart_id & MASK
+        key, j = chart_id >> BLOCK_BITS, chart_id & MASK
+        b = self._blocks[key]
         n = b.lens[j]
         b.lens[j] = GONE
         self._len -= 1
@@ -144,9 +148,7 @@ class ExternalIds(MutableMapping):
         if not b.live:
             del self._blocks[key]
         elif n != NONE:
-            b.dead += n
-            if b.dead > 256 and 2 * b.dead > len(b.blob):
-                b.compact()
+            b.drop(n)
         return got
 
     def __iter__(self) -> Iterator[int]:

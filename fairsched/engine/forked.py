@@ -242,7 +242,8 @@ def _read_buffer(recv: Any, fmt: str, nbytes: int) -> Any:
     if fmt in ("B", "b", "c") or len(fmt) != 1 or fmt not in "bBuhHiIlLqQfd":
         out: Any = bytearray(nbytes)
     else:
-        out = array(fmt, bytes(array(fmt, [0]).itemsize)) * (nbytes // array(fmt).itemsize)
+        size = array(fmt).itemsize
+        out = array(fmt, bytes(size)) * (nbytes // size)  # (one item repeated: no bytes of nbytes made)
     view = memoryview(out).cast("B")
     fd, done = recv.fileno(), 0
     while done < nbytes:
