@@ -366,6 +366,7 @@ def test_first_etas_and_rounds_are_written_where_due():
     assert got == {a: datetime.fromtimestamp(T0, tz.utc), b: earlier, c: datetime.fromtimestamp(T0 + 2.5, tz.utc)}
     p90 = dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "eta_p90_at"))
     assert p90[a] == datetime.fromtimestamp(T0 + 10, tz.utc) and p90[c] == datetime.fromtimestamp(T0 + 12.5, tz.utc)
+    assert p90[b] is None  # a bound is recorded with its first ETA only, never beside an earlier one
     db.save_rounds(RoundState(3, 2, {}), {str(a): 4, str(b): None, str(c): 7})
     assert dict(Chart.objects.filter(pk__in=[a, b, c]).values_list("pk", "fair_round")) == {a: 4, b: None, c: 7}
 

@@ -27,7 +27,7 @@ from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
 from fairsched.engine import pg_statistics
 from fairsched.engine.chart_columns import ChartColumns
-from fairsched.engine.db_rounds import Work, _save_rounds, _update_column, round_state  # noqa: F401 (db's API)
+from fairsched.engine.db_rounds import Work, _save_rounds, _update_column, _update_columns, round_state  # noqa: F401 (db's API)
 from fairsched.engine.estimates import read_durations
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
@@ -388,19 +388,17 @@ def recorded_first_etas() -> set[int]:
 
 
 def record_first_etas(etas: dict[int, tuple[float, float]]) -> int:
-    """Each chart's first published ETA and its 90% bound (epoch seconds), only where none
-    is recorded: prepared UPDATEs for all (new charts only; the scheduler remembers the
-    rest)."""
+    """Each chart's first published ETA and the 90% bound published with it (epoch
+    seconds), only where no first ETA is recorded, both in one statement (one new version
+    of each row): prepared UPDATEs for all (new charts only; the scheduler remembers the
+    rest). Returns how many were recorded."""
     close_old_connections()
-    qn = connection.ops.quote_name
-    first = qn(Chart._meta.get_field("eta_first_at").column)
-    p90 = qn(Chart._meta.get_field("eta_p90_at").column)
+    first = connection.ops.quote_name(Chart._meta.get_field("eta_first_at").column)
     ts = lambda at: datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
     with transaction.atomic():
-        done = _update_column("eta_first_at", [(ts(at), pk) for pk, (at, _) in etas.items()],
-                              where=f"{first} IS NULL")
-        _update_column("eta_p90_at", [(ts(bound), pk) for pk, (_, bound) in etas.items()], where=f"{p90} IS NULL")
-    return done
+        return _update_columns(("eta_first_at", "eta_p90_at"),
+                               [(ts(at), ts(bound), pk) for pk, (at, bound) in etas.items()],
+                               where=f"{first} IS NULL")
 
 
 def record_due_alerts(levels: dict[int, int], rose: list[int], at: float) -> int:

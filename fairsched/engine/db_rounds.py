@@ -114,8 +114,15 @@ def _lock_in_id_order(cursor, table: str, ids: list[int]) -> None:
 
 
 def _update_column(field: str, values: list[tuple], where: str = "") -> int:
-    """``UPDATE chart SET <field> = v WHERE id = pk [AND <where>]`` for each ``(v, pk)``, one
-    prepared statement run for all (``executemany``). ``bulk_update`` builds a CASE
+    """``UPDATE chart SET <field> = v WHERE id = pk [AND <where>]`` for each ``(v, pk)``
+    (:func:`_update_columns` of one column)."""
+    return _update_columns((field,), values, where)
+
+
+def _update_columns(fields: tuple[str, ...], values: list[tuple], where: str = "") -> int:
+    """``UPDATE chart SET <f1> = v1, <f2> = v2, ... WHERE id = pk [AND <where>]`` for each
+    ``(v1, v2, ..., pk)``, one prepared statement run for all (``executemany``): one new
+    version of each row whatever the number of columns. ``bulk_update`` builds a CASE
     expression per row in Python: 100k fair rounds (a fresh backlog's first dispatch)
     took minutes; this takes a second. Scheduler-owned columns only: ``updated_at`` is
     left alone on purpose (no resync needs to see them).
@@ -124,29 +131,34 @@ def _update_column(field: str, values: list[tuple], where: str = "") -> int:
     (their own thread and connection) and a first start's rounds (the scheduler's) update
     the same rows at the same time, and PostgreSQL found deadlocks when each took its row
     locks in another order."""
-    values = sorted(values, key=lambda v: v[1])
+    values = sorted(values, key=itemgetter(-1))
     qn = connection.ops.quote_name
     meta = Chart._meta
-    column = meta.get_field(field)
-    adapt = (connection.ops.adapt_datetimefield_value if column.get_internal_type() == "DateTimeField"
-             else (lambda v: v))
-    sql = (f"UPDATE {qn(meta.db_table)} SET {qn(column.column)} = %s WHERE {qn(meta.pk.column)} = %s"
-           + (f" AND {where}" if where else ""))
+    table, pk_column = qn(meta.db_table), qn(meta.pk.column)
+    columns = [meta.get_field(f) for f in fields]
     done = 0
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # One statement per 50k rows: PostgreSQL joins the pairs as two arrays (executemany
+            # One statement per 50k rows: PostgreSQL joins the columns as arrays (executemany
             # there is a round trip per row, 16 s for 100k rounds).
-            sql = (f"UPDATE {qn(meta.db_table)} AS t SET {qn(column.column)} = v.val "
-                   f"FROM unnest(%s::bigint[], %s::{column.db_type(connection)}[]) AS v(pk, val) "
-                   f"WHERE t.{qn(meta.pk.column)} = v.pk" + (f" AND t.{where}" if where else ""))
+            sets = ", ".join(f"{qn(c.column)} = v.c{i}" for i, c in enumerate(columns))
+            arrays = "".join(f", %s::{c.db_type(connection)}[]" for c in columns)
+            names = "".join(f", c{i}" for i in range(len(columns)))
+            sql = (f"UPDATE {table} AS t SET {sets} FROM unnest(%s::bigint[]{arrays}) AS v(pk{names}) "
+                   f"WHERE t.{pk_column} = v.pk" + (f" AND t.{where}" if where else ""))
             for start in range(0, len(values), 50_000):
                 chunk = values[start:start + 50_000]
-                _lock_in_id_order(cursor, qn(meta.db_table), [pk for _, pk in chunk])
-                cursor.execute(sql, [[pk for _, pk in chunk], [v for v, _ in chunk]])
+                pks = [v[-1] for v in chunk]
+                _lock_in_id_order(cursor, table, pks)
+                cursor.execute(sql, [pks, *([v[i] for v in chunk] for i in range(len(columns)))])
                 done += max(0, cursor.rowcount)
             return done
+        adapts = [connection.ops.adapt_datetimefield_value if c.get_internal_type() == "DateTimeField" else None
+                  for c in columns]
+        sets = ", ".join(f"{qn(c.column)} = %s" for c in columns)
+        sql = f"UPDATE {table} SET {sets} WHERE {pk_column} = %s" + (f" AND {where}" if where else "")
         for start in range(0, len(values), 5000):
-            cursor.executemany(sql, [(adapt(v), pk) for v, pk in values[start:start + 5000]])
+            cursor.executemany(sql, [tuple(a(x) if a else x for a, x in zip(adapts, v[:-1])) + (v[-1],)
+                                     for v in values[start:start + 5000]])
             done += max(0, cursor.rowcount)
     return done

@@ -333,7 +333,13 @@ class EtaPasses(Part):
     async def _record_first_etas(self, first: EtaColumns, now: float) -> None:
         """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the
         charts that had none when it began), in short writes from the bulk-write thread
-        (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them."""
+        (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them.
+
+        Paced: the writes take at most ``FIRST_ETAS_WRITE_SHARE`` of the time, each followed
+        by a rest in proportion to how long it took. After a first start at 1M every chart
+        needs one (500 writes); written back to back, beside the backfill's rounds, they
+        doubled dispatch's latency meanwhile (bench/scale.py --settle 0, docs/scale.md)."""
+        share = self.FIRST_ETAS_WRITE_SHARE
         for lo in range(0, len(first), self.FIRST_ETAS_PER_WRITE):
             state = self.state
             if state is None:
@@ -341,8 +347,11 @@ class EtaPasses(Part):
             etas = first.part(lo, lo + self.FIRST_ETAS_PER_WRITE)
             chunk = [cid for cid in etas if cid in state.unpromised]  # since promised at dispatch
             if chunk:
+                began = self.clock.monotonic()
                 await self.store.record_first_etas(state.first_etas(etas, now, chunk))
                 state.unpromised.difference_update(chunk)
+                if 0 < share < 1 and lo + self.FIRST_ETAS_PER_WRITE < len(first):
+                    await self.host._sleep((self.clock.monotonic() - began) * (1 - share) / share)
         if self.state is not None and len(first) > 10 * len(self.state.unpromised):
             # a set never gives back its table as it empties: 32 MB after a first start at 1M
             self.state.unpromised = set(self.state.unpromised)
