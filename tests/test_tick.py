@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pytest
@@ -908,13 +909,18 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
 
 
-async def pass_ends(s: Scheduler) -> None:
-    """Let the ETA pass in flight (in a thread) end, and its bookkeeping run."""
+async def task_ends(task_of: Callable[[], object], what: str) -> None:
+    """Let the task ``task_of()`` names end (it names None then), within 5 s."""
     for _ in range(500):
-        if s.etas._eta_task is None:
+        if task_of() is None:
             return
         await asyncio.sleep(0.01)
-    raise AssertionError("the ETA pass did not end")
+    raise AssertionError(f"{what} did not end")
+
+
+async def pass_ends(s: Scheduler) -> None:
+    """Let the ETA pass in flight (in a thread) end, and its bookkeeping run."""
+    await task_ends(lambda: s.etas._eta_task, "the ETA pass")
 
 
 async def test_a_snapshot_is_confirmed_only_while_the_passes_succeed(rig):
@@ -955,11 +961,7 @@ async def test_a_snapshot_is_confirmed_only_while_the_passes_succeed(rig):
 
 async def first_etas_written(s: Scheduler) -> None:
     """Let the first ETAs' writer (a task of its own) end."""
-    for _ in range(500):
-        if s.etas._first_writer is None:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the first ETAs' writer did not end")
+    await task_ends(lambda: s.etas._first_writer, "the first ETAs' writer")
 
 
 async def test_first_etas_that_cannot_be_written_leave_the_pass_a_success_and_come_with_a_later_pass(rig, caplog):
