@@ -262,3 +262,22 @@ def test_a_dispatch_writes_the_round_state_with_its_compare_and_set_and_a_new_st
     order = [names[int(c)] for c in state.queue.order()]
     assert order == ["b0", "a2", "a3", "b1"]
     assert [names[int(c)] for c in LiveState(db.read_world()).queue.order()] == order
+
+
+@pytest.mark.django_db
+def test_a_note_for_a_chart_of_a_known_org_is_one_query(django_assert_num_queries):
+    """The scheduler reads the charts a note names with their orgs, but not the orgs it
+    knows (an org's own changes come with notes of their own): one query, not two."""
+    from fairsched.engine import db
+    from tests.factories import make_chart, make_org, make_workflow
+
+    a, b = make_org("A"), make_org("B")
+    wf = make_workflow()
+    ca, cb = make_chart(a, wf), make_chart(b, wf)
+    with django_assert_num_queries(1):
+        rows, orgs = db.read_charts([ca.pk, cb.pk], known_orgs={a.pk: None, b.pk: None})
+    assert set(rows) == {ca.pk, cb.pk} and orgs == []
+    with django_assert_num_queries(2):
+        rows, orgs = db.read_charts([ca.pk, cb.pk], known_orgs={a.pk: None})
+    assert [o.id for o in orgs] == [b.pk] and orgs[0].slug == b.slug
+    assert [o.id for o in db.read_charts([ca.pk])[1]] == [a.pk]  # knowing none: every chart's org

@@ -187,9 +187,9 @@ class FakeStore:
     def start_vacuum_after_backfill(self) -> None:
         self.vacuums += 1
 
-    async def read_charts(self, ids):
+    async def read_charts(self, ids, known_orgs=()):
         rows = {i: self.rows[i] for i in ids if i in self.rows}
-        return rows, [self.orgs[r.org] for r in rows.values()]
+        return rows, [self.orgs[o] for o in {r.org for r in rows.values()} - set(known_orgs)]
 
     async def read_for_start(self, ids):
         return {i: db.StartRow(self.rows[i], f"org-{self.rows[i].org}", "DemoChart", self.payloads[i], 3600)
@@ -640,6 +640,19 @@ async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(
     await r.tick()
     assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
     assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
+
+
+async def test_a_new_chart_of_an_org_created_after_the_load_brings_its_org_in_and_dispatches(rig):
+    """The chart's org is read with it when the scheduler does not know it (a chart of an
+    org it knows is read alone)."""
+    r = rig(budget=1, charts=0)
+    await r.lead()
+    r.store.orgs[2] = OrgRow(2, "Org 2", "org-2", 3)
+    r.store.add(7, 2)
+    r.s._notes.append(ChartNote(id=7))
+    await r.tick()
+    assert r.s.state.orgs[2].weight == 3 and r.s.state.queue.weights["2"] == 3
+    assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
 
 
 async def test_a_crashed_dispatchs_workflow_that_recorded_itself_from_queued_holds_its_cost_until_it_closes(rig):

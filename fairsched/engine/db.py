@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -323,15 +323,18 @@ def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:
     return [_row(v) for v in found[:limit]]
 
 
-def read_charts(ids: Iterable[int]) -> tuple[dict[int, ChartRow], list[OrgRow]]:
-    """The named charts (missing ones absent) and their orgs."""
+def read_charts(ids: Iterable[int], known_orgs: Container[int] = ()) -> tuple[dict[int, ChartRow], list[OrgRow]]:
+    """The named charts (missing ones absent) and their orgs, but those in ``known_orgs``
+    (the scheduler's: a note for a chart of an org it knows is one query, not two; an
+    org's own changes come with notes of their own)."""
     close_old_connections()
     ids = list(ids)
     rows: dict[int, ChartRow] = {}
     for start in range(0, len(ids), 500):
         for v in Chart.objects.filter(pk__in=ids[start:start + 500]).values_list(*CHART_FIELDS):
             rows[v[0]] = _row(v)
-    return rows, read_orgs({r.org for r in rows.values()})
+    orgs = {r.org for r in rows.values() if r.org not in known_orgs}
+    return rows, read_orgs(orgs) if orgs else []
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,7 +281,7 @@ class Dispatcher(Part):
             self.sync._watch(r.id)
             return Effects(events=[{"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost}])
         # The row moved meanwhile: it is the truth.
-        rows_now, _ = await self.store.read_charts({r.id})
+        rows_now, _ = await self.store.read_charts({r.id}, known_orgs=self.state.orgs)
         row = rows_now.get(r.id)
         log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
         if row is None or row.state == "cancelled":

@@ -72,8 +72,8 @@ class Sync(Part):
 
     # ================================================================ notes and resyncs
     async def _apply_rows(self, ids: set[int]) -> Effects:
-        rows, orgs = await self.store.read_charts(ids)
-        fx = self.state.apply_orgs(orgs) if any(o.id not in self.state.orgs for o in orgs) else Effects()
+        rows, orgs = await self.store.read_charts(ids, known_orgs=self.state.orgs)  # (the others': new to it)
+        fx = self.state.apply_orgs(orgs) if orgs else Effects()
         for chart_id in sorted(ids):
             fx.merge(self.state.apply_chart(chart_id, rows.get(chart_id)))
         return fx
@@ -373,7 +373,7 @@ class Sync(Part):
                 found[chart_id] = run_id
         if not found:
             return fx
-        rows, _ = await self.store.read_charts(found)
+        rows, _ = await self.store.read_charts(found, known_orgs=self.state.orgs)
         adopt = []
         for chart_id, row in rows.items():
             if row.state == QUEUED:
