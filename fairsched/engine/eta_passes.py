@@ -116,7 +116,7 @@ class EtaPasses(Part):
         self._first_pass: asyncio.Task | None = None  # ... and this is it (first_pass_running)
         self._loaded_at = 0.0                    # monotonic time the backlog was loaded
         self._first_writer: asyncio.Task | None = None  # the first ETAs' writes (paced), if any are under way
-        self._pass_gathers_first = True  # the pass in flight gathers first ETAs (none while they are written)
+        self._first_next: tuple[EtaColumns, float] | None = None  # ... and the latest pass's, to write next
 
     def loaded(self) -> None:
         """The whole backlog was loaded: nothing of the last pass's holds for it, and its
@@ -124,6 +124,7 @@ class EtaPasses(Part):
         self._last_report = None
         self._first_pass_wanted = True
         self._loaded_at = self.clock.monotonic()
+        self._first_next = None  # an earlier state's: this one's first pass brings its own
 
     @property
     def first_pass_running(self) -> bool:
@@ -165,7 +166,6 @@ class EtaPasses(Part):
             captured = self.state.capture()
             self._pass_mark = whatif.state_mark(self.state, self._eta_changes)
         self._eta_due = math.inf  # the pass sets the next one when it ends
-        self._pass_gathers_first = self._first_writer is None  # (read by the pass: before any await)
         self._eta_task = asyncio.create_task(self._run_eta_pass(captured, now, self._eta_changes),
                                              name="eta-pass")
         if self._first_pass_wanted:
@@ -281,8 +281,7 @@ class EtaPasses(Part):
             head = {cid: e for pos, cid in enumerate(islice(captured.queue, self.ETAS_KEPT))
                     if (e := eta_at(pos, cid)) is not None}
             risky = {str(o): c["at_risk"] + c["late"] for o, c in due.orgs.items() if c["at_risk"] + c["late"]}
-            first = EtaColumns.of(etas, captured.unpromised if self._pass_gathers_first else ())
-            return PassOut(seq, head, first, due.levels, due.rose,
+            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose,
                            whatif.measured(captured, report, risky, now))
 
     def last_measured(self) -> whatif.Measure | None:
@@ -336,24 +335,32 @@ class EtaPasses(Part):
 
     def _queue_first_etas(self, first: EtaColumns, now: float) -> None:
         """Hand a pass's first ETAs to their writer, a task of its own (paced, below): the
-        next pass does not wait for them (at a first start of 1M, 500 writes). A pass that
-        starts while they are written gathers none (:attr:`_pass_gathers_first`): its
-        charts are mostly the writer's, and at a first start of 1M such a pass's child
-        built a million first ETAs more (it peaked at 552 MB, the first pass's at 405 MB).
-        The charts new meanwhile get theirs from the first pass after the writer is done."""
-        if not len(first) or self._first_writer is not None:
+        next pass does not wait for them (at a first start of 1M, 500 writes). While the
+        writer writes an earlier pass's, the latest pass's wait (in place of any that waited
+        before them); each write skips the charts recorded meanwhile, so a chart keeps the
+        first ETA published for it (a chart new since the writer began gets the latest
+        pass's)."""
+        if not len(first):
+            return
+        if self._first_writer is not None:
+            self._first_next = (first, now)
             return
         self._first_writer = asyncio.create_task(self._write_first_etas(first, now), name="first-etas")
         self.host._tasks.append(self._first_writer)
 
     async def _write_first_etas(self, first: EtaColumns, now: float) -> None:
-        """The first ETAs' writer. A write that fails is logged, and its charts, still
-        without a first ETA, come with a later pass's."""
+        """The first ETAs' writer: this pass's, then the latest waiting, until none waits. A
+        write that fails leaves its charts without one: a later pass's first ETAs carry them."""
         me = asyncio.current_task()
         try:
-            await self._record_first_etas(first, now)
-        except Exception as exc:  # noqa: BLE001 - its charts stay without one: a later pass's carry them
-            log.warning("first ETAs not recorded (%s: %s); a later pass's carry them", type(exc).__name__, exc)
+            while True:
+                try:
+                    await self._record_first_etas(first, now)
+                except Exception as exc:  # noqa: BLE001 - its charts stay without one: a later pass's carry them
+                    log.warning("first ETAs not recorded (%s: %s); a later pass's carry them", type(exc).__name__, exc)
+                if self._first_next is None or self.state is None:
+                    return
+                (first, now), self._first_next = self._first_next, None
         finally:
             self._first_writer = None
             if me in self.host._tasks:
