@@ -124,7 +124,6 @@ class EtaPasses(Part):
         self._last_report = None
         self._first_pass_wanted = True
         self._loaded_at = self.clock.monotonic()
-        self._first_next = None  # an earlier state's: this one's first pass brings its own
 
     @property
     def first_pass_running(self) -> bool:
