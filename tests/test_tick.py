@@ -972,15 +972,9 @@ async def test_a_snapshot_is_confirmed_only_while_the_passes_succeed(rig):
     assert seq == r.publisher.snapshots and at > r.clock.time() - 2
 
 
-async def first_etas_written(s: Scheduler) -> None:
-    """Let the first ETAs' writer (a task of its own) end."""
-    await task_ends(lambda: s.etas._first_writer, "the first ETAs' writer")
-
-
-async def test_first_etas_that_cannot_be_written_leave_the_pass_a_success_and_come_with_a_later_pass(rig, caplog):
-    """The first ETAs are written after the snapshot is stored, by a writer of their own (the
-    next pass does not wait for it): a database error there leaves the pass a success, its
-    snapshot confirmed, and the charts without a first ETA; the next pass's carry them."""
+async def test_a_pass_that_stored_its_snapshot_and_failed_after_it_still_has_it_confirmed(rig):
+    """The first ETAs are written after the snapshot is stored: a database error there fails
+    the pass (it runs again soon), but the snapshot it stored is complete and current."""
     r = rig(budget=1, charts=3)
 
     async def no_database(etas):
@@ -990,59 +984,11 @@ async def test_first_etas_that_cannot_be_written_leave_the_pass_a_success_and_co
     await r.lead()
     await r.tick()
     await pass_ends(r.s)
-    await first_etas_written(r.s)
-    assert "first ETAs not recorded (ConnectionError: the database is gone)" in caplog.text
-    assert r.publisher.snapshots == 1 and r.s._backoff["eta"].ready(r.clock.monotonic())
-    assert r.s.state.unpromised == {"1", "2", "3"}  # (the running chart too: its ETA is a promise)
+    assert r.publisher.snapshots == 1 and not r.s._backoff["eta"].ready(r.clock.monotonic())
     r.clock.advance(1.0)
     r.renew_lease()
     await r.tick()
     assert r.publisher.confirms[-1] == (1, r.clock.time())
-    written = []
-
-    async def record(etas):
-        written.append(set(etas))
-        return len(etas)
-
-    r.store.record_first_etas = record
-    r.s.etas._eta_now = True  # the next pass
-    await r.tick()
-    await pass_ends(r.s)
-    await first_etas_written(r.s)
-    assert r.publisher.snapshots == 2 and written == [{1, 2, 3}] and not r.s.state.unpromised
-
-
-async def test_the_next_pass_does_not_wait_for_the_first_etas_and_a_chart_keeps_the_first_published(rig):
-    """While the first ETAs of one pass are written, the next pass runs; its first ETAs wait
-    for the writer, which skips the charts it recorded meanwhile: each chart's first ETA is
-    the first published for it, and a chart new since then gets the later pass's."""
-    r = rig(budget=1, charts=3)
-    holding, release, written = asyncio.Event(), asyncio.Event(), []
-
-    async def held(etas):
-        written.append(dict(etas))
-        holding.set()
-        await release.wait()
-        return len(etas)
-
-    r.store.record_first_etas = held
-    await r.lead()
-    await r.tick()
-    await pass_ends(r.s)
-    await asyncio.wait_for(holding.wait(), 5)  # the first pass's, held
-    first_eta_of_2 = written[0][2]
-    r.store.add(4, 1)  # a new chart: its first ETA comes with the next pass
-    await r.s.sync._apply_rows({4})
-    r.clock.advance(30.0)
-    r.s.etas._eta_now = True
-    r.renew_lease()
-    await r.tick()
-    await pass_ends(r.s)  # the next pass ends while the first's writes are held
-    assert r.publisher.snapshots == 2 and r.s.etas._first_writer is not None
-    release.set()
-    await first_etas_written(r.s)
-    assert [set(w) for w in written] == [{1, 2, 3}, {4}]
-    assert written[0][2] == first_eta_of_2 and not r.s.state.unpromised
 
 
 def test_a_batch_of_notifications_names_what_to_read_again():
@@ -1174,14 +1120,13 @@ async def test_the_rounds_backfill_waits_for_the_first_pass_over_the_loaded_back
     release.set()
     await asyncio.wait_for(recording.wait(), 10)  # published; its first ETAs still to write
     assert "the first ETAs of the loaded backlog are published" in caplog.text
-    assert not r.s.etas.first_pass_running and r.s.etas._first_writer is not None
+    assert not r.s.etas.first_pass_running and r.s.etas._eta_task is not None
     for _ in range(3):
         await r.tick()
         await settle()
     assert written() > at_first  # the backfill goes on while they are written
     recorded.set()
     await pass_ends(r.s)
-    await first_etas_written(r.s)
     r.clock.advance(60.0)  # the next pass is due: the backfill goes on beside it
     assert await tick_until_written(r, caplog) <= 8
     assert len(passes) >= 2

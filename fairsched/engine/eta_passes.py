@@ -6,9 +6,9 @@ it when due; the pass (:meth:`EtaPasses._compute_and_publish`: the ETAs, the sna
 its publication) runs in a forked child (:mod:`fairsched.engine.forked`) or a thread while
 the loop goes on dispatching. The loop keeps the ETAs of the head of the order (for the
 ETA recorded at dispatch, :meth:`EtaPasses._eta_in_force`), records the first ETAs of new
-charts (:meth:`EtaPasses._write_first_etas`, a task of its own, paced), confirms the last
-snapshot about once a second (:meth:`EtaPasses._confirm_snapshot`) and sends the live
-updates (:meth:`EtaPasses._broadcast`).
+charts (:meth:`EtaPasses._record_first_etas`), confirms the last snapshot about once a
+second (:meth:`EtaPasses._confirm_snapshot`) and sends the live updates
+(:meth:`EtaPasses._broadcast`).
 """
 from __future__ import annotations
 
@@ -115,8 +115,6 @@ class EtaPasses(Part):
         self._first_pass_wanted = False          # a backlog was loaded: its first pass is still to start
         self._first_pass: asyncio.Task | None = None  # ... and this is it (first_pass_running)
         self._loaded_at = 0.0                    # monotonic time the backlog was loaded
-        self._first_writer: asyncio.Task | None = None  # the first ETAs' writes (paced), if any are under way
-        self._first_next: tuple[EtaColumns, float] | None = None  # ... and the latest pass's, to write next
 
     def loaded(self) -> None:
         """The whole backlog was loaded: nothing of the last pass's holds for it, and its
@@ -248,7 +246,7 @@ class EtaPasses(Part):
                      self.clock.monotonic() - self._loaded_at)
         # after publishing: the dashboards do not wait for these writes
         await self._record_due_alerts(out, now)
-        self._queue_first_etas(out.first, now)
+        await self._record_first_etas(out.first, now)
         return True
 
     def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
@@ -331,39 +329,6 @@ class EtaPasses(Part):
         self.state.due.set_levels(out.due_levels, known)
         levels = {cid: lv for cid, lv in out.due_levels.items() if not lv or known.knows(cid)}
         await self.store.record_due_alerts(levels, [cid for cid in out.due_rose if cid in levels], now)
-
-    def _queue_first_etas(self, first: EtaColumns, now: float) -> None:
-        """Hand a pass's first ETAs to their writer, a task of its own (paced, below): the
-        next pass does not wait for them (at a first start of 1M, 500 writes). While the
-        writer writes an earlier pass's, the latest pass's wait (in place of any that waited
-        before them); each write skips the charts recorded meanwhile, so a chart keeps the
-        first ETA published for it (a chart new since the writer began gets the latest
-        pass's)."""
-        if not len(first):
-            return
-        if self._first_writer is not None:
-            self._first_next = (first, now)
-            return
-        self._first_writer = asyncio.create_task(self._write_first_etas(first, now), name="first-etas")
-        self.host._tasks.append(self._first_writer)
-
-    async def _write_first_etas(self, first: EtaColumns, now: float) -> None:
-        """The first ETAs' writer: this pass's, then the latest waiting, until none waits. A
-        write that fails leaves its charts without one: a later pass's first ETAs carry them."""
-        me = asyncio.current_task()
-        try:
-            while True:
-                try:
-                    await self._record_first_etas(first, now)
-                except Exception as exc:  # noqa: BLE001 - its charts stay without one: a later pass's carry them
-                    log.warning("first ETAs not recorded (%s: %s); a later pass's carry them", type(exc).__name__, exc)
-                if self._first_next is None or self.state is None:
-                    return
-                (first, now), self._first_next = self._first_next, None
-        finally:
-            self._first_writer = None
-            if me in self.host._tasks:
-                self.host._tasks.remove(me)
 
     async def _record_first_etas(self, first: EtaColumns, now: float) -> None:
         """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the

@@ -128,7 +128,7 @@ class Scheduler:
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     ETA_IDLE_COST_FACTOR: float = 60.0  # with nothing changing, a pass at most every this many times its cost
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write ...
-    FIRST_ETAS_WRITE_SHARE: float = 0.25  # ... paced: the writes take at most this share of the time
+    FIRST_ETAS_WRITE_SHARE: float = 0.5  # ... paced: the writes take at most this share of the time
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     STEP_SLOW_LOG_S: float = 0.1       # and the loop's steps (a dispatch waits behind one) ...
