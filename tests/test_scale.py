@@ -539,6 +539,27 @@ def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_first_eta_and_its_bound_are_written_as_one_new_version_of_each_row():
+    """A first start at 1M records a million first ETAs beside the backfill's rounds: both
+    columns in one UPDATE, one new row version a chart (two made twice the writes)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row versions counted by PostgreSQL's statistics")
+    org, wf = make_org("Acme"), make_workflow("code")
+    pks = [make_chart(org, wf).pk for _ in range(50)]
+
+    def updated() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now (PostgreSQL 15+)
+            cursor.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'charts_chart'::regclass")
+            return cursor.fetchone()[0]
+    before = updated()
+    assert db.record_first_etas({pk: (T0 + pk, T0 + pk + 60) for pk in pks}) == 50
+    assert updated() - before == 50
+    assert db.record_first_etas({pk: (T0, T0) for pk in pks}) == 0  # recorded already: no new version
+    assert updated() - before == 50
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_rounds_and_the_first_etas_written_at_once_never_deadlock():
     """A first start writes its rounds (the scheduler's connection) while the first ETAs
     are recorded (a thread and connection of their own), over the same rows. On

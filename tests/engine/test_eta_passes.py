@@ -144,6 +144,24 @@ async def test_first_etas_are_recorded_only_for_charts_not_promised_meanwhile(et
     assert recorded == [{1, 3}] and host.state.unpromised == set()
 
 
+async def test_the_first_etas_writes_are_paced_to_their_share_of_the_time(etas):
+    """Each write but the last is followed by a rest in proportion to how long it took (a
+    first start at 1M writes 500 beside the backfill's rounds): at a share of 0.5 as long
+    as the write, at 0.25 three times as long; at 1 no rest."""
+    host = etas.host
+    host.FIRST_ETAS_PER_WRITE = 2
+
+    async def record(rows):  # each write takes 2 s of the clock
+        host.clock.advance(2.0)
+        return len(rows)
+    host.store.record_first_etas = record
+    for share, rests in ((0.5, [2.0, 2.0]), (0.25, [6.0, 6.0]), (1.0, [])):
+        host.FIRST_ETAS_WRITE_SHARE, host.slept = share, []
+        host.state.unpromised.update("12345")
+        await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in "12345"}, "12345"), 0.0)
+        assert host.slept == pytest.approx(rests) and host.state.unpromised == set()
+
+
 async def test_many_events_go_out_as_one_batch(etas):
     host = etas.host
     await etas._broadcast([{"kind": "queued", "chart": i} for i in range(host.MAX_EVENTS_PER_TICK + 1)])
