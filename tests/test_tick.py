@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import threading
 from collections import defaultdict
-from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pytest
@@ -922,18 +921,13 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
 
 
-async def task_ends(task_of: Callable[[], object], what: str) -> None:
-    """Let the task ``task_of()`` names end (it names None then), within 5 s."""
-    for _ in range(500):
-        if task_of() is None:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{what} did not end")
-
-
 async def pass_ends(s: Scheduler) -> None:
     """Let the ETA pass in flight (in a thread) end, and its bookkeeping run."""
-    await task_ends(lambda: s.etas._eta_task, "the ETA pass")
+    for _ in range(500):
+        if s.etas._eta_task is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the ETA pass did not end")
 
 
 async def test_a_snapshot_is_confirmed_only_while_the_passes_succeed(rig):
