@@ -124,14 +124,14 @@ def vacuum_after_backfill() -> bool:
 
 def sweep_unrounded_heads(orgs: list[int] | None = None) -> None:
     """Probe, for every org (or those of ``orgs``: a chunk's), its first queued chart without
-    a round, as a restart's head read
-    does (``chart_org_head``, in its order): run after each chunk of a backfill, so that the
-    index entries that chunk's ``UPDATE`` left dead are marked dead now (an index scan that
-    meets a row version no transaction can see any more marks its entry, and later scans skip
-    it without reading the table). Else, until the vacuum at the backfill's end, a restart's
-    head read met every chart the backfill had written so far, in the table: about 1 s of a
-    restart at 1M (bench/pg_startup.py: 2,859 pages read for none, for one org). One
-    statement, a short index scan an org. Never raises. SQLite: nothing to do."""
+    a round, as a restart's head read does (``chart_org_head``, in its order): run after
+    each chunk of a backfill, so that the index entries that chunk's ``UPDATE`` left dead
+    are marked dead now (an index scan that meets a row version no transaction can see any
+    more marks its entry, and later scans skip it without reading the table). Else, until
+    the vacuum at the backfill's end, a restart's head read met every chart the backfill had
+    written so far, in the table: about 1 s of a restart at 1M (bench/pg_startup.py: 2,859
+    pages read for none, for one org). One statement, a short index scan an org. Never
+    raises. SQLite: nothing to do."""
     if connection.vendor != "postgresql":
         return
     chart, org = (connection.ops.quote_name(t) for t in (Chart._meta.db_table, Org._meta.db_table))
