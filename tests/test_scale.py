@@ -538,6 +538,40 @@ def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
     assert Chart.objects.count() == 3 and Chart.objects.get(pk=a.pk).state == "running"
 
 
+def charts_updated() -> int:
+    """(PostgreSQL) Row versions the charts' table has been updated by, this backend's now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # (PostgreSQL 15+)
+        cursor.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'charts_chart'::regclass")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_backfills_chunk_writes_the_first_etas_it_carries_in_the_update_of_the_rounds():
+    """A first start's backfill carries its charts' first ETAs (EtaPasses.carried_firsts):
+    the UPDATE that writes a chart's round sets its first ETA and bound too, where none is
+    recorded (one new row version a chart on PostgreSQL, not two); a chart that has one
+    keeps it and its bound, a chart the chunk carries none for keeps none."""
+    from datetime import datetime, timezone as tz
+
+    from fairsched.core import RoundState
+
+    org, wf = make_org("Acme"), make_workflow("code")
+    pks = [make_chart(org, wf).pk for _ in range(50)]
+    promised = pks[0]
+    db.record_first_etas({promised: (T0, T0 + 30)})
+    before = charts_updated() if connection.vendor == "postgresql" else 0
+    db.save_rounds(RoundState(0, 1, {}), {str(pk): 7 for pk in pks}, None,
+                   {pk: (T0 + pk, T0 + pk + 60) for pk in pks[:40]})
+    at = lambda s: datetime.fromtimestamp(s, tz=tz.utc)  # noqa: E731
+    rows = {pk: rest for pk, *rest in Chart.objects.values_list("pk", "fair_round", "eta_first_at", "eta_p90_at")}
+    assert rows[promised] == [7, at(T0), at(T0 + 30)]
+    assert all(rows[pk] == [7, at(T0 + pk), at(T0 + pk + 60)] for pk in pks[1:40]), rows
+    assert all(rows[pk] == [7, None, None] for pk in pks[40:]), rows
+    if connection.vendor == "postgresql":
+        assert charts_updated() - before == 50
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_first_eta_and_its_bound_are_written_as_one_new_version_of_each_row():
     """A first start at 1M records a million first ETAs beside the backfill's rounds: both
@@ -546,12 +580,7 @@ def test_a_first_eta_and_its_bound_are_written_as_one_new_version_of_each_row():
         pytest.skip("row versions counted by PostgreSQL's statistics")
     org, wf = make_org("Acme"), make_workflow("code")
     pks = [make_chart(org, wf).pk for _ in range(50)]
-
-    def updated() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now (PostgreSQL 15+)
-            cursor.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'charts_chart'::regclass")
-            return cursor.fetchone()[0]
+    updated = charts_updated
     before = updated()
     assert db.record_first_etas({pk: (T0 + pk, T0 + pk + 60) for pk in pks}) == 50
     assert updated() - before == 50

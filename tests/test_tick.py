@@ -91,6 +91,7 @@ class FakeStore:
         self.whole_gate = asyncio.Event()  # a streamed start reads the whole backlog once set
         self.vacuums = 0  # start_vacuum_after_backfill calls
         self.chunks_orgs: list[tuple] = []  # (changes, orgs) of each chunk written aside
+        self.chunks_firsts: list[dict] = []  # the first ETAs each chunk written aside carried
         self.averages: dict = {}  # (org, workflow) -> mean seconds: the Durations estimates
 
     def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
@@ -242,9 +243,10 @@ class FakeStore:
     chunks_aside = 0
     chunk_failures = 0  # the next chunks to fail (a database error)
 
-    async def save_rounds_aside(self, state, changes, work=None, orgs=None):
+    async def save_rounds_aside(self, state, changes, work=None, orgs=None, firsts=None):
         """A backfill's chunk, written aside: as the real store, after the loop let go."""
         self.chunks_aside += 1
+        self.chunks_firsts.append(dict(firsts or {}))  # the first ETAs it carries
         self.chunks_orgs.append((dict(changes), orgs))  # the orgs whose dead index entries it sweeps
         await asyncio.sleep(0)
         if self.chunk_gate is not None:
@@ -746,6 +748,31 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     assert await tick_until_written(r, caplog) <= 5
     assert all(row.round is not None for row in r.store.rows.values() if row.state == "queued")
     assert r.store.saved == s.state.queue.export_rounds()
+
+
+async def test_a_first_starts_backfill_writes_the_first_etas_of_its_charts_with_their_rounds(rig, caplog):
+    """The first pass's first ETAs: the charts whose round is written get theirs from the
+    pass's writer, the rest from the backfill's chunks, in the UPDATE of their rounds (one
+    row version a chart, not two). Every chart gets one, once; the next pass waits for the
+    backfill's end."""
+    r = rig(budget=1, charts=12, weights=(1, 1, 1))
+    r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
+    written: list[set] = []
+
+    async def record(rows):
+        written.append(set(rows))
+        return len(rows)
+    r.store.record_first_etas = record
+    await r.lead()
+    await tick_until_written(r, caplog)
+    carried = [set(f) for f in r.store.chunks_firsts if f]
+    by_writer = set().union(*written)
+    by_chunks = set().union(*carried)
+    assert len(carried) >= 2 and not by_writer & by_chunks
+    assert sum(map(len, written + carried)) == len(by_writer | by_chunks)  # each chart once
+    dispatched = set(r.temporal.start_calls)  # their first ETAs are their dispatch's
+    assert by_writer | by_chunks | dispatched == set(range(1, 13)), (by_writer, by_chunks, dispatched)
+    assert not r.s.state.unpromised - {str(c) for c in dispatched}
 
 
 async def test_a_restart_amid_the_first_starts_backfill_dispatches_from_the_head(rig, caplog):

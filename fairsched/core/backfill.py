@@ -95,6 +95,20 @@ class RoundBackfill:
         n = self._done.get(org)
         return None if n is None else self._rounds[org][n]
 
+    def to_write(self, org: str | None, cid: str, r: int | None) -> bool:
+        """``cid``, a chart of ``org`` holding round ``r``, is still to write: its org's
+        written part ends before it. Of a chart in a round the org's part has not reached,
+        its membership is not checked (an arrival its org holds back counts too: it waits
+        for the same end); at the round where the part ends, exactly. O(1), or O(the org's
+        charts in that round)."""
+        n = self._done.get(org) if org is not None else None
+        if n is None or r is None:
+            return False
+        rounds = self._rounds[org]
+        if r != rounds[n]:
+            return rounds[n] < r <= rounds[-1]
+        return cid in self._ids[org][n:bisect_right(rounds, r, lo=n)]
+
     def cursor(self, org: str) -> tuple[int | None, int]:
         """``org``'s ``(last, used)`` just after its written charts."""
         n = self._done[org]

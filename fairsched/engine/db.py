@@ -27,7 +27,8 @@ from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
 from fairsched.engine import pg_statistics
 from fairsched.engine.chart_columns import ChartColumns
-from fairsched.engine.db_rounds import Work, _save_rounds, _update_column, _update_columns, round_state  # noqa: F401 (db's API)
+from fairsched.engine.db_rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns,  # noqa: F401 (db's API)
+                                        first_eta_values, round_state)
 from fairsched.engine.estimates import read_durations
 from fairsched.engine.state import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
@@ -146,13 +147,15 @@ def read_round_state() -> CoreRoundState | None:
     return round_state()
 
 
-def save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
+def save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None,
+                firsts: Firsts | None = None) -> None:
     """Write the round state and the queued charts' changed rounds (and under the share
-    ``work`` their estimate at arrival and share), in one transaction (a crash leaves
-    either the old save or the new one, never a mix)."""
+    ``work`` their estimate at arrival and share; ``firsts``: first ETAs and their 90%
+    bounds, where none is recorded), in one transaction (a crash leaves either the old
+    save or the new one, never a mix)."""
     close_old_connections()
     with transaction.atomic():
-        _save_rounds(state, changes, work)
+        _save_rounds(state, changes, work, firsts)
 
 
 def read_world() -> World:
@@ -397,11 +400,8 @@ def record_first_etas(etas: dict[int, tuple[float, float]]) -> int:
     rest). Returns how many were recorded."""
     close_old_connections()
     first = connection.ops.quote_name(Chart._meta.get_field("eta_first_at").column)
-    ts = lambda at: datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
     with transaction.atomic():
-        return _update_columns(("eta_first_at", "eta_p90_at"),
-                               [(ts(at), ts(bound), pk) for pk, (at, bound) in etas.items()],
-                               where=f"{first} IS NULL")
+        return _update_columns(("eta_first_at", "eta_p90_at"), first_eta_values(etas), where=f"{first} IS NULL")
 
 
 def record_due_alerts(levels: dict[int, int], rose: list[int], at: float) -> int:

@@ -11,6 +11,7 @@ connection; :mod:`fairsched.engine.db` says how the scheduler calls them.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from operator import itemgetter
 
 from django.db import connection
@@ -39,11 +40,16 @@ def round_state() -> CoreRoundState | None:
 Work = dict[str, tuple[float | None, float | None]]
 """Share.WORK: per chart whose round is written, (its estimate at arrival, its share)."""
 
+Firsts = dict[int, tuple[float, float]]
+"""Per chart, its first ETA and the 90% bound published with it (epoch seconds): written
+only where no first ETA is recorded."""
+
 
 _ORG_ROUND_FIELDS = ("last", "used", "in_head", "in_round", "weight")
 
 
-def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None) -> None:
+def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Work | None = None,
+                 firsts: Firsts | None = None) -> None:
     share, quantum = tuple(state.share)
     RoundState.objects.update_or_create(pk=1, defaults={"head": state.head, "budget": state.budget,
                                                         "share": share, "quantum_s": quantum,
@@ -65,7 +71,7 @@ def _save_rounds(state: CoreRoundState, changes: dict[str, int | None], work: Wo
             cursor.executemany(f"UPDATE {qn(OrgRoundState._meta.db_table)} SET {sets} WHERE {qn('org_id')} = %s",
                                sorted(moved, key=itemgetter(-1)))  # row locks in org order
     if changes:
-        _write_chart_rounds(changes)
+        _write_chart_rounds(changes, firsts)
     if work:
         _write_chart_work(work)
 
@@ -79,28 +85,57 @@ def _write_chart_work(work: Work) -> None:
                            [(est, share, int(cid)) for cid, (est, share) in sorted(work.items(), key=lambda i: int(i[0]))])
 
 
-def _write_chart_rounds(changes: dict[str, int | None], batch: int = 20_000) -> None:
+def first_eta_values(firsts: Firsts) -> list[tuple[datetime, datetime, int]]:
+    """``firsts`` as ``(first ETA, bound, chart id)`` rows for :func:`_update_columns`."""
+    ts = lambda at: datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
+    return [(ts(at), ts(bound), pk) for pk, (at, bound) in firsts.items()]
+
+
+def _write_chart_rounds(changes: dict[str, int | None], firsts: Firsts | None = None, batch: int = 20_000) -> None:
     """Write the charts' rounds with one UPDATE per ``batch`` charts, joined to the new
     values passed as arrays (PostgreSQL ``unnest``) or JSON (SQLite ``json_each``):
     100k rows in well under a second, where Django's ``bulk_update`` (a CASE WHEN per
     row) takes more than a minute on SQLite and one UPDATE per row half a minute on
-    PostgreSQL. Rare in size: only a first start or a budget change re-ranks everything."""
+    PostgreSQL. Rare in size: only a first start or a budget change re-ranks everything.
+
+    ``firsts`` (a first start's backfill carries them, ``EtaPasses.carried_firsts``): the
+    same UPDATE sets those charts' first ETA and bound where none is recorded, so that a
+    chart written at a first start makes one new row version, not two (on PostgreSQL
+    neither write is HOT: ``fair_round`` is indexed)."""
     table = connection.ops.quote_name(Chart._meta.db_table)
     items = sorted((int(cid), r) for cid, r in changes.items())  # row locks in id order: see _update_column
+    firsts = firsts or {}
+    if connection.vendor not in ("postgresql", "sqlite") and firsts:
+        _update_columns(("eta_first_at", "eta_p90_at"), first_eta_values(firsts), where="eta_first_at IS NULL")
+        firsts = {}
+    # the first ETA where none is recorded, its bound with it (SET sees the row as it was)
+    sets = "fair_round = d.r" + (", eta_first_at = COALESCE(c.eta_first_at, d.f), eta_p90_at = CASE WHEN "
+                                 "c.eta_first_at IS NULL AND d.f IS NOT NULL THEN d.p ELSE c.eta_p90_at END"
+                                 if firsts else "")
     with connection.cursor() as cursor:
         for i in range(0, len(items), batch):
             part = items[i:i + batch]
+            fp = [firsts.get(cid, (None, None)) for cid, _ in part] if firsts else None
             if connection.vendor == "postgresql":
                 _lock_in_id_order(cursor, table, [cid for cid, _ in part])
+                if fp is None:
+                    cursor.execute(f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[]) "
+                                   f"AS d(id, r) WHERE c.id = d.id", [[cid for cid, _ in part], [r for _, r in part]])
+                    continue
+                ts = lambda at: None if at is None else datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
                 cursor.execute(
-                    f"UPDATE {table} AS c SET fair_round = d.r "
-                    f"FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, r) WHERE c.id = d.id",
-                    [[cid for cid, _ in part], [r for _, r in part]])
+                    f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], "
+                    f"%s::timestamptz[]) AS d(id, r, f, p) WHERE c.id = d.id",
+                    [[cid for cid, _ in part], [r for _, r in part], [ts(f) for f, _ in fp], [ts(p) for _, p in fp]])
             elif connection.vendor == "sqlite":
-                cursor.execute(
-                    f"UPDATE {table} SET fair_round = d.r FROM (SELECT json_extract(value, '$[0]') AS id, "
-                    f"json_extract(value, '$[1]') AS r FROM json_each(%s)) AS d WHERE {table}.id = d.id",
-                    [json.dumps(part)])
+                rows, cols = part, "json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS r"
+                if fp is not None:
+                    text = lambda at: None if at is None else connection.ops.adapt_datetimefield_value(  # noqa: E731
+                        datetime.fromtimestamp(at, tz=timezone.utc))
+                    rows = [(cid, r, text(f), text(p)) for (cid, r), (f, p) in zip(part, fp)]
+                    cols += ", json_extract(value, '$[2]') AS f, json_extract(value, '$[3]') AS p"
+                cursor.execute(f"UPDATE {table} AS c SET {sets} FROM (SELECT {cols} FROM json_each(%s)) AS d "
+                               f"WHERE c.id = d.id", [json.dumps(rows)])
             else:
                 cursor.executemany(f"UPDATE {table} SET fair_round = %s WHERE id = %s",
                                    [(r, cid) for cid, r in part])

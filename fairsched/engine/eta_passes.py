@@ -17,7 +17,8 @@ import dataclasses
 import logging
 import math
 from array import array
-from collections.abc import Callable, Mapping, Sequence, Set
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from itertools import chain, compress, islice
 
 from common import live_updates, metrics
@@ -71,6 +72,27 @@ class EtaColumns:
     def part(self, lo: int, hi: int) -> dict[str, Eta]:
         return {str(cid): Eta(s, f) for cid, s, f in zip(self.ids[lo:hi], self.start[lo:hi], self.finish[lo:hi])}
 
+    def by_id(self) -> EtaColumns:
+        """The same ETAs in chart id order, which :meth:`lookup` needs. Sorted in the pass's
+        child, by an index (1M ids: about a second there, and tens of MB after its snapshot
+        is freed), never a tuple per chart."""
+        ids = self.ids
+        if all(a < b for a, b in zip(ids, islice(ids, 1, None))):
+            return self
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        return EtaColumns(array("q", map(ids.__getitem__, order)), array("d", map(self.start.__getitem__, order)),
+                          array("d", map(self.finish.__getitem__, order)))
+
+    def lookup(self, ids: Iterable[str]) -> dict[str, Eta]:
+        """The ETAs of those of ``ids`` that are here (columns in id order: :meth:`by_id`):
+        a bisection each, no index (a dict of a million ids would be 100 MB)."""
+        col, n, out = self.ids, len(self.ids), {}
+        for cid in ids:
+            i = bisect_left(col, int(cid))
+            if i < n and col[i] == int(cid):
+                out[cid] = Eta(self.start[i], self.finish[i])
+        return out
+
 
 @dataclasses.dataclass(frozen=True)
 class _Known:
@@ -92,7 +114,7 @@ class PassOut:
 
     seq: int                 # the snapshot it published
     head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
-    first: EtaColumns        # the ETAs of the charts that had no first ETA
+    first: EtaColumns        # the ETAs of the charts that had no first ETA, in id order
     due_levels: Mapping[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due.py: Levels)
     due_rose: Sequence[int] = dataclasses.field(default_factory=list)        # ... of which these rose
     measure: whatif.Measure | None = None  # per org its clear-time and at-risk count: a preview's "before"
@@ -115,11 +137,13 @@ class EtaPasses(Part):
         self._first_pass_wanted = False          # a backlog was loaded: its first pass is still to start
         self._first_pass: asyncio.Task | None = None  # ... and this is it (first_pass_running)
         self._loaded_at = 0.0                    # monotonic time the backlog was loaded
+        self._carry: tuple[EtaColumns, float] | None = None  # first ETAs the backfill writes (carried_firsts)
 
     def loaded(self) -> None:
         """The whole backlog was loaded: nothing of the last pass's holds for it, and its
         first pass (the next to start) is the one :attr:`first_pass_running` follows."""
         self._last_report = None
+        self._carry = None
         self._first_pass_wanted = True
         self._loaded_at = self.clock.monotonic()
 
@@ -144,7 +168,7 @@ class EtaPasses(Part):
         if fx.eta_now:
             self._eta_now = True
         if (self._eta_now or self.clock.monotonic() >= self._eta_due) and self._eta_task is None \
-                and self.host._backoff["eta"].ready(now):
+                and self.host._backoff["eta"].ready(now) and not self._carrying():
             self._start_eta_pass()
 
     def _eta_soon_gap(self) -> float:
@@ -278,7 +302,7 @@ class EtaPasses(Part):
             head = {cid: e for pos, cid in enumerate(islice(captured.queue, self.ETAS_KEPT))
                     if (e := eta_at(pos, cid)) is not None}
             risky = {str(o): c["at_risk"] + c["late"] for o, c in due.orgs.items() if c["at_risk"] + c["late"]}
-            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised), due.levels, due.rose,
+            return PassOut(seq, head, EtaColumns.of(etas, captured.unpromised).by_id(), due.levels, due.rose,
                            whatif.measured(captured, report, risky, now))
 
     def last_measured(self) -> whatif.Measure | None:
@@ -338,7 +362,36 @@ class EtaPasses(Part):
         Paced: the writes take at most ``FIRST_ETAS_WRITE_SHARE`` of the time, each followed
         by a rest in proportion to how long it took. After a first start at 1M every chart
         needs one (500 writes); written back to back, beside the backfill's rounds, they
-        doubled dispatch's latency meanwhile (bench/scale.py --settle 0, docs/scale.md)."""
+        doubled dispatch's latency meanwhile (bench/scale.py --settle 0, docs/scale.md).
+
+        While a backfill writes rounds (a first start), the charts it has still to write are
+        left to it: each of its chunks writes their first ETAs with their rounds, one new
+        version of each row instead of two (:meth:`carried_firsts`). The next pass starts
+        after the backfill (:meth:`_carrying`): the chunks change the set of charts without
+        a first ETA, and a child alive meanwhile would copy the pages they touch
+        (docs/architecture.md, "The first ETAs are paced"). What the backfill did not carry
+        (an org it dropped, a dispatch's own writes) the next pass gives."""
+        if self.host._rounds.backfill is not None:
+            self._carry = (first, now)
+        await self._write_first_etas(first, now)
+        if self._carry is None:
+            self._shrink_unpromised(len(first))
+
+    def _carrying(self) -> bool:
+        """A backfill carries a pass's first ETAs (:meth:`_record_first_etas`): until it ends,
+        no pass starts."""
+        if self._carry is not None and not self.host._rounds.backfilling:
+            first, _ = self._carry
+            self._carry = None
+            self._shrink_unpromised(len(first))
+        return self._carry is not None
+
+    def _shrink_unpromised(self, was: int) -> None:
+        if self.state is not None and was > 10 * len(self.state.unpromised):
+            # a set never gives back its table as it empties: 32 MB after a first start at 1M
+            self.state.unpromised = set(self.state.unpromised)
+
+    async def _write_first_etas(self, first: EtaColumns, now: float) -> None:
         share = self.FIRST_ETAS_WRITE_SHARE
         for lo in range(0, len(first), self.FIRST_ETAS_PER_WRITE):
             state = self.state
@@ -346,15 +399,35 @@ class EtaPasses(Part):
                 return
             etas = first.part(lo, lo + self.FIRST_ETAS_PER_WRITE)
             chunk = [cid for cid in etas if cid in state.unpromised]  # since promised at dispatch
-            if chunk:
-                began = self.clock.monotonic()
-                await self.store.record_first_etas(state.first_etas(etas, now, chunk))
-                state.unpromised.difference_update(chunk)
-                if 0 < share < 1 and lo + self.FIRST_ETAS_PER_WRITE < len(first):
-                    await self.host._sleep((self.clock.monotonic() - began) * (1 - share) / share)
-        if self.state is not None and len(first) > 10 * len(self.state.unpromised):
-            # a set never gives back its table as it empties: 32 MB after a first start at 1M
-            self.state.unpromised = set(self.state.unpromised)
+            bf = self.host._rounds.backfill if self._carry is not None else None
+            if bf is not None:  # left to the backfill's chunks
+                queue = state.queue
+                chunk = [cid for cid in chunk if not bf.to_write(queue.org_of(cid), cid, queue.round_of(cid))]
+            if not chunk:
+                await asyncio.sleep(0)  # (a million charts filtered: the loop goes on between parts)
+                continue
+            began = self.clock.monotonic()
+            await self.store.record_first_etas(state.first_etas(etas, now, chunk))
+            state.unpromised.difference_update(chunk)
+            if 0 < share < 1 and lo + self.FIRST_ETAS_PER_WRITE < len(first):
+                await self.host._sleep((self.clock.monotonic() - began) * (1 - share) / share)
+
+    def carried_firsts(self, changes: Iterable[str]) -> dict[int, tuple[float, float]]:
+        """The first ETAs a backfill's chunk writes with its rounds (``changes``, chart ids):
+        those of its charts that have none, as the pass that left them to it gave them
+        (:meth:`_record_first_etas`). The chunk, once committed, hands them to
+        :meth:`firsts_written`."""
+        state = self.state
+        if self._carry is None or state is None:
+            return {}
+        first, now = self._carry
+        unpromised = state.unpromised
+        etas = first.lookup(cid for cid in changes if cid in unpromised)
+        return state.first_etas(etas, now, etas) if etas else {}
+
+    def firsts_written(self, firsts: Iterable[int]) -> None:
+        if self.state is not None:
+            self.state.unpromised.difference_update(map(str, firsts))
 
     async def _broadcast(self, events: list[dict]) -> None:
         counters = self.state.counters()

@@ -142,7 +142,8 @@ class Store(Protocol):
                           work: dict[str, tuple[float | None, float | None]] | None = None) -> None: ...
     async def save_rounds_aside(self, state: RoundState, changes: dict[str, int | None],
                                 work: dict[str, tuple[float | None, float | None]] | None = None,
-                                orgs: Iterable[int] | None = None) -> None: ...
+                                orgs: Iterable[int] | None = None,
+                                firsts: dict[int, tuple[float, float]] | None = None) -> None: ...
     def start_vacuum_after_backfill(self) -> None: ...
 
 
@@ -203,10 +204,14 @@ def in_daemon_thread(fn: Callable[..., Any], *args: Any, name: str = "fairsched-
 
 
 def _save_rounds_swept(state: RoundState, changes: dict[str, int | None], work: Any,
-                       orgs: list[int] | None = None) -> None:
-    """A backfill's chunk written, then the index entries its rows left dead swept
-    (``pg_statistics.sweep_unrounded_heads``: a restart's head read skips them)."""
-    db.save_rounds(state, changes, work)
+                       orgs: list[int] | None = None, firsts: dict[int, tuple[float, float]] | None = None) -> None:
+    """A backfill's chunk written (with the first ETAs it carries), then the index entries
+    its rows left dead swept (``pg_statistics.sweep_unrounded_heads``: a restart's head
+    read skips them)."""
+    if firsts:
+        db.save_rounds(state, changes, work, firsts)
+    else:
+        db.save_rounds(state, changes, work)
     pg_statistics.sweep_unrounded_heads(orgs)
 
 
@@ -252,15 +257,17 @@ class DbStore:
 
     async def save_rounds_aside(self, state: RoundState, changes: dict[str, int | None],
                                 work: dict[str, tuple[float | None, float | None]] | None = None,
-                                orgs: Iterable[int] | None = None) -> None:
+                                orgs: Iterable[int] | None = None,
+                                firsts: dict[int, tuple[float, float]] | None = None) -> None:
         """``db.save_rounds`` in a thread and connection of its own: a backfill's chunk (100-230
         ms on PostgreSQL at 1M charts), which the loop's reads, and the starts they lead to,
         need not wait behind on the database thread. The loop makes every other round-state
         write after it has committed (``Scheduler.rounds_settled``). Then the index entries it
-        left dead are swept, for the chunk's ``orgs`` (None: every org)."""
+        left dead are swept, for the chunk's ``orgs`` (None: every org). ``firsts``: the
+        first ETAs the chunk carries (``EtaPasses.carried_firsts``)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_rounds_db(), _save_rounds_swept, state, changes, work,
-                                          None if orgs is None else sorted(orgs))
+                                          None if orgs is None else sorted(orgs), firsts)
 
     async def record_due_alerts(self, levels: dict[int, int], rose: list[int], at: float) -> int:
         """``db.record_due_alerts`` beside the first ETAs (few rows: the warnings that moved)."""

@@ -75,19 +75,8 @@ from fairsched.engine.dispatcher import Dispatcher
 from fairsched.engine.eta_passes import EtaColumns, EtaPasses, PassOut  # noqa: F401 - their old home
 from fairsched.engine.host import Backoff
 from fairsched.engine.leadership import Leadership, LeaseLost
-from fairsched.engine.ports import (
-    Clock,
-    DbStore,
-    LeasePort,
-    LivePublisher,
-    NotificationSource,
-    Publisher,
-    Store,
-    SystemClock,
-    TemporalClient,
-    TemporalPort,
-    Unavailable,
-)
+from fairsched.engine.ports import (Clock, DbStore, LeasePort, LivePublisher, NotificationSource, Publisher, Store,
+                                    SystemClock, TemporalClient, TemporalPort, Unavailable)
 from fairsched.engine.previews import PreviewPort, Previews
 from fairsched.engine.redis_ports import RedisLease, RedisNotifications, RedisPreviews
 from fairsched.engine.startup import Startup
@@ -545,14 +534,15 @@ class Scheduler:
         return Effects()
 
     async def _write_chunk(self, save, work, before: asyncio.Task | None = None) -> None:
-        began = self.clock.monotonic()
+        began, firsts = self.clock.monotonic(), {}
         orgs = {int(o) for o in map(self.state.queue.org_of, save[1]) if o is not None}  # (the sweep's)
         try:
             if before is not None:  # a commit in flight: written after it (what it wrote left out)
                 await asyncio.wait({before})
                 save, work = self._rounds.unwritten(save, work)
                 began = self.clock.monotonic()
-            await self.store.save_rounds_aside(*save, work, orgs=orgs)
+            firsts = self.etas.carried_firsts(save[1])  # a first start: its charts' first ETAs too
+            await self.store.save_rounds_aside(*save, work, orgs=orgs, firsts=firsts)
         except Exception as exc:  # noqa: BLE001 - its charts stay pending: the next save writes them
             delay = self._backoff["rounds"].fail(self.clock.monotonic())
             log.warning("rounds failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
@@ -564,6 +554,7 @@ class Scheduler:
                 self._backfill_chunk = None
             self._wake.set()  # the next chunk (after the tick's dispatch), or the saves it held back
         self._rounds.written(save)
+        self.etas.firsts_written(firsts)
         self._backoff["rounds"].ok()
         took = self.clock.monotonic() - began
         if took >= self.STEP_SLOW_LOG_S:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import initialize, rule
+from hypothesis.stateful import initialize, invariant, rule
 
 from fairsched.core import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
 from tests.core.twins import ORGS, TwinQueues, WorkFairQueue
@@ -115,6 +115,19 @@ class BackfillMachine(TwinQueues):
         self._both("set_weight", org, w)
         self.save()
 
+    @invariant()
+    def a_chart_still_to_write_is_not_written(self):
+        """What the first ETAs' writer leaves to the backfill (``to_write``) is a chart whose
+        round no save has written yet: the chunk that writes it carries its first ETA."""
+        bf = self.saver.backfill if hasattr(self, "saver") else None
+        if bf is None:
+            return
+        for cid in self.live.order():
+            r = self.live.round_of(cid)
+            if bf.to_write(self.live.org_of(cid), cid, r):
+                assert self.rows.get(cid, "unwritten") != r, (cid, r)
+
+
 BackfillMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestBackfillMachine = BackfillMachine.TestCase
 
@@ -145,6 +158,20 @@ def test_each_chunk_is_a_prefix_of_every_org_in_round_order_with_its_cursor():
     assert bf.extend("B", 2) == {"b2": 2} and not bf.holds("B")
     assert bf.patch(state).orgs["B"] == OrgRounds(2, 1, 0, 1)  # the real cursor again
     assert bf.next_chunk(10) == {"a4": 2} and len(bf) == 0
+
+
+def test_a_chart_is_still_to_write_until_its_orgs_written_part_passes_it():
+    """Org A (weight 2) holds rounds 0 0 1 1; a chunk writes a0 and a1 (round 0) and b0. Then
+    a2 and a3 are still to write, a1 and b0 are not; nor is a chart of a round A's charts do
+    not reach (an arrival written when its org's backfill is over), nor one of no round."""
+    rounds = {"a0": 0, "a1": 0, "a2": 1, "a3": 1, "b0": 0}
+    bf = RoundBackfill(rounds, {c: c[0].upper() for c in rounds}, {})
+    assert all(bf.to_write(c[0].upper(), c, r) for c, r in rounds.items())
+    assert bf.next_chunk(3) == {"a0": 0, "a1": 0, "b0": 0}
+    assert [c for c, r in rounds.items() if bf.to_write(c[0].upper(), c, r)] == ["a2", "a3"]
+    assert not bf.to_write("A", "a9", 5) and not bf.to_write("A", "a2", None) and not bf.to_write(None, "x", 1)
+    assert bf.next_chunk(1) == {"a2": 1}
+    assert bf.to_write("A", "a3", 1) and not bf.to_write("A", "a2", 1)  # inside round 1: exactly
 
 
 def test_a_saved_cursor_is_where_the_backfill_goes_on_from():

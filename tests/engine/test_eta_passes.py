@@ -162,6 +162,47 @@ async def test_the_first_etas_writes_are_paced_to_their_share_of_the_time(etas):
         assert host.slept == pytest.approx(rests) and host.state.unpromised == set()
 
 
+async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_write():
+    """A first start: the pass's writer records the first ETAs of the charts whose round is
+    written; the backfill's chunks carry the rest with their rounds, one row version a
+    chart; no pass starts until the backfill is over (its child would copy the pages the
+    chunks touch)."""
+    host = FakeHost(budget=1, charts=6)
+    await host.load()
+    etas, queue, rounds = EtaPasses(host), host.state.queue, host._rounds
+    try:
+        assert rounds.start_backfill(queue, set, 1) == 6
+        rounds.chunk(2)
+        head = rounds.next(queue)
+        rounds.written(head)  # the head's rounds are written
+        recorded = []
+
+        async def record(rows):
+            recorded.append(set(rows))
+            return len(rows)
+        host.store.record_first_etas = record
+        ids = [str(c) for c in range(6, 0, -1)]
+        first = EtaColumns.of({c: Eta(1.0, float(c)) for c in ids}, set(ids)).by_id()
+        await etas._record_first_etas(first, 100.0)
+        assert recorded == [{int(c) for c in head[1]}] and len(head[1]) == 2
+        etas._schedule_eta(Effects(eta_now=True), host.clock.monotonic())
+        assert etas._eta_task is None  # the backfill carries this pass's first ETAs: no pass yet
+
+        rounds.chunk(10)
+        chunk = rounds.next(queue)
+        firsts = etas.carried_firsts(chunk[1])
+        assert set(firsts) == {int(c) for c in chunk[1]} == {int(c) for c in ids} - recorded[0]
+        assert all(at == 100.0 + pk for pk, (at, _) in firsts.items())  # the pass's ETAs, at its now
+        rounds.written(chunk)
+        etas.firsts_written(firsts)
+        assert host.state.unpromised == set() and not rounds.backfilling
+        etas._schedule_eta(Effects(eta_now=True), host.clock.monotonic())
+        assert etas._eta_task is not None and etas._carry is None  # the backfill is over: the next pass
+    finally:
+        for task in host._tasks:
+            task.cancel()
+
+
 async def test_many_events_go_out_as_one_batch(etas):
     host = etas.host
     await etas._broadcast([{"kind": "queued", "chart": i} for i in range(host.MAX_EVENTS_PER_TICK + 1)])
