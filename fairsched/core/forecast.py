@@ -105,7 +105,9 @@ class Forecaster:
         self._first_at: float | None = None
         self._log_var_n = 0
         self._log_var_sum = 0.0  # pooled within-pair variance of log durations
-        self._promised: dict[str, tuple[float, float]] = {}  # chart id -> (when, first ETA), until it finishes
+        # chart id -> when + first ETA * 1j, until it finishes: a complex is one object of 32
+        # bytes where a tuple of two floats is three of 104 (at 1M promises, 60 MB against 129)
+        self._promised: dict[str, complex] = {}
         self._ratios: deque[float] = deque(maxlen=params.calibration_n)
         self._q90: float | None = None
 
@@ -144,7 +146,7 @@ class Forecaster:
     def record_eta(self, chart_id: str, at: float, eta_at: float) -> None:
         """The first ETA given for a chart (absolute), at ``at``: when it finishes, how far
         off it was calibrates :meth:`p90_finish`. Later calls for the same chart are ignored."""
-        self._promised.setdefault(chart_id, (at, eta_at))
+        self._promised.setdefault(chart_id, complex(at, eta_at))
 
     def forget(self, chart_id: str) -> None:
         """A chart that will never finish (cancelled, deleted): drop its promise."""
@@ -156,7 +158,7 @@ class Forecaster:
         if chart_id is not None:
             promised = self._promised.pop(chart_id, None)
             if promised is not None and finished_at is not None:
-                self.observe_promise(promised[0], promised[1], finished_at)
+                self.observe_promise(promised.real, promised.imag, finished_at)
         if not (seconds >= 0.0) or math.isinf(seconds):
             return
         p = self._pairs.get((org, workflow))
