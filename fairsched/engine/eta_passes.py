@@ -167,8 +167,10 @@ class EtaPasses(Part):
                 self._eta_due = min(self._eta_due, self._eta_last_end + self._eta_soon_gap())
         if fx.eta_now:
             self._eta_now = True
+        if self._carry is not None and not self.host._rounds.backfilling:
+            self._end_carry()  # the backfill is over
         if (self._eta_now or self.clock.monotonic() >= self._eta_due) and self._eta_task is None \
-                and self.host._backoff["eta"].ready(now) and not self._carrying():
+                and self.host._backoff["eta"].ready(now):
             self._start_eta_pass()
 
     def _eta_soon_gap(self) -> float:
@@ -181,6 +183,8 @@ class EtaPasses(Part):
         fork; or in a thread, on a copy the loop takes first (:meth:`LiveState.capture`,
         milliseconds)."""
         self._eta_now = False
+        if self._carry is not None:
+            self._end_carry()
         now = self.clock.time()
         captured = None
         if self.host.eta_pass_in is EtaPassIn.THREAD:
@@ -366,27 +370,26 @@ class EtaPasses(Part):
 
         While a backfill writes rounds (a first start), the charts it has still to write are
         left to it: each of its chunks writes their first ETAs with their rounds, one new
-        version of each row instead of two (:meth:`carried_firsts`). The next pass starts
-        after the backfill (:meth:`_carrying`): the chunks change the set of charts without
-        a first ETA, and a child alive meanwhile would copy the pages they touch
-        (docs/architecture.md, "The first ETAs are paced"). What the backfill did not carry
-        (an org it dropped, a dispatch's own writes) the next pass gives."""
+        version of each row instead of two (:meth:`carried_firsts`), until the backfill ends
+        or the next pass starts (:meth:`_end_carry`). What it did not carry (an org it
+        dropped, a dispatch's own writes, the charts written while that pass ran) the next
+        pass gives."""
         if self.host._rounds.backfill is not None:
             self._carry = (first, now)
         await self._write_first_etas(first, now)
         if self._carry is None:
             self._shrink_unpromised(len(first))
 
-    def _carrying(self) -> bool:
-        """A backfill carries a pass's first ETAs (:meth:`_record_first_etas`): until it ends,
-        no pass starts."""
-        if self._carry is not None and not self.host._rounds.backfilling:
-            first, _ = self._carry
-            self._carry = None
-            self._shrink_unpromised(len(first))
-            del first
-            heap.give_back()  # the columns, freed (24 MB at 1M)
-        return self._carry is not None
+    def _end_carry(self) -> None:
+        """The backfill's chunks carry no more first ETAs: it is over, or a pass starts. Not
+        beside a pass's child: each carried chunk changes the set of charts without a first
+        ETA and the forecast's promises, and each page the parent changes while the child
+        lives becomes the child's own (docs/architecture.md, "The first ETAs are paced")."""
+        first, _ = self._carry
+        self._carry = None
+        self._shrink_unpromised(len(first))
+        del first
+        heap.give_back()  # the columns, freed (24 MB at 1M)
 
     def _shrink_unpromised(self, was: int) -> None:
         if self.state is not None and was > 10 * len(self.state.unpromised):

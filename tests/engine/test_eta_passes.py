@@ -165,8 +165,7 @@ async def test_the_first_etas_writes_are_paced_to_their_share_of_the_time(etas):
 async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_write():
     """A first start: the pass's writer records the first ETAs of the charts whose round is
     written; the backfill's chunks carry the rest with their rounds, one row version a
-    chart; no pass starts until the backfill is over (its child would copy the pages the
-    chunks touch)."""
+    chart, until the backfill is over."""
     host = FakeHost(budget=1, charts=6)
     await host.load()
     etas, queue, rounds = EtaPasses(host), host.state.queue, host._rounds
@@ -185,8 +184,6 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
         first = EtaColumns.of({c: Eta(1.0, float(c)) for c in ids}, set(ids)).by_id()
         await etas._record_first_etas(first, 100.0)
         assert recorded == [{int(c) for c in head[1]}] and len(head[1]) == 2
-        etas._schedule_eta(Effects(eta_now=True), host.clock.monotonic())
-        assert etas._eta_task is None  # the backfill carries this pass's first ETAs: no pass yet
 
         rounds.chunk(10)
         chunk = rounds.next(queue)
@@ -196,8 +193,30 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
         rounds.written(chunk)
         etas.firsts_written(firsts)
         assert host.state.unpromised == set() and not rounds.backfilling
+        etas._schedule_eta(Effects(), host.clock.monotonic())
+        assert etas._carry is None  # the backfill is over: the columns are let go
+    finally:
+        for task in host._tasks:
+            task.cancel()
+
+
+async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
+    """The chunks carry first ETAs only between passes: while a pass's child lives the
+    parent changes no set and no promise it shares with the child. The charts they then
+    write without their first ETA get it from the next pass's writer."""
+    host = FakeHost(budget=1, charts=6)
+    await host.load()
+    etas, queue, rounds = EtaPasses(host), host.state.queue, host._rounds
+    try:
+        rounds.start_backfill(queue, set, 1)
+        ids = [str(c) for c in range(1, 7)]
+        await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in ids}, set(ids)).by_id(), 0.0)
+        rounds.chunk(2)
+        assert len(etas.carried_firsts(rounds.next(queue)[1])) == 2
         etas._schedule_eta(Effects(eta_now=True), host.clock.monotonic())
-        assert etas._eta_task is not None and etas._carry is None  # the backfill is over: the next pass
+        assert etas._eta_task is not None and etas._carry is None
+        assert etas.carried_firsts(rounds.next(queue)[1]) == {}
+        assert len(host.state.unpromised) == 6  # all still to record (nothing was committed)
     finally:
         for task in host._tasks:
             task.cancel()
