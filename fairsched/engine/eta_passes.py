@@ -402,8 +402,9 @@ class EtaPasses(Part):
             state = self.state
             if state is None:
                 return
-            etas = first.part(lo, lo + self.FIRST_ETAS_PER_WRITE)
-            chunk = [cid for cid in etas if cid in state.unpromised]  # since promised at dispatch
+            hi = lo + self.FIRST_ETAS_PER_WRITE
+            unpromised = state.unpromised
+            chunk = [cid for cid in map(str, first.ids[lo:hi]) if cid in unpromised]  # since promised at dispatch
             bf = self.host._rounds.backfill if self._carry is not None else None
             if bf is not None:  # left to the backfill's chunks
                 queue = state.queue
@@ -411,6 +412,7 @@ class EtaPasses(Part):
             if not chunk:
                 await asyncio.sleep(0)  # (a million charts filtered: the loop goes on between parts)
                 continue
+            etas = first.part(lo, hi)
             began = self.clock.monotonic()
             await self.store.record_first_etas(state.first_etas(etas, now, chunk))
             state.unpromised.difference_update(chunk)
