@@ -85,10 +85,14 @@ def _write_chart_work(work: Work) -> None:
                            [(est, share, int(cid)) for cid, (est, share) in sorted(work.items(), key=lambda i: int(i[0]))])
 
 
+def _utc(at: float | None) -> datetime | None:
+    """Epoch seconds as an aware datetime (None stays None)."""
+    return None if at is None else datetime.fromtimestamp(at, tz=timezone.utc)
+
+
 def first_eta_values(firsts: Firsts) -> list[tuple[datetime, datetime, int]]:
     """``firsts`` as ``(first ETA, bound, chart id)`` rows for :func:`_update_columns`."""
-    ts = lambda at: datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
-    return [(ts(at), ts(bound), pk) for pk, (at, bound) in firsts.items()]
+    return [(_utc(at), _utc(bound), pk) for pk, (at, bound) in firsts.items()]
 
 
 def _write_chart_rounds(changes: dict[str, int | None], firsts: Firsts | None = None, batch: int = 20_000) -> None:
@@ -115,23 +119,22 @@ def _write_chart_rounds(changes: dict[str, int | None], firsts: Firsts | None = 
     with connection.cursor() as cursor:
         for i in range(0, len(items), batch):
             part = items[i:i + batch]
-            fp = [firsts.get(cid, (None, None)) for cid, _ in part] if firsts else None
+            # each chart's (first ETA, bound), None where the chunk carries none
+            fp = [tuple(map(_utc, firsts.get(cid, (None, None)))) for cid, _ in part] if firsts else None
             if connection.vendor == "postgresql":
                 _lock_in_id_order(cursor, table, [cid for cid, _ in part])
                 if fp is None:
                     cursor.execute(f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[]) "
                                    f"AS d(id, r) WHERE c.id = d.id", [[cid for cid, _ in part], [r for _, r in part]])
                     continue
-                ts = lambda at: None if at is None else datetime.fromtimestamp(at, tz=timezone.utc)  # noqa: E731
                 cursor.execute(
                     f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], "
                     f"%s::timestamptz[]) AS d(id, r, f, p) WHERE c.id = d.id",
-                    [[cid for cid, _ in part], [r for _, r in part], [ts(f) for f, _ in fp], [ts(p) for _, p in fp]])
+                    [[cid for cid, _ in part], [r for _, r in part], [f for f, _ in fp], [p for _, p in fp]])
             elif connection.vendor == "sqlite":
                 rows, cols = part, "json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS r"
                 if fp is not None:
-                    text = lambda at: None if at is None else connection.ops.adapt_datetimefield_value(  # noqa: E731
-                        datetime.fromtimestamp(at, tz=timezone.utc))
+                    text = connection.ops.adapt_datetimefield_value  # (None stays None)
                     rows = [(cid, r, text(f), text(p)) for (cid, r), (f, p) in zip(part, fp)]
                     cols += ", json_extract(value, '$[2]') AS f, json_extract(value, '$[3]') AS p"
                 cursor.execute(f"UPDATE {table} AS c SET {sets} FROM (SELECT {cols} FROM json_each(%s)) AS d "
