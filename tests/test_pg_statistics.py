@@ -183,7 +183,7 @@ def test_a_chunk_written_aside_is_followed_by_the_sweep(monkeypatch):
     from fairsched.engine.ports import DbStore
 
     calls = []
-    monkeypatch.setattr(db, "save_rounds", lambda state, changes, work=None: calls.append("save"))
+    monkeypatch.setattr(db, "save_rounds", lambda state, changes, work=None, firsts=None: calls.append("save"))
     monkeypatch.setattr(pg_statistics, "sweep_unrounded_heads", lambda orgs=None: calls.append(("sweep", orgs)))
     asyncio.run(DbStore().save_rounds_aside(RoundState(0, 10, {}), {}, None, orgs={3, 1}))
     asyncio.run(DbStore().save_rounds_aside(RoundState(0, 10, {}), {}, None))

@@ -208,10 +208,7 @@ def _save_rounds_swept(state: RoundState, changes: dict[str, int | None], work: 
     """A backfill's chunk written (with the first ETAs it carries), then the index entries
     its rows left dead swept (``pg_statistics.sweep_unrounded_heads``: a restart's head
     read skips them)."""
-    if firsts:
-        db.save_rounds(state, changes, work, firsts)
-    else:
-        db.save_rounds(state, changes, work)
+    db.save_rounds(state, changes, work, firsts)
     pg_statistics.sweep_unrounded_heads(orgs)
 
 
