@@ -283,13 +283,20 @@ class Forecaster:
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-        ph = _PhantomRounds(queue, _Phantoms(self, now, queue.weights, queue.cost_of, mean)
+        ph = _PhantomRounds(queue, self.expected_arrivals(now, queue.weights, queue.cost_of, mean)
                             if p.phantoms and lanes else None)
         real = _RealCharts(own)
         # the lane walk (rules.lane_pass) over the order with the phantoms let in as it goes
         starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes, finishes=False)
         walked = real.collect(starts, etas, org_clear)
         return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
+
+    def expected_arrivals(self, now: float, weights: dict, cost_of: Callable, mean: Callable) -> "_Phantoms":
+        """The arrivals a pass at ``now`` lets in as it walks: each org's expected next
+        charts (:class:`_Phantoms`). ``bench/eta.py`` overrides it with the true future
+        arrivals, which no ETA may know, to measure how far the forecast is from the pass's
+        own limit (any object with ``_Phantoms.arrive_until`` will do)."""
+        return _Phantoms(self, now, weights, cost_of, mean)
 
 
 class _PhantomRounds:

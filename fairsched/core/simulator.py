@@ -91,18 +91,23 @@ def simulate(
     quantum_s: float = DEFAULT_QUANTUM_S,
     dispatch: Dispatch | str = Dispatch.STRICT,
     depth: int = DEFAULT_DEPTH,
+    forecaster: Forecaster | None = None,
 ) -> SimResult:
     """Run the trace to completion (or until nothing more can start).
 
     ``eta_model``: ``"lanes"`` (the lane simulation of the order) or
     ``"forecast"`` (:mod:`fairsched.core.forecast`, told each arrival and each
-    finish as it happens, so it knows only the past). Dispatch never reads it."""
+    finish as it happens, so it knows only the past). Dispatch never reads it.
+    ``forecaster``: the forecast model's :class:`Forecaster`, new and told nothing yet
+    (default: one of ``estimate`` and ``forecast_params``)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     if eta_model not in ETA_MODELS:
         raise ValueError(f"unknown eta_model {eta_model!r}")
     policy, eta_model = Policy(policy), EtaModel(eta_model)
-    fc = Forecaster(estimate, forecast_params or ForecastParams()) if eta_model is EtaModel.FORECAST else None
+    fc = None
+    if eta_model is EtaModel.FORECAST:
+        fc = forecaster if forecaster is not None else Forecaster(estimate, forecast_params or ForecastParams())
     sim = _Sim(arrivals, events, budget=budget, weights=weights, costs=costs, estimate=estimate,
                policy=policy, forecaster=fc, share=share, quantum_s=quantum_s, dispatch=dispatch, depth=depth)
     while True:

@@ -190,3 +190,33 @@ def test_no_peeking_forecast_at_arrival_uses_only_the_past(case):
     # and the check can fail: the forecast does read durations that are known
     assert [c.start_s for c in replay.charts if c.start_s is not None and c.start_s <= t] == \
         [by_id[c.id].start_s for c in replay.charts if c.start_s is not None and c.start_s <= t]
+
+
+def _bench_eta():
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("bench_eta", Path(__file__).resolve().parents[2] / "bench" / "eta.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_told_the_true_arrivals_and_exact_durations_the_forecast_pass_is_exact():
+    """``bench/eta.py``'s foresight (the pass's ``expected_arrivals`` replaced by the real
+    future arrivals) is the forecast's limit: with every duration equal to its estimate,
+    each ETA at arrival is the chart's actual finish; the forecast, which cannot know the
+    arrivals, is not. So what separates the two on a trace is the arrivals alone."""
+    eta = _bench_eta()
+    trace = eta.make_trace(seed=11, n_orgs=4, hours=1.0, budget=6, sigma=0.0, tail_hours=0.5)
+    avg = {(a["org"], a["workflow"]): a["avg_s"] for a in trace["averages"]}
+    for a in trace["arrivals"]:
+        a["actual_s"] = avg[(a["org"], a["workflow"])]
+
+    def worst(model):
+        charts = eta.run_model(trace, model)
+        errs = [abs(c["eta"] - c["finish_s"]) for c in charts if c["eta"] is not None]
+        assert len(errs) == len(trace["arrivals"]) == 38
+        return max(errs)
+
+    assert worst("foresight") < 1e-6
+    assert worst("forecast") > 600.0
