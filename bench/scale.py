@@ -17,7 +17,11 @@ For each backlog size (a small baseline first, then the sizes asked for), in one
    ORM one by one; each goes to the head and fits the free unit at once. Created ->
    started on Temporal, p50 and p95. ``peak_mb``: the scheduler's RSS plus its
    children's own memory (USS), at its highest from the idle window to the last probe
-   (``peak_at``: its two parts, and when it was, from the window's start);
+   (``peak_at``: its two parts, and when it was, from the window's start).
+   ``probe_run_max_ms``: the longest probe's run on Temporal, start to close;
+   ``finish_seen_max_ms``: the longest from a probe's close on Temporal to the
+   scheduler's ``finish chart`` line (a probe waits for the last one's finish when the
+   budget has one unit free); each probe's in ``probes-<size>.json``;
 5. web, against the running scheduler's snapshot:
    ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
    several offsets and the admin chart list, through Django's test client in this
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import os
 import re
 import subprocess
@@ -160,7 +165,10 @@ async def first_start(temporal_url: str, since: float, timeout: float) -> float 
     return None
 
 
-async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0) -> dict[int, float]:
+async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0,
+                      closes: dict[int, float] | None = None) -> dict[int, float]:
+    """Each chart's workflow start on Temporal; ``closes``, if given, gets each one's close
+    (Temporal's ``close_time``) once all have started."""
     from temporalio.client import Client
 
     client = await Client.connect(temporal_url)
@@ -174,9 +182,20 @@ async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0) 
             pk = int(wf.id.rsplit("-", 1)[1])
             if pk in wanted:
                 out[pk] = wf.start_time.timestamp()
-        if len(out) == len(ids):
+                if closes is not None and wf.close_time is not None:
+                    closes[pk] = wf.close_time.timestamp()
+        if len(out) == len(ids) and (closes is None or len(closes) == len(ids)):
             break
         await asyncio.sleep(0.3)
+    return out
+
+
+def finish_lines(log: str) -> dict[int, float]:
+    """When the scheduler recorded each chart's finish: its ``finish chart #N`` log line's time."""
+    out = {}
+    for m in re.finditer(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) \S+ \S+ finish chart #(\d+) ", log, re.M):
+        at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
+        out[int(m.group(2))] = at.timestamp()
     return out
 
 
@@ -293,12 +312,25 @@ print("PROBES", json.dumps(out))
         import json
 
         created = {int(k): v for k, v in json.loads(out.stdout.split("PROBES", 1)[1]).items()}
-        started = asyncio.run(start_times(temporal_url, list(created)))
+        closed: dict[int, float] = {}
+        started = asyncio.run(start_times(temporal_url, list(created), closes=closed))
         lat = [started[c] - created[c] for c in created if c in started]
-        # each probe's chart id, creation and latency, to read beside the scheduler's log
+        seen = finish_lines(stack.log("runscheduler"))
+
+        def ms(a, b):
+            return round((b - a) * 1000, 1) if a is not None and b is not None else None
+
+        # each probe's chart id, creation and latency; its run on Temporal (start to close)
+        # and how long after the close the scheduler recorded the finish (a probe's finish
+        # frees the budget the next probe waits for)
         (tmp / f"probes-{size}.json").write_text(json.dumps(
-            {c: {"created": created[c], "ms": round((started[c] - created[c]) * 1000, 1)} for c in created
-             if c in started}, indent=1))
+            {c: {"created": created[c], "ms": ms(created[c], started[c]),
+                 "run_ms": ms(started[c], closed.get(c)), "seen_ms": ms(closed.get(c), seen.get(c))}
+             for c in created if c in started}, indent=1))
+        seen_lag = [seen[c] - closed[c] for c in created if c in seen and c in closed]
+        fig["finish_seen_max_ms"] = max(seen_lag) * 1000 if seen_lag else None
+        runs = [closed[c] - started[c] for c in created if c in closed and c in started]
+        fig["probe_run_max_ms"] = max(runs) * 1000 if runs else None
         fig["probes_started"] = f"{len(lat)}/{len(created)}"
         fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
