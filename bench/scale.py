@@ -21,7 +21,10 @@ For each backlog size (a small baseline first, then the sizes asked for), in one
    ``probe_run_max_ms``: the longest probe's run on Temporal, start to close;
    ``finish_seen_max_ms``: the longest from a probe's close on Temporal to the
    scheduler's ``finish chart`` line (a probe waits for the last one's finish when the
-   budget has one unit free); each probe's in ``probes-<size>.json``;
+   budget has one unit free); each probe's in ``probes-<size>.json``, with where its
+   latency went (p50 and p95 as ``probe_*_ms``): the tick's steps before its dispatch,
+   the dispatch's plan and read, its start on Temporal, and the rest (the new chart's
+   note on its way to the scheduler, the wait for the loop);
 5. web, against the running scheduler's snapshot:
    ``/orgs/<largest>/status.json``, the org page, ``/dashboard/order.json`` at
    several offsets and the admin chart list, through Django's test client in this
@@ -190,6 +193,14 @@ async def start_times(temporal_url: str, ids: list[int], timeout: float = 30.0,
     return out
 
 
+def dispatch_lines(log: str) -> dict[int, tuple[float, float, float]]:
+    """Each chart's dispatch, from its ``dispatch chart #N`` line: (the tick's steps before
+    the dispatch, its plan and read, its start on Temporal), in milliseconds."""
+    return {int(m.group(1)): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in re.finditer(
+        r"dispatch chart #(\d+) .*\(the tick before it (\d+) ms, plan and read (\d+) ms, start on Temporal (\d+) ms\)",
+        log)}
+
+
 def finish_lines(log: str) -> dict[int, float]:
     """When the scheduler recorded each chart's finish: its ``finish chart #N`` log line's time."""
     out = {}
@@ -316,6 +327,7 @@ print("PROBES", json.dumps(out))
         started = asyncio.run(start_times(temporal_url, list(created), closes=closed))
         lat = [started[c] - created[c] for c in created if c in started]
         seen = finish_lines(stack.log("runscheduler"))
+        steps = dispatch_lines(stack.log("runscheduler"))
 
         def ms(a, b):
             return round((b - a) * 1000, 1) if a is not None and b is not None else None
@@ -325,8 +337,21 @@ print("PROBES", json.dumps(out))
         # frees the budget the next probe waits for)
         (tmp / f"probes-{size}.json").write_text(json.dumps(
             {c: {"created": created[c], "ms": ms(created[c], started[c]),
+                 "tick_before_ms": steps.get(c, (None,) * 3)[0], "plan_ms": steps.get(c, (None,) * 3)[1],
+                 "start_ms": steps.get(c, (None,) * 3)[2],
                  "run_ms": ms(started[c], closed.get(c)), "seen_ms": ms(closed.get(c), seen.get(c))}
              for c in created if c in started}, indent=1))
+        # where a probe's latency went: the tick's steps before its dispatch, the dispatch's
+        # plan and read, its start on Temporal, and the rest (the note's way to the scheduler
+        # and the wait for the loop to wake)
+        parts = {"tick_before": [], "plan": [], "start": [], "rest": []}
+        for c in created:
+            if c in started and c in steps:
+                tick, plan_, start_ = steps[c]
+                for k, v in zip(parts, (tick, plan_, start_, (started[c] - created[c]) * 1000 - tick - plan_ - start_)):
+                    parts[k].append(v)
+        for k, xs in parts.items():
+            fig[f"probe_{k}_ms"] = (pct(xs, 50), pct(xs, 95)) if xs else None
         seen_lag = [seen[c] - closed[c] for c in created if c in seen and c in closed]
         fig["finish_seen_max_ms"] = max(seen_lag) * 1000 if seen_lag else None
         runs = [closed[c] - started[c] for c in created if c in closed and c in started]

@@ -58,6 +58,8 @@ class Starts:
     closed: dict[int, Outcome] = field(default_factory=dict)   # its workflow had already closed
     refused: dict[str, str] = field(default_factory=dict)      # chart -> its error: fail it, it can never start
     retry: list[str] = field(default_factory=list)             # failed, may start later: back dispatch off
+    # seconds: the tick's steps before the dispatch, its plan and read, its starts on Temporal
+    took: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def started(self, at: float) -> dict[str, tuple[str, float]]:
         """chart -> (run id, start time), for :meth:`LiveState.commit_dispatch`."""

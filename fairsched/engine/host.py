@@ -59,6 +59,7 @@ class Host(Protocol):
     _tasks: list[asyncio.Task]
     _stop: asyncio.Event
     _wake: asyncio.Event
+    _tick_at: float              # when the current tick began (monotonic; a dispatch's line says what went before)
     _resync_requested: bool
     _backoff: dict[str, Backoff]
     _chunk: asyncio.Task | None  # the round state's save in flight (a backfill's chunk, a chained commit)

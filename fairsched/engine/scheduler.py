@@ -194,6 +194,7 @@ class Scheduler:
         self._stop_requested: tuple[float, str] | None = None  # (monotonic time, phase) of the stop request
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._tick_at = 0.0  # when the current tick began (monotonic): a dispatch's line says what went before it
         self._notes: list[Note] = []
         self._finished: list[tuple[int, Outcome]] = []
         self._slow_steps: dict[str, tuple[int, float, float]] = {}  # name -> (not logged, longest, logged at)
@@ -391,6 +392,7 @@ class Scheduler:
     async def tick(self) -> None:
         """One pass of the loop (see the module docstring). Never raises on I/O errors."""
         self._wake.clear()
+        self._tick_at = self.clock.monotonic()
         if self.state is None:
             return
         if self.startup._whole_ready is not None:

@@ -39,6 +39,7 @@ class FakeHost:
         self._tasks: list[asyncio.Task] = []
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._tick_at = 0.0
         self._resync_requested = False
         self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
                          for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel", "rounds",
