@@ -1,0 +1,55 @@
+"""The scheduler's database connections: one a thread, kept from one call to the next
+(``db.keep_connections``, called by ``manage.py runscheduler``), not one a call."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection, connections
+
+from charts.models import Chart
+from fairsched.engine import db
+from tests.factories import make_org, make_workflow
+
+pytestmark = pytest.mark.django_db(transaction=True)  # outside a test's transaction: connections close
+
+
+@pytest.fixture
+def max_age():
+    """The settings' CONN_MAX_AGE, put back after the test (it is the process's)."""
+    before = {alias: connections.settings[alias]["CONN_MAX_AGE"] for alias in connections}
+    yield
+    for alias, value in before.items():
+        connections.settings[alias]["CONN_MAX_AGE"] = value
+    connection.close()
+
+
+def _backend() -> int:
+    """The server process behind this thread's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def test_the_scheduler_keeps_its_connection_from_one_call_to_the_next(max_age):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's case (SQLite's backend keeps its connections already)")
+    chart = Chart.objects.create(org=make_org("Acme"), workflow=make_workflow("code"))
+    db.read_for_start([chart.pk])
+    first = _backend()
+    db.read_for_start([chart.pk])
+    assert _backend() != first  # the settings' default (the web's): a new connection each call
+
+    db.keep_connections()
+    db.read_for_start([chart.pk])
+    kept = _backend()
+    assert db.read_for_start([chart.pk])[chart.pk].row.id == chart.pk
+    db.mark_running([(chart.pk, 1, "run-1", 1_800_000_000.0)])
+    assert _backend() == kept
+    assert Chart.objects.get(pk=chart.pk).state == "running"
+
+
+def test_sqlite_settings_are_left_alone(max_age):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's case")
+    before = connections.settings["default"]["CONN_MAX_AGE"]
+    db.keep_connections()
+    assert connections.settings["default"]["CONN_MAX_AGE"] == before
