@@ -1,11 +1,13 @@
-"""The scheduler's database connections: one a thread, kept from one call to the next
-(``db.keep_connections``, called by ``manage.py runscheduler``), not one a call."""
+"""The scheduler's and the worker's database connections: one a thread, kept from one call
+to the next (``common.connections.keep_connections``, called by ``manage.py runscheduler``
+and ``runworker``), not one a call."""
 from __future__ import annotations
 
 import pytest
 from django.db import connection, connections
 
 from charts.models import Chart
+from common.connections import keep_connections
 from fairsched.engine import db
 from tests.factories import make_org, make_workflow
 
@@ -38,7 +40,7 @@ def test_the_scheduler_keeps_its_connection_from_one_call_to_the_next(max_age):
     db.read_for_start([chart.pk])
     assert _backend() != first  # the settings' default (the web's): a new connection each call
 
-    db.keep_connections()
+    keep_connections()
     db.read_for_start([chart.pk])
     kept = _backend()
     assert db.read_for_start([chart.pk])[chart.pk].row.id == chart.pk
@@ -51,5 +53,5 @@ def test_sqlite_settings_are_left_alone(max_age):
     if connection.vendor != "sqlite":
         pytest.skip("SQLite's case")
     before = connections.settings["default"]["CONN_MAX_AGE"]
-    db.keep_connections()
+    keep_connections()
     assert connections.settings["default"]["CONN_MAX_AGE"] == before

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.db import close_old_connections as _close_old_connections
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
@@ -51,25 +51,6 @@ def _ts(d: datetime | None) -> float | None:
 
 
 _snapshot = threading.local()  # .open: this thread reads inside one snapshot (read_streamed)
-
-
-KEEP_CONNECTIONS_S = 300.0
-
-
-def keep_connections(max_age_s: float = KEEP_CONNECTIONS_S) -> None:
-    """Keep this process's database connections open from one call to the next, for
-    ``max_age_s`` (Django's ``CONN_MAX_AGE``), where the settings open one per request
-    (``CONN_MAX_AGE = 0``, right for the web under ASGI). For the scheduler: each of its
-    threads holds one connection and calls :func:`close_old_connections` before its work,
-    which with ``CONN_MAX_AGE = 0`` closed the connection every time, so that each call
-    opened a new one: a dispatch's two reads took 5.9-6.1 ms each on PostgreSQL against
-    1.1-1.3 ms on a kept connection (one process, 200 reads). PostgreSQL only: SQLite's
-    backend keeps its closed connections for the next connect already
-    (``common.pooled_sqlite3``). A connection the server dropped is still found out before
-    use (``CONN_HEALTH_CHECKS``, set for PostgreSQL in the settings)."""
-    for alias in connections:
-        if connections.settings[alias]["ENGINE"] != "common.pooled_sqlite3":
-            connections.settings[alias]["CONN_MAX_AGE"] = max_age_s
 
 
 def close_old_connections() -> None:

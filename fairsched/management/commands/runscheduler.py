@@ -17,8 +17,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from common.connections import keep_connections
 from control.deployment import DeploymentMismatch
-from fairsched.engine import db
 from fairsched.engine.scheduler import Scheduler
 from fairsched.runtime.shutdown import StopDeadline
 
@@ -56,7 +56,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         sys.setswitchinterval(self.GIL_SWITCH_INTERVAL_S)
-        db.keep_connections()  # a connection a thread, kept: not one a call
+        keep_connections()  # a connection a thread, kept: not one a call
         scheduler = self.make_scheduler(opts)
         deadline = StopDeadline(name="scheduler", timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S,
                                 phase=lambda: scheduler.phase, on_force=scheduler.release_lease_now)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from common.connections import keep_connections
 from control.deployment import check_deployment
 from fairsched.temporal.worker import main
 
@@ -19,6 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--task-queue", default=None, help="default: settings.FAIRSCHED_TASK_QUEUE")
 
     def handle(self, *args, **opts) -> None:
+        keep_connections()  # its activities write through one thread: one connection, kept
         check_deployment()
         main(address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
              task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE,
