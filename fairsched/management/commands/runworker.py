@@ -20,8 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--task-queue", default=None, help="default: settings.FAIRSCHED_TASK_QUEUE")
 
     def handle(self, *args, **opts) -> None:
-        keep_connections()  # its activities write through one thread: one connection, kept
         check_deployment()
+        # its activities write through one thread: one connection, kept (after the check: a
+        # refusal leaves the process's settings as they were)
+        keep_connections()
         main(address=settings.TEMPORAL_ADDRESS, namespace=settings.TEMPORAL_NAMESPACE,
              task_queue=opts["task_queue"] or settings.FAIRSCHED_TASK_QUEUE,
              stop_timeout_s=settings.FAIRSCHED_STOP_TIMEOUT_S, redis_url=settings.REDIS_URL)
