@@ -151,6 +151,20 @@ def _workflow_ids(request) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _connection_settings_restored() -> Iterator[None]:
+    """A command run in this process (``call_command``) may set what its own process keeps
+    (``common.connections.keep_connections``: ``CONN_MAX_AGE``); the next test gets the
+    settings' value back. (``runworker`` refusing a deployment once left it for the rest
+    of an xdist worker, and two later tests failed on it.)"""
+    from django.db import connections
+
+    before = {alias: connections.settings[alias].get("CONN_MAX_AGE") for alias in connections}
+    yield
+    for alias, value in before.items():
+        connections.settings[alias]["CONN_MAX_AGE"] = value
+
+
+@pytest.fixture(autouse=True)
 def _no_real_notifications(request) -> Iterator[None]:
     """Outside integration tests, notifications never leave the process. In every test this
     process sends them itself, at the commit: a test that imported ``config.asgi`` (which
