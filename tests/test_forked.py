@@ -129,6 +129,15 @@ def test_the_child_runs_at_the_niceness_asked_for_above_its_parent():
     assert niceness == min(19, os.nice(0) + 5)
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_a_niced_child_runs_under_the_idle_policy_and_its_parent_does_not():
+    policy = asyncio.run(forked.run_forked(lambda: os.sched_getscheduler(0), name="pass", timeout_s=30, nice=5))
+    assert policy == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE
+    assert asyncio.run(forked.run_forked(lambda: os.sched_getscheduler(0), name="pass", timeout_s=30,
+                                         nice=0)) == os.sched_getscheduler(0)
+
+
 def test_a_raise_in_the_child_is_a_clear_error_with_its_traceback():
     def fn():
         raise ValueError("the pass met a chart it cannot place")

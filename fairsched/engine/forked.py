@@ -131,12 +131,25 @@ def _detach(parent: int) -> None:
         os._exit(1)
 
 
+def _idle_policy() -> None:
+    """(Linux) A niced child runs under ``SCHED_IDLE`` too: a thread of any other process that
+    wakes (Temporal's server answering a start, PostgreSQL, the parent's loop) takes the core
+    from it at once, where a nice of 10 alone still leaves it a share and a wait. It still
+    runs, at the lowest weight, on a machine that is never idle."""
+    if hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:  # not allowed here: the nice stays
+            pass
+
+
 def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int, timeout_s: float | None = None) -> None:
     global _to_parent
     _detach(parent)
     _to_parent = send
     if nice:
         os.nice(nice)
+        _idle_policy()
     if timeout_s:
         # Just before the parent kills it for overrunning, every thread's stack goes to
         # stderr (the scheduler's log): a child that hangs says where (faulthandler's own
