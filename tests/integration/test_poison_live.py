@@ -26,6 +26,7 @@ from tests.integration.test_scheduler_live import (  # noqa: F401 - user_worker 
     closed_in_temporal,
     configure,
     executions_per_chart,
+    held,
     peak_of,
     states,
     user_worker,
@@ -166,6 +167,6 @@ def test_chaos_poison_charts_and_sigkills_lose_nothing_repeat_nothing_and_never_
     assert set(executions_per_chart(temporal, ordinary).values()) == {1}  # each ran exactly once
     started = [c for c in poison if temporal.exists(workflow_id(c))]  # the DemoCharts that refused their payload
     closed = closed_in_temporal(temporal, ordinary + started, timeout=30)
-    intervals = [(d.start_time.timestamp(), d.close_time.timestamp(), cost[c], c) for c, d in closed.items()]
+    intervals = [(*held(c, d), cost[c], c) for c, d in closed.items()]
     peak, at_peak = peak_of(intervals)
     assert peak <= budget, f"cost {peak} ran at once; (start, close, cost, chart): {at_peak}"

@@ -17,7 +17,7 @@ from control.services import policies_set
 from fairsched.temporal.shared import workflow_id
 from tests.factories import make_chart, make_org, make_workflow
 from tests.integration.conftest import wait_until
-from tests.integration.test_scheduler_live import (all_final, closed_in_temporal, configure, max_concurrent_cost,
+from tests.integration.test_scheduler_live import (all_final, closed_in_temporal, configure, held, max_concurrent_cost,
                                                     states)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -57,8 +57,7 @@ def test_switching_to_work_and_backfill_while_charts_run_reorders_dispatch_withi
     # Acme's (12 s, four turns each) from the turn A1 took: A2 round 4, A3 8, A4 12
     started = {c: d.start_time.timestamp() for c, d in closed_in_temporal(temporal, ids).items()}
     assert sorted(ids, key=started.get) == [a1, b1, b2, b3, b4, a2, b5, b6, a3, a4], sched.log()[-3000:]
-    intervals = [(d.start_time.timestamp(), d.close_time.timestamp(), 1)
-                 for d in closed_in_temporal(temporal, ids).values()]
+    intervals = [(*held(c, d), 1) for c, d in closed_in_temporal(temporal, ids).items()]
     assert max_concurrent_cost(intervals) == 1  # the budget, never more
     assert {len(temporal.executions(workflow_id(c))) for c in ids} == {1}
 
@@ -100,7 +99,7 @@ def test_backfill_switched_on_while_a_wide_chart_waits_starts_the_short_one_behi
     wait_until(lambda: all_final(ids), timeout=40, what="all charts final")
     assert set(states(ids).values()) == {"succeeded"}, sched.log()[-3000:]
     seen = closed_in_temporal(temporal, ids)
-    at = {c: (d.start_time.timestamp(), d.close_time.timestamp()) for c, d in seen.items()}
+    at = {c: held(c, d) for c, d in seen.items()}
     assert at[r][0] < at[s][0] < at[r][1], at  # S ran beside R
     assert at[s][1] < at[w][0], at            # and was done before W started
     assert at[w][0] >= at[r][1], at           # W needed the whole budget: after R closed
