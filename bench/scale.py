@@ -326,8 +326,8 @@ print("PROBES", json.dumps(out))
         closed: dict[int, float] = {}
         started = asyncio.run(start_times(temporal_url, list(created), closes=closed))
         lat = [started[c] - created[c] for c in created if c in started]
-        seen = finish_lines(stack.log("runscheduler"))
-        steps = dispatch_lines(stack.log("runscheduler"))
+        log_text = stack.log("runscheduler")
+        seen, steps = finish_lines(log_text), dispatch_lines(log_text)
 
         def ms(a, b):
             return round((b - a) * 1000, 1) if a is not None and b is not None else None
@@ -337,8 +337,7 @@ print("PROBES", json.dumps(out))
         # frees the budget the next probe waits for)
         (tmp / f"probes-{size}.json").write_text(json.dumps(
             {c: {"created": created[c], "ms": ms(created[c], started[c]),
-                 "tick_before_ms": steps.get(c, (None,) * 3)[0], "plan_ms": steps.get(c, (None,) * 3)[1],
-                 "start_ms": steps.get(c, (None,) * 3)[2],
+                 **dict(zip(("tick_before_ms", "plan_ms", "start_ms"), steps.get(c, (None,) * 3))),
                  "run_ms": ms(started[c], closed.get(c)), "seen_ms": ms(closed.get(c), seen.get(c))}
              for c in created if c in started}, indent=1))
         # where a probe's latency went: the tick's steps before its dispatch, the dispatch's

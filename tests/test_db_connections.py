@@ -16,11 +16,8 @@ pytestmark = pytest.mark.django_db(transaction=True)  # outside a test's transac
 
 @pytest.fixture
 def max_age():
-    """The settings' CONN_MAX_AGE, put back after the test (it is the process's)."""
-    before = {alias: connections.settings[alias]["CONN_MAX_AGE"] for alias in connections}
+    """The kept connection closed after the test (tests/conftest.py puts the settings' CONN_MAX_AGE back)."""
     yield
-    for alias, value in before.items():
-        connections.settings[alias]["CONN_MAX_AGE"] = value
     connection.close()
 
 

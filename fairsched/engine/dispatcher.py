@@ -62,7 +62,7 @@ class Dispatcher(Part):
         t2 = clock.monotonic()
         starts.took = (max(0.0, t0 - self.host._tick_at), t1 - t0, t2 - t1)
         fx.merge(await self._commit(plan, starts))
-        self._phases = (len(plan.charts), t1 - t0, t2 - t1, clock.monotonic() - t2)
+        self._phases = (len(plan.charts), *starts.took[1:], clock.monotonic() - t2)
         return fx
 
     def phases(self) -> str:
