@@ -1,4 +1,5 @@
-"""The live stack the scheduler benches run against: a fresh SQLite database, Redis and
+"""The live stack the scheduler benches run against: a fresh SQLite database (or a fresh
+PostgreSQL database on a server the caller names), Redis and
 the Temporal dev server on free ports, this process's Django set up on them, and
 ``spawn(cmd)`` for ``manage.py`` processes (logs beside the database)."""
 from __future__ import annotations
@@ -28,16 +29,39 @@ class Stack:
                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
 
 
+def fresh_postgres(server_url: str, name: str) -> str:
+    """A new, empty database ``name`` on the PostgreSQL server of ``server_url`` (dropped
+    first if a killed run left it); its URL."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{server_url.rsplit('/', 1)[0]}/{name}"
+
+
+def drop_postgres(server_url: str, url: str) -> None:
+    """The database of ``url`` dropped, its sessions ended (``fresh_postgres``'s)."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
 @contextmanager
-def live_stack(prefix: str, spawn: tuple[str, ...] = ()) -> Iterator[Stack]:
-    """Start the services, migrate, spawn ``spawn`` (e.g. runworker, runscheduler); stop all after."""
+def live_stack(prefix: str, spawn: tuple[str, ...] = (), postgres: str = "") -> Iterator[Stack]:
+    """Start the services, migrate, spawn ``spawn`` (e.g. runworker, runscheduler); stop all after.
+    ``postgres``: a PostgreSQL server's URL, on which the stack gets a database of its own
+    (dropped after); without it, a SQLite file beside the logs."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     sys.path.insert(0, str(ROOT))
     from fairsched.runtime import embedded
 
+    database = (fresh_postgres(postgres, f"fairsched_bench_{os.getpid()}") if postgres
+                else f"sqlite:///{tmp / 'bench.sqlite3'}")
     redis = embedded.start_redis(log=tmp / "redis.log")
     temporal = embedded.start_temporal(log=tmp / "temporal.log")
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "REDIS_URL": redis.url,
+    env = {**os.environ, "DATABASE_URL": database, "REDIS_URL": redis.url,
            "TEMPORAL_ADDRESS": temporal.url, "FAIRSCHED_TASK_QUEUE": "bench", "FAIRSCHED_CHANNEL_LAYER": "memory",
            "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONUNBUFFERED": "1"}
     os.environ.update(env)
@@ -63,5 +87,10 @@ def live_stack(prefix: str, spawn: tuple[str, ...] = ()) -> Iterator[Stack]:
                 p.kill()
         temporal.stop()
         redis.stop()
+        if postgres:
+            from django.db import connections
+
+            connections.close_all()
+            drop_postgres(postgres, database)
 
 

@@ -1,9 +1,10 @@
 """The producer API's throughput and latency, against what it wraps.
 
 Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
-[--web 1] [--server daphne|gunicorn] [--threads N] [--no-dispatch]``.
+[--web 1] [--server daphne|gunicorn] [--threads N] [--no-dispatch] [--postgres URL]``.
 
-Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database, and
+Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database (with
+``--postgres``, a fresh database on that PostgreSQL server, dropped after), and
 the web: with ``--server daphne`` (the default) ``--web`` daphne processes (1: as ``make run``
 does; 2: one a core here), producer ``i`` on process ``i % --web`` as a load balancer would;
 with ``--server gunicorn`` the API tier as docs/deploying.md deploys it (config/gunicorn.conf.py,
@@ -147,9 +148,11 @@ def main() -> None:
                              "gunicorn: the API tier, one gunicorn of --web worker processes")
     parser.add_argument("--threads", type=int, default=None,
                         help="gunicorn: threads per worker process (default: config/gunicorn.conf.py's)")
+    parser.add_argument("--postgres", default="",
+                        help="a PostgreSQL server's URL: the bench runs on a database of its own there")
     args = parser.parse_args()
     os.environ.setdefault("FAIRSCHED_API_RATE", "1000")  # per key: the bench measures the server, not the limit
-    with live_stack("fairsched-bench-api-") as stack:
+    with live_stack("fairsched-bench-api-", postgres=args.postgres) as stack:
         run(args, stack)
 
 
@@ -172,7 +175,7 @@ def run(args, stack) -> None:
         webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
     web, ports = webs[0], [w.port for w in webs]
     print(f"{args.web} {args.server} web process{'es' if args.web > 1 else ''}"
-          f"{f' of {args.threads} threads' if args.server == 'gunicorn' and args.threads else ''}, SQLite, {args.producers} producers for "
+          f"{f' of {args.threads} threads' if args.server == 'gunicorn' and args.threads else ''}, {'PostgreSQL' if args.postgres else 'SQLite'}, {args.producers} producers for "
           f"{args.seconds:g} s each phase (cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
     try:
         # warm up the web processes (imports, first connections)

@@ -55,6 +55,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._stack import drop_postgres, fresh_postgres  # noqa: E402
+
 ORGS = 50
 BUDGET = 11
 PROBES = 20
@@ -70,24 +72,13 @@ def pct(values: list[float], p: float) -> float:
 def database_url(kind: str, tmp: Path, size: int) -> str:
     if kind == "sqlite":
         return f"sqlite:///{tmp / f'scale-{size}.sqlite3'}"
-    import psycopg
-
-    base = kind.rsplit("/", 1)[0]
-    name = f"fairsched_scale_{os.getpid()}_{size}"
-    with psycopg.connect(kind, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{base}/{name}"
+    return fresh_postgres(kind, f"fairsched_scale_{os.getpid()}_{size}")
 
 
 def drop_database(kind: str, url: str) -> None:
     """The size's PostgreSQL database, dropped once measured (at 1M, 0.8 GB each run)."""
-    if kind == "sqlite":
-        return
-    import psycopg
-
-    with psycopg.connect(kind, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    if kind != "sqlite":
+        drop_postgres(kind, url)
 
 
 def seed(env: dict, size: int) -> dict:

@@ -30,3 +30,15 @@ errorlog = "-"
 # gunicorn 27's control socket is one path per user (~/.gunicorn/gunicorn.ctl): two tiers on one
 # host (several units, the tests' parallel workers) would share it. Nothing here uses it.
 control_socket_disable = True
+
+
+def post_worker_init(worker) -> None:
+    """Each worker's threads keep their database connections from one request to the next
+    (``common.connections.keep_connections``: PostgreSQL; SQLite's backend keeps them
+    already). A thread of a gthread worker serves one request at a time, so a connection a
+    thread is safe, as in the scheduler; under the settings' ``CONN_MAX_AGE = 0`` (right for
+    daphne) each request opened one, about 5 ms on PostgreSQL (docs/deploying.md,
+    "Deploying beyond one machine")."""
+    from common.connections import keep_connections
+
+    keep_connections()

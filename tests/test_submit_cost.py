@@ -108,6 +108,24 @@ def test_insert_rows_refuses_what_it_cannot_write_as_bulk_create_would():
     assert not Chart.objects.exists()
 
 
+def test_on_postgresql_a_chunk_is_one_array_a_column_not_a_placeholder_a_value():
+    """``INSERT ... SELECT * FROM UNNEST(...)``: 32 parameters for any number of rows, where a
+    ``VALUES`` list of 1,000 charts was 32,000 (320 ms a batch on PostgreSQL here, 125-170 ms
+    unnested). The rows, their values and their order are the other tests' (they run here
+    too); a single row stays a ``VALUES`` (nothing to gain)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's UNNEST; SQLite takes the VALUES list")
+    org, wf = make_org(), make_workflow()
+    rows = [{"org_id": org.pk, "workflow_id": wf.pk, "payload": {"i": i}, "external_id": f"u{i}"} for i in range(3)]
+    with CaptureQueriesContext(connection) as ctx, transaction.atomic():
+        pks = bulk.insert_rows(Chart, rows)
+        bulk.insert_rows(Chart, [{**rows[0], "external_id": "one"}])
+    inserts = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 2 and "SELECT * FROM UNNEST(" in inserts[0] and " VALUES " not in inserts[0]
+    assert " VALUES " in inserts[1]
+    assert [Chart.objects.get(pk=pk).payload for pk in pks] == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
 def test_insert_rows_fits_the_databases_parameter_limit():
     """On SQLite the compiled limit (250,000 here), not Django's 999: one statement for 1,000 charts."""
     limit = bulk.max_params(connection)
