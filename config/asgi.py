@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import os
 
+from django.apps import apps
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+_own_process = not apps.ready  # daphne's, not a process that set Django up before (a test)
 django_asgi_app = get_asgi_application()
+
+from common.connections import pool_connections  # noqa: E402
+
+if _own_process:
+    # The web's PostgreSQL connections from a pool, not one opened a request
+    # (common/connections.py; docs/deploying.md, "Deploying beyond one machine").
+    pool_connections()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
