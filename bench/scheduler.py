@@ -2,7 +2,8 @@
 """Figures for the live scheduler: refill latency, dispatch throughput, create -> dispatched.
 
 Starts its own Redis and Temporal dev server (``fairsched.runtime.embedded``), a fresh
-SQLite database in a temporary directory, one ``runworker`` and one
+SQLite database in a temporary directory (``--postgres URL``: a fresh database on that
+PostgreSQL server, dropped after), one ``runworker`` and one
 ``runscheduler`` (subprocesses, as in production), then measures with
 Temporal's own start and close times:
 
@@ -23,7 +24,7 @@ given; and one at a time, ``--chain`` starts, the baseline of a refill (which st
 The two throughputs alternate ``--rounds`` times, the bare client first, each round on an
 idle stack (the previous round's workflows closed).
 
-Usage: ``python bench/scheduler.py [--chain 40] [--creates 20] [--many 400] [--rounds 5]``
+Usage: ``python bench/scheduler.py [--chain 40] [--creates 20] [--many 400] [--rounds 5] [--postgres URL]``
 """
 from __future__ import annotations
 
@@ -56,10 +57,14 @@ def main() -> None:
                         help="the bare client's starts in flight (default: the scheduler's, FAIRSCHED_START_CONCURRENCY)")
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds, bare client and Fairsched")
     parser.add_argument("--no-watch", action="store_true", help="the scheduler without result watchers")
+    parser.add_argument("--postgres", default="",
+                        help="a PostgreSQL server's URL: the bench runs on a database of its own there")
     args = parser.parse_args()
 
-    with live_stack("fairsched-bench-") as stack:
+    with live_stack("fairsched-bench-", postgres=args.postgres) as stack:
+        print(f"database: {'PostgreSQL' if args.postgres else 'SQLite'}")
         run(args, stack.spawn, stack.temporal_url)
+
 
 def run(args, spawn, temporal_url: str) -> None:
     from django.conf import settings

@@ -27,6 +27,11 @@ log = logging.getLogger("fairsched.engine")
 
 class Command(BaseCommand):
     help = "Run the scheduler: fair order, dispatch to Temporal, reconciliation, ETA pass, publishing."
+    # Django's system checks (the models, the admin, the URLs: 0.13-0.17 s here, most of it
+    # importing the web's URLs and views) run at each deploy's `migrate` and in the suite's
+    # `manage.py check`; a scheduler starts at any moment (a deploy, a crash, a standby taking
+    # over) and its restart is timed to its first dispatch (bench/process_start.py).
+    requires_system_checks = []
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--task-queue", default=None, help="default: settings.FAIRSCHED_TASK_QUEUE")
