@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 
+# django.db's connections are lazy: importing them here, in the arbiter, opens nothing
+from common.connections import keep_connections
+
 workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
 worker_class = "gthread"
 threads = int(os.environ.get("FAIRSCHED_API_THREADS") or 2)
@@ -39,6 +42,4 @@ def post_worker_init(worker) -> None:
     thread is safe, as in the scheduler; under the settings' ``CONN_MAX_AGE = 0`` (right for
     daphne) each request opened one, about 5 ms on PostgreSQL (docs/deploying.md,
     "Deploying beyond one machine")."""
-    from common.connections import keep_connections
-
     keep_connections()
