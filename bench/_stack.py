@@ -23,10 +23,11 @@ class Stack:
     temporal_url: str
     procs: list[subprocess.Popen] = field(default_factory=list)
 
-    def spawn(self, cmd: str, *args: str) -> None:
+    def spawn(self, cmd: str, *args: str) -> subprocess.Popen:
         out = open(self.tmp / f"{cmd}.log", "ab")
         self.procs.append(subprocess.Popen([sys.executable, str(ROOT / "manage.py"), cmd, *args], env=self.env, cwd=ROOT,
                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        return self.procs[-1]
 
 
 def fresh_postgres(server_url: str, name: str) -> str:

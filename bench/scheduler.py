@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -37,6 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
 
 from bench._stack import live_stack  # noqa: E402
 
@@ -153,7 +156,7 @@ def run(args, spawn, temporal_url: str) -> None:
     wf = Workflow.objects.create(name="code", temporal_type="DemoChart")
     scheduler_settings_set(budget=1, eta_interval_s=3.0, reconcile_interval_s=5.0)
     spawn("runworker")
-    spawn("runscheduler", *(["--no-watch"] if args.no_watch else []))
+    scheduler = psutil.Process(spawn("runscheduler", *(["--no-watch"] if args.no_watch else [])).pid)
 
     # 1. refill latency
     ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 0.2}}
@@ -188,15 +191,31 @@ def run(args, spawn, temporal_url: str) -> None:
     budget_set(budget=10_000)
     time.sleep(1.0)
     ours, theirs, start_lat = [], [], []
+    # what each side's starter spends, and how busy the machine's cores are, over each round
+    # (the bare client: this process, its polling of Temporal's listing included; Fairsched:
+    # the scheduler's process, its reading of the outcomes included)
+    cpu: dict[str, list[float]] = {"bare_ms": [], "ours_ms": [], "bare_busy": [], "ours_busy": []}
+
+    def busy(before) -> float:
+        after = psutil.cpu_times()
+        total = sum(after) - sum(before)
+        return 100.0 * (1 - (after.idle - before.idle) / total) if total > 0 else float("nan")
+
     for r in range(args.rounds):
+        c0, m0 = time.process_time(), psutil.cpu_times()
         rate, lat = bare(args.many, args.bare_concurrency, f"{r}-{int(time.time())}")
+        cpu["bare_ms"].append((time.process_time() - c0) * 1000 / args.many)
+        cpu["bare_busy"].append(busy(m0))
         theirs.append(rate)
         start_lat += lat
         time.sleep(1.0)
         t0 = time.time()
+        c0, m0 = sum(scheduler.cpu_times()[:2]), psutil.cpu_times()
         ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 1}}
                                         for _ in range(args.many)]).created
         wait(ids, 300)
+        cpu["ours_ms"].append((sum(scheduler.cpu_times()[:2]) - c0) * 1000 / args.many)
+        cpu["ours_busy"].append(busy(m0))
         t = wait_visible(ids, closed=False)
         starts = sorted(s for s, _ in t.values())
         span = starts[-1] - starts[0]
@@ -211,6 +230,10 @@ def run(args, spawn, temporal_url: str) -> None:
           f"{', '.join(f'{x:.0f}' for x in ours)} starts/s against the bare client's "
           f"{', '.join(f'{x:.0f}' for x in theirs)} = {', '.join(f'{a / b:.2f}x' for a, b in zip(ours, theirs))} "
           f"(goal >= 0.95x)")
+    print(f"CPU a chart, median: the bare client {statistics.median(cpu['bare_ms']):.2f} ms, the scheduler "
+          f"{statistics.median(cpu['ours_ms']):.2f} ms (its finishes included); the machine's cores busy over the "
+          f"rounds {statistics.median(cpu['bare_busy']):.0f}% (bare) and {statistics.median(cpu['ours_busy']):.0f}% "
+          f"(Fairsched), {os.cpu_count()} cores shared with Temporal's dev server and the worker")
     print(f"refill p95 {pct(refill, 95) * 1000:.0f} ms against the bare client's start call p95, one at a time "
           f"{pct(one_by_one, 95) * 1000:.0f} ms = {pct(refill, 95) / pct(one_by_one, 95):.2f}x, "
           f"{args.bare_concurrency} in flight {pct(start_lat, 95) * 1000:.0f} ms = "
