@@ -4,12 +4,10 @@ live as long as the process (``keep_connections``), and a pool for daphne's web,
 requests each run on a thread of their own (``pool_connections``)."""
 from __future__ import annotations
 
-import os
-
+from django.conf import settings
 from django.db import connections
 
 KEEP_CONNECTIONS_S = 300.0
-POOL_SIZE = 10
 
 
 def keep_connections(max_age_s: float = KEEP_CONNECTIONS_S) -> None:
@@ -32,27 +30,26 @@ def keep_connections(max_age_s: float = KEEP_CONNECTIONS_S) -> None:
             connections.settings[alias]["CONN_MAX_AGE"] = max_age_s
 
 
-def pool_connections(max_size: int | None = None) -> bool:
+def pool_connections() -> bool:
     """Take this process's PostgreSQL connections from a pool (Django's own, on
     ``psycopg_pool``): a request borrows one for its lifetime and gives it back at its end,
     where the settings' ``CONN_MAX_AGE = 0`` opened and closed one a request (about 5 ms
     here). For daphne's web process (``config/asgi.py``): under ASGI each request runs in a
     context of its own, so a connection cannot be kept a thread as gunicorn's are. At most
-    ``max_size`` connections (``FAIRSCHED_DB_POOL_SIZE``, default 10; a request that finds
-    them all lent waits up to 10 s for one, then fails as a lost database would);
-    ``FAIRSCHED_DB_POOL=0`` turns it off. SQLite untouched (``common.pooled_sqlite3`` keeps
-    its connections already). Call it before the process opens a connection: Django gives a
-    connection back to the pool only if it came from one. True if the pool is on."""
-    if os.environ.get("FAIRSCHED_DB_POOL", "1") == "0":
+    ``FAIRSCHED_DB_POOL_SIZE`` connections (default 10; a request that finds them all lent
+    waits up to 10 s for one, then fails as a lost database would); ``FAIRSCHED_DB_POOL=0``
+    turns it off. SQLite untouched (``common.pooled_sqlite3`` keeps its connections
+    already). Call it before the process opens a connection: Django gives a connection back
+    to the pool only if it came from one. True if the pool is on."""
+    if not settings.FAIRSCHED_DB_POOL:
         return False
-    size = max_size or int(os.environ.get("FAIRSCHED_DB_POOL_SIZE") or POOL_SIZE)
     pooled = False
     for alias in connections:
-        settings = connections.settings[alias]
-        if settings["ENGINE"] != "django.db.backends.postgresql":
+        db = connections.settings[alias]
+        if db["ENGINE"] != "django.db.backends.postgresql":
             continue
-        settings["CONN_MAX_AGE"] = 0  # Django refuses a pool with persistent connections
-        settings["OPTIONS"] = {**settings.get("OPTIONS", {}),
-                               "pool": {"min_size": 1, "max_size": size, "timeout": 10.0}}
+        db["CONN_MAX_AGE"] = 0  # Django refuses a pool with persistent connections
+        db["OPTIONS"] = {**db.get("OPTIONS", {}),
+                         "pool": {"min_size": 1, "max_size": settings.FAIRSCHED_DB_POOL_SIZE, "timeout": 10.0}}
         pooled = True
     return pooled

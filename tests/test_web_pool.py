@@ -69,16 +69,15 @@ def test_on_postgresql_daphne_lends_its_requests_pooled_connections(test_db_url,
         web.stop()
 
 
-def test_the_pool_is_postgresql_s_and_an_operator_may_turn_it_off(monkeypatch, settings):
+def test_the_pool_is_postgresql_s_and_an_operator_may_turn_it_off(settings):
     """No pool on SQLite, none with ``FAIRSCHED_DB_POOL=0``; on PostgreSQL the pool's options
     (and ``CONN_MAX_AGE`` 0, which Django requires of a pool). Settings put back after."""
     saved = {alias: dict(connections.settings[alias]) for alias in connections}
     try:
-        monkeypatch.setenv("FAIRSCHED_DB_POOL", "0")
+        settings.FAIRSCHED_DB_POOL = False
         assert pool_connections() is False
         assert all("pool" not in connections.settings[a].get("OPTIONS", {}) for a in connections)
-        monkeypatch.setenv("FAIRSCHED_DB_POOL", "1")
-        monkeypatch.setenv("FAIRSCHED_DB_POOL_SIZE", "7")
+        settings.FAIRSCHED_DB_POOL, settings.FAIRSCHED_DB_POOL_SIZE = True, 7
         if connection.vendor == "postgresql":
             assert pool_connections() is True
             assert connections.settings["default"]["OPTIONS"]["pool"]["max_size"] == 7
@@ -90,6 +89,15 @@ def test_the_pool_is_postgresql_s_and_an_operator_may_turn_it_off(monkeypatch, s
         for alias, values in saved.items():
             connections.settings[alias].clear()
             connections.settings[alias].update(values)
+
+
+@pytest.mark.parametrize("env", [{"FAIRSCHED_DB_POOL_SIZE": "0"}, {"FAIRSCHED_DB_POOL_SIZE": "lots"},
+                                 {"FAIRSCHED_DB_POOL": "maybe"}])
+def test_a_bad_pool_setting_names_the_variable(env):
+    from tests.test_settings import run_manage
+
+    result = run_manage("check", **env)
+    assert result.returncode != 0 and next(iter(env)) in result.stderr
 
 
 def test_importing_the_asgi_app_in_a_process_already_set_up_leaves_its_connections_alone():
