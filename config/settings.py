@@ -158,13 +158,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test_fairsched_{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 # PostgreSQL: daphne's web borrows its connections from a pool of its process
 # (common/connections.pool_connections, called by config/asgi.py), at most this many.
 FAIRSCHED_DB_POOL = env_bool("FAIRSCHED_DB_POOL", True)
 FAIRSCHED_DB_POOL_SIZE = env_int("FAIRSCHED_DB_POOL_SIZE", 10)
 if not 1 <= FAIRSCHED_DB_POOL_SIZE <= 1000:
     raise ImproperlyConfigured(f"FAIRSCHED_DB_POOL_SIZE: must be between 1 and 1000, got {FAIRSCHED_DB_POOL_SIZE}")
-    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -166,3 +166,11 @@ def test_read_config_carries_the_policies():
     policies_set(share="work", quantum_s=90, dispatch="backfill")
     c = db.read_config()
     assert c.policies == {"share": "work", "quantum_s": 90.0, "dispatch": "backfill"}
+
+
+def test_the_test_database_is_named_per_process():
+    """On either database, so that two test runs on one server never share one (a setting
+    added under the PostgreSQL branch once left its line unreachable)."""
+    from django.conf import settings
+
+    assert str(os.getpid()) in settings.DATABASES["default"]["TEST"]["NAME"]
