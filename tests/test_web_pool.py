@@ -13,19 +13,11 @@ from django.db import connection, connections
 
 from charts.models import Chart
 from common.connections import pool_connections
-from tests.api.conftest import producer
+from tests.api.conftest import client_sessions, producer
 from tests.browser.conftest import Daphne
 from tests.factories import make_org, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _sessions() -> set[int]:
-    """The test database's other client sessions (daphne's, here)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
-        return {pid for (pid,) in cursor.fetchall()}
 
 
 def _post(port: int, key: str, n: int) -> list[int]:
@@ -50,10 +42,10 @@ def test_on_postgresql_daphne_lends_its_requests_pooled_connections(test_db_url,
     acme = producer(make_org("Acme"))
     web = Daphne(test_db_url, redis_url, log_name="daphne-pool.log").start()
     try:
-        before = _sessions()
+        before = client_sessions()
         assert _post(web.port, acme.raw, 20) == [201] * 20
         # given back, not closed: the pool still holds what the requests borrowed
-        kept = _sessions() - before
+        kept = client_sessions() - before
         assert 1 <= len(kept) <= 3, kept
         # 8 producers at once borrow at most the pool's size (a ninth request waits for one)
         results: list[list[int]] = []
@@ -63,7 +55,7 @@ def test_on_postgresql_daphne_lends_its_requests_pooled_connections(test_db_url,
         for t in threads:
             t.join(60)
         assert [s for r in results for s in r] == [201] * 80
-        assert len(_sessions() - before) <= 3
+        assert len(client_sessions() - before) <= 3
         assert Chart.objects.count() == 100
     finally:
         web.stop()

@@ -1,14 +1,25 @@
-"""The producer API's fixtures: an org with a submit key, another org with its own."""
+"""The producer API's fixtures: an org with a submit key, another org with its own; the
+web servers' sessions on the test database."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from dashboard.models import OrgToken
 from orgs.models import Org
 from tests.factories import make_org, make_workflow
+
+
+def client_sessions() -> set[int]:
+    """The PostgreSQL test database's other client sessions (a web server's, in the tests
+    that count its connections)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+        return {pid for (pid,) in cursor.fetchall()}
 
 
 @dataclass

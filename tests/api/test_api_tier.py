@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.db import connection
 
 from charts.models import Chart
 from common import notify
 from fairsched.runtime import embedded
-from tests.api.conftest import producer
+from tests.api.conftest import client_sessions, producer
 from tests.factories import make_org, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,24 +163,16 @@ def test_on_postgresql_the_tier_s_threads_keep_their_connections(tier):
     (config/gunicorn.conf.py's ``post_worker_init``): 30 requests leave at most 2 processes x 2
     threads open, where the settings' ``CONN_MAX_AGE = 0`` opened and closed one a request
     (singles 93/s against 218/s kept, bench/api.py --postgres)."""
-    from django.db import connection
-
     if connection.vendor != "postgresql":
         pytest.skip("SQLite's backend keeps its connections already (common/pooled_sqlite3)")
     make_workflow("code")
     acme = producer(make_org("Acme"))
 
-    def sessions() -> set[int]:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
-            return {pid for (pid,) in cursor.fetchall()}
-
-    before = sessions()
+    before = client_sessions()
     for i in range(30):
         status, _, body = tier.request("POST", "/api/v1/charts", acme.raw, {"workflow": "code"})
         assert status == 201, body
     time.sleep(0.5)  # a connection closed at a request's end is gone by now
-    kept = sessions() - before
+    kept = client_sessions() - before
     assert 1 <= len(kept) <= 4, kept
     assert Chart.objects.count() == 30
