@@ -13,9 +13,10 @@ For each backlog size (a small baseline first, then the sizes asked for), in one
 3. idle cost: the scheduler's CPU (share of one core, with its ETA passes' forked
    children) and RSS over a quiet window (``--window`` seconds, after ``--settle`` seconds
    for the start-up passes);
-4. dispatch latency: priority probe charts of a cost-1 workflow, created through the
-   ORM one by one; each goes to the head and fits the free unit at once. Created ->
-   started on Temporal, p50 and p95. ``peak_mb``: the scheduler's RSS plus its
+4. dispatch latency: priority probe charts of a cost-1 workflow, created one by one,
+   alternately through ``chart_submit`` and a producer's plain ``Chart.objects.create``
+   (``dispatch_service_ms``, ``dispatch_orm_ms``: each way's p50 and p95); each goes to the
+   head and fits the free unit at once. Created -> started on Temporal, p50 and p95. ``peak_mb``: the scheduler's RSS plus its
    children's own memory (USS), at its highest from the idle window to the last probe
    (``peak_at``: its two parts, and when it was, from the window's start).
    ``probe_run_max_ms``: the longest probe's run on Temporal, start to close;
@@ -299,12 +300,17 @@ def measure(kind: str, size: int, tmp: Path, redis_url: str, temporal_url: str, 
         probe_code = f"""
 import django, time, json
 django.setup()
+from charts.models import Chart
 from charts.services import chart_submit
 out = {{}}
 for i in range({probes}):
-    c = chart_submit(org={fig['probe_org']}, workflow={fig['probe_wf']}, payload={{"seconds": 0.2}},
-                     priority=True, external_id=f"probe-{{i}}")
-    out[c.pk] = c.created_at.timestamp()
+    if i % 2:  # a producer's plain ORM create: its save notifies (charts/signals.py)
+        c = Chart.objects.create(org_id={fig['probe_org']}, workflow_id={fig['probe_wf']},
+                                 payload={{"seconds": 0.2}}, priority=True, external_id=f"probe-{{i}}")
+    else:
+        c = chart_submit(org={fig['probe_org']}, workflow={fig['probe_wf']}, payload={{"seconds": 0.2}},
+                         priority=True, external_id=f"probe-{{i}}")
+    out[c.pk] = [c.created_at.timestamp(), "orm" if i % 2 else "service"]
     time.sleep(1.0)
 print("PROBES", json.dumps(out))
 """
@@ -313,7 +319,8 @@ print("PROBES", json.dumps(out))
             raise SystemExit(f"probes failed:\n{out.stderr[-3000:]}")
         import json
 
-        created = {int(k): v for k, v in json.loads(out.stdout.split("PROBES", 1)[1]).items()}
+        made = {int(k): v for k, v in json.loads(out.stdout.split("PROBES", 1)[1]).items()}
+        created = {c: at for c, (at, _) in made.items()}
         closed: dict[int, float] = {}
         started = asyncio.run(start_times(temporal_url, list(created), closes=closed))
         lat = [started[c] - created[c] for c in created if c in started]
@@ -327,7 +334,7 @@ print("PROBES", json.dumps(out))
         # and how long after the close the scheduler recorded the finish (a probe's finish
         # frees the budget the next probe waits for)
         (tmp / f"probes-{size}.json").write_text(json.dumps(
-            {c: {"created": created[c], "ms": ms(created[c], started[c]),
+            {c: {"created": created[c], "via": made[c][1], "ms": ms(created[c], started[c]),
                  **dict(zip(("tick_before_ms", "plan_ms", "start_ms"), steps.get(c, (None,) * 3))),
                  "run_ms": ms(started[c], closed.get(c)), "seen_ms": ms(closed.get(c), seen.get(c))}
              for c in created if c in started}, indent=1))
@@ -350,6 +357,9 @@ print("PROBES", json.dumps(out))
         fig["dispatch_p50_ms"] = pct(lat, 50) * 1000 if lat else None
         fig["dispatch_p95_ms"] = pct(lat, 95) * 1000 if lat else None
         fig["dispatch_max_ms"] = max(lat) * 1000 if lat else None
+        for via in ("service", "orm"):  # chart_submit's probes and the plain ORM creates'
+            xs = [started[c] - created[c] for c in created if c in started and made[c][1] == via]
+            fig[f"dispatch_{via}_ms"] = (pct(xs, 50) * 1000, pct(xs, 95) * 1000) if xs else None
         fig["peak_mb"] = peak.stop()
         fig["peak_at"] = peak.at
 

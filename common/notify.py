@@ -1,14 +1,17 @@
 """Notifications to the scheduler: their vocabulary, and the one way to send them, when the
 writing transaction commits.
 
-Every write goes through a service, and every service calls :func:`notify` with a typed
-note inside its transaction. The note is published on the Redis channel :data:`CHANNEL`
-only after commit (Zulip's pattern), so the scheduler never sees a change that rolled
-back; in a web process a thread of its own sends it (:func:`send_in_background`), so no
-request waits on Redis for it. Notes are hints, not the truth: the scheduler re-reads what they name, and its
-incremental resync (every few seconds, the rows whose ``updated_at`` moved) catches
-anything that sent none (a plain ``Chart.objects.create``, bulk ORM writes, a Redis
-outage); the full resync (every 5 minutes) catches raw SQL. Publishing never fails a
+Every service calls :func:`notify` with a typed note inside its transaction, and so does
+a chart's ``save()`` or ``delete()`` through the ORM or the admin (the receivers in
+``charts/signals.py``: producers who write charts with the ORM are one of the promised ways
+in). The note is published on the Redis channel :data:`CHANNEL` only after commit (Zulip's
+pattern), so the scheduler never sees a change that rolled back, and once a transaction
+(a service's note and its save's are one); in a web process a thread of its own sends it
+(:func:`send_in_background`), so no request waits on Redis for it. Notes are hints, not
+the truth: the scheduler re-reads what they name, and its incremental resync (every few
+seconds, the rows whose ``updated_at`` moved) catches anything that sent none
+(``bulk_create`` and ``QuerySet.update()`` outside the services, a Redis outage); the full
+resync (every 5 minutes) catches raw SQL. Publishing never fails a
 write: a Redis error is logged and the resync repairs it. The engine reads the vocabulary
 here (it imports no app).
 
@@ -272,9 +275,46 @@ def flush(timeout: float = 5.0) -> bool:
 atexit.register(flush, 2.0)
 
 
-def notify(note: Note) -> None:
+class _Publish:
+    """The on-commit callback of one note: a callable that still says which note it sends,
+    so that :func:`notify` can tell a transaction's pending notes from its other hooks."""
+
+    __slots__ = ("note",)
+
+    def __init__(self, note: Note) -> None:
+        self.note = note
+
+    def __call__(self) -> None:
+        publish(self.note)
+
+
+def _pending_notes(conn) -> set[Note]:
+    """The notes already waiting for the current transaction's commit on ``conn``.
+
+    Django keeps a transaction's hooks in ``conn.run_on_commit`` and gives it a new list
+    whenever that changes other than by an append: at a commit, a rollback, and a savepoint's
+    rollback (which keeps only the hooks registered outside it). So the set is kept beside
+    the very list it was read from, and read again from a new one: O(1) a note, and a note
+    whose hook a rollback dropped is sent again by the next write that asks for it."""
+    hooks = conn.run_on_commit
+    kept = getattr(conn, "_fairsched_pending_notes", None)
+    if kept is None or kept[0] is not hooks:
+        kept = (hooks, {func.note for _, func, _ in hooks if isinstance(func, _Publish)})
+        conn._fairsched_pending_notes = kept
+    return kept[1]
+
+
+def notify(note: Note, using: str | None = None) -> None:
     """Send ``note`` to the scheduler when the current transaction commits (at once
-    outside one); nothing if it rolls back."""
+    outside one); nothing if it rolls back; once a transaction however often it is asked
+    (a service's own note and the ``post_save`` receiver's for the same chart, one save: one
+    note, ``charts/signals.py``)."""
     if not isinstance(note, Note):
         raise TypeError(f"notify() takes a common.notify.Note, got {type(note).__name__}")
-    transaction.on_commit(lambda: publish(note))
+    conn = transaction.get_connection(using)
+    if conn.in_atomic_block:
+        pending = _pending_notes(conn)
+        if note in pending:
+            return
+        pending.add(note)
+    transaction.on_commit(_Publish(note), using=using)

@@ -9,7 +9,6 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from charts.models import Chart
-from common.notify import ChartNote, notify
 from orgs.models import Org, Workflow, WorkflowCost
 
 _seq = itertools.count(1)
@@ -29,14 +28,11 @@ def make_cost(org: Org, workflow: Workflow, cost: int) -> WorkflowCost:
 
 
 def make_chart(org: Org, workflow: Workflow | None = None, *, created_at: datetime | None = None, **fields) -> Chart:
-    """A chart row with any fields, and its notification on commit, as ``chart_submit``
-    sends one (a plain ``Chart.objects.create`` sends none: a live scheduler would see it
-    only at its next incremental resync)."""
-    chart = Chart.objects.create(
+    """A chart row with any fields; its save notifies the scheduler on commit, as
+    ``chart_submit`` does (``charts/signals.py``)."""
+    return Chart.objects.create(
         org=org, workflow=workflow or make_workflow(), created_at=created_at or timezone.now(), **fields
     )
-    notify(ChartNote(id=chart.pk))
-    return chart
 
 
 def make_backlog(spec: dict[Org, int], workflow: Workflow | None = None, *, start: datetime | None = None) -> list[Chart]:

@@ -1,8 +1,10 @@
-"""Services notify the scheduler themselves: once, on commit, never for a rolled-back write,
-and no ``post_save`` receiver does it for them (a plain ``Chart.objects.create`` is read by
-the incremental resync instead). The admin's org changes go through ``org_update``."""
+"""Services notify the scheduler themselves: once, on commit, never for a rolled-back write.
+A chart saved or deleted through the ORM notifies too (``charts/signals.py``), once a
+transaction with a service's own note; no other model's receiver notifies. The admin's org
+changes go through ``org_update``."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -56,13 +58,15 @@ def no_post_save_receivers() -> Iterator[None]:
             post_save.sender_receivers_cache.clear()
 
 
+@pytest.mark.parametrize("receivers", [False, True], ids=["service-alone", "with-receivers"])
 @pytest.mark.parametrize("write", [_submit, _submit_many, _rerun], ids=["submit", "submit_many", "rerun"])
-def test_a_submit_notifies_exactly_once_on_commit(write, capture_notifications):
-    """The service itself, with no ``post_save`` receiver to notify for it."""
+def test_a_submit_notifies_exactly_once_on_commit(write, receivers, capture_notifications):
+    """The service itself notifies, with no ``post_save`` receiver to do it for it; with the
+    chart's receiver connected too, its save and the service's note are still one note."""
     org, wf = make_org(), make_workflow()
     failed = make_chart(org, wf, state=ChartState.FAILED)
     capture_notifications.clear()
-    with no_post_save_receivers(), transaction.atomic():
+    with (contextlib.nullcontext() if receivers else no_post_save_receivers()), transaction.atomic():
         made = write(org, wf, failed)
         assert capture_notifications == []  # not before the commit
     if isinstance(made, list):
@@ -91,12 +95,12 @@ def test_nothing_notifies_on_a_rolled_back_transaction(capture_notifications):
 
 def _project_instances() -> list:
     org, wf = make_org(), make_workflow()
-    return [make_chart(org, wf), org, wf, make_cost(org, wf, 2), SchedulerSettings.get()]
+    return [org, wf, make_cost(org, wf, 2), SchedulerSettings.get()]
 
 
-def test_no_post_save_receiver_notifies(capture_notifications):
-    """Django's signal registry sends ``post_save`` for a row of each model the scheduler
-    reads to every receiver connected: none of them notifies."""
+def test_no_post_save_receiver_but_the_charts_notifies(capture_notifications):
+    """Django's signal registry sends ``post_save`` for a row of each other model the
+    scheduler reads to every receiver connected: none of them notifies (their services do)."""
     instances = _project_instances()
     capture_notifications.clear()
     for obj in instances:
@@ -106,22 +110,63 @@ def test_no_post_save_receiver_notifies(capture_notifications):
     assert capture_notifications == []
 
 
-def test_the_project_connects_no_post_save_receiver():
-    """The registry itself: no model of the project's apps has a ``post_save`` receiver, so a
-    save notifies nothing behind a service's back (services notify; resyncs catch the rest)."""
+def test_the_project_connects_a_post_save_receiver_for_charts_only():
+    """The registry itself: of the project's models only ``Chart`` has a ``post_save``
+    receiver (the ORM producers' note); every other change notifies through its service."""
     models = [m for config in apps.get_app_configs() if config.name.split(".")[0] in PROJECT_APPS
               for m in config.get_models()]
     assert {m.__name__ for m in models} >= {"Chart", "Org", "WorkflowCost", "SchedulerSettings"}
-    assert [m.__name__ for m in models if post_save.has_listeners(m)] == []
+    assert [m.__name__ for m in models if post_save.has_listeners(m)] == ["Chart"]
 
 
-def test_a_plain_orm_create_sends_nothing_and_the_incremental_resync_reads_it(capture_notifications):
+def test_a_plain_orm_create_notifies_once_on_commit(capture_notifications):
+    """A producer's ``Chart.objects.create`` is seen at once, not at the next resync (it
+    waited up to 3 s for it before): one note, after the commit, none on a rollback."""
+    org, wf = make_org(), make_workflow()
+    capture_notifications.clear()
+    with transaction.atomic():
+        chart = Chart.objects.create(org=org, workflow=wf, payload={})
+        chart.priority = True
+        chart.save()
+        assert capture_notifications == []  # not before the commit
+    assert capture_notifications == [{"kind": "chart", "id": chart.pk}]
+    capture_notifications.clear()
+    with pytest.raises(Rollback), transaction.atomic():
+        Chart.objects.create(org=org, workflow=wf, payload={})
+        raise Rollback
+    assert capture_notifications == []
+
+
+def test_an_orm_create_outside_a_transaction_and_a_delete_notify(capture_notifications):
+    org, wf = make_org(), make_workflow()
+    capture_notifications.clear()
+    chart = Chart.objects.create(org=org, workflow=wf, payload={})
+    pk = chart.pk
+    chart.delete()
+    assert capture_notifications == [{"kind": "chart", "id": pk}, {"kind": "chart", "id": pk}]
+
+
+def test_a_note_dropped_by_a_savepoints_rollback_is_sent_by_the_next_save(capture_notifications):
+    """The once-a-transaction rule forgets a note whose hook a savepoint's rollback dropped."""
+    org, wf = make_org(), make_workflow()
+    chart = make_chart(org, wf)
+    capture_notifications.clear()
+    with transaction.atomic():
+        with pytest.raises(Rollback), transaction.atomic():
+            chart.save()
+            raise Rollback
+        chart.save()
+    assert capture_notifications == [{"kind": "chart", "id": chart.pk}]
+
+
+def test_a_bulk_create_sends_nothing_and_the_incremental_resync_reads_it(capture_notifications):
     org, wf = make_org(), make_workflow()
     since = timezone.now() - timedelta(seconds=1)
     capture_notifications.clear()
-    chart = Chart.objects.create(org=org, workflow=wf, payload={})
+    chart, = Chart.objects.bulk_create([Chart(org=org, workflow=wf, payload={})])
     assert capture_notifications == []
-    assert chart.pk in [row.id for row in db.read_changes(since).charts]
+    pk = chart.pk or Chart.objects.get().pk
+    assert pk in [row.id for row in db.read_changes(since).charts]
 
 
 # --- org_update: the admin's one door ----------------------------------------------------------------
