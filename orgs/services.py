@@ -234,6 +234,15 @@ def org_set_turnaround(*, org: Org | int, turnaround: Any, actor: Any = None) ->
     return locked
 
 
+def turnaround_text(seconds: float) -> str:
+    """A turnaround in hours, minutes and seconds, as the audit and the activity show it:
+    ``25 min``, ``1 h 30 min``, ``24 h`` (never a fraction of an hour, "0.416667 h")."""
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return " ".join(f"{n} {unit}" for n, unit in ((h, "h"), (m, "min"), (s, "s")) if n) or "0 s"
+
+
 def _apply_turnaround(locked: Org, value: Any, *, actor: Any) -> bool:
     """Write a new turnaround on a locked org and apply it to its unfinished charts without
     a due time of their own: one UPDATE on ``(org, state)`` through the org's ``charts``
@@ -251,7 +260,7 @@ def _apply_turnaround(locked: Org, value: Any, *, actor: Any) -> bool:
                                                    output_field=DateTimeField()))
     else:
         unfinished.update(due_at=None)
-    shown = (lambda t: "none" if t is None else f"{t.total_seconds() / 3600:g} h")
+    shown = (lambda t: "none" if t is None else turnaround_text(t.total_seconds()))
     audit.record(actor=actor, action="turnaround", org=locked,
                  summary=f"Set the turnaround of {locked.name} to {shown(value)} (was {shown(before)})",
                  before={"turnaround_s": before and before.total_seconds()},

@@ -100,3 +100,15 @@ def test_the_scheduler_reads_own_due_times_and_turnarounds_and_records_warnings(
     assert (o.due_flagged_at.timestamp(), o.due_late_at.timestamp()) == (at, at + 180)
     assert d.due_late_at.timestamp() == at
     assert db.read_charts([derived.pk])[0][derived.pk].due_alert == "late"  # restored at a restart
+
+
+@pytest.mark.parametrize("turnaround, text", [(timedelta(minutes=25), "25 min"), ("24h", "24 h"),
+                                              (timedelta(hours=1, minutes=30), "1 h 30 min"),
+                                              (timedelta(minutes=2, seconds=5), "2 min 5 s")])
+def test_a_turnaround_is_audited_in_hours_and_minutes_not_a_fraction_of_an_hour(turnaround, text):
+    org = make_org("Acme")
+    org_services.org_set_turnaround(org=org, turnaround=turnaround)
+    org_services.org_set_turnaround(org=org, turnaround="")
+    first, second = AuditEntry.objects.filter(action="turnaround").order_by("pk")
+    assert first.summary == f"Set the turnaround of Acme to {text} (was none)"  # not "0.416667 h"
+    assert second.summary == f"Set the turnaround of Acme to none (was {text})"
