@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 PREFIX = "/api/v1/"
 JSON_TYPES = ("application/json", CONTENT_TYPE)
 _ROUTE_PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
+# The methods an endpoint label names; any other (a client may send any token) is OTHER, so
+# invented methods cannot make new metric series (fairsched_api_requests_total's endpoint).
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+OTHER_METHOD = "OTHER"
 
 
 def _limit(request: HttpRequest) -> tuple[int, str]:
@@ -64,7 +68,8 @@ def read_body(request: HttpRequest) -> Problem | None:
 
 
 def endpoint(request: HttpRequest) -> str:
-    """``"POST /api/v1/charts/{chart_id}"``: the route, never the id (a metric's label)."""
+    """``"POST /api/v1/charts/{chart_id}"``: the route, never the id, and a known method or
+    ``OTHER`` (a metric's label: its values must be bounded whatever a client sends)."""
     match = getattr(request, "resolver_match", None)
     if match is None:
         try:
@@ -75,7 +80,8 @@ def endpoint(request: HttpRequest) -> str:
     if not route:
         return "unmatched"
     template = _ROUTE_PARAM.sub(lambda m: "{" + m.group(1) + "}", route)
-    return f"{request.method} /{template}"
+    method = request.method if request.method in KNOWN_METHODS else OTHER_METHOD
+    return f"{method} /{template}"
 
 
 def as_problem(request: HttpRequest, response: HttpResponse) -> HttpResponse:

@@ -106,7 +106,9 @@ class FairschedCollector(Collector):
 
         finished = CounterMetricFamily("fairsched_charts_finished", "Charts that reached a final state, by org "
                                        "and state (the database's counter).", labels=["org", "state"])
-        totals: dict[tuple[str, str], int] = {}
+        # Every org and final state from 0: a series born at its first finish would lose that
+        # finish to increase() and rate() (they need two samples), and the panels with it.
+        totals: dict[tuple[str, str], int] = {(org, state): 0 for org in label.all() for state in FINAL}
         for (org_id, state), n in r.finished.items():
             key = (label(org_id), state)
             totals[key] = totals.get(key, 0) + n

@@ -144,9 +144,39 @@ def test_the_finished_counter_is_the_databases_count(world, redis_url):
     finished = {(dict(lb)["org"], dict(lb)["state"]): v for (name, lb), v in got.items()
                 if name == "fairsched_charts_finished_total"}
     db = {k: n for k, n in _db_counts().items() if k[1] in ("succeeded", "failed", "cancelled")}
-    assert finished == db == {("acme", "cancelled"): 1, ("acme", "failed"): 1, ("acme", "succeeded"): 1,
-                              ("cedar", "cancelled"): 1}
+    assert {k: v for k, v in finished.items() if v} == db == {
+        ("acme", "cancelled"): 1, ("acme", "failed"): 1, ("acme", "succeeded"): 1, ("cedar", "cancelled"): 1}
     assert cedar.pk in set(FinishedCount.objects.values_list("org_id", flat=True))
+
+
+def test_every_org_s_finished_counter_starts_at_zero_for_each_final_state(world, redis_url, settings):
+    """increase() needs a series' earlier sample: one born at its first finish lost that finish
+    (issue 41, 4.12). Every org (and ``other``, when capped) has the three series from 0."""
+    got = samples(scrape())
+    finished = {(dict(lb)["org"], dict(lb)["state"]): v for (name, lb), v in got.items()
+                if name == "fairsched_charts_finished_total"}
+    orgs = {"acme", "beta", "cedar"}
+    assert finished == {(org, state): 0 for org in orgs for state in ("succeeded", "failed", "cancelled")}
+    settings.FAIRSCHED_METRICS_MAX_ORGS = 1
+    got = samples(scrape())
+    assert {(dict(lb)["org"], dict(lb)["state"]) for (name, lb) in got if name == "fairsched_charts_finished_total"
+            } == {(org, state) for org in ("acme", "other") for state in ("succeeded", "failed", "cancelled")}
+
+
+def test_invented_http_methods_add_no_series_to_the_api_counter(redis_url, db, settings):
+    """The endpoint label names a known method or OTHER (issue 41, 4.1: 2,000 invented methods
+    made 2,000 series for ever)."""
+    from tests.api.conftest import producer
+    from tests.factories import make_org
+
+    settings.FAIRSCHED_API_RATE = 0.0
+    acme = producer(make_org("Acme"))
+    for i in range(50):
+        assert acme.client.generic(f"X{i}Y", "/api/v1/charts").status_code == 405
+    acme.client.generic("PATCH", "/api/v1/charts")
+    counts = {dict(labels)["endpoint"] + " " + dict(labels)["code"]: v for (name, labels), v in samples(scrape()).items()
+              if name == "fairsched_api_requests_total"}
+    assert counts == {"OTHER /api/v1/charts 405": 50, "PATCH /api/v1/charts 405": 1}
 
 
 def test_the_migration_counted_the_charts_finished_before_it(world, transactional_db):
