@@ -9,8 +9,9 @@ optimistic), the p90 absolute error, and the naive MAE over each model's MAE.
 "Foresight" is the forecast pass told the true future arrivals (which no ETA may
 know): how far the arrivals no one can know keep the forecast from its own pass.
 
-    .venv/bin/python bench/eta.py            # every trace
+    .venv/bin/python bench/eta.py            # every trace, then 20 seeds of A's and G's kinds
     .venv/bin/python bench/eta.py --quick    # two traces (the issue's kind)
+    .venv/bin/python bench/eta.py --sweep G --seeds 20   # every trace, then one kind's seeds
 
 Naive: ``arrival + pending x mean duration / (budget / mean cost)``, pending
 being the charts in the system at arrival (arrived, not finished).
@@ -42,7 +43,7 @@ WF123 = {"triage": (1, 240.0), "code": (2, 900.0), "audit": (3, 2400.0)}
 def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: int = 24,
                overload: float = 1.3, hours: float = 4.0, zipf: float = 1.1, sigma: float = 0.5,
                burst_share: float = 0.5, averages: bool = True, tail_hours: float = 2.0,
-               tail_load: float = 0.6) -> dict:
+               tail_load: float = 0.6, waves: float = 0.0) -> dict:
     """Arrivals for ``hours`` at ``overload`` x the budget's capacity, then
     ``tail_hours`` at ``tail_load`` x (the backlog drains while work still comes), then none.
 
@@ -50,6 +51,8 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
     ``burst_share`` of each org's charts comes in bursts (5-40 charts within a
     couple of minutes), the rest as a Poisson stream. Durations are log-normal
     with the workflow's mean and log-sd ``sigma`` (per org a mean factor 0.7-1.4).
+    ``waves`` > 0: the overload itself comes in waves, the ``hours`` cut into spells of
+    20-60 minutes, each at ``1 +- waves`` x the rate (high and low in turn, the same mean).
     """
     rnd = random.Random(seed)
     orgs = [f"o{i:02d}" for i in range(n_orgs)]
@@ -75,22 +78,39 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
                          "at_s": round(at, 3), "actual_s": round(rnd.lognormvariate(mu, sigma), 3)})
 
     phases = [(0.0, hours * 3600.0, 1.0), (hours * 3600.0, (hours + tail_hours) * 3600.0, tail_load / overload)]
+    spells = [phases[0]]  # the overload hours' rate over time (in waves, or flat)
+    if waves > 0:
+        spells, t, high = [], 0.0, rnd.random() < 0.5
+        while t < hours * 3600.0:
+            end = min(hours * 3600.0, t + rnd.uniform(1200.0, 3600.0))
+            spells.append((t, end, 1.0 + waves if high else 1.0 - waves))
+            t, high = end, not high
+    top = max(sc for _, _, sc in spells)
+
+    def burst_at(begin: float, end: float, waved: bool) -> float:
+        # a burst's time, with the density of the rate (rejection on the spells)
+        while True:
+            at = rnd.uniform(begin, end - 120.0)
+            if not waved or rnd.random() * top <= next(sc for b, e, sc in spells if b <= at < e):
+                return at
+
     for i, o in enumerate(orgs):
-        for begin, end, scale in phases:
+        for k, (begin, end, scale) in enumerate(phases):
             r = rate * share[i] * scale
-            # Poisson part
-            t = begin
-            while True:
-                t += rnd.expovariate(r * (1 - burst_share))
-                if t > end:
-                    break
-                chart(o, t)
+            # Poisson part (in the spells' rates during the overload)
+            for sb, se, sc in (spells if k == 0 else [(begin, end, 1.0)]):
+                t = sb
+                while True:
+                    t += rnd.expovariate(r * sc * (1 - burst_share))
+                    if t > se:
+                        break
+                    chart(o, t)
             # bursts: the burst part's charts in clumps of 5-40 within two minutes
             expected = r * burst_share * (end - begin)
             left = rnd.gauss(expected, math.sqrt(expected))
             while left >= 3:
                 size = min(int(left), rnd.randint(5, 40))
-                at = rnd.uniform(begin, end - 120.0)
+                at = burst_at(begin, end, k == 0 and waves > 0)
                 for _ in range(size):
                     chart(o, at + rnd.uniform(0, 120.0))
                 left -= size
@@ -207,6 +227,10 @@ TRACES = {
     "D  costs 1-3, 12 orgs, 1.4x, seed 4": dict(seed=4, n_orgs=12, workflows=WF123, overload=1.4, budget=30),
     "E  costs 1-2, 20 orgs, 1.3x, seed 5": dict(seed=5, n_orgs=20, zipf=1.3),
     "F  costs 1-2, 14 orgs, 1.3x, no averages (learned), seed 6": dict(seed=6, averages=False),
+    # the issue's second held-back kind: the overload in waves of 20-60 minutes (0.4x-1.6x
+    # of it), on top of the bursts
+    "G  costs 1-2, 14 orgs, 1.3x in waves, seed 7": dict(seed=7, waves=0.6),
+    "H  costs 1-2, 16 orgs, 1.4x in waves, seed 8": dict(seed=8, n_orgs=16, overload=1.4, zipf=1.3, waves=0.6),
 }
 
 
@@ -219,19 +243,50 @@ def perfect_start(trace: dict, charts: list[dict]) -> dict[str, float]:
             for c in charts if c["start_s"] is not None}
 
 
+SWEEPS = {
+    # seeds of the issue's kinds: A's (costs 1-2, 14 orgs, 1.3x then 0.6x) and G's (the same
+    # with the overload in waves)
+    "A": {},
+    "G": dict(waves=0.6),
+}
+
+
+def sweep_seed(kind: str, seed: int, params: ForecastParams | None = None) -> dict:
+    """One seed of a sweep: naive / model MAE of each model, the forecast's share of the
+    limit (foresight MAE / forecast MAE, the same as (naive / forecast) / (naive /
+    foresight)), its bias and its 90% bound's calibration."""
+    trace = make_trace(seed=seed, **SWEEPS[kind])
+    lanes = run_model(trace, "lanes")
+    fore = run_model(trace, "forecast", params)
+    sight = run_model(trace, "foresight", params)
+    naive = errors(naive_etas(trace, lanes), lanes)["mae"]
+    el = errors({c["id"]: c["eta"] for c in lanes if c["eta"] is not None}, lanes)
+    ef = errors({c["id"]: c["eta"] for c in fore if c["eta"] is not None}, fore)
+    es = errors({c["id"]: c["eta"] for c in sight if c["eta"] is not None}, sight)
+    ep = errors(perfect_start(trace, lanes), lanes)
+    return {"charts": len(lanes), "lanes": naive / el["mae"], "forecast": naive / ef["mae"], "bias": ef["bias"],
+            "foresight": naive / es["mae"], "perfect": naive / ep["mae"], "of_limit": es["mae"] / ef["mae"],
+            "in_p90": calibration(fore)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the first two traces, no seed sweep")
-    ap.add_argument("--seeds", type=int, default=10, help="seeds of the issue's kind in the sweep (default 10)")
+    ap.add_argument("--seeds", type=int, default=20, help="seeds of each kind in the sweep (default 20)")
+    ap.add_argument("--sweep", choices=["all", *SWEEPS, "none"], default="all",
+                    help="which seed sweep(s) to run (default: all)")
     args = ap.parse_args()
     names = list(TRACES)[:2] if args.quick else list(TRACES)
     print(f"{'trace':<58}{'charts':>7} | {'model':<9}{'MAE s':>8}{'bias s':>9}{'p90 s':>8}{'naive/x':>9}"
-          f"{'by p90':>8}")
+          f"{'by p90':>8}{'of limit':>10}")
     t0 = time.perf_counter()
+    shares = []
     for name in names:
         trace = make_trace(**TRACES[name])
         res = evaluate(trace)
         naive = res["naive"]["mae"]
+        share = res["foresight"]["mae"] / res["forecast"]["mae"]
+        shares.append(share)
         first = True
         for m in ("naive", "lanes", "forecast", "foresight"):
             e = res[m]
@@ -239,32 +294,35 @@ def main() -> None:
             first = False
             cal = e.get("in_p90")
             print(f"{lead} | {m:<9}{e['mae']:>8.0f}{e['bias']:>9.0f}{e['p90']:>8.0f}{naive / e['mae']:>8.2f}x"
-                  + (f"{cal:>8.0%}" if cal is not None else ""))
-    if not args.quick:
-        print("\nSeeds of the issue's kind (costs 1-2, 14 orgs, 1.3x then 0.6x): naive MAE / model MAE")
+                  + (f"{cal:>8.0%}" if cal is not None else "")
+                  + (f"{share:>10.2f}" if m == "forecast" else ""))
+    print(f"forecast's share of the limit (naive/forecast over naive/foresight): min {min(shares):.2f}, "
+          f"mean {sum(shares) / len(shares):.2f} over {len(shares)} traces")
+    kinds = [] if args.quick or args.sweep == "none" else list(SWEEPS) if args.sweep == "all" else [args.sweep]
+    for kind in kinds:
+        print(f"\nSeeds of trace {kind}'s kind{' (overload in waves)' if SWEEPS[kind] else ''}: naive MAE / model MAE")
         print(f"{'seed':>5} {'charts':>7} {'lanes':>7} {'forecast':>9} {'bias':>6} {'foresight':>10} "
-              f"{'perfect start':>14}")
-        ratios = []
+              f"{'perfect start':>14} {'of limit':>9} {'by p90':>7}")
+        rows = []
         for seed in range(1, args.seeds + 1):
-            trace = make_trace(seed=seed)
-            lanes = run_model(trace, "lanes")
-            fore = run_model(trace, "forecast")
-            sight = run_model(trace, "foresight")
-            naive = errors(naive_etas(trace, lanes), lanes)["mae"]
-            el = errors({c["id"]: c["eta"] for c in lanes if c["eta"] is not None}, lanes)
-            ef = errors({c["id"]: c["eta"] for c in fore if c["eta"] is not None}, fore)
-            es = errors({c["id"]: c["eta"] for c in sight if c["eta"] is not None}, sight)
-            ep = errors(perfect_start(trace, lanes), lanes)
-            ratios.append((naive / el["mae"], naive / ef["mae"], naive / es["mae"]))
-            print(f"{seed:>5} {len(lanes):>7} {naive / el['mae']:>6.2f}x {naive / ef['mae']:>8.2f}x "
-                  f"{ef['bias']:>6.0f} {naive / es['mae']:>9.2f}x {naive / ep['mae']:>13.2f}x")
-        lr, fr, sr = zip(*ratios)
-        print(f"{'mean':>5} {'':>7} {sum(lr) / len(lr):>6.2f}x {sum(fr) / len(fr):>8.2f}x {'':>6} "
-              f"{sum(sr) / len(sr):>9.2f}x   (forecast >= 3x on {sum(r >= 3 for r in fr)} of {len(fr)}, "
-              f"min {min(fr):.2f}x; foresight >= 3x on {sum(r >= 3 for r in sr)}, min {min(sr):.2f}x)")
+            r = sweep_seed(kind, seed)
+            rows.append(r)
+            print(f"{seed:>5} {r['charts']:>7} {r['lanes']:>6.2f}x {r['forecast']:>8.2f}x {r['bias']:>6.0f} "
+                  f"{r['foresight']:>9.2f}x {r['perfect']:>13.2f}x {r['of_limit']:>9.2f} {r['in_p90']:>7.0%}")
+
+        def col(k):
+            return [r[k] for r in rows]
+        mean = {k: sum(col(k)) / len(rows) for k in ("lanes", "forecast", "foresight", "of_limit", "in_p90")}
+        print(f"{'mean':>5} {'':>7} {mean['lanes']:>6.2f}x {mean['forecast']:>8.2f}x {'':>6} "
+              f"{mean['foresight']:>9.2f}x {'':>14} {mean['of_limit']:>9.2f} {mean['in_p90']:>7.0%}")
+        worst = min(range(len(rows)), key=lambda i: rows[i]["of_limit"])
+        print(f"  of the limit: min {rows[worst]['of_limit']:.2f} (seed {worst + 1}), mean {mean['of_limit']:.2f}, "
+              f">= 0.8 on {sum(x >= 0.8 for x in col('of_limit'))} of {len(rows)}; forecast min "
+              f"{min(col('forecast')):.2f}x; by p90 {min(col('in_p90')):.0%}-{max(col('in_p90')):.0%}")
     print(f"({time.perf_counter() - t0:.0f} s; errors in seconds over the charts that got an ETA at arrival;"
           " bias < 0: optimistic; by p90: share of charts that finished by the forecast's 90% bound;"
           " foresight: the forecast pass told the true future arrivals, which no ETA may know (its limit);"
+          " of limit: foresight MAE / forecast MAE, the forecast's gain over naive as a share of the limit's;"
           " perfect start: the true start + the average duration)")
 
 
