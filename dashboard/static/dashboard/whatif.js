@@ -40,10 +40,14 @@
       return;
     }
     const n = names();
+    // An org is listed when its clear-time as shown (to the minute) or its at-risk count
+    // changes; a cell that does not change says "unchanged", never "05:55 → 05:55" or "0 → 0".
+    const moved = (a, b) => (a === b ? "unchanged" : `${a} → ${b}`);
     const rows = Object.entries(body.orgs)
-      .filter(([, r]) => r.clear_before !== r.clear_after || r.at_risk_before !== r.at_risk_after)
-      .map(([id, r]) => `<tr data-preview-org="${esc(id)}"><td>${esc(n.get(id) || "org " + id)}</td><td>${when(r.clear_before)} → ${when(r.clear_after)}</td>
-        <td class="num">${r.at_risk_before} → ${r.at_risk_after}</td></tr>`).join("");
+      .map(([id, r]) => [id, moved(when(r.clear_before), when(r.clear_after)), moved(r.at_risk_before, r.at_risk_after)])
+      .filter(([, clearText, riskText]) => clearText !== "unchanged" || riskText !== "unchanged")
+      .map(([id, clearText, riskText]) => `<tr data-preview-org="${esc(id)}"><td>${esc(n.get(id) || "org " + id)}</td><td>${clearText}</td>
+        <td class="num">${riskText}</td></tr>`).join("");
     out.innerHTML = `<p><strong>Preview</strong> (${esc(label)}, not applied): clear-time <span data-preview="clear">${when(body.clear_before)} → ${when(body.clear_after)}</span>;
       at risk <span data-preview="at-risk">${body.at_risk_before} → ${body.at_risk_after}</span>.</p>` +
       (rows ? `<table class="t whatif-orgs"><caption>Orgs that change</caption><thead><tr><th scope="col">org</th><th scope="col">clear-time</th><th scope="col" class="num">at risk</th></tr></thead><tbody>${rows}</tbody></table>`
