@@ -16,7 +16,10 @@ The id lives in one row (:class:`control.models.Deployment`, pk=1), written once
 
 ``legacy_below`` (charts older than this keep ``chart-<pk>``) is fixed by the first
 scheduler of this version to lead (:func:`fix_legacy_cut`), after every older scheduler
-has stopped dispatching: a chart's id never changes, so no chart runs twice.
+has stopped dispatching: a chart's id never changes, so no chart runs twice. A database
+migrated with no chart in it never had a legacy chart: its migration writes the row with
+the cut at 1 and no name yet (``charts/migrations/0014``), which the first process to need
+it gives as above, so even its first charts run as ``chart-<deployment>-<pk>``.
 """
 from __future__ import annotations
 
@@ -62,6 +65,9 @@ def _row() -> Deployment:
                 row = Deployment.objects.create(pk=1, name=wanted or _generated())
         except IntegrityError:  # another process wrote it first: its row is the one
             row = Deployment.objects.get(pk=1)
+    elif not row.name:  # a new database's row (no legacy cut), not named yet: the first to need it names it
+        Deployment.objects.filter(pk=1, name="").update(name=wanted or _generated())
+        row = Deployment.objects.get(pk=1)
     if wanted and row.name != wanted:
         raise DeploymentMismatch(
             f"FAIRSCHED_DEPLOYMENT is {wanted!r} but this database belongs to deployment {row.name!r}. "
