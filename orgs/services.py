@@ -16,8 +16,8 @@ from control import audit
 from common.notify import CostNote, OrgNote, Resync, notify
 from common.validation import MAX_COST, MAX_ID, MAX_WEIGHT, check_text, parse_turnaround, require_int
 from fairsched.core.rules import HELD_WEIGHT, is_held
-from orgs.models import (DEFAULT_EXECUTION_TIMEOUT_S, MAX_EXPECTED_DURATION_S, MIN_EXPECTED_DURATION_S, Org, Workflow,
-                         WorkflowCost)
+from orgs.models import (DEFAULT_EXECUTION_TIMEOUT_S, MAX_EXPECTED_DURATION_S, MAX_QUEUED, MIN_EXPECTED_DURATION_S, Org,
+                         Workflow, WorkflowCost)
 
 
 def _locked_org(org: Org | int) -> Org:
@@ -78,7 +78,8 @@ def org_set_weight(*, org: Org | int, weight: int, actor: Any = None) -> Org:
 
 
 # What org_update changes: the org's fields an operator edits (the admin's form).
-ORG_FIELDS = ("name", "slug", "weight", "members", "webhook_url", "webhook_secret", "webhook_clear_margin_s")
+ORG_FIELDS = ("name", "slug", "weight", "members", "webhook_url", "webhook_secret", "webhook_clear_margin_s",
+              "max_queued")
 UPDATE_FIELDS = (*ORG_FIELDS, "turnaround")  # what org_update takes (the turnaround through _apply_turnaround)
 _UNCHANGED = object()
 MAX_MARGIN_S = 2**31 - 1  # fits a database integer on every backend
@@ -119,6 +120,9 @@ def _org_values(changes: dict[str, Any]) -> dict[str, Any]:
             out[field] = require_int(field, value, minimum=0, maximum=MAX_WEIGHT)
         elif field == "webhook_clear_margin_s":
             out[field] = require_int(field, value, minimum=0, maximum=MAX_MARGIN_S)
+        elif field == "max_queued":  # None (or ""): no cap
+            out[field] = None if value is None or value == "" else require_int(field, value, minimum=0,
+                                                                               maximum=MAX_QUEUED)
         elif field == "members":
             out[field] = _member_pks(value)
         else:
@@ -143,7 +147,7 @@ def org_update(*, org: Org | int, actor: Any = None, **changes: Any) -> Org:
     In one transaction, under the org's row lock:
 
     - **validated**: each value as its field allows (whole numbers for ``weight`` and
-      ``webhook_clear_margin_s``, text without NUL for the rest, existing users for
+      ``webhook_clear_margin_s``, a whole number or None for ``max_queued``, text without NUL for the rest, existing users for
       ``members``), then the row as the model allows (``Org.full_clean``: a unique name
       and slug, a URL, a secret with a webhook URL, a ``whsec_`` secret in base64). A field
       not in :data:`ORG_FIELDS` is refused. An error (``ValidationError``) names the field,

@@ -214,6 +214,27 @@ def test_an_admin_change_of_weight_and_webhook_is_one_notification_and_hides_the
     assert capture_notifications == [{"kind": "org", "id": org.pk}]
 
 
+def test_an_admin_change_of_max_queued_is_stored_audited_and_can_be_cleared(admin_client, capture_notifications):
+    """It had said "changed successfully" and stored nothing (docs/api.md says to set it there)."""
+    org = make_org("Acme", weight=2)
+    capture_notifications.clear()
+    resp = admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]), org_form(org, max_queued=500),
+                             follow=True)
+    assert resp.status_code == 200 and "changed successfully" in resp.content.decode()
+    org.refresh_from_db()
+    assert org.max_queued == 500
+    entry = AuditEntry.objects.get(org=org)
+    assert (entry.action, entry.before, entry.after) == ("org_change", {"max_queued": None}, {"max_queued": 500})
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+    admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]), org_form(org, max_queued=""), follow=True)
+    org.refresh_from_db()
+    assert org.max_queued is None  # empty: no cap
+    resp = admin_client.post(reverse("admin:orgs_org_change", args=[org.pk]), org_form(org, max_queued=-3))
+    assert resp.status_code == 200 and "errornote" in resp.content.decode()  # the form refuses it, nothing stored
+    org.refresh_from_db()
+    assert org.max_queued is None
+
+
 def test_an_admin_save_with_nothing_changed_records_nothing(admin_client, capture_notifications):
     org = make_org("Acme", weight=2)
     capture_notifications.clear()
@@ -232,9 +253,13 @@ def test_an_admin_save_with_nothing_changed_records_nothing(admin_client, captur
     ({"webhook_url": "https://hooks.example.com"}, "webhook_secret"),
     ({"webhook_secret": "whsec_!!"}, "webhook_secret"),
     ({"members": [10**6]}, "members"),
+    ({"max_queued": -1}, "max_queued"),
+    ({"max_queued": 10**9}, "max_queued"),
+    ({"max_queued": "many"}, "max_queued"),
     ({"budget": 3}, "budget"),
 ], ids=["blank-name", "nul-name", "taken-name", "negative-weight", "bool-weight", "margin-text", "ftp-url",
-        "url-without-secret", "bad-whsec", "unknown-member", "unknown-field"])
+        "url-without-secret", "bad-whsec", "unknown-member", "negative-cap", "huge-cap", "text-cap",
+        "unknown-field"])
 def test_org_update_refuses_a_bad_value_naming_the_field_and_writes_nothing(changes, field,
                                                                             capture_notifications):
     org = make_org("Acme", weight=2)
