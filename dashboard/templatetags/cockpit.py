@@ -62,6 +62,25 @@ def slack(seconds: float | None, state: str | None = None) -> str:
     return f"late by {by}" if seconds < 0 else f"{by} to spare"
 
 
+DUE_LABEL = {"on_time": "on time", "at_risk": "at risk", "late": "late", "met": "met", "missed": "missed"}
+
+
+@register.filter
+def due_slack(seconds: float | None) -> str:
+    """A slack (the due time minus the ETA) as the dashboard's Due panel shows it (due.js):
+    signed, negative when late (``−2.1 h``, ``−20 min``, ``3 min``); ``no ETA`` for none."""
+    if seconds is None:
+        return "no ETA"
+    a, sign = abs(seconds), ("−" if seconds < 0 else "")
+    return sign + (f"{a / 60:.0f} min" if a < 5400 else f"{a / 3600:.1f} h")
+
+
+@register.filter
+def due_label(state: str | None) -> str:
+    """A due state in words: ``at risk``, never ``at_risk``."""
+    return DUE_LABEL.get(state or "", state or "")
+
+
 @register.filter
 def first_line(text: str) -> str:
     return history.first_line(text)

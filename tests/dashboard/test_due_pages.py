@@ -157,3 +157,27 @@ def test_accuracy_json_gives_the_due_warnings_recall_and_precision(due_backlog):
     late = due["late"]  # the late warning: only a, which missed
     assert (late["finished"], late["missed"], late["flagged"]) == (3, 2, 1)
     assert late["recall"] == 0.5 and late["precision"] == 1.0 and late["lead_median_s"] == 5400
+
+
+def test_the_org_page_shows_the_slack_signed_and_the_state_in_words(due_backlog):
+    """The member's page shows each flagged chart's slack as the dashboard's Due panel does,
+    signed (a late chart's is negative: "−20 min"), and its state in words ("at risk"), never
+    the raw ``at_risk``."""
+    from common import snapshot
+
+    c = Client()
+    c.force_login(due_backlog["alice"])
+    html = c.get("/orgs/acme/").content.decode()
+    table = html[html.index('id="org-due"'):]
+    flagged = snapshot.read_due(due_backlog["acme"].pk)
+    assert any(r["state"] == "late" for r in flagged)
+    for r in flagged:
+        row = re.search(rf"<tr><td>#{r['id']}\b.*?</tr>", table, re.S).group(0)
+        cells = [re.sub(r"<[^>]+>", "", td).strip() for td in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        assert cells[2] == {"late": "late", "at_risk": "at risk"}[r["state"]]
+        assert cells[3] == cockpit.due_slack(r["slack_s"])
+        if r["state"] == "late":
+            assert cells[3].startswith("−"), cells
+    assert "at_risk" not in re.sub(r'class="[^"]*"', "", table[:table.index("</section>")])
+    assert [cockpit.due_slack(s) for s in (-7560, -1200, 0, 180, 5400, None)] == [
+        "−2.1 h", "−20 min", "0 min", "3 min", "1.5 h", "no ETA"]  # the Due panel's format (due.js)
