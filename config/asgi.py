@@ -15,6 +15,10 @@ _own_process = not apps.ready  # daphne's, not a process that set Django up befo
 django_asgi_app = get_asgi_application()
 
 from common.connections import pool_connections  # noqa: E402
+from config import daphne_http  # noqa: E402
+
+# daphne's status lines name every code (422, 429), and a multipart body reaches Django's 415.
+daphne_http.configure()
 
 if _own_process:
     # The web's PostgreSQL connections from a pool, not one opened a request
