@@ -146,9 +146,11 @@ def chart_timeline(chart: Chart, entries: list[AuditEntry]) -> list[dict[str, An
 
 
 def _delta(predicted: datetime | None, actual: datetime | None) -> dict[str, Any] | None:
+    """``off_s``: the error as the accuracy panel defines it, ETA - actual finish (negative:
+    it finished later than predicted)."""
     if predicted is None:
         return None
-    off = (actual - predicted).total_seconds() if actual is not None else None
+    off = (predicted - actual).total_seconds() if actual is not None else None
     return {"predicted": predicted, "actual": actual, "off_s": off}
 
 
@@ -194,6 +196,8 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
     out["run"] = {"expected_s": expected, "actual_s": actual, "source": source.kind,
                   "source_text": estimate_source_text(source, chart.org.name, chart.workflow.name),
                   "predicted_finish": chart.started_at + timedelta(seconds=expected) if chart.started_at else None}
+    out["run"]["off_s"] = ((out["run"]["predicted_finish"] - chart.finished_at).total_seconds()
+                           if out["run"]["predicted_finish"] and chart.finished_at else None)  # ETA - actual
     return out
 
 

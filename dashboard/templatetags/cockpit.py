@@ -62,6 +62,16 @@ def slack(seconds: float | None, state: str | None = None) -> str:
     return f"late by {by}" if seconds < 0 else f"{by} to spare"
 
 
+@register.filter
+def eta_error(seconds: float | None) -> str:
+    """An ETA's error (ETA - actual finish) with its sign, as the accuracy panel shows a bias:
+    ``+5 s`` (predicted later than it finished), ``−2 min`` (it finished later)."""
+    if seconds is None:
+        return "—"
+    text = duration(abs(seconds))
+    return text if text == "0 s" else ("+" if seconds > 0 else "−") + text
+
+
 DUE_LABEL = {"on_time": "on time", "at_risk": "at risk", "late": "late", "met": "met", "missed": "missed"}
 
 

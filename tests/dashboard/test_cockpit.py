@@ -138,6 +138,24 @@ def test_chart_page_renders_the_stored_predictions(finished, staff):
     assert "finish, when first placed" in text and "2 min" in text and "finish, at dispatch" in text and "20 s" in text
 
 
+def test_chart_page_errors_are_eta_minus_actual_as_the_accuracy_panel_says(finished, staff):
+    """One sign convention: an ETA 5 s after the actual finish is off by +5 s (ETA − actual,
+    the accuracy panel's error), one 20 s before it by −20 s; the page says so."""
+    import re
+
+    chart = finished["charts"][0]
+    Chart.objects.filter(pk=chart.pk).update(eta_first_at=chart.finished_at + timedelta(seconds=5),
+                                             eta_dispatch_at=chart.finished_at - timedelta(seconds=20))
+    html = staff.get(f"/charts/{chart.pk}/").content.decode()
+    table = html[html.index('id="chart-prediction"'):]
+    rows = {re.sub(r"<[^>]+>", "", cells[0]): re.sub(r"<[^>]+>", "", cells[-1]).strip()
+            for cells in (re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)
+                          for tr in re.findall(r"<tr>(.*?)</tr>", table[:table.index("</table>")], re.S))}
+    assert rows["finish, when first placed"] == "+5 s"
+    assert rows["finish, at dispatch"] == "−20 s"
+    assert "ETA − actual" in table[:table.index("</div>")]
+
+
 def test_chart_page_for_members_and_strangers(finished, client):
     chart = finished["charts"][1]  # Acme's
     member = make_user("m")
