@@ -3,6 +3,7 @@ across, so there is no import cycle, and no import hides inside a function to do
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,27 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]]:
-    """(line, imported project module, inside a function?) of every import in ``path``."""
+def _module_of(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _absolute(node: ast.ImportFrom, path: Path) -> str | None:
+    """The module an ``import from`` names, a relative one (``from .keys import x``) made
+    absolute against ``path``'s package."""
+    if not node.level:
+        return node.module
+    try:
+        package = _module_of(path).split(".") if path.name == "__init__.py" else _module_of(path).split(".")[:-1]
+    except ValueError:  # a file outside the tree (the check's own tests): relative to nothing
+        return node.module
+    base = package[:len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _all_imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]]:
+    """(line, imported module, inside a function?) of every import in ``path``, relative ones
+    made absolute, ``from package import module`` naming the module: the standard
+    library's and third parties' too."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for n in ast.walk(f)}
@@ -63,13 +83,18 @@ def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                     for a in node.names]
-        for name in names:
-            if name.split(".")[0] in TOP:
-                found.append((node.lineno, name, id(node) in in_function))
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(node, path)
+            if module:
+                names = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names]
+        found.extend((node.lineno, name, id(node) in in_function) for name in names)
     return found
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]]:
+    """(line, imported project module, inside a function?) of every import in ``path`` of
+    one of the project's modules, relative imports included."""
+    return [(line, name, hidden) for line, name, hidden in _all_imports(path, modules) if name.split(".")[0] in TOP]
 
 
 def test_every_import_goes_down_the_layers():
@@ -91,6 +116,80 @@ def test_every_module_is_in_a_layer():
     stray = [f"{path.relative_to(ROOT)}: in no layer ({_layer_of(module)})"
              for module, path in sorted(_modules().items()) if _layer_of(module) not in LAYERS]
     assert not stray, "\n".join(stray)
+
+
+def _cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """The import graph's cycles between modules (its strongly connected components of more
+    than one module, or a module importing itself), by Tarjan's algorithm. An import under
+    ``TYPE_CHECKING`` counts: a circle a type hint needs is a circle in the design. A
+    package's ``__init__`` is the package's module."""
+    graph = {m: sorted({t for _, t, _ in _imports(p, modules) if t in modules and t != m}) for m, p in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_even_inside_a_layer():
+    """The layer rule keeps cycles out between layers; this keeps them out inside one too
+    (``queue.py`` and ``queue_loads.py`` once imported each other, one of them for a type)."""
+    cycles = _cycles(_modules())
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_check_sees_a_cycle_and_a_relative_import(tmp_path):
+    """The checks themselves: two modules importing each other (one relatively, one for a
+    type) are a cycle."""
+    pkg = tmp_path / "fairsched" / "core"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from .b import x\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fairsched.core.a import y\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        modules = {"fairsched.core.a": pkg / "a.py", "fairsched.core.b": pkg / "b.py"}
+        assert _cycles(modules) == [["fairsched.core.a", "fairsched.core.b"]]
+    finally:
+        ROOT = saved
+
+
+def test_the_core_imports_the_standard_library_only():
+    """``fairsched/core`` is pure: no Django, no I/O library, nothing of the project's outside
+    it; the standard library only (and ``__future__``)."""
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    modules = _modules()
+    wrong = [f"{path.relative_to(ROOT)}:{line}: imports {name}"
+             for module, path in sorted(modules.items()) if _layer_of(module) == "fairsched.core"
+             for line, name, _ in _all_imports(path, modules)
+             if _layer_of(name) != "fairsched.core" and name.split(".")[0] not in allowed]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_import_hides_in_a_function():

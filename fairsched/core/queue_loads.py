@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import Iterable, Mapping, Self
 
 from .heads import NeedsWholeBacklog
 from .keys import TIER_NORMAL, org_rank_key
 from .plan import gc_paused
 from .rules import ORDERED
 from .types import QueuedChart, RoundState
-
-if TYPE_CHECKING:
-    from .queue import FairQueue
 
 _seq_id = attrgetter("seq", "id")
 
@@ -37,7 +34,7 @@ class QueueLoads:
         horizon: tuple | None = None,
         truncated: Iterable[str] | None = None,
         **policies,
-    ) -> "FairQueue":
+    ) -> Self:
         """Resume after a restart or a failover from what :meth:`export_rounds` and
         :meth:`take_round_changes` persisted (contracts/simulate.md: the order after a
         restart equals the order before it). Each chart's ``round`` is the round it
@@ -104,7 +101,7 @@ class QueueLoads:
         weights: Mapping[str, int],
         costs: Mapping[tuple[str, str | None], int] | None = None,
         **policies,
-    ) -> "FairQueue":
+    ) -> Self:
         """A first start's head (no round was ever saved): ``queued`` holds the whole
         priority tier and, of each org, a prefix of its rank order (``org_rank_key``);
         ``truncated``: the orgs with more charts than that. Their ranks are exactly
