@@ -47,3 +47,47 @@ def test_set_policies_is_clicked_with_the_mouse_and_stays_on_its_card(browser, b
             break
         page.wait_for_timeout(100)
     assert SchedulerSettings.get().share == "work"
+
+
+def _active(page) -> dict:
+    return page.evaluate("""() => { const a = document.activeElement, tr = a.closest("tr");
+        return {tag: a.tagName, action: a.dataset.action || null, chart: tr ? tr.dataset.chartId || null : null}; }""")
+
+
+def test_the_focus_stays_on_the_order_after_pause_and_resume(browser, browser_server, redis_layer_publish, world):
+    """docs/operating.md: a button that held the focus hands it to the matching control. A
+    paused chart moves to the order's tail (the row is moved in the table) or, under the
+    filter "queued in the fair order", leaves the page: the focus never falls to <body>."""
+    first, second, third = world["charts"]
+    redis_layer_publish()
+    page = open_dashboard(browser, browser_server)
+    rows = page.locator("#order-body tr")
+    expect(rows).to_have_count(3)
+    page.locator(f'#order-body tr[data-chart-id="{first.pk}"] button[data-action="pause"]').focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(f'#order-body tr[data-chart-id="{first.pk}"]')).to_have_attribute("data-state", "paused",
+                                                                                           timeout=5_000)
+    redis_layer_publish()  # the scheduler's next order: the paused chart set aside, after the others
+    expect(rows.last).to_have_attribute("data-chart-id", str(first.pk), timeout=5_000)
+    assert _active(page) == {"tag": "BUTTON", "action": "resume", "chart": str(first.pk)}
+    page.keyboard.press("Enter")  # Resume, with the keyboard: the focus follows the row again
+    expect(page.locator(f'#order-body tr[data-chart-id="{first.pk}"]')).to_have_attribute("data-state", "ordered",
+                                                                                           timeout=5_000)
+    assert _active(page) == {"tag": "BUTTON", "action": "pause", "chart": str(first.pk)}
+
+    # the filter "queued in the fair order": a paused chart leaves the page
+    redis_layer_publish()
+    expect(page.locator('#order-body tr[data-state="ordered"]')).to_have_count(3, timeout=5_000)
+    page.select_option("#state-filter", "ordered")
+    page.wait_for_function("() => window.fairDashboard.order().state === 'ordered'", timeout=5_000)
+    expect(rows).to_have_count(3)
+    page.locator(f'#order-body tr[data-chart-id="{second.pk}"] button[data-action="pause"]').focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(f'#order-body tr[data-chart-id="{second.pk}"]')).to_have_attribute("data-state", "paused",
+                                                                                            timeout=5_000)
+    redis_layer_publish()
+    expect(page.locator(f'#order-body tr[data-chart-id="{second.pk}"]')).to_have_count(0, timeout=5_000)
+    expect(rows).to_have_count(2)
+    got = _active(page)
+    # the matching control of the row that took its place
+    assert got == {"tag": "BUTTON", "action": "pause", "chart": str(third.pk)}, got

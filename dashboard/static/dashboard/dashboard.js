@@ -61,6 +61,12 @@
   }
 
   function syncRows(tbody, items, keyOf, rowHtml, decorate) {
+    // The focus in this table: kept on its control when the row moves (a paused chart goes to
+    // the order's tail) and, when the row leaves the page (a filter, the next page), handed to
+    // the matching control of the row that takes its place, never dropped to <body>.
+    const had = tbody.contains(document.activeElement) ? document.activeElement : null;
+    const hadRow = had && had.closest("tr");
+    const hadIndex = hadRow ? Array.prototype.indexOf.call(tbody.children, hadRow) : -1;
     const existing = new Map();
     Array.from(tbody.children).forEach((tr) => existing.set(tr.dataset.key, tr));
     const keep = new Set();
@@ -78,6 +84,23 @@
       prev = tr;
     });
     existing.forEach((tr, k) => { if (!keep.has(k)) tr.remove(); });
+    if (had && document.activeElement !== had && !tbody.contains(document.activeElement)) keepFocus(tbody, had, hadIndex);
+  }
+  function keepFocus(tbody, was, index) {
+    if (was.isConnected) { was.focus({preventScroll: true}); return; }
+    const rows = tbody.children;
+    const row = rows.length ? rows[Math.min(index, rows.length - 1)] : null;
+    if (row) {  // the control in the same place: the same action, else the same cell's n-th control
+      const FOCUSABLE = "button, input, select, a";
+      const cell = was.closest("td"), oldRow = was.closest("tr");
+      const at = cell && oldRow ? row.children[Array.prototype.indexOf.call(oldRow.children, cell)] : null;
+      const nth = cell ? Array.prototype.indexOf.call(cell.querySelectorAll(FOCUSABLE), was) : -1;
+      const same = (was.dataset.action && row.querySelector(`[data-action="${was.dataset.action}"]`))
+        || (at && (at.querySelectorAll(FOCUSABLE)[nth] || at.querySelector(FOCUSABLE))) || row.querySelector(FOCUSABLE);
+      if (same) { same.focus({preventScroll: true}); return; }
+    }
+    const region = tbody.closest("[tabindex]");   // an empty table: its scrolling region
+    if (region) region.focus({preventScroll: true});
   }
 
   function btn(action, label, key) {
