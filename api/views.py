@@ -38,7 +38,7 @@ from control import audit  # the API's one import of it
 log = logging.getLogger(__name__)
 
 PAGE_DEFAULT, PAGE_MAX = 100, 500
-_CURSOR = re.compile(r"\d{1,16}")
+_CURSOR = re.compile(r"[0-9]{1,16}")
 
 
 class BodyNotJson(ValueError):
@@ -62,12 +62,27 @@ class JsonParser(Parser):
             raise BodyNotJson(f"body: not valid JSON ({exc}).") from None
 
 
+def _parameter_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """The parameters the views check themselves (their own messages), as the schema must say
+    them: what it allows is answered, what it refuses is refused (schemathesis checks both)."""
+    return {
+        ("header", "Idempotency-Key"): {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+        ("query", "state"): {"type": "string", "enum": list(ChartState.values)},
+        ("query", "cursor"): {"type": "string", "pattern": f"^{_CURSOR.pattern}$"},
+    }
+
+
 class Api(NinjaAPI):
     def get_openapi_schema(self, *args, **kwargs):
-        """Errors are ``application/problem+json`` (the generated schema says application/json)."""
+        """Errors are ``application/problem+json`` (the generated schema says application/json);
+        the parameters the views check themselves say what the views accept."""
         schema = super().get_openapi_schema(*args, **kwargs)
+        exact = _parameter_schemas()
         for item in schema.get("paths", {}).values():
             for operation in item.values():
+                for parameter in operation.get("parameters") or []:
+                    if (parameter.get("in"), parameter.get("name")) in exact:
+                        parameter["schema"] = exact[(parameter["in"], parameter["name"])]
                 for code, response in (operation.get("responses") or {}).items():
                     content = response.get("content") or {}
                     if str(code).startswith(("4", "5")) and "application/json" in content:
@@ -84,7 +99,11 @@ api = Api(
 )
 READ, SUBMIT = KeyAuth(Scope.READ), KeyAuth(Scope.SUBMIT)
 ERRORS = {code: ProblemOut for code in (400, 401, 403, 404, 409, 413, 415, 422, 429)}
-IDEMPOTENCY_KEY = Header(None, alias="Idempotency-Key", max_length=255, description=(
+# What key_of (api/idempotency.py) accepts, said by the schema (schemathesis checks both ways):
+# 1 to 255 printable ASCII characters, first and last not a space, or the same in double
+# quotes (the draft's form, "" is no key); trailing blanks are HTTP's, not the key's.
+IDEMPOTENCY_KEY_PATTERN = r'^(?!""[ \t]*$)(?:"[ -~]{1,255}"|[!-~](?:[ -~]{0,253}[!-~])?)[ \t]*$'
+IDEMPOTENCY_KEY = Header(None, alias="Idempotency-Key", description=(
     "Any unique string (a UUID): a retry with the same key and body gets the first answer, and nothing runs "
     "twice; kept 24 h. The same key with another body: 422; while the first is in flight: 409."))
 
@@ -290,10 +309,10 @@ def chart_list(request: HttpRequest, external_id: str | None = Query(None, max_l
             raise Problem(400, message, kind="bad-request", errors={"state": [message]})
         qs = qs.filter(state=state)
     if cursor is not None:
-        if not _CURSOR.fullmatch(cursor) or not 1 <= int(cursor) <= MAX_ID:
+        if not _CURSOR.fullmatch(cursor):  # the schema's pattern: every cursor it allows is answered
             message = f"cursor: not a cursor this API gave (use the page's next), got {cursor[:40]!r}."
             raise Problem(400, message, kind="bad-request", errors={"cursor": [message]})
-        qs = qs.filter(pk__lt=int(cursor))
+        qs = qs.filter(pk__lt=min(int(cursor), MAX_ID + 1))  # 0: an empty page
     rows = list(qs.order_by("-id")[:limit + 1])
     page, more = rows[:limit], len(rows) > limit
     return _json({"charts": described.describe(page), "next": str(page[-1].pk) if more else None})
