@@ -91,3 +91,51 @@ def test_the_focus_stays_on_the_order_after_pause_and_resume(browser, browser_se
     got = _active(page)
     # the matching control of the row that took its place
     assert got == {"tag": "BUTTON", "action": "pause", "chart": str(third.pk)}, got
+
+
+def test_a_skip_link_and_the_due_list_after_the_order_bring_the_keyboard_to_pause(browser, browser_server,
+                                                                                  redis_layer_publish, world):
+    """The first Tab reaches "Skip to the order", and from it a few Tabs reach the first Pause;
+    without it, the Tabs to the first Pause go through no link of the Due list (it comes after
+    the order), where 171 Tab presses reached it on a busy dashboard."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from orgs.services import org_set_turnaround
+
+    org_set_turnaround(org=world["acme"], turnaround=3600)
+    now = timezone.now()
+    for i in range(20):  # late: twenty links in the Due list
+        make_chart(world["acme"], world["wf"], external_id=f"late-{i}", created_at=now - timedelta(hours=2, minutes=i))
+    redis_layer_publish()
+    page = open_dashboard(browser, browser_server)
+    expect(page.locator("#due-charts-body tr")).to_have_count(23)
+    expect(page.locator("#order-body button[data-action=pause]").first).to_be_visible()
+
+    def tabs_to_pause(limit: int) -> tuple[int, list[str]]:
+        passed = []
+        for n in range(1, limit + 1):
+            page.keyboard.press("Tab")
+            where = page.evaluate("""() => { const a = document.activeElement;
+                return (a.closest('#order-body') && a.dataset.action === 'pause') ? 'pause'
+                     : a.closest('#due-panel') ? 'due' : a.tagName + ':' + (a.textContent || '').trim().slice(0, 30); }""")
+            if where == "pause":
+                return n, passed
+            passed.append(where)
+        raise AssertionError(f"no Pause within {limit} Tab presses: {passed}")
+
+    page.keyboard.press("Tab")
+    skip = page.evaluate("() => [document.activeElement.textContent.trim(), document.activeElement.getAttribute('href')]")
+    assert skip[0] == "Skip to the order", skip
+    box = page.locator("a.skip-link").first.bounding_box()
+    assert box and box["width"] > 0 and box["y"] >= 0  # shown while it has the focus
+    page.keyboard.press("Enter")
+    n, passed = tabs_to_pause(15)
+    assert "due" not in passed
+
+    page.reload()
+    expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=10_000)
+    expect(page.locator("#order-body button[data-action=pause]").first).to_be_visible()
+    n, passed = tabs_to_pause(300)
+    assert "due" not in passed, f"the Due list's links come before the order: {passed}"
