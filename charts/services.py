@@ -46,7 +46,7 @@ def _org(value: Org | int | str, field_name: str = "org") -> Org:
         if isinstance(value, int) and not isinstance(value, bool):
             return Org.objects.get(pk=value)
         if isinstance(value, str) and value.strip() and "\x00" not in value:
-            text = value.strip()
+            text = check_text(field_name, value).strip()  # a lone surrogate: refused, not a 500
             return Org.objects.get(pk=int(text)) if text.isdigit() else Org.objects.get(slug=text)
     except Org.DoesNotExist:
         pass
@@ -60,7 +60,8 @@ def _workflow(value: Workflow | int | str, field_name: str = "workflow") -> Work
         if isinstance(value, int) and not isinstance(value, bool):
             return Workflow.objects.get(pk=value)
         if isinstance(value, str) and value.strip() and "\x00" not in value:  # PostgreSQL cannot compare a NUL
-            return Workflow.objects.get(name=value.strip())
+            # nor any database a lone surrogate ("\ud800" in JSON): refused naming the field, not a 500
+            return Workflow.objects.get(name=check_text(field_name, value).strip())
     except Workflow.DoesNotExist:
         pass
     raise ValidationError({field_name: f"{field_name}: unknown workflow {value!r}."})
@@ -211,6 +212,10 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
 
     def cached(cache: dict[Any, Any], key: Any, resolve) -> Any:
         k = key.pk if hasattr(key, "pk") else key
+        try:
+            hash(k)
+        except TypeError:  # a list or an object where a name belongs: resolve() names the field
+            return resolve()
         if k not in cache:
             cache[k] = resolve()
         return cache[k]
