@@ -149,4 +149,9 @@ def whatif_json(request: HttpRequest) -> JsonResponse:
         if got.get("param"):
             return _json({"error": got["error"], "errors": {got["param"]: [got["error"]]}}, 400)
         return unavailable(got["error"])
+    if isinstance(got.get("orgs"), dict):  # each org by name too: the admin's pages have no org rows to read it from
+        names = dict(Org.objects.filter(pk__in=[int(k) for k in got["orgs"] if str(k).isdigit()])
+                     .values_list("pk", "name"))
+        for key, row in got["orgs"].items():
+            row["name"] = names.get(int(key)) if str(key).isdigit() else None
     return _json(got)

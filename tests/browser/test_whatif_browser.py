@@ -178,5 +178,7 @@ def test_the_admin_cost_forms_preview_a_cost_before_save(browser, browser_server
     expect(out).to_contain_text("Preview (cost 7, not applied)")
     responder.thread.join(5)
     assert responder.seen[0]["change"] == {"kind": "cost", "org": acme.pk, "workflow": "audit", "value": 7}
+    # the orgs by name, as on the dashboard (the admin's page has no org rows to read them from: it said "org 1")
+    expect(out.locator(f"tr[data-preview-org='{acme.pk}'] td").first).to_have_text("Acme")
     cost.refresh_from_db()
     assert cost.cost == 2 and r.llen(previews.REQUESTS) == 0  # nothing saved

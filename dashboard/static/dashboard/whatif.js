@@ -46,7 +46,7 @@
     const rows = Object.entries(body.orgs)
       .map(([id, r]) => [id, moved(when(r.clear_before), when(r.clear_after)), moved(r.at_risk_before, r.at_risk_after)])
       .filter(([, clearText, riskText]) => clearText !== "unchanged" || riskText !== "unchanged")
-      .map(([id, clearText, riskText]) => `<tr data-preview-org="${esc(id)}"><td>${esc(n.get(id) || "org " + id)}</td><td>${clearText}</td>
+      .map(([id, clearText, riskText]) => `<tr data-preview-org="${esc(id)}"><td>${esc(body.orgs[id].name || n.get(id) || "org " + id)}</td><td>${clearText}</td>
         <td class="num">${riskText}</td></tr>`).join("");
     out.innerHTML = `<p><strong>Preview</strong> (${esc(label)}, not applied): clear-time <span data-preview="clear">${when(body.clear_before)} → ${when(body.clear_after)}</span>;
       at risk <span data-preview="at-risk">${body.at_risk_before} → ${body.at_risk_after}</span>.</p>` +
