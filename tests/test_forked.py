@@ -367,7 +367,7 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
 
     r.s.publisher.snapshot_stored = snapshot_stored
     r.store.add(10, 1)  # a change: the pass has something new to show
-    r.s._notes.append(ChartNote(id=10))
+    r.s.loop.notes.append(ChartNote(id=10))
     await a_pass(r)
     assert "ETA pass died (exit code 9)" in caplog.text
     second = snapshot.read_snapshot()["seq"]

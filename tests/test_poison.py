@@ -78,25 +78,25 @@ def scheduler() -> Scheduler:
 
 
 def test_a_step_that_backs_itself_off_is_not_reset_by_the_guard():
-    """``_dispatch`` backs dispatch off when a start fails; ``_guarded`` used to reset that
+    """``_dispatch`` backs dispatch off when a start fails; ``guarded`` used to reset that
     backoff as soon as the step returned, so a failing start was retried at once, ~80 times
     a minute, resending its payload."""
     s = scheduler()
 
     async def dispatch_with_a_failed_start():
-        s._backoff["dispatch"].fail(time.monotonic())
+        s.loop.backoff["dispatch"].fail(time.monotonic())
         return None
 
     async def clean_dispatch():
         return None
 
-    assert asyncio.run(s._guarded("dispatch", dispatch_with_a_failed_start)) is True
-    assert not s._backoff["dispatch"].ready(time.monotonic())
-    assert s._backoff["dispatch"].failures == 1
-    asyncio.run(s._guarded("dispatch", dispatch_with_a_failed_start))
-    assert s._backoff["dispatch"].failures == 2 and s._backoff["dispatch"].delay == 2 * s.BACKOFF_MIN_S
-    asyncio.run(s._guarded("dispatch", clean_dispatch))  # a pass without trouble resets it
-    assert s._backoff["dispatch"].ready(time.monotonic()) and s._backoff["dispatch"].failures == 0
+    assert asyncio.run(s.guarded("dispatch", dispatch_with_a_failed_start)) is True
+    assert not s.loop.backoff["dispatch"].ready(time.monotonic())
+    assert s.loop.backoff["dispatch"].failures == 1
+    asyncio.run(s.guarded("dispatch", dispatch_with_a_failed_start))
+    assert s.loop.backoff["dispatch"].failures == 2 and s.loop.backoff["dispatch"].delay == 2 * s.BACKOFF_MIN_S
+    asyncio.run(s.guarded("dispatch", clean_dispatch))  # a pass without trouble resets it
+    assert s.loop.backoff["dispatch"].ready(time.monotonic()) and s.loop.backoff["dispatch"].failures == 0
 
 
 @pytest.mark.parametrize("payload, expected", [

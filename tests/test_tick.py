@@ -497,7 +497,7 @@ async def test_a_start_refused_for_good_fails_the_chart_and_the_order_moves_on(r
     assert r.store.state(1) == "failed"
     assert r.store.errors[1].startswith("cannot start: Temporal refused to start the workflow (INVALID_ARGUMENT)")
     assert "1" not in r.s.state.queue
-    assert r.s._backoff["dispatch"].ready(r.clock.monotonic())  # nobody to blame but the chart: no backoff
+    assert r.s.loop.backoff["dispatch"].ready(r.clock.monotonic())  # nobody to blame but the chart: no backoff
     await r.tick()  # no clock change needed: the next chart has the head
     assert r.temporal.start_calls == [1, 2] and r.store.state(2) == "running"
 
@@ -529,7 +529,7 @@ async def test_a_server_side_error_never_fails_the_chart_it_keeps_its_place_and_
     for n in range(1, 3 * r.s.dispatcher._start_failures.max_unknown + 1):
         await r.tick()
         assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1", "2"]
-        assert not r.s._backoff["dispatch"].ready(r.clock.monotonic())  # no tight loop
+        assert not r.s.loop.backoff["dispatch"].ready(r.clock.monotonic())  # no tight loop
         r.clock.advance(r.s.BACKOFF_MAX_S)
         r.renew_lease()
     assert r.temporal.start_calls == [1] * n  # the head of the order, never passed over
@@ -560,7 +560,7 @@ async def test_a_failing_outcome_after_already_started_leaves_that_chart_and_com
     await r.tick()
     assert r.store.state(2) == "running" and r.running() == {2}
     assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1"]
-    assert not r.s._backoff["dispatch"].ready(r.clock.monotonic())
+    assert not r.s.loop.backoff["dispatch"].ready(r.clock.monotonic())
     broken["on"] = False
     r.clock.advance(r.s.BACKOFF_MIN_S)
     r.renew_lease()
@@ -599,7 +599,7 @@ async def test_a_cancel_not_honoured_is_terminated_after_the_grace_period(rig):
     await r.lead()
     await r.tick()
     r.store.set(1, cancel_requested=True)  # the user cancels: the row says so, a notification names it
-    r.s._notes.append(ChartNote(id=1))
+    r.s.loop.notes.append(ChartNote(id=1))
     await r.tick()
     assert r.temporal.cancels == [1] and r.running() == {1}
     r.clock.advance(59.0)
@@ -637,7 +637,7 @@ async def test_a_notification_naming_a_new_chart_brings_it_in_and_it_dispatches(
     r = rig(budget=1, charts=0)
     await r.lead()
     r.store.add(7, 1)  # created after the load; its notification names it
-    r.s._notes.append(ChartNote(id=7))
+    r.s.loop.notes.append(ChartNote(id=7))
     await r.tick()
     assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
     assert r.publisher.kinds("queued") == [7] and r.publisher.kinds("dispatch") == [7]
@@ -650,7 +650,7 @@ async def test_a_new_chart_of_an_org_created_after_the_load_brings_its_org_in_an
     await r.lead()
     r.store.orgs[2] = OrgRow(2, "Org 2", "org-2", 3)
     r.store.add(7, 2)
-    r.s._notes.append(ChartNote(id=7))
+    r.s.loop.notes.append(ChartNote(id=7))
     await r.tick()
     assert r.s.state.orgs[2].weight == 3 and r.s.state.queue.weights["2"] == 3
     assert r.temporal.start_calls == [7] and r.store.state(7) == "running"
@@ -705,7 +705,7 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     assert r.temporal.start_calls == [1, 2]  # 3 is past the horizon: wait for the whole backlog
     r.store.rows[10] = ChartRow(10, 2, "code", "queued", T0 + 10, priority=True, prioritized_at=T0 + 10)
     r.store.payloads[10] = {}
-    s._notes.append(ChartNote(id=10))
+    s.loop.notes.append(ChartNote(id=10))
     await r.tick()
     assert r.temporal.start_calls == [1, 2, 10]  # a priority chart needs no whole order
     r.temporal.close(10)
@@ -843,8 +843,8 @@ async def test_a_chart_starts_while_the_backfills_chunk_is_in_flight_and_its_com
     await asyncio.wait_for(r.s.tick(), 1.0)  # the tick ends: its commit waits, not the loop
     assert r.temporal.start_calls == [1, 2]  # started while the chunk is in flight
     assert 2 not in [m[0] for m in r.store.marked] and r.s.state.committing == {2}
-    assert "dispatch-commit" in r.s._chunk.get_name()
-    r.s._resync_requested = True
+    assert "dispatch-commit" in r.s.loop.chunk.get_name()
+    r.s.loop.resync_requested = True
     await r.tick()  # the resync reads row 2, still queued: behind memory, not the truth
     assert 2 in r.s.state.running and "2" not in r.s.state.queue and r.temporal.start_calls == [1, 2]
     r.store.chunk_failures = 1
@@ -892,7 +892,7 @@ async def test_a_commit_chained_behind_a_chunk_that_outlives_the_step_down_is_ne
     await settle()
     await r.tick()
     assert r.temporal.start_calls == [1, 2] and r.s.state.committing == {2}
-    commit = r.s._chunk
+    commit = r.s.loop.chunk
     r.s.STOP_WAIT_S = 0.05
     await r.s._step_down()  # the chunk outlives the wait
     r.store.chunk_gate.set()
@@ -1011,7 +1011,7 @@ async def test_a_pass_that_stored_its_snapshot_and_failed_after_it_still_has_it_
     await r.lead()
     await r.tick()
     await pass_ends(r.s)
-    assert r.publisher.snapshots == 1 and not r.s._backoff["eta"].ready(r.clock.monotonic())
+    assert r.publisher.snapshots == 1 and not r.s.loop.backoff["eta"].ready(r.clock.monotonic())
     r.clock.advance(1.0)
     r.renew_lease()
     await r.tick()
@@ -1046,11 +1046,11 @@ async def test_a_step_down_waits_for_a_task_that_ignores_its_cancel_through_the_
 
     task = asyncio.create_task(stubborn())
     await asyncio.sleep(0)  # it runs up to its wait (a task cancelled before it starts just ends)
-    r.s._tasks.append(task)
+    r.s.loop.tasks.append(task)
     before = r.clock.monotonic()
     await r.s._step_down()
     assert r.clock.monotonic() - before == r.s.STOP_WAIT_S
-    assert not task.done() and r.s._tasks == []
+    assert not task.done() and r.s.loop.tasks == []
     release.set()
     await task
 
@@ -1067,22 +1067,22 @@ async def test_a_slow_step_is_logged_with_how_long_the_loop_waited(rig, caplog):
     async def quick():
         r.clock.advance(0.01)
 
-    await r.s._guarded("rounds", slow)
-    await r.s._guarded("notes", quick)
+    await r.s.guarded("rounds", slow)
+    await r.s.guarded("notes", quick)
     assert "step rounds took 250 ms (the loop waited for it)" in caplog.text
     assert "step notes took" not in caplog.text
     # a backfill's chunks are slow one after another: one line per STEP_SLOW_LOG_EVERY_S at most
     caplog.clear()
     for _ in range(3):
-        await r.s._guarded("rounds", slow)  # 0.25 s each: within 10 s of the first line
+        await r.s.guarded("rounds", slow)  # 0.25 s each: within 10 s of the first line
     assert "step rounds" not in caplog.text
     r.clock.advance(10)
-    await r.s._guarded("rounds", slow)
+    await r.s.guarded("rounds", slow)
     assert "step rounds took 250 ms (the loop waited for it); 3 more since the last such line, " \
            "the longest 250 ms" in caplog.text
     # a step run from a task of its own (the ETA pass, which logs its own time) is not the loop's
     caplog.clear()
-    await r.s._guarded("eta", slow, loop_waits=False)
+    await r.s.guarded("eta", slow, loop_waits=False)
     assert "step eta" not in caplog.text
 
 
@@ -1134,7 +1134,7 @@ async def test_the_rounds_backfill_waits_for_the_first_pass_over_the_loaded_back
     for _ in range(4):
         await r.tick()
         await settle()
-    assert written() == at_first and r.s._rounds.backfilling  # no chunk while the first pass runs
+    assert written() == at_first and r.s.rounds.backfilling  # no chunk while the first pass runs
     recording, recorded = asyncio.Event(), asyncio.Event()
     record = r.store.record_first_etas
 

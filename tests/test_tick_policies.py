@@ -22,7 +22,7 @@ def long_and_short(r) -> None:
 def switch(r, **policies) -> None:
     """What the admin or the dashboard does: the settings row changes, the scheduler is told."""
     r.store.config = dataclasses.replace(r.store.config, **policies)
-    r.s._notes.append(SettingsNote())
+    r.s.loop.notes.append(SettingsNote())
 
 
 async def test_share_work_switched_on_live_reranks_and_dispatch_follows_the_work_order(rig):
@@ -177,7 +177,7 @@ async def test_a_restart_under_work_keeps_the_order_and_each_charts_work_at_arri
     # a weight change re-ranks org 2 by the work its charts had at arrival
     before.set_weight("2", 2)
     r.store.orgs[2] = dataclasses.replace(r.store.orgs[2], weight=2)
-    s2._notes.append(OrgNote(id=2))
+    s2.loop.notes.append(OrgNote(id=2))
     await r.tick()
     assert r.temporal.start_calls == [2]  # chart 2 still runs: nothing more fits
     assert s2.state.queue.order() == before.order()

@@ -60,7 +60,7 @@ class Dispatcher(Part):
         t1 = clock.monotonic()
         starts = await self._start_all(plan)
         t2 = clock.monotonic()
-        starts.took = (max(0.0, t0 - self.host._tick_at), t1 - t0, t2 - t1)
+        starts.took = (max(0.0, t0 - self.host.loop.tick_at), t1 - t0, t2 - t1)
         fx.merge(await self._commit(plan, starts))
         self._phases = (len(plan.charts), *starts.took[1:], clock.monotonic() - t2)
         return fx
@@ -185,20 +185,20 @@ class Dispatcher(Part):
         started = starts.started(at)
         planned = plan.charts
         if starts.retry:
-            self.host._backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
+            self.host.loop.backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
         if starts.refused:
             fx.merge(await self._fail_unstartable(starts.refused))
             planned = [cid for cid in planned if cid not in starts.refused]  # still the head of the order
         if not started:
             return fx
         new = self.state.commit_dispatch(planned, started)
-        save = self.host._rounds.next(self.state.queue)
+        save = self.host.rounds.next(self.state.queue)
         work = self.state.work_of(save[1]) if save is not None else None
         items = [(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at)) for r in new if r.id not in starts.closed]
-        before = self.host._chunk
-        if before is None and not self.host._rounds.backfilling:
+        before = self.host.loop.chunk
+        if before is None and not self.host.rounds.backfilling:
             ran = await self.store.mark_running(items, (*save, work) if work else save)
-            self.host._rounds.written(save)
+            self.host.rounds.written(save)
             fx.merge(await self._after_commit(plan, starts, new, ran, at))
             return fx
         self.state.committing.update(r.id for r in new)
@@ -206,7 +206,7 @@ class Dispatcher(Part):
             if r.id not in starts.closed:
                 self.sync._watch(r.id)
         self._chained = True
-        self.host._chunk = asyncio.create_task(
+        self.host.loop.chunk = asyncio.create_task(
             self._commit_later(before, self.state, plan, starts, new, items, save, work, at), name="dispatch-commit")
         return fx
 
@@ -230,28 +230,28 @@ class Dispatcher(Part):
                 log.warning("commit of charts %s dropped: this scheduler stepped down", [r.id for r in new])
                 return
             if save is not None:
-                save, work = self.host._rounds.unwritten(save, work)
+                save, work = self.host.rounds.unwritten(save, work)
             ran = await self.store.mark_running(items, (*save, work) if work else save)
-            self.host._rounds.written(save)
+            self.host.rounds.written(save)
         except Exception as exc:  # noqa: BLE001 - its charts' rows stay queued: the resyncs follow them
             ran = None
-            self.host._backoff["dispatch"].fail(self.clock.monotonic())
+            self.host.loop.backoff["dispatch"].fail(self.clock.monotonic())
             log.warning("commit of charts %s failed (%s: %s); their rows stay queued", [r.id for r in new],
                         type(exc).__name__, exc)
         finally:
-            if self.host._chunk is me:
-                self.host._chunk = None
+            if self.host.loop.chunk is me:
+                self.host.loop.chunk = None
         took = self.clock.monotonic() - waited
         if took >= self.host.STEP_SLOW_LOG_S:
-            self.host._log_slow_step("dispatch-commit", took, "after the save in flight: the loop went on")
+            self.host.log_slow_step("dispatch-commit", took, "after the save in flight: the loop went on")
         if self.host.state is state:  # (stepped down meanwhile: the next leader's load reads the rows)
-            self.host._commits_done.append((plan, starts, new, ran, at))
-            self.host._wake.set()
+            self.host.loop.commits_done.append((plan, starts, new, ran, at))
+            self.host.loop.wake.set()
 
     async def _finish_commits(self) -> Effects:
         """In the tick: follow the commits written after the save in flight, in order."""
         fx = Effects()
-        done = self.host._commits_done
+        done = self.host.loop.commits_done
         while done and self.state is not None:
             plan, starts, new, ran, at = done.pop(0)
             self.state.committing.difference_update(r.id for r in new)

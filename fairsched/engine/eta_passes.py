@@ -167,10 +167,10 @@ class EtaPasses(Part):
                 self._eta_due = min(self._eta_due, self._eta_last_end + self._eta_soon_gap())
         if fx.eta_now:
             self._eta_now = True
-        if self._carry is not None and not self.host._rounds.backfilling:
+        if self._carry is not None and not self.host.rounds.backfilling:
             self._end_carry()  # the backfill is over
         if (self._eta_now or self.clock.monotonic() >= self._eta_due) and self._eta_task is None \
-                and self.host._backoff["eta"].ready(now):
+                and self.host.loop.backoff["eta"].ready(now):
             self._start_eta_pass()
 
     def _eta_soon_gap(self) -> float:
@@ -195,7 +195,7 @@ class EtaPasses(Part):
                                              name="eta-pass")
         if self._first_pass_wanted:
             self._first_pass, self._first_pass_wanted = self._eta_task, False
-        self.host._tasks.append(self._eta_task)
+        self.host.loop.tasks.append(self._eta_task)
 
     async def _run_eta_pass(self, captured: PassInput | None, now: float, changes: int) -> None:
         started = self.clock.monotonic()
@@ -203,7 +203,7 @@ class EtaPasses(Part):
         before = self._published_seq
         failed = False
         try:
-            failed = not await self.host._guarded("eta", lambda: self._eta_pass(captured, now), loop_waits=False)
+            failed = not await self.host.guarded("eta", lambda: self._eta_pass(captured, now), loop_waits=False)
             if not failed:
                 metrics.eta_pass_done(self.clock.monotonic() - started)
             heap.give_back()  # the pass's result, freed (at 1M: the pickle of a million first ETAs)
@@ -231,9 +231,9 @@ class EtaPasses(Part):
             self._eta_due = end + interval
             task = self._eta_task
             self._eta_task = None
-            if task in self.host._tasks:
-                self.host._tasks.remove(task)
-            self.host._wake.set()
+            if task in self.host.loop.tasks:
+                self.host.loop.tasks.remove(task)
+            self.host.loop.wake.set()
 
     async def _eta_pass(self, captured: PassInput | None, now: float) -> bool:
         if captured is None:
@@ -374,7 +374,7 @@ class EtaPasses(Part):
         or the next pass starts (:meth:`_end_carry`). What it did not carry (an org it
         dropped, a dispatch's own writes, the charts written while that pass ran) the next
         pass gives."""
-        if self.host._rounds.backfill is not None:
+        if self.host.rounds.backfill is not None:
             self._carry = (first, now)
         await self._write_first_etas(first, now)
         if self._carry is None:
@@ -405,7 +405,7 @@ class EtaPasses(Part):
             hi = lo + self.FIRST_ETAS_PER_WRITE
             unpromised = state.unpromised
             chunk = [cid for cid in map(str, first.ids[lo:hi]) if cid in unpromised]  # since promised at dispatch
-            bf = self.host._rounds.backfill if self._carry is not None else None
+            bf = self.host.rounds.backfill if self._carry is not None else None
             if bf is not None:  # left to the backfill's chunks
                 queue = state.queue
                 chunk = [cid for cid in chunk if not bf.to_write(queue.org_of(cid), cid, queue.round_of(cid))]
@@ -417,7 +417,7 @@ class EtaPasses(Part):
             await self.store.record_first_etas(state.first_etas(etas, now, chunk))
             state.unpromised.difference_update(chunk)
             if 0 < share < 1 and lo + self.FIRST_ETAS_PER_WRITE < len(first):
-                await self.host._sleep((self.clock.monotonic() - began) * (1 - share) / share)
+                await self.host.sleep((self.clock.monotonic() - began) * (1 - share) / share)
 
     def carried_firsts(self, changes: Iterable[str]) -> dict[int, tuple[float, float]]:
         """The first ETAs a backfill's chunk writes with its rounds (``changes``, chart ids):

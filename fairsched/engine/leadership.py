@@ -50,7 +50,7 @@ class Leadership(Part):
         host = self.host
         backoff = self.backoff()
         announced = False
-        while not host._stop.is_set():
+        while not host.loop.stop.is_set():
             try:
                 if await self.lease.acquire():
                     self.ok_until = self.clock.monotonic() + host.LEASE_TTL_S
@@ -64,7 +64,7 @@ class Leadership(Part):
             except Unavailable as exc:
                 delay = backoff.fail(self.clock.monotonic())
                 log.warning("Redis unreachable while taking the lease (%s); retrying in %.1f s", exc, delay)
-            await host._sleep(delay)
+            await host.sleep(delay)
         return False
 
     def _close_lease(self, timeout_s: float) -> None:
@@ -98,11 +98,11 @@ class Leadership(Part):
         keeper = self.lease.keeper()
         warned = False
         try:
-            while not host._stop.is_set() and gen == self.gen:
+            while not host.loop.stop.is_set() and gen == self.gen:
                 self.clock.sleep_blocking(host.LEASE_RENEW_S)
                 try:
                     with self.lock:
-                        if self.closed or host._stop.is_set() or gen != self.gen:
+                        if self.closed or host.loop.stop.is_set() or gen != self.gen:
                             return
                         ok = keeper.renew()
                 except Unavailable as exc:
@@ -113,12 +113,12 @@ class Leadership(Part):
                     continue
                 if not ok:
                     self.lost = True
-                    loop.call_soon_threadsafe(host._wake.set)
+                    loop.call_soon_threadsafe(host.loop.wake.set)
                     return
                 if warned or self.clock.monotonic() >= self.ok_until:
                     log.info("lease renewed again: dispatch resumes (after a resync)")
-                    host._resync_requested = True
-                    loop.call_soon_threadsafe(host._wake.set)
+                    host.loop.resync_requested = True
+                    loop.call_soon_threadsafe(host.loop.wake.set)
                 warned = False
                 self.ok_until = self.clock.monotonic() + host.LEASE_TTL_S
         except RuntimeError:  # the loop closed under us: the scheduler is gone
@@ -139,16 +139,14 @@ class Leadership(Part):
                     sub = await self.notifications.subscribe()
                     if not first:
                         log.info("notifications: subscribed again; resyncing what was missed")
-                        host._resync_requested = True
-                        host._wake.set()
+                        host.loop.request_resync()
                     first = False
                     backoff.ok()
                     while True:
                         note = await sub.next_note(1.0)
                         if note is None:
                             continue
-                        host._notes.append(note)
-                        host._wake.set()
+                        host.loop.report_note(note)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - Redis down: back off, reconnect

@@ -61,7 +61,7 @@ class Previews(Part):
                     raw = await self.port.next_request(self.POP_S)
                 except Unavailable as exc:
                     log.debug("previews: Redis unavailable (%s)", exc)
-                    await self.host._sleep(self.POP_S)
+                    await self.host.sleep(self.POP_S)
                     continue
                 if raw is None:
                     continue

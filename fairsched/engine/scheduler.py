@@ -67,13 +67,12 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from common.notify import Note
 from fairsched.core import RoundSaver
 from fairsched.engine import forked
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.dispatcher import Dispatcher
 from fairsched.engine.eta_passes import EtaColumns, EtaPasses, PassOut  # noqa: F401 - their old home
-from fairsched.engine.host import Backoff
+from fairsched.engine.host import Backoff, LoopState
 from fairsched.engine.leadership import Leadership, LeaseLost
 from fairsched.engine.ports import (Clock, DbStore, LeasePort, LivePublisher, NotificationSource, Publisher, Store,
                                     SystemClock, TemporalClient, TemporalPort, Unavailable)
@@ -82,7 +81,6 @@ from fairsched.engine.redis_ports import RedisLease, RedisNotifications, RedisPr
 from fairsched.engine.startup import Startup
 from fairsched.engine.state import Effects, LiveState
 from fairsched.engine.sync import CANCEL_NOT_HONOURED, Sync  # noqa: F401 - its old home
-from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import WorkflowIds, use_workflow_ids
 
 __all__ = ["Backoff", "LeaseLost", "Scheduler"]
@@ -95,6 +93,12 @@ Step = tuple[str, Callable[[float], bool], Callable[[], Any], Callable[[], None]
 
 
 class Scheduler:
+    # What the loop owns (set in __init__): the state, its round saver and the loop's shared
+    # bookkeeping (fairsched.engine.host.LoopState), which the collaborators read through it.
+    state: LiveState | None
+    rounds: RoundSaver
+    loop: LoopState
+
     LEASE_TTL_S: float = 5.0          # a standby takes over at most this long after the leader dies
     LEASE_RENEW_S: float = 1.0
     STANDBY_POLL_S: float = 0.5
@@ -187,31 +191,19 @@ class Scheduler:
         self.publisher: Publisher = publisher or LivePublisher(redis_url)
         self.temporal: TemporalPort = temporal or TemporalClient(temporal_address, namespace)
 
-        # What the loop owns: the state, the round saver, what the reporters report to the next tick.
+        # What the loop owns: the state, the round saver, the loop's shared bookkeeping
+        # (what the reporters report to the next tick, the events, the backoffs: host.LoopState).
         self.state: LiveState | None = None
+        self.rounds = RoundSaver(None)  # what of the round state is written, and when (install())
+        self.loop = LoopState.new(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         self.leading = False
         self.phase = "starting"  # what the loop is doing, for the stop's log lines
+        self.ids: WorkflowIds | None = None  # this deployment's workflow ids (at take-over)
         self._stop_requested: tuple[float, str] | None = None  # (monotonic time, phase) of the stop request
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._tick_at = 0.0  # when the current tick began (monotonic): a dispatch's line says what went before it
-        self._notes: list[Note] = []
-        self._finished: list[tuple[int, Outcome]] = []
         self._slow_steps: dict[str, tuple[int, float, float]] = {}  # name -> (not logged, longest, logged at)
-        self._tasks: list[asyncio.Task] = []
-        self._resync_requested = False
         self._resync_due = 0.0
         self._reconcile_due = 0.0
-        self.ids: WorkflowIds | None = None  # this deployment's workflow ids (at take-over)
-        self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
-                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel",
-                                   "rounds", "commit")}
-        self._rounds = RoundSaver(None)          # what of the round state is written, and when
-        # the round state's save in flight, written aside: the backfill's chunk (_backfill_step)
-        # or a dispatch's commit chained after one (Dispatcher._commit_later)
-        self._chunk: asyncio.Task | None = None
         self._backfill_chunk: asyncio.Task | None = None  # the backfill's own chunk in flight (one at a time)
-        self._commits_done: list[tuple] = []
 
         # The collaborators (each reads the state and the ports through this scheduler).
         self.leadership = Leadership(self, lease or RedisLease(redis_url, self.LEASE_TTL_S),
@@ -227,10 +219,10 @@ class Scheduler:
         """Workflows started by this process (bench, tests)."""
         return self.dispatcher.starts
 
-    def _install(self, state: LiveState, rounds: RoundSaver) -> None:
+    def install(self, state: LiveState, rounds: RoundSaver) -> None:
         """The start-up built a state (and its round saver): from now on the loop's."""
         self.state = state
-        self._rounds = rounds
+        self.rounds = rounds
 
     # ================================================================ lifecycle
     def stop(self, *, requested_at: float | None = None, during: str | None = None) -> None:
@@ -238,18 +230,18 @@ class Scheduler:
         ``requested_at`` / ``during``: when the signal came and what the loop did then, if earlier."""
         if self._stop_requested is None:
             self._stop_requested = (requested_at or self.clock.monotonic(), during or self.phase)
-        self._stop.set()
-        self._wake.set()
+        self.loop.stop.set()
+        self.loop.wake.set()
 
     def wake(self) -> None:
-        self._wake.set()
+        self.loop.wake.set()
 
     async def run(self) -> None:
         """Stand by until holding the lease, then lead until stopped or the lease is lost."""
         leadership = self.leadership
         leadership.started = True
         try:
-            while not self._stop.is_set():
+            while not self.loop.stop.is_set():
                 self.phase = "standby"
                 if not await self._until_stopped(leadership._acquire_lease(), grace_s=0.0):
                     break
@@ -285,7 +277,7 @@ class Scheduler:
         """``await work``, unless a stop comes first: then cancel it (safe at any await: see the
         module docstring), a dispatch after ``grace_s``. None if it did not finish."""
         task = asyncio.create_task(work)
-        stopping = asyncio.create_task(self._stop.wait(), name="stopping")
+        stopping = asyncio.create_task(self.loop.stop.wait(), name="stopping")
         try:
             await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if not task.done() and self.phase == "dispatch":  # spare the next leader an adoption
@@ -303,19 +295,19 @@ class Scheduler:
             return task.result()  # LeaseLost (or a bug) surfaces here
         return None
 
-    async def _sleep(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> None:
         """Sleep, unless a stop comes first."""
-        await self.clock.wait(self._stop, seconds)
+        await self.clock.wait(self.loop.stop, seconds)
 
     async def _lead(self) -> None:
         self.leading = True
         self.leadership.lost = False
-        self._tasks = [asyncio.create_task(self.leadership._keep_lease(), name="lease"),
+        self.loop.tasks = [asyncio.create_task(self.leadership._keep_lease(), name="lease"),
                        asyncio.create_task(self.leadership._listen(), name="notifications"),
                        asyncio.create_task(self.previews.serve(), name="previews")]
         if not await self._take_over():
             return
-        while not self._stop.is_set():
+        while not self.loop.stop.is_set():
             if self.leadership.lost:
                 raise LeaseLost()
             await self.tick()
@@ -328,13 +320,13 @@ class Scheduler:
         self.phase = "loading the backlog"
         await self._use_deployment()  # before any call naming a workflow
         await self.startup._load()
-        if self._stop.is_set():
+        if self.loop.stop.is_set():
             return False
         # Adopt what a crashed predecessor started but never recorded, before dispatching
         # anything; and watch them (and the final rows whose workflow still runs) to their
         # close, or their cost stays held until the next reconcile. (The first snapshot
         # shows them: the effects' events are not published.)
-        fx = await self._guarded("reconcile", self.sync._reconcile)
+        fx = await self.guarded("reconcile", self.sync._reconcile)
         if isinstance(fx, Effects):
             await self._carry_out(fx)
         now = self.clock.monotonic()
@@ -352,26 +344,24 @@ class Scheduler:
 
     async def _step_down(self) -> None:
         self.leading = False
-        for task in self._tasks:
+        for task in self.loop.tasks:
             task.cancel()
-        tasks = self._tasks + self.sync.stop_watching()
-        if self._chunk is not None:  # its write ends before the lease goes (never after a next leader's)
-            tasks.append(self._chunk)
+        tasks = self.loop.tasks + self.sync.stop_watching()
+        if self.loop.chunk is not None:  # its write ends before the lease goes (never after a next leader's)
+            tasks.append(self.loop.chunk)
         if tasks:
             await self.clock.wait_tasks(tasks, self.STOP_WAIT_S)  # one that ignores its cancel is left behind
-        self._tasks = []
+        self.loop.tasks = []
         self.etas._published_seq = None  # a leader again confirms only what its own passes store
         self.state = None
-        self._commits_done.clear()
         self.startup._whole_ready = None
-        self._notes.clear()
-        self._finished.clear()
+        self.loop.forget_reports()
 
     async def _wait_for_work(self) -> None:
         self.phase = "waiting for work"
-        if self._notes or self._finished:
+        if self.loop.has_news:
             return
-        await self.clock.wait(self._wake, self._idle_for())
+        await self.clock.wait(self.loop.wake, self._idle_for())
 
     def _idle_for(self) -> float:
         """Seconds until the next timed step is due (at most ``MAX_SLEEP_S``). A partial
@@ -391,22 +381,22 @@ class Scheduler:
     # ================================================================ the step
     async def tick(self) -> None:
         """One pass of the loop (see the module docstring). Never raises on I/O errors."""
-        self._wake.clear()
-        self._tick_at = self.clock.monotonic()
+        self.loop.wake.clear()
+        self.loop.tick_at = self.clock.monotonic()
         if self.state is None:
             return
         if self.startup._whole_ready is not None:
             await self.rounds_settled()
             await self.startup._take_over_whole()
         fx = Effects()
-        if self._commits_done:
-            fx.merge(await self._guarded("commit", self.dispatcher._finish_commits) or Effects())
+        if self.loop.commits_done:
+            fx.merge(await self.guarded("commit", self.dispatcher._finish_commits) or Effects())
         now = self.clock.monotonic()
         await self._run_due(self._catch_up_steps(), now, fx)
         await self._carry_out(fx)
         await self._run_due(self._cancel_steps(), now, fx)
-        if self.may_dispatch() and self._backoff["dispatch"].ready(now):
-            dfx = await self._guarded("dispatch", self.dispatcher._dispatch, detail=self.dispatcher.phases) or Effects()
+        if self.may_dispatch() and self.loop.backoff["dispatch"].ready(now):
+            dfx = await self.guarded("dispatch", self.dispatcher._dispatch, detail=self.dispatcher.phases) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
         cfx = Effects()
@@ -414,11 +404,11 @@ class Scheduler:
         if cfx:
             await self._carry_out(cfx)
             fx.merge(cfx)
-            self._wake.set()  # what the chunk changed may start something: the next tick dispatches
+            self.loop.wake.set()  # what the chunk changed may start something: the next tick dispatches
         if not self.state.partial:  # ETAs, snapshots and live counters need the whole order
             self.etas._schedule_eta(fx, now)
         if self.leading and self.state is not None:
-            await self._guarded("rounds", self._save_rounds)
+            await self.guarded("rounds", self._save_rounds)
         await self.etas._confirm_snapshot()
         if fx.events and not self.state.partial:
             await self.etas._broadcast(fx.events)
@@ -427,10 +417,10 @@ class Scheduler:
         """What a tick catches up on before dispatching, in order: (backoff name, is it due
         at ``now``?, the step, what to do after it ran)."""
         return (
-            ("finish", lambda now: bool(self._finished), self.sync._record_finished, None),
-            ("notes", lambda now: bool(self._notes), self.sync._apply_notes, None),
+            ("finish", lambda now: bool(self.loop.finished), self.sync._record_finished, None),
+            ("notes", lambda now: bool(self.loop.notes), self.sync._apply_notes, None),
             # (a partial state leaves the resyncs to the whole backlog's, which takes over)
-            ("resync", lambda now: not self.state.partial and (self._resync_requested or now >= self._resync_due),
+            ("resync", lambda now: not self.state.partial and (self.loop.resync_requested or now >= self._resync_due),
              self.sync._resync, self._resync_done),
             ("reconcile", lambda now: now >= self._reconcile_due, self.sync._reconcile, self._reconcile_done),
         )
@@ -442,7 +432,7 @@ class Scheduler:
         return (
             ("resync", lambda now: not self.state.partial and self.sync._full_resync_wanted(now),
              self.sync._full_resync_step, None),
-            ("rounds", lambda now: bool(self._rounds.backfilling) and self.leading and self._backfill_chunk is None
+            ("rounds", lambda now: bool(self.rounds.backfilling) and self.leading and self._backfill_chunk is None
              and not self.etas.first_pass_running, self._backfill_step, None),  # (the first ETAs' CPU first)
         )
 
@@ -450,10 +440,10 @@ class Scheduler:
         return (("cancel", lambda now: bool(self.sync._cancel_sent_at), self.sync._escalate_cancels, None),)
 
     async def _run_due(self, steps: tuple[Step, ...], now: float, fx: Effects) -> None:
-        """Run each step that is due and not backing off (:meth:`_guarded`), merging its effects."""
+        """Run each step that is due and not backing off (:meth:`guarded`), merging its effects."""
         for name, due, step, then in steps:
-            if due(now) and self._backoff[name].ready(now):
-                fx.merge(await self._guarded(name, step) or Effects())
+            if due(now) and self.loop.backoff[name].ready(now):
+                fx.merge(await self.guarded(name, step) or Effects())
                 if then is not None:
                     then()
 
@@ -463,12 +453,12 @@ class Scheduler:
     def _reconcile_done(self) -> None:
         self._reconcile_due = self.clock.monotonic() + self.state.config.reconcile_interval_s
 
-    async def _guarded(self, name: str, step: Callable[[], Any], *, detail: Callable[[], str] | None = None,
+    async def guarded(self, name: str, step: Callable[[], Any], *, detail: Callable[[], str] | None = None,
                        loop_waits: bool = True) -> Any:
         """Run one step; on failure log it and back off that step (the loop keeps going).
 
         A step may also report a partial failure itself (``Dispatcher._dispatch`` when some starts
-        failed: ``self._backoff[name].fail()``); that backoff stands. Only a step that
+        failed: ``self.loop.backoff[name].fail()``); that backoff stands. Only a step that
         ran without any failure resets it, or a failing start would be retried at once,
         tens of times a second.
 
@@ -476,7 +466,7 @@ class Scheduler:
         (where its time went); not one run from a task of its own (``loop_waits=False``:
         the ETA pass, which logs its own time)."""
         self.phase = name
-        backoff = self._backoff[name]
+        backoff = self.loop.backoff[name]
         failures = backoff.failures
         began = self.clock.monotonic()
         try:
@@ -484,19 +474,19 @@ class Scheduler:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - per-step error handling, the loop must survive
-            delay = self._backoff[name].fail(self.clock.monotonic())
+            delay = self.loop.backoff[name].fail(self.clock.monotonic())
             if name == "notes":
-                self._resync_requested = True
+                self.loop.resync_requested = True
             log.warning("%s failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay)
             return None
         if backoff.failures == failures:
             backoff.ok()
         took = self.clock.monotonic() - began
         if took >= self.STEP_SLOW_LOG_S and loop_waits:
-            self._log_slow_step(name, took, detail=detail() if detail else "")
+            self.log_slow_step(name, took, detail=detail() if detail else "")
         return result if result is not None else True
 
-    def _log_slow_step(self, name: str, took: float, how: str = "the loop waited for it", detail: str = "") -> None:
+    def log_slow_step(self, name: str, took: float, how: str = "the loop waited for it", detail: str = "") -> None:
         """One line a step per ``STEP_SLOW_LOG_EVERY_S`` at most, saying how many more were slow."""
         now = self.clock.monotonic()
         more, longest, logged_at = self._slow_steps.get(name, (0, 0.0, -math.inf))
@@ -508,7 +498,7 @@ class Scheduler:
         self._slow_steps[name] = (0, 0.0, now)
 
     def may_dispatch(self) -> bool:
-        return self.leading and self.clock.monotonic() < self.leadership.ok_until and not self._stop.is_set()
+        return self.leading and self.clock.monotonic() < self.leadership.ok_until and not self.loop.stop.is_set()
 
     async def _carry_out(self, fx: Effects) -> None:
         for chart_id in fx.unwatch:
@@ -527,11 +517,11 @@ class Scheduler:
         on: a chart whose turn comes meanwhile reads and starts at once (its commit, which
         carries the round state, is chained after the chunk: ``Dispatcher._commit_later``).
         A chunk made while a dispatch's commit is in flight is chained after it."""
-        before = self._chunk
-        self._rounds.chunk(self.BACKFILL_CHUNK)
-        save = self._rounds.next(self.state.queue)
+        before = self.loop.chunk
+        self.rounds.chunk(self.BACKFILL_CHUNK)
+        save = self.rounds.next(self.state.queue)
         if save is not None:
-            self._chunk = self._backfill_chunk = asyncio.create_task(
+            self.loop.chunk = self._backfill_chunk = asyncio.create_task(
                 self._write_chunk(save, self.state.work_of(save[1]), before), name="rounds-chunk")
         return Effects()
 
@@ -541,27 +531,27 @@ class Scheduler:
         try:
             if before is not None:  # a commit in flight: written after it (what it wrote left out)
                 await asyncio.wait({before})
-                save, work = self._rounds.unwritten(save, work)
+                save, work = self.rounds.unwritten(save, work)
                 began = self.clock.monotonic()
             firsts = self.etas.carried_firsts(save[1])  # a first start: its charts' first ETAs too
             await self.store.save_rounds_aside(*save, work, orgs=orgs, firsts=firsts)
         except Exception as exc:  # noqa: BLE001 - its charts stay pending: the next save writes them
-            delay = self._backoff["rounds"].fail(self.clock.monotonic())
+            delay = self.loop.backoff["rounds"].fail(self.clock.monotonic())
             log.warning("rounds failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
             return
         finally:
-            if self._chunk is asyncio.current_task():
-                self._chunk = None
+            if self.loop.chunk is asyncio.current_task():
+                self.loop.chunk = None
             if self._backfill_chunk is asyncio.current_task():
                 self._backfill_chunk = None
-            self._wake.set()  # the next chunk (after the tick's dispatch), or the saves it held back
-        self._rounds.written(save)
+            self.loop.wake.set()  # the next chunk (after the tick's dispatch), or the saves it held back
+        self.rounds.written(save)
         self.etas.firsts_written(firsts)
-        self._backoff["rounds"].ok()
+        self.loop.backoff["rounds"].ok()
         took = self.clock.monotonic() - began
         if took >= self.STEP_SLOW_LOG_S:
-            self._log_slow_step("rounds-chunk", took, "written aside: the loop went on")
-        if self._rounds.backfilling or self.state is None:
+            self.log_slow_step("rounds-chunk", took, "written aside: the loop went on")
+        if self.rounds.backfilling or self.state is None:
             return
         if self.state.partial:
             log.info("the rounds of the head of the backlog are written")
@@ -576,18 +566,18 @@ class Scheduler:
         commits chained after it): every other use of the round saver (a save, the whole
         backlog's take-over) comes after them, as if they had been written in the tick
         (the saves commit in the order they were made); then follow the chained commits."""
-        while self._chunk is not None:
-            await asyncio.wait({self._chunk})
-        if self._commits_done and self.state is not None:
+        while self.loop.chunk is not None:
+            await asyncio.wait({self.loop.chunk})
+        if self.loop.commits_done and self.state is not None:
             await self._carry_out(await self.dispatcher._finish_commits())
 
     async def _save_rounds(self) -> None:
         """Arrivals and re-ranks change rounds without a dispatch: write them too, so a
         new scheduler resumes exactly this order (one transaction, O(changes))."""
-        if self._chunk is not None:
+        if self.loop.chunk is not None:
             return  # after the chunk in flight: its end wakes the loop, whose next tick saves
-        save = self._rounds.next(self.state.queue)
+        save = self.rounds.next(self.state.queue)
         if save is not None:
             work = self.state.work_of(save[1])  # share "work": estimates at arrival and shares
             await self.store.save_rounds(*save, work) if work else await self.store.save_rounds(*save)
-            self._rounds.written(save)
+            self.rounds.written(save)

@@ -7,7 +7,7 @@ the loop dispatches from that partial state while the whole backlog is read in t
 snapshot and built in a thread (:meth:`Startup._load_whole`, :meth:`Startup._build`);
 then, in a tick, :meth:`Startup._take_over_whole` replays onto the whole what the head
 dispatched or removed. What it builds (the state, the round saver) it hands to the host
-(``host._install``), which owns them.
+(``host.install``), which owns them.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Startup(Part):
         backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         loop = asyncio.get_running_loop()
         self._load_started = self.clock.monotonic()
-        while not self.host._stop.is_set():
+        while not self.host.loop.stop.is_set():
             heads: asyncio.Queue = asyncio.Queue()
 
             def on_head(head: db.Head | None) -> bool:  # in the reading thread
@@ -75,7 +75,7 @@ class Startup(Part):
                 else:
                     head = None
                 if head is not None and head.whole_wanted and self._start_from_head(head):
-                    self.host._tasks.append(asyncio.create_task(self._load_whole(reading), name="load-whole"))
+                    self.host.loop.tasks.append(asyncio.create_task(self._load_whole(reading), name="load-whole"))
                     return
                 world = await reading
                 if world is None:  # the head was the whole backlog
@@ -84,13 +84,13 @@ class Startup(Part):
             except Exception as exc:  # noqa: BLE001 - database down: retry
                 delay = backoff.fail(self.clock.monotonic())
                 log.warning("cannot load the backlog (%s); retrying in %.1f s", exc, delay)
-                await self.host._sleep(delay)
+                await self.host.sleep(delay)
             finally:
                 got_head.cancel()
         else:
             return
-        self.host._install(LiveState(world, observe_arrivals=False), RoundSaver(world.rounds))  # learn_history below
-        self.host._notes.clear()  # the load read everything they could name
+        self.host.install(LiveState(world, observe_arrivals=False), RoundSaver(world.rounds))  # learn_history below
+        self.host.loop.notes.clear()  # the load read everything they could name
         await self._loaded(world)
 
     def _start_from_head(self, head: db.Head) -> bool:
@@ -100,13 +100,13 @@ class Startup(Part):
         except NeedsWholeBacklog as exc:
             log.info("loading the whole backlog before dispatching: %s", exc)
             return False
-        self.host._install(state, RoundSaver(head.world.rounds))
+        self.host.install(state, RoundSaver(head.world.rounds))
         if head.truncated:
             # A first start, or a restart amid its backfill: the head's new rounds are written
             # first (each org a prefix of its order, its cursor after it), and the whole
             # backlog's then go on after them.
-            self.host._rounds.start_backfill(state.queue, tuple, 1, keep_written=True)
-        self.host._notes.clear()  # the read covers them; the take-over's resync covers what came later
+            self.host.rounds.start_backfill(state.queue, tuple, 1, keep_written=True)
+        self.host.loop.notes.clear()  # the read covers them; the take-over's resync covers what came later
         log.info("loaded the head of the %s: %d queued (%d in the order), %d running; dispatching from it "
                  "while the whole backlog loads", "backlog (a first start)" if head.world.rounds is None else
                  "order" + (" (%d orgs' rounds still to write)" % len(head.truncated) if head.truncated else ""),
@@ -124,7 +124,7 @@ class Startup(Part):
             world = await reading
             prepare = None
             if self.state.truncated:  # a first start: the million rounds' backfill is prepared in the thread too
-                written, saved = dict(self.host._rounds.written_rounds or {}), self.host._rounds.saved
+                written, saved = dict(self.host.rounds.written_rounds or {}), self.host.rounds.saved
                 charts = ChartColumns.of(world.charts)
                 had = lambda: charts.ids_with_round(QUEUED)  # noqa: E731
                 prepare = lambda state: RoundSaver.prepare(state.queue, had, self.BACKFILL_MIN,  # noqa: E731
@@ -134,7 +134,7 @@ class Startup(Part):
             log.warning("cannot read the whole backlog (%s): dispatch waits for a plain load", exc)
             self.state.queue.close_horizon(everything=True)
             backoff = Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
-            while not self.host._stop.is_set():
+            while not self.host.loop.stop.is_set():
                 try:
                     world = await self.store.read_world()
                     self._whole_ready = (*(await self._build(world)), world, False)
@@ -142,8 +142,8 @@ class Startup(Part):
                 except Exception as exc2:  # noqa: BLE001
                     delay = backoff.fail(self.clock.monotonic())
                     log.warning("cannot load the backlog (%s); retrying in %.1f s", exc2, delay)
-                    await self.host._sleep(delay)
-        self.host._wake.set()
+                    await self.host.sleep(delay)
+        self.host.loop.wake.set()
 
     @staticmethod
     async def _build(world: World, prepare: Callable[[LiveState], Any] | None = None) -> tuple[LiveState, Any]:
@@ -162,16 +162,16 @@ class Startup(Part):
         backfill = None
         if replay:
             if prepared is not None:  # before the replay: what the head dispatched extends its org's written part
-                backfill = self.host._rounds.adopt(whole.queue, prepared)
+                backfill = self.host.rounds.adopt(whole.queue, prepared)
             taken = whole.take_over_from(head)
             if not same_rounds(whole.queue.export_rounds(), head.queue.export_rounds(), head.truncated):
                 log.error("the whole backlog's round state differs from the head's after the replay")
             log.info("the whole backlog takes over from the head (%d dispatched or removed meanwhile)", len(taken))
         else:
             whole.running, whole.committing = head.running, head.committing
-        self.host._install(whole, self.host._rounds if replay else RoundSaver(world.rounds))
+        self.host.install(whole, self.host.rounds if replay else RoundSaver(world.rounds))
         self.sync.restart_resync()  # the next resync reads everything changed since the whole read
-        self.host._resync_requested = True
+        self.host.loop.resync_requested = True
         self.etas._eta_now = True
         await self._loaded(world, backfill)
 
@@ -188,7 +188,7 @@ class Startup(Part):
             log.warning("cannot read recent arrivals, durations or recorded ETAs (%s); learning from now on", exc)
         self.etas.loaded()
         charts = ChartColumns.of(world.charts)
-        n = backfill if backfill is not None else self.host._rounds.start_backfill(
+        n = backfill if backfill is not None else self.host.rounds.start_backfill(
             self.state.queue, lambda: charts.ids_with_round(QUEUED), self.BACKFILL_MIN)
         if n:
             log.info("writing %d charts' rounds %d at a time between dispatches (the head of the order first)",

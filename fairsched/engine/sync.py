@@ -79,11 +79,11 @@ class Sync(Part):
         return fx
 
     async def _apply_notes(self) -> Effects:
-        notes, self.host._notes = self.host._notes, []
+        notes, self.host.loop.notes = self.host.loop.notes, []
         try:
             return await self._apply_note_batch(notes)
         except Exception:
-            self.host._notes = notes + self.host._notes
+            self.host.loop.notes = notes + self.host.loop.notes
             raise
 
     async def _apply_note_batch(self, notes: list[Note]) -> Effects:
@@ -91,7 +91,7 @@ class Sync(Part):
         fx = Effects()
         reads = Reads.of(notes)
         if reads.resync:
-            self.host._resync_requested = True
+            self.host.loop.resync_requested = True
         if reads.settings:
             config = await self.store.read_config()
             fx.merge(state.apply_config(config))
@@ -117,7 +117,7 @@ class Sync(Part):
         (after its dispatch: a chart whose turn has come never waits for 100,000 rows
         changed by a bulk import or written before a take-over), and the watermark moves
         once the last chunk is read."""
-        self.host._resync_requested = False
+        self.host.loop.resync_requested = False
         if self._resync_chunks is None:
             marks = [m for m in (self._watermark, self.state.loaded_at) if m is not None]
             since = max(marks) if marks else None
@@ -133,8 +133,7 @@ class Sync(Part):
         first_read_at = first_read_at or changes.read_at
         if changes.more is not None:
             self._resync_chunks = (since, changes.more, first_read_at)
-            self.host._resync_requested = True
-            self.host._wake.set()
+            self.host.loop.request_resync()
         else:
             self._resync_chunks = None
             self._watermark = first_read_at
@@ -169,7 +168,7 @@ class Sync(Part):
             fx.merge(state.apply_chart(row.id, row))
         if len(rows) == self.FULL_RESYNC_CHUNK:
             self._full_resync = (rows[-1].id, seen)
-            self.host._wake.set()  # the next chunk at once
+            self.host.loop.wake.set()  # the next chunk at once
         else:
             unseen = state.known_ids() - seen
             if unseen:
@@ -251,8 +250,7 @@ class Sync(Part):
                 outcome = await self.temporal.outcome(chart_id)
                 if outcome is None:
                     continue
-                self.host._finished.append((chart_id, outcome))
-                self.host._wake.set()
+                self.host.loop.report_finished(chart_id, outcome)
                 return
             except asyncio.CancelledError:
                 raise
@@ -266,10 +264,10 @@ class Sync(Part):
 
     async def _record_finished(self) -> Effects:
         fx = Effects()
-        while self.host._finished:
-            chart_id, outcome = self.host._finished[0]
+        while self.host.loop.finished:
+            chart_id, outcome = self.host.loop.finished[0]
             fx.merge(await self._record(chart_id, outcome, "result"))
-            self.host._finished.pop(0)
+            self.host.loop.finished.pop(0)
         return fx
 
     async def _record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:

@@ -3,12 +3,11 @@ fakes, the tunables the scheduler's own, and the loop's bookkeeping plain attrib
 Each collaborator is driven alone, the way ``test_tick.py`` drives ``tick()``."""
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fairsched.core import RoundSaver
 from fairsched.engine.forked import EtaPassIn
-from fairsched.engine.host import Backoff
+from fairsched.engine.host import LoopState
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.state import LiveState, OrgRow
 from fairsched.temporal.shared import current_workflow_ids
@@ -33,40 +32,32 @@ class FakeHost:
         self.task_queue = "q"
         self.watch_results = True
         self.eta_pass_in = EtaPassIn.THREAD
-        self._rounds = RoundSaver(None)
-        self._notes: list[dict] = []
-        self._finished: list = []
-        self._tasks: list[asyncio.Task] = []
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._tick_at = 0.0
-        self._resync_requested = False
-        self._backoff = {k: Backoff(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
-                         for k in ("finish", "notes", "resync", "reconcile", "dispatch", "eta", "cancel", "rounds",
-                                   "commit")}
-        self._chunk: asyncio.Task | None = None
-        self._commits_done: list[tuple] = []
+        self.rounds = RoundSaver(None)
+        self.loop = LoopState.new(self.BACKOFF_MIN_S, self.BACKOFF_MAX_S)
         self.ids = self.temporal.ids = current_workflow_ids()  # the tests' deployment (tests/conftest.py)
-        self.guarded: list[str] = []
+        self.guarded_steps: list[str] = []  # the steps run through guarded(), in order
         self.slept: list[float] = []
 
     async def load(self) -> LiveState:
         """The state as a plain start loads it (the whole backlog, no round saved)."""
         world = await self.store.read_world()
-        self._install(LiveState(world, observe_arrivals=False), RoundSaver(world.rounds))
+        self.install(LiveState(world, observe_arrivals=False), RoundSaver(world.rounds))
         return self.state
 
-    def _install(self, state: LiveState, rounds: RoundSaver) -> None:
-        self.state, self._rounds = state, rounds
+    def install(self, state: LiveState, rounds: RoundSaver) -> None:
+        self.state, self.rounds = state, rounds
 
-    async def _sleep(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         await self.clock.sleep(seconds)
 
-    async def _guarded(self, name: str, step: Any, *, detail: Any = None, loop_waits: bool = True) -> Any:
-        self.guarded.append(name)
+    async def guarded(self, name: str, step: Any, *, detail: Any = None, loop_waits: bool = True) -> Any:
+        self.guarded_steps.append(name)
         result = await step()
         return result if result is not None else True
 
     async def rounds_settled(self) -> None:
         """No backfill's chunk is in flight here (the scheduler's own tests hold one)."""
+
+    def log_slow_step(self, name: str, took: float, how: str = "", detail: str = "") -> None:
+        """Slow steps are the scheduler's to log (``tests/test_tick.py``)."""

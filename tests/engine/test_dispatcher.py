@@ -46,7 +46,7 @@ async def test_a_start_refused_for_good_fails_the_chart(dispatcher):
     host.temporal.refuse[1] = rpc(RPCStatusCode.INVALID_ARGUMENT, "Blob data size exceeds limit.")
     await dispatcher._dispatch()
     assert host.store.state(1) == "failed" and host.store.errors[1].startswith("cannot start: Temporal refused")
-    assert host.store.state(2) == "running" and host._backoff["dispatch"].ready(host.clock.monotonic())
+    assert host.store.state(2) == "running" and host.loop.backoff["dispatch"].ready(host.clock.monotonic())
 
 
 async def test_temporal_unavailable_keeps_the_chart_in_place_and_backs_dispatch_off(dispatcher):
@@ -54,7 +54,7 @@ async def test_temporal_unavailable_keeps_the_chart_in_place_and_backs_dispatch_
     host.temporal.unavailable = True
     await dispatcher._dispatch()
     assert host.store.state(1) == "queued" and "1" in host.state.queue
-    assert not host._backoff["dispatch"].ready(host.clock.monotonic())
+    assert not host.loop.backoff["dispatch"].ready(host.clock.monotonic())
 
 
 async def test_a_workflow_that_already_closed_is_recorded_not_started_again(dispatcher):
@@ -111,7 +111,7 @@ async def test_each_dispatch_line_says_where_its_time_went(dispatcher, caplog):
         return await start(**kw)
 
     host.temporal.start = slow_start
-    host._tick_at = host.clock.monotonic() - 0.250  # the tick began 250 ms before the dispatch
+    host.loop.tick_at = host.clock.monotonic() - 0.250  # the tick began 250 ms before the dispatch
     with caplog.at_level("INFO", logger="fairsched.engine"):
         await dispatcher._dispatch()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dispatch chart #")]

@@ -19,7 +19,7 @@ async def etas():
     host = FakeHost(budget=1, charts=3)
     await host.load()
     yield EtaPasses(host)
-    for task in host._tasks:
+    for task in host.loop.tasks:
         task.cancel()
 
 
@@ -32,12 +32,12 @@ async def run_pass(etas: EtaPasses) -> None:
 async def test_a_pass_runs_at_once_at_the_start_publishes_and_keeps_the_head(etas):
     host = etas.host
     etas._schedule_eta(Effects(), host.clock.monotonic())
-    assert etas._eta_task is not None and etas._eta_task in host._tasks
+    assert etas._eta_task is not None and etas._eta_task in host.loop.tasks
     await run_pass(etas)
     assert host.publisher.snapshots == 1 and etas._published_seq == 1
-    assert etas._eta_task is None and host._tasks == [] and host._wake.is_set()
+    assert etas._eta_task is None and host.loop.tasks == [] and host.loop.wake.is_set()
     assert set(etas._last_report[0]) == {"1", "2", "3"}
-    assert host.guarded == ["eta"]
+    assert host.guarded_steps == ["eta"]
     assert host.state.unpromised == set()  # the first ETAs were recorded
 
 
@@ -168,7 +168,7 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
     chart, until the backfill is over."""
     host = FakeHost(budget=1, charts=6)
     await host.load()
-    etas, queue, rounds = EtaPasses(host), host.state.queue, host._rounds
+    etas, queue, rounds = EtaPasses(host), host.state.queue, host.rounds
     try:
         assert rounds.start_backfill(queue, set, 1) == 6
         rounds.chunk(2)
@@ -196,7 +196,7 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
         etas._schedule_eta(Effects(), host.clock.monotonic())
         assert etas._carry is None  # the backfill is over: the columns are let go
     finally:
-        for task in host._tasks:
+        for task in host.loop.tasks:
             task.cancel()
 
 
@@ -206,7 +206,7 @@ async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
     write without their first ETA get it from the next pass's writer."""
     host = FakeHost(budget=1, charts=6)
     await host.load()
-    etas, queue, rounds = EtaPasses(host), host.state.queue, host._rounds
+    etas, queue, rounds = EtaPasses(host), host.state.queue, host.rounds
     try:
         rounds.start_backfill(queue, set, 1)
         ids = [str(c) for c in range(1, 7)]
@@ -218,7 +218,7 @@ async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
         assert etas.carried_firsts(rounds.next(queue)[1]) == {}
         assert len(host.state.unpromised) == 6  # all still to record (nothing was committed)
     finally:
-        for task in host._tasks:
+        for task in host.loop.tasks:
             task.cancel()
 
 

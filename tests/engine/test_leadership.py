@@ -109,7 +109,7 @@ async def test_redis_down_while_taking_the_lease_backs_off():
 
 async def test_a_stop_ends_the_standby():
     lead = leadership(FakeLease([False] * 100))
-    lead.host._stop.set()
+    lead.host.loop.stop.set()
     assert not await lead._acquire_lease()
 
 
@@ -139,7 +139,7 @@ def test_renewals_that_fail_pause_dispatch_and_the_next_success_asks_for_a_resyn
     lease.renew_answers = [Unavailable("down"), True, False]
     lead = leadership(lease)
     keep(lead)
-    assert lead.host._resync_requested  # "lease renewed again: dispatch resumes (after a resync)"
+    assert lead.host.loop.resync_requested  # "lease renewed again: dispatch resumes (after a resync)"
     assert lead.ok_until > 0
 
 
@@ -167,7 +167,7 @@ async def test_the_listener_appends_notes_and_resyncs_after_a_reconnect():
     task = asyncio.create_task(lead._listen())
     for _ in range(20):
         await asyncio.sleep(0)
-    assert lead.host._notes == [ChartNote(id=1)] and not lead.host._resync_requested
+    assert lead.host.loop.notes == [ChartNote(id=1)] and not lead.host.loop.resync_requested
     source.fail_next = True
     for _ in range(50):
         await asyncio.sleep(0)
@@ -177,4 +177,4 @@ async def test_the_listener_appends_notes_and_resyncs_after_a_reconnect():
         await asyncio.sleep(0)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert source.subscribed == 2 and lead.host._resync_requested
+    assert source.subscribed == 2 and lead.host.loop.resync_requested

@@ -31,13 +31,13 @@ async def test_a_first_start_dispatches_from_the_head_and_the_whole_takes_over()
     await s._load()
     assert host.state is not None and host.state.partial  # installed by the host
     assert sorted(host.state.queue.order(), key=int) == ["1", "2"]
-    assert s._whole_ready is None and [t.get_name() for t in host._tasks] == ["load-whole"]
+    assert s._whole_ready is None and [t.get_name() for t in host.loop.tasks] == ["load-whole"]
     host.store.whole_gate.set()
     await until_whole_ready(s)
     head = host.state
     await s._take_over_whole()
     assert host.state is not head and not host.state.partial and len(host.state.queue) == 6
-    assert host._resync_requested and s.etas._eta_now and s.sync._watermark is None
+    assert host.loop.resync_requested and s.etas._eta_now and s.sync._watermark is None
 
 
 async def test_a_restart_with_a_saved_order_loads_its_head_first():
@@ -61,8 +61,8 @@ async def test_a_head_that_is_the_whole_backlog_loads_it_at_once():
     host = FakeHost(budget=1, charts=2)
     s = startup(host)
     await s._load()
-    assert not host.state.partial and len(host.state.queue) == 2 and host._tasks == []
-    assert isinstance(host._rounds, RoundSaver)
+    assert not host.state.partial and len(host.state.queue) == 2 and host.loop.tasks == []
+    assert isinstance(host.rounds, RoundSaver)
 
 
 async def test_a_database_down_at_the_load_is_retried_through_the_clock():

@@ -25,28 +25,28 @@ async def sync():
 async def test_a_note_naming_a_chart_reads_its_row_and_returns_the_change(sync):
     host = sync.host
     host.store.add(9, 1)
-    host._notes.append(ChartNote(id=9))
+    host.loop.notes.append(ChartNote(id=9))
     fx = await sync._apply_notes()
     assert "9" in host.state.queue and [e["kind"] for e in fx.events] == ["queued"]
-    assert host._notes == []
+    assert host.loop.notes == []
 
 
 async def test_a_note_this_version_does_not_know_asks_for_a_resync(sync):
-    sync.host._notes.append(read_note(b'{"kind": "what"}'))
+    sync.host.loop.notes.append(read_note(b'{"kind": "what"}'))
     await sync._apply_notes()
-    assert sync.host._resync_requested
+    assert sync.host.loop.resync_requested
 
 
 async def test_a_failed_note_batch_keeps_its_notes_for_the_next_try(sync):
     host = sync.host
-    host._notes.append(SettingsNote())
+    host.loop.notes.append(SettingsNote())
 
     async def down():
         raise OSError("database down")
     host.store.read_config = down
     with pytest.raises(OSError):
         await sync._apply_notes()
-    assert host._notes == [SettingsNote()]
+    assert host.loop.notes == [SettingsNote()]
 
 
 async def test_the_incremental_resync_applies_what_changed_and_moves_the_watermark(sync):
@@ -54,7 +54,7 @@ async def test_the_incremental_resync_applies_what_changed_and_moves_the_waterma
     host.store.set(2, paused=True)
     await sync._resync()
     assert host.state.queue.get("2").paused and sync._watermark is not None
-    assert not host._resync_requested
+    assert not host.loop.resync_requested
 
 
 async def test_the_incremental_resync_reads_a_chunk_a_call_and_moves_the_watermark_after_the_last(sync):
@@ -68,11 +68,11 @@ async def test_the_incremental_resync_reads_a_chunk_a_call_and_moves_the_waterma
     await sync._resync()
     q = host.state.queue
     assert [q.get(c).paused for c in ("1", "2", "3")] == [True, True, False]
-    assert host._resync_requested and host._wake.is_set() and sync._watermark is None
-    host._wake.clear()
+    assert host.loop.resync_requested and host.loop.wake.is_set() and sync._watermark is None
+    host.loop.wake.clear()
     await sync._resync()
     assert q.get("3").paused and sync._watermark is not None
-    assert not host._resync_requested and sync._resync_chunks is None
+    assert not host.loop.resync_requested and sync._resync_chunks is None
 
 
 async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_returned(sync):
@@ -82,7 +82,7 @@ async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_r
     host.clock.advance(host.FULL_RESYNC_S)
     assert sync._full_resync_wanted(host.clock.monotonic())
     await sync._full_resync_step()
-    assert sync._full_resync == (2, {1, 2}) and host._wake.is_set()
+    assert sync._full_resync == (2, {1, 2}) and host.loop.wake.is_set()
     await sync._full_resync_step()
     assert sync._full_resync is None and "3" not in host.state.queue
     assert sync._full_resync_due > host.clock.monotonic()
@@ -106,16 +106,16 @@ async def test_the_result_watch_reports_a_closed_workflow(sync):
     await settle()
     host.temporal.close(1)
     await settle()
-    assert [c for c, _ in host._finished] == [1] and host._wake.is_set()
+    assert [c for c, _ in host.loop.finished] == [1] and host.loop.wake.is_set()
     await sync._record_finished()
-    assert host._finished == []
+    assert host.loop.finished == []
 
 
 async def test_the_result_watch_of_a_workflow_temporal_does_not_know_leaves_it_to_the_reconcile(sync):
     sync._watch(5)  # never started: the fake's outcome() raises WorkflowNotFound once it "closes"
     sync.host.temporal.closed[5].set()
     await settle()
-    assert sync.host._finished == [] and sync._watchers[5].done()
+    assert sync.host.loop.finished == [] and sync._watchers[5].done()
 
 
 async def test_reconcile_requeues_a_running_chart_temporal_does_not_know(sync):
