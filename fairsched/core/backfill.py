@@ -263,9 +263,7 @@ class RoundSaver:
         queue's round changes, leaves out ``written`` (what the saver had written, with its
         ``saved`` state) and orders the rest. :meth:`adopt` then catches up with what was
         written since."""
-        new = queue.take_round_changes()
-        if written:
-            new = {cid: r for cid, r in new.items() if cid not in written or written[cid] != r}
+        new = _not_written(queue.take_round_changes(), written)
         if len(new) < minimum:
             return PreparedBackfill(new, {}, None, written)
         org_of = {cid: queue.org_of(cid) for cid in new}
@@ -278,11 +276,7 @@ class RoundSaver:
         rest = {cid: r for cid, r in new.items() if cid not in rounds} if whole else {}
         shares = None
         if queue.share is Share.WORK:
-            # a chart's share depends on the org's charts before it in its round (the first
-            # may carry work over from the round before): keep the rank order the arrival
-            # rule placed them in, which RoundBackfill's sort by round keeps
-            rounds = {cid: rounds[cid] for cid in sorted(rounds, key=queue.rank_of)}
-            shares = {cid: queue.share_of(cid) for cid in rounds}
+            rounds, shares = _in_rank_order(queue, rounds)
         return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors, shares, queue.head), written)
 
     def adopt(self, queue: "FairQueue", prepared: "PreparedBackfill", *, keep_written: bool = False) -> int:
@@ -364,29 +358,55 @@ class RoundSaver:
         """What happened to the backfill's orgs since the last save (module docstring)."""
         touched, gone, reranked = queue.touched_log, queue.gone_log, queue.reranked_log
         queue.touched_log, queue.gone_log, queue.reranked_log = [], [], set()
+        self._drop_moved(queue, bf, touched, reranked)
+        for org, r in gone:
+            if r is not None and bf.holds(org):
+                self.pending.update(bf.extend(org, r))
+        for org in bf.behind(queue.head):  # under "work": a restart would count it afresh
+            self.pending.update(bf.extend(org, bf.next_round(org)))
+        self._take_arrivals(queue, bf, new)
+        if not len(bf):
+            self.backfill = None
+            queue.gone_log = queue.touched_log = queue.reranked_log = None
+
+    def _drop_moved(self, queue: "FairQueue", bf: RoundBackfill, touched: list, reranked: set[str]) -> None:
+        """The orgs re-ranked, or with a chart paused or prioritised past what is written,
+        leave the backfill: their queued charts are written whole, as they now are."""
         drop = {org for org in reranked if bf.holds(org)}
         drop.update(org for org, r in touched if r is not None and _unwritten(bf, org, r))
         for org in drop:
             for cid in bf.drop(org):
                 if cid in queue:
                     self.pending[cid] = queue.round_of(cid)
-        for org, r in gone:
-            if r is not None and bf.holds(org):
-                self.pending.update(bf.extend(org, r))
-        for org in bf.behind(queue.head):  # under "work": a restart would count it afresh
-            self.pending.update(bf.extend(org, bf.next_round(org)))
+
+    def _take_arrivals(self, queue: "FairQueue", bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
+        """An arrival waits for its org's backfill (written after the org's backfilled
+        charts); the others, and those whose org's backfill is over, are written now."""
         waiting = self._waiting
-        for org in [o for o in waiting if not bf.holds(o)]:  # its backfill is over: its arrivals now
+        for org in [o for o in waiting if not bf.holds(o)]:
             self.pending.update({cid: queue.round_of(cid) for cid in waiting.pop(org) if cid in queue})
         for cid, r in new.items():
             org = queue.org_of(cid)
             if org is not None and bf.holds(org):
-                waiting.setdefault(org, set()).add(cid)  # an arrival waits for its org's backfill
+                waiting.setdefault(org, set()).add(cid)
             else:
                 self.pending[cid] = r
-        if not len(bf):
-            self.backfill = None
-            queue.gone_log = queue.touched_log = queue.reranked_log = None
+
+
+def _not_written(new: dict[str, int | None], written: Mapping[str, int | None]) -> dict[str, int | None]:
+    """The round changes less those already written with the same round."""
+    if not written:
+        return new
+    return {cid: r for cid, r in new.items() if cid not in written or written[cid] != r}
+
+
+def _in_rank_order(queue: "FairQueue", rounds: dict[str, int | None]) -> tuple[dict, dict]:
+    """Under the share ``work`` a chart's share depends on the org's charts before it in
+    its round (the first may carry work over from the round before): the rounds in the rank
+    order the arrival rule placed them in, which RoundBackfill's sort by round keeps, and
+    each chart's share."""
+    ranked = {cid: rounds[cid] for cid in sorted(rounds, key=queue.rank_of)}
+    return ranked, {cid: queue.share_of(cid) for cid in ranked}
 
 
 def _unwritten(bf: RoundBackfill, org: str, r: int) -> bool:

@@ -58,38 +58,49 @@ class QueueLoads:
         truncated = set(truncated or ())
         if horizon is not None and horizon[0] < state.head:
             raise NeedsWholeBacklog("the head alone may hide charts below the head round")
+        partial = horizon is not None or bool(truncated)
         with gc_paused():
             q = cls(budget=budget, weights=weights, costs=costs, track_rounds=True, **policies)
-            q._head = int(state.head)
-            q._guard_holds = [tuple(h) for h in state.holds]
             if truncated and q._work:  # (docs/scheduling.md, "The live scheduler and the policies")
                 raise NeedsWholeBacklog("under the share work, an org's unread charts may carry any work")
-            for org in q._weights:
-                s = state.orgs.get(org)
-                if s is None:
-                    continue
-                if s.last is not None:
-                    q._last[org], q._used[org] = s.last, s.used
-                if s.in_head:
-                    r = q._head if s.in_round is None else int(s.in_round)
-                    q._disp_round[org], q._disp_count[org] = r, s.in_head
+            q._adopt_rounds(state)
             q._enter(queued, with_round=True)
-            keys = []
             if tuple(state.share) != q.share_key:
                 q._convert_dispatched(tuple(state.share))
-            rerank_all = state.budget != q._budget or tuple(state.share) != q.share_key
-            for org, w in q._weights.items():
-                s = state.orgs.get(org)
-                if rerank_all or (s is not None and s.weight != w) or q._stale(org):
-                    if horizon is not None or truncated:
-                        raise NeedsWholeBacklog(f"org {org} is re-ranked on restore")
-                    keys.extend(q._rank(org, insert=False))
-                else:
-                    keys.extend(q._resume_org(org))
-            q._order.bulk_load(keys)
-            if horizon is not None or truncated:
+            q._order.bulk_load(q._restored_keys(state, partial))
+            if partial:
                 q._cut_short(truncated, horizon)
             return q
+
+    def _adopt_rounds(self, state: RoundState) -> None:
+        """``head``, the guards' holds and each org's saved round state, as saved."""
+        self._head = int(state.head)
+        self._guard_holds = [tuple(h) for h in state.holds]
+        for org in self._weights:
+            s = state.orgs.get(org)
+            if s is None:
+                continue
+            if s.last is not None:
+                self._last[org], self._used[org] = s.last, s.used
+            if s.in_head:
+                r = self._head if s.in_round is None else int(s.in_round)
+                self._disp_round[org], self._disp_count[org] = r, s.in_head
+
+    def _restored_keys(self, state: RoundState, partial: bool) -> list[tuple]:
+        """Every org's order keys: its saved rounds resumed, or re-ranked where what was
+        saved no longer holds (its weight, the budget or the share changed, or it is stale);
+        a partial load cannot re-rank (:class:`NeedsWholeBacklog`)."""
+        rerank_all = state.budget != self._budget or tuple(state.share) != self.share_key
+        keys: list[tuple] = []
+        for org, w in self._weights.items():
+            s = state.orgs.get(org)
+            if rerank_all or (s is not None and s.weight != w) or self._stale(org):
+                if partial:
+                    raise NeedsWholeBacklog(f"org {org} is re-ranked on restore")
+                keys.extend(self._rank(org, insert=False))
+            else:
+                keys.extend(self._resume_org(org))
+        return keys
 
     @classmethod
     def first_head(

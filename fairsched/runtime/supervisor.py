@@ -202,31 +202,39 @@ class Supervisor:
         for proc in self.procs:
             if self.fatal:
                 return
-            spec = proc.spec
             if proc.state == "running":
-                code = proc.popen.poll()
-                if code is not None:
-                    self._on_exit(proc, code, now)
-                    continue
-                if spec.listens and not proc.ready and port_open(spec.listens):
-                    proc.ready = proc.ever_ready = True
-                    self.say(f"{spec.name} is ready on port {spec.listens}")
-                elif spec.essential and not proc.ever_ready and now - proc.started_at > spec.ready_timeout_s:
-                    last = "\n".join(f"    {line}" for line in list(proc.tail)[-12:]) or "    (no output)"
-                    self.fatal = (f"{spec.name} did not listen on port {spec.listens} within "
-                                  f"{spec.ready_timeout_s:.0f} s. Its last output:\n{last}")
-                    return
+                self._check_running(proc, now)
             elif proc.state == "waiting" and now >= proc.next_start_at:
-                missing = [port for port in spec.needs if not port_open(port)]
-                if missing:
-                    if not proc.announced_wait and now - proc.waiting_since > 3:
-                        self.say(f"{spec.name} waits for port(s) {', '.join(map(str, missing))}")
-                        proc.announced_wait = True
-                    continue
-                self._spawn(proc)
+                self._start_if_needs_are_up(proc, now)
         if now - self._last_scan > self.DESCENDANT_SCAN_S:
             self._last_scan = now
             self._scan_descendants()
+
+    def _check_running(self, proc: Managed, now: float) -> None:
+        """A running process: its exit, its port opening (ready), or an essential one that
+        never listened within its time (fatal, with its last output)."""
+        spec = proc.spec
+        code = proc.popen.poll()
+        if code is not None:
+            self._on_exit(proc, code, now)
+        elif spec.listens and not proc.ready and port_open(spec.listens):
+            proc.ready = proc.ever_ready = True
+            self.say(f"{spec.name} is ready on port {spec.listens}")
+        elif spec.essential and not proc.ever_ready and now - proc.started_at > spec.ready_timeout_s:
+            last = "\n".join(f"    {line}" for line in list(proc.tail)[-12:]) or "    (no output)"
+            self.fatal = (f"{spec.name} did not listen on port {spec.listens} within "
+                          f"{spec.ready_timeout_s:.0f} s. Its last output:\n{last}")
+
+    def _start_if_needs_are_up(self, proc: Managed, now: float) -> None:
+        """A process whose start is due starts once the ports it needs are open (and says
+        what it waits for after 3 s)."""
+        spec = proc.spec
+        missing = [port for port in spec.needs if not port_open(port)]
+        if not missing:
+            self._spawn(proc)
+        elif not proc.announced_wait and now - proc.waiting_since > 3:
+            self.say(f"{spec.name} waits for port(s) {', '.join(map(str, missing))}")
+            proc.announced_wait = True
 
     def ready(self, name: str) -> bool:
         return self.get(name).ready
