@@ -323,10 +323,10 @@ def read_charts(ids: list[int], snapshot: dict[str, Any] | None = None) -> dict[
             for i, v in zip(ids, got) if v is not None}
 
 
-def read_due(org_id: int, snapshot: dict[str, Any] | None = None, *, limit: int | None = None
-             ) -> list[dict[str, Any]]:
-    """The org's first ``limit`` charts at risk or late in the snapshot (all with None),
-    least slack first, reading only the pages they span (``due:<org>`` holds their count,
+def read_due(org_id: int, snapshot: dict[str, Any] | None = None, *, limit: int | None = None,
+             offset: int = 0) -> list[dict[str, Any]]:
+    """The org's ``limit`` charts at risk or late in the snapshot from the ``offset``-th (all
+    with None), least slack first, reading only the pages they span (``due:<org>`` holds their count,
     ``due:<org>:<n>`` the pages; an older scheduler stored the whole list in ``d:<org>``):
     ``[{"id", "org", "state", "due_s", "slack_s", "reason", "workflow", "external_id"}]``."""
     snapshot = snapshot if snapshot is not None else read_snapshot()
@@ -336,10 +336,11 @@ def read_due(org_id: int, snapshot: dict[str, Any] | None = None, *, limit: int 
         if got is None:
             return None
         head, whole = got
+        start = max(0, offset)
         if head is None:  # none flagged, or an older scheduler's snapshot
-            return (whole or [])[:limit]
+            return (whole or [])[start:None if limit is None else start + limit]
         total = head.get("total", 0)
-        return _slice(s, f"due:{org_id}", total, 0, total if limit is None else limit)
+        return _slice(s, f"due:{org_id}", total, start, total if limit is None else limit)
 
     return _with_latest(snapshot, read) or []
 

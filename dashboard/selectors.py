@@ -12,10 +12,12 @@ pages fall back to the database and say ``"stale": true`` with the snapshot's ``
 """
 from __future__ import annotations
 
+import heapq
 import json
 import threading
 import time
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any, Callable
 
 from django.conf import settings
@@ -63,6 +65,45 @@ def order_rows(snapshot: dict[str, Any] | None) -> tuple[list[dict[str, Any]], d
 
 
 ORDER_STATES = ("ordered", "paused", "held", "blocked")
+DUE_STATES = ("late", "at_risk")  # the Due list's filter (docs/operating.md, "The Due panel")
+
+
+def _due_key(row: dict[str, Any]) -> tuple[float, int]:
+    """The Due list's order, the scheduler's (``fairsched.engine.due.Flagged.key``): least
+    slack first, a chart without an ETA by the time left until it is due."""
+    return (row["slack_s"] if row.get("slack_s") is not None else row["due_s"]), row["id"]
+
+
+def due_page(snapshot: dict[str, Any] | None, *, org: int | None = None, state: str | None = None,
+             offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    """A page of the charts at risk or late, least slack first, of one org or all of them and
+    of one state (``late``, ``at_risk``) or both: ``{"known", "total", "offset", "limit",
+    "org", "state", "charts"}``. Read from each org's flagged charts in the snapshot
+    (``common.snapshot.read_due``): sorted by slack, an org's late charts come before its
+    at-risk ones (late: slack < 0, or no ETA and the due time passed), so a state is a range
+    of that list, its length the org's count. All orgs: each one's first ``offset + limit``
+    of the range, merged."""
+    out = {"known": snapshot is not None, "total": 0, "offset": offset, "limit": limit, "org": org,
+           "state": state, "charts": []}
+    if snapshot is None:
+        return out
+    counts = {o["id"]: o.get("due") or {} for o in snapshot.get("orgs") or []}
+
+    def span(o: int) -> tuple[int, int]:
+        late, risky = counts.get(o, {}).get("late", 0), counts.get(o, {}).get("at_risk", 0)
+        return {"late": (0, late), "at_risk": (late, late + risky)}.get(state or "", (0, late + risky))
+
+    orgs = [org] if org is not None else [o for o in counts if span(o)[1] > span(o)[0]]
+    spans = {o: span(o) for o in orgs}
+    out["total"] = sum(b - a for a, b in spans.values())
+    if org is not None:
+        a, b = spans[org]
+        rows = snap.read_due(org, snapshot, offset=a + offset, limit=max(0, min(limit, b - a - offset)))
+    else:
+        lists = [snap.read_due(o, snapshot, offset=a, limit=min(b - a, offset + limit)) for o, (a, b) in spans.items()]
+        rows = list(islice(heapq.merge(*lists, key=_due_key), offset, offset + limit))
+    out["charts"] = rows
+    return out
 
 
 def order_page(snapshot: dict[str, Any] | None, *, offset: int = 0, limit: int = 100,

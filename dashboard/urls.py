@@ -9,6 +9,7 @@ urlpatterns = [
     path("dashboard/", views.index, name="index"),
     path("dashboard/state.json", views.state_json, name="state"),
     path("dashboard/order.json", views.order_json, name="order"),
+    path("dashboard/due.json", views.due_json, name="due"),
     path("dashboard/plots.json", views.plots_json, name="plots"),
     path("dashboard/accuracy.json", views.accuracy_json, name="accuracy"),
     path("dashboard/activity.json", views.activity_json, name="activity"),

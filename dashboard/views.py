@@ -140,6 +140,26 @@ def order_json(request: HttpRequest) -> JsonResponse:
 @never_cache
 @staff_required
 @require_GET
+def due_json(request: HttpRequest) -> JsonResponse:
+    """A page of the charts at risk or late, least slack first:
+    ``?org=<id>&state=late|at_risk&offset=0&limit=100`` (limit at most 500)."""
+    try:
+        offset = _int_arg(request, "offset", 0)
+        limit = _int_arg(request, "limit", 100, minimum=1, maximum=selectors.PAGE_MAX)
+        org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
+    except BadQuery as exc:
+        return _bad_query(exc)
+    state = request.GET.get("state") or None
+    if state is not None and state not in selectors.DUE_STATES:
+        return _bad_query(BadQuery("state", f"state: one of {', '.join(selectors.DUE_STATES)}."))
+    s = selectors.read_live_snapshot()
+    page = selectors.due_page(s, org=org, state=state, offset=offset, limit=limit)
+    return _json({"seq": s.get("seq") if s else None, **page})
+
+
+@never_cache
+@staff_required
+@require_GET
 def plots_json(request: HttpRequest) -> JsonResponse:
     return _json(selectors.plot_data())
 

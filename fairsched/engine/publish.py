@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
+from fairsched.core.due import AT_RISK, LATE
 from fairsched.core.rules import is_held
 from fairsched.engine.due import DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, LookedUp, Rows
@@ -176,9 +177,12 @@ def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
 
 
 def _due_summary(due: DueResult) -> dict[str, Any]:
-    """The snapshot's ``due``: counts over all orgs, each org's, and the Due panel's charts
-    (at risk or late, least slack first, :data:`fairsched.engine.due.TOP_CHARTS` of them)."""
-    return {"counts": due.counts(), "orgs": {str(o): c for o, c in due.orgs.items()}, "charts": due.top()}
+    """The snapshot's ``due``: counts over all orgs, each org's, the Due panel's charts (at
+    risk or late, least slack first, :data:`fairsched.engine.due.TOP_CHARTS` of them) and
+    ``total``, how many are at risk or late in all (the list's "100 of 861")."""
+    counts = due.counts()
+    return {"counts": counts, "orgs": {str(o): c for o, c in due.orgs.items()}, "charts": due.top(),
+            "total": counts[AT_RISK] + counts[LATE]}
 
 
 def _per_org(org_rows: list[dict[str, Any]], order_rows: Rows,
