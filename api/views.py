@@ -24,6 +24,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
 from api import charts as described
+from api import jsonbody
 from api.auth import KeyAuth, unauthorized
 from api.idempotency import idempotent
 from api.problems import CONTENT_TYPE, Problem, from_ninja, from_validation
@@ -55,7 +56,11 @@ class JsonParser(Parser):
         except UnicodeDecodeError as exc:
             raise BodyNotJson(f"body: not UTF-8 ({exc.reason} at byte {exc.start}).") from None
         try:
+            if request.path.rstrip("/").endswith("/charts/batch"):  # counted before it is built
+                return jsonbody.loads_batch(text, settings.FAIRSCHED_API_BATCH_MAX)
             return json.loads(text)
+        except jsonbody.BodyRefused:
+            raise
         except RecursionError:
             raise BodyNotJson("body: nested too deeply.") from None
         except ValueError as exc:
@@ -129,6 +134,8 @@ def _unauthorized(request, exc):
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
     cause = exc.__cause__
+    if isinstance(cause, jsonbody.BodyRefused):  # refused while it was read (a batch too long)
+        return cause.problem.response(request)
     if exc.status_code == 400 and cause is not None:  # the body could not be parsed
         message = str(cause) if isinstance(cause, BodyNotJson) else f"body: not valid JSON ({cause})."
         return Problem(400, message, kind="bad-request", errors={"body": [message]}).response(request)
@@ -242,9 +249,8 @@ def submit_batch(request: HttpRequest, batch: BatchIn, idempotency_key: str | No
     org = request.auth.org
     items = batch.charts
     limit = settings.FAIRSCHED_API_BATCH_MAX
-    if len(items) > limit:
-        message = f"charts: {len(items):,} charts, more than FAIRSCHED_API_BATCH_MAX ({limit:,}); split the batch."
-        raise Problem(413, message, kind="batch-too-large", errors={"charts": [message]})
+    if len(items) > limit:  # api/jsonbody.py refused it while reading: a limit changed meanwhile
+        raise jsonbody.too_many(limit)
 
     def work() -> HttpResponse:
         rows = []

@@ -2,6 +2,8 @@
 bounded memory and tables; the answers the docs promise."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from charts.models import Chart
@@ -33,3 +35,52 @@ def test_a_workflow_that_cannot_be_a_name_is_a_422_naming_it(api_world, path, bo
     problem = _problem(api_world["acme"].post(path, body), 422)
     assert list(problem["errors"]) == [field], problem
     assert Chart.objects.count() == 0
+
+
+# --- 4.3: a batch's item count, before its items are built -------------------------------------
+
+
+def test_a_batch_of_millions_of_items_is_refused_before_they_are_built(api_world):
+    """1.5 million ``{}`` (4.5 MiB): json.loads built every one (900 MB for 11 million) before
+    the 413. Read item by item and refused at the 1,001st, the peak stays near the body's own size."""
+    import tracemalloc
+
+    body = '{"charts": [' + ",".join(["{}"] * 1_500_000) + "]}"
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        response = api_world["acme"].post("/charts/batch", body)
+        seconds = time.perf_counter() - t0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    problem = _problem(response, 413)
+    assert "FAIRSCHED_API_BATCH_MAX (1,000)" in problem["errors"]["charts"][0]
+    assert peak < 8 * len(body), f"peak {peak / 2**20:.1f} MiB for a {len(body) / 2**20:.1f} MiB body"
+    assert seconds < 5, seconds
+    assert Chart.objects.count() == 0
+
+
+@pytest.mark.parametrize(("body", "status", "field"), [
+    ('[' + ",".join(["{}"] * 5000) + "]", 422, "body"),          # a list is no batch: not read
+    ('{"extra": [' + ",".join(["{}"] * 5000) + '], "charts": []}', 422, "extra"),  # nor a field it forbids
+    ('{"charts": [{}, {},]}', 400, "body"),
+    ('{"charts": [{"workflow": "code"}] ', 400, "body"),
+    ('{"charts": []} []', 400, "body"),
+    ('"charts"', 422, "body"),
+])
+def test_a_batch_body_is_read_as_json_reads_it(api_world, body, status, field):
+    problem = _problem(api_world["acme"].post("/charts/batch", body), status)
+    assert field in problem["errors"], problem
+
+
+def test_a_batch_at_the_limit_is_read_whole(api_world, settings):
+    settings.FAIRSCHED_API_BATCH_MAX = 3
+    acme = api_world["acme"]
+    body = ' { "charts" : [ {"workflow": "code", "payload": {"a": [1, {"b": NaN}]}} , {"workflow":"code"},\n'
+    assert "charts[0].payload.a[1].b" in _problem(acme.post("/charts/batch", body + '{"workflow": "code"} ] } '), 422)["errors"]
+    response = acme.post("/charts/batch", '{"charts": [{"workflow": "code"}, {"workflow": "review"}, '
+                                          '{"workflow": "code", "external_id": "x"}]}')
+    assert response.status_code == 201 and response.json()["created"] == 3
+    assert acme.post("/charts/batch", '{"charts": []}').json() == {"created": 0, "existing": 0, "charts": []}
+    _problem(acme.post("/charts/batch", {"charts": [{"workflow": "code"}] * 4}), 413)
