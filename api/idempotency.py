@@ -17,13 +17,13 @@ The first response to an (org, Idempotency-Key) pair is stored for
 
 Answers that say "try again later" are not stored (409, 429, 5xx): the row is deleted, so
 the retry after ``Retry-After`` runs for real. Everything else (201, 200, 4xx refusals)
-is the stored answer. Expired rows are deleted as requests come (a bounded batch at most
-once every ``PURGE_EVERY_S`` per process).
+is the stored answer. Expired rows are deleted by a periodic job, all of them each minute
+(``jobs.tasks.purge_idempotency_keys``, registered in ``jobs/cron.py``): a request never
+waits on it, and the table holds at most the TTL's keys and a minute's more.
 """
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -39,10 +39,7 @@ from api.problems import Problem, from_validation
 HEADER = "Idempotency-Key"
 MAX_LENGTH = 255
 IN_FLIGHT_STALE_S = 120  # no request runs this long: a row in flight longer was left by a dead process
-PURGE_EVERY_S = 600
-PURGE_BATCH = 1000
 NOT_STORED = (409, 429)
-_purged_at = -1e9
 
 
 def key_of(request: HttpRequest) -> str | None:
@@ -74,16 +71,6 @@ def _replay(row: IdempotencyKey) -> HttpResponse:
     response["Idempotent-Replayed"] = "true"
     response["Cache-Control"] = "no-store"
     return response
-
-
-def _purge() -> None:
-    global _purged_at
-    if time.monotonic() - _purged_at < PURGE_EVERY_S:
-        return
-    _purged_at = time.monotonic()
-    old = list(IdempotencyKey.objects.filter(expires_at__lt=timezone.now()).values_list("pk", flat=True)[:PURGE_BATCH])
-    if old:
-        IdempotencyKey.objects.filter(pk__in=old).delete()
 
 
 def _claim(org_id: int, key: str, fp: str) -> IdempotencyKey | HttpResponse:
@@ -131,7 +118,6 @@ def idempotent(request: HttpRequest, org_id: int, work: Callable[[], HttpRespons
     key = key_of(request)
     if key is None:
         return work()
-    _purge()
     claimed = _claim(org_id, key, fingerprint(request))
     if isinstance(claimed, HttpResponse):
         return claimed

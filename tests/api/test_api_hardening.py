@@ -84,3 +84,38 @@ def test_a_batch_at_the_limit_is_read_whole(api_world, settings):
     assert response.status_code == 201 and response.json()["created"] == 3
     assert acme.post("/charts/batch", '{"charts": []}').json() == {"created": 0, "existing": 0, "charts": []}
     _problem(acme.post("/charts/batch", {"charts": [{"workflow": "code"}] * 4}), 413)
+
+
+# --- 4.2: expired Idempotency-Key answers, purged by a periodic job -----------------------------
+
+
+def test_the_periodic_job_purges_every_expired_answer_and_keeps_the_rest(api_world, redis_url):
+    """The requests purged at most 1,000 rows every 10 minutes per process (4.2): 12,001 expired
+    rows, more than two of the job's batches, all go in one run; the live ones stay, and rqcron
+    runs the job every minute (jobs/cron.py)."""
+    import redis
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from rq.cron import CronScheduler
+
+    from api.models import IdempotencyKey
+    from jobs import tasks
+
+    acme = api_world["acme"]
+    now = timezone.now()
+    IdempotencyKey.objects.bulk_create([
+        IdempotencyKey(org=acme.org, key=f"old-{i}", fingerprint="f", status=201, body="{}", created_at=now,
+                       expires_at=now - timedelta(seconds=1 + i % 100)) for i in range(12_001)], batch_size=2000)
+    assert acme.post("/charts", {"workflow": "code"}, **{"Idempotency-Key": "live"}).status_code == 201
+    assert tasks.purge_idempotency_keys() == {"deleted": 12_001}
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["live"]
+    assert tasks.purge_idempotency_keys() == {"deleted": 0}
+    replay = acme.post("/charts", {"workflow": "code"}, **{"Idempotency-Key": "live"})
+    assert replay["Idempotent-Replayed"] == "true"
+
+    scheduler = CronScheduler(connection=redis.Redis.from_url(redis_url))
+    scheduler.load_config_from_file("jobs.cron")
+    jobs = {job.name: job for job in scheduler.get_jobs()}
+    assert jobs["idempotency-purge"].func is tasks.purge_idempotency_keys
+    assert jobs["idempotency-purge"].interval == 60
