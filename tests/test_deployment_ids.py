@@ -167,7 +167,7 @@ async def test_reconciliation_adopts_only_its_own_deployments_workflows(deployme
     ns.start(a_port.wf(1))  # A started it and crashed before recording it
     await lead(b, b_clock)  # take-over reconciles: nothing of B's runs
     assert b_store.state(1) == "queued" and 1 not in b.state.running
-    await a.sync._reconcile()
+    await a.sync.reconcile()
     assert a_store.state(1) == "running" and 1 in a.state.running  # A's own orphan
 
 

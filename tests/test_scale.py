@@ -165,7 +165,7 @@ def test_the_lease_is_renewed_while_the_loop_is_blocked(redis_url):
         assert await lease.acquire()
         s.leading = True
         s.leadership.ok_until = time.monotonic() + s.LEASE_TTL_S
-        keeper = asyncio.create_task(s.leadership._keep_lease())
+        keeper = asyncio.create_task(s.leadership.keep_lease())
         await asyncio.sleep(0.05)
         time.sleep(3 * s.LEASE_TTL_S)  # the loop is blocked: no task runs
         may = s.may_dispatch()
@@ -206,10 +206,10 @@ def test_a_renewal_in_flight_when_the_stop_releases_the_lease_cannot_take_it_bac
     monkeypatch.setattr(Lease, "acquire_sync", held_renewal)
 
     async def go() -> None:
-        keeper = asyncio.create_task(s.leadership._keep_lease())
+        keeper = asyncio.create_task(s.leadership.keep_lease())
         assert await asyncio.to_thread(in_renewal.wait, 10)
         threading.Timer(0.3, go_on.set).start()   # the renewal goes on while the stop releases
-        await asyncio.to_thread(s.leadership._close_lease, 5.0)
+        await asyncio.to_thread(s.leadership.close_lease, 5.0)
         s.leadership.gen += 1
         keeper.cancel()
         await asyncio.gather(keeper, return_exceptions=True)
@@ -235,7 +235,7 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
 
     # A bulk ORM update that sets updated_at (as every service does): the next incremental read has it.
     Chart.objects.filter(pk__in=ids[:2]).update(paused=True, updated_at=timezone.now())
-    asyncio.run(s.sync._resync())
+    asyncio.run(s.sync.resync())
     assert set(s.state.queue.paused) == {str(ids[0]), str(ids[1])}
 
     # QuerySet.update() leaves auto_now alone, and so does raw SQL: the incremental read misses
@@ -244,12 +244,12 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
     with connection.cursor() as cur:
         cur.execute("UPDATE charts_chart SET state = 'cancelled' WHERE id = %s", [ids[3]])
         cur.execute("DELETE FROM charts_chart WHERE id = %s", [ids[4]])
-    asyncio.run(s.sync._resync())
+    asyncio.run(s.sync.resync())
     assert str(ids[3]) in s.state.queue and str(ids[4]) in s.state.queue
     s.sync._full_resync = (0, set())
     steps = 0
     while s.sync._full_resync is not None:
-        asyncio.run(s.sync._full_resync_step())
+        asyncio.run(s.sync.full_resync_step())
         steps += 1
     assert steps == 3  # 6 active charts, 3 per chunk, then the last (short) read
     assert str(ids[3]) not in s.state.queue and str(ids[4]) not in s.state.queue

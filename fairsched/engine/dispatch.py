@@ -1,4 +1,4 @@
-"""One dispatch, in three parts (the live loop, :meth:`Scheduler._dispatch`, runs them):
+"""One dispatch, in three parts (the live loop, :meth:`Dispatcher.dispatch`, runs them):
 
 1. **plan**: the head of the fair order that fits the free budget
    (:meth:`LiveState.to_start`), checked against the rows just read: a row that moved

@@ -1,6 +1,6 @@
 """The dispatcher: plan, start, commit (the pure parts are :mod:`fairsched.engine.dispatch`).
 
-:meth:`Dispatcher._dispatch` starts the head of the order that fits the free budget:
+:meth:`Dispatcher.dispatch` starts the head of the order that fits the free budget:
 it plans (the head of the order, its rows read and agreeing with memory), starts each
 chart's workflow through the Temporal port (a failed start arrives judged, as
 ``StartFailed``, and :mod:`fairsched.engine.starts` says what it means for the chart),
@@ -37,7 +37,7 @@ class Dispatcher(Part):
         self._chained = False  # the last dispatch's commit was (phases())
 
     # ---------------------------------------------------------------- plan
-    async def _dispatch(self) -> Effects:
+    async def dispatch(self) -> Effects:
         """Start the head of the order that fits, then record what started: plan, start,
         commit (:mod:`fairsched.engine.dispatch`).
 
@@ -167,7 +167,7 @@ class Dispatcher(Part):
             if await self.store.fail_start(chart_id, reason):
                 log.warning("chart #%d failed: %s", chart_id, reason)
             ids.add(chart_id)
-        return await self.sync._apply_rows(ids)
+        return await self.sync.apply_rows(ids)
 
     # ---------------------------------------------------------------- commit
     async def _commit(self, plan: Plan, starts: Starts) -> Effects:
@@ -204,7 +204,7 @@ class Dispatcher(Part):
         self.state.committing.update(r.id for r in new)
         for r in new:  # watched from now, not from the tick that follows the commit
             if r.id not in starts.closed:
-                self.sync._watch(r.id)
+                self.sync.watch(r.id)
         self._chained = True
         self.host.loop.chunk = asyncio.create_task(
             self._commit_later(before, self.state, plan, starts, new, items, save, work, at), name="dispatch-commit")
@@ -216,7 +216,7 @@ class Dispatcher(Part):
         state is the one the dispatch left. Of the charts' rounds it saw pending, those a
         save in between wrote are left out (the ones still pending are written with it,
         whatever later changed them: its round state needs them). What the write returned
-        goes back to the loop (:meth:`_finish_commits`), which follows it as an inline
+        goes back to the loop (:meth:`finish_commits`), which follows it as an inline
         commit would."""
         me = asyncio.current_task()
         waited = self.clock.monotonic()
@@ -248,7 +248,7 @@ class Dispatcher(Part):
             self.host.loop.commits_done.append((plan, starts, new, ran, at))
             self.host.loop.wake.set()
 
-    async def _finish_commits(self) -> Effects:
+    async def finish_commits(self) -> Effects:
         """In the tick: follow the commits written after the save in flight, in order."""
         fx = Effects()
         done = self.host.loop.commits_done
@@ -274,21 +274,21 @@ class Dispatcher(Part):
         if r.id in starts.closed:
             log.info("dispatch chart #%d skipped: workflow %s already closed as %s; recording it",
                      r.id, workflow_id(r.id), starts.closed[r.id].state)
-            return await self.sync._record(r.id, starts.closed[r.id], "adopt")
+            return await self.sync.record(r.id, starts.closed[r.id], "adopt")
         if ran:
             pos, rnd = plan.before.get(str(r.id), (None, None))
             log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d "
                      "(the tick before it %.0f ms, plan and read %.0f ms, start on Temporal %.0f ms)", r.id, r.org,
                      r.workflow, r.cost, rnd, pos, r.run_id, free, *(1000 * s for s in starts.took))
-            self.sync._watch(r.id)
+            self.sync.watch(r.id)
             return Effects(events=[{"kind": "dispatch", "chart": r.id, "org": r.org, "cost": r.cost}])
         # The row moved meanwhile: it is the truth.
         rows_now, _ = await self.store.read_charts({r.id}, known_orgs=self.state.orgs)
         row = rows_now.get(r.id)
         log.info("dispatch chart #%d: row is now %s; following it", r.id, row.state if row else "deleted")
         if row is None or row.state == "cancelled":
-            await self.sync._cancel(r.id)
+            await self.sync.cancel(r.id)
         fx = self.state.apply_chart(r.id, row)
         if row is not None and row.state == RUNNING:
-            self.sync._watch(r.id)
+            self.sync.watch(r.id)
         return fx

@@ -1,14 +1,14 @@
 """The ETA passes: when one runs, where (a forked child or a thread), what it publishes,
 and what the loop keeps of it.
 
-:meth:`EtaPasses._schedule_eta` brings the next pass forward after a change and starts
+:meth:`EtaPasses.schedule_eta` brings the next pass forward after a change and starts
 it when due; the pass (:meth:`EtaPasses._compute_and_publish`: the ETAs, the snapshot and
 its publication) runs in a forked child (:mod:`fairsched.engine.forked`) or a thread while
 the loop goes on dispatching. The loop keeps the ETAs of the head of the order (for the
 ETA recorded at dispatch, :meth:`EtaPasses._eta_in_force`), records the first ETAs of new
 charts (:meth:`EtaPasses._record_first_etas`), confirms the last snapshot about once a
-second (:meth:`EtaPasses._confirm_snapshot`) and sends the live updates
-(:meth:`EtaPasses._broadcast`).
+second (:meth:`EtaPasses.confirm_snapshot`) and sends the live updates
+(:meth:`EtaPasses.broadcast`).
 """
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ class EtaPasses(Part):
         Only the first: a pass that fails ends it, and the backfill goes on beside the next."""
         return self._first_pass is not None and not self._first_pass.done() and self._last_report is None
 
-    def _schedule_eta(self, fx: Effects, now: float) -> None:
+    def schedule_eta(self, fx: Effects, now: float) -> None:
         """Bring the next ETA pass forward after a change, and start it when due."""
         if fx.events:
             # Something changed (arrival, dispatch, finish, control): publish soon, coalesced, so
@@ -322,7 +322,7 @@ class EtaPasses(Part):
             return None
         return got[1] if got[0] == whatif.state_mark(self.state, self._eta_changes) else None
 
-    async def _confirm_snapshot(self) -> None:
+    async def confirm_snapshot(self) -> None:
         """Say, about once a second, that the last published snapshot is this live
         scheduler's latest: readers keep showing it (it stays true while nothing changes,
         and a pass is on its way when something did, however long a large backlog's pass
@@ -436,7 +436,7 @@ class EtaPasses(Part):
         if self.state is not None:
             self.state.unpromised.difference_update(map(str, firsts))
 
-    async def _broadcast(self, events: list[dict]) -> None:
+    async def broadcast(self, events: list[dict]) -> None:
         counters = self.state.counters()
         if len(events) > self.MAX_EVENTS_PER_TICK:
             events = [live_updates.Batch(count=len(events)).to_wire()]

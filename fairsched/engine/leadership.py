@@ -1,10 +1,10 @@
 """Leadership: the lease (one active scheduler) and the notification listener.
 
-The lease is taken in standby (:meth:`Leadership._acquire_lease`), renewed from a thread
-of its own while leading (:meth:`Leadership._keep_lease`: a busy loop never misses a
+The lease is taken in standby (:meth:`Leadership.acquire_lease`), renewed from a thread
+of its own while leading (:meth:`Leadership.keep_lease`: a busy loop never misses a
 renewal; dispatch checks ``ok_until`` by monotonic time, :meth:`Scheduler.may_dispatch`),
-and released for good at a stop (:meth:`Leadership._close_lease`). The listener
-(:meth:`Leadership._listen`) appends the notifications to the host's notes and asks
+and released for good at a stop (:meth:`Leadership.close_lease`). The listener
+(:meth:`Leadership.listen`) appends the notifications to the host's notes and asks
 for a resync after a reconnect. Both reach Redis through their ports
 (:class:`~fairsched.engine.ports.LeasePort`, :class:`~fairsched.engine.ports.NotificationSource`).
 """
@@ -40,13 +40,13 @@ class Leadership(Part):
         self.started = False  # run() began: there may be a lease to release
 
     # ---------------------------------------------------------------- the lease
-    async def _lease_holder(self) -> str | None:
+    async def lease_holder(self) -> str | None:
         try:
             return await self.lease.holder()
         except Unavailable:
             return None
 
-    async def _acquire_lease(self) -> bool:
+    async def acquire_lease(self) -> bool:
         host = self.host
         backoff = self.backoff()
         announced = False
@@ -58,7 +58,7 @@ class Leadership(Part):
                     return True
                 backoff.ok()
                 if not announced:
-                    log.info("standby: the lease is held by %s", await self._lease_holder())
+                    log.info("standby: the lease is held by %s", await self.lease_holder())
                     announced = True
                 delay = host.STANDBY_POLL_S
             except Unavailable as exc:
@@ -67,7 +67,7 @@ class Leadership(Part):
             await host.sleep(delay)
         return False
 
-    def _close_lease(self, timeout_s: float) -> None:
+    def close_lease(self, timeout_s: float) -> None:
         """Release the lease for good (blocking; the last thing a stop does with it): no renewal
         starts after this, and one in flight finishes first (up to ``timeout_s``), so the
         lease is gone when this returns, unless Redis itself does not answer."""
@@ -81,7 +81,7 @@ class Leadership(Part):
             if locked:
                 self.lock.release()
 
-    async def _keep_lease(self) -> None:
+    async def keep_lease(self) -> None:
         """Renew the lease from a thread of its own: a busy loop (a large resync, a slow
         database call) can never make it miss a renewal; dispatch checks the lease by
         monotonic time (:meth:`Scheduler.may_dispatch`)."""
@@ -127,7 +127,7 @@ class Leadership(Part):
             keeper.close()
 
     # ---------------------------------------------------------------- the listener
-    async def _listen(self) -> None:
+    async def listen(self) -> None:
         """Append scheduler notifications to the host's notes; after a reconnect ask for a resync."""
         host = self.host
         backoff = self.backoff()

@@ -243,18 +243,18 @@ class Scheduler:
         try:
             while not self.loop.stop.is_set():
                 self.phase = "standby"
-                if not await self._until_stopped(leadership._acquire_lease(), grace_s=0.0):
+                if not await self._until_stopped(leadership.acquire_lease(), grace_s=0.0):
                     break
                 try:
                     await self._until_stopped(self._lead(), grace_s=self.STOP_GRACE_S)
                 except LeaseLost:
-                    log.warning("lease lost to %s: stepping down to standby", await leadership._lease_holder())
+                    log.warning("lease lost to %s: stepping down to standby", await leadership.lease_holder())
                 finally:
                     self.phase = "stepping down"
                     await self._step_down()
         finally:
             self.phase = "releasing the lease"
-            closing = [asyncio.to_thread(leadership._close_lease, self.STOP_WAIT_S), leadership.lease.aclose()]
+            closing = [asyncio.to_thread(leadership.close_lease, self.STOP_WAIT_S), leadership.lease.aclose()]
             if hasattr(self.publisher, "aclose"):
                 closing.append(self.publisher.aclose())
             for close in closing:
@@ -271,7 +271,7 @@ class Scheduler:
 
     def release_lease_now(self) -> None:
         """Release the lease synchronously if still ours: for a forced exit, whatever the loop is doing."""
-        self.leadership._close_lease(1.0)
+        self.leadership.close_lease(1.0)
 
     async def _until_stopped(self, work: Coroutine[Any, Any, Any], *, grace_s: float) -> Any:
         """``await work``, unless a stop comes first: then cancel it (safe at any await: see the
@@ -302,8 +302,8 @@ class Scheduler:
     async def _lead(self) -> None:
         self.leading = True
         self.leadership.lost = False
-        self.loop.tasks = [asyncio.create_task(self.leadership._keep_lease(), name="lease"),
-                       asyncio.create_task(self.leadership._listen(), name="notifications"),
+        self.loop.tasks = [asyncio.create_task(self.leadership.keep_lease(), name="lease"),
+                       asyncio.create_task(self.leadership.listen(), name="notifications"),
                        asyncio.create_task(self.previews.serve(), name="previews")]
         if not await self._take_over():
             return
@@ -319,14 +319,14 @@ class Scheduler:
         await self.temporal.connect()
         self.phase = "loading the backlog"
         await self._use_deployment()  # before any call naming a workflow
-        await self.startup._load()
+        await self.startup.load()
         if self.loop.stop.is_set():
             return False
         # Adopt what a crashed predecessor started but never recorded, before dispatching
         # anything; and watch them (and the final rows whose workflow still runs) to their
         # close, or their cost stays held until the next reconcile. (The first snapshot
         # shows them: the effects' events are not published.)
-        fx = await self.guarded("reconcile", self.sync._reconcile)
+        fx = await self.guarded("reconcile", self.sync.reconcile)
         if isinstance(fx, Effects):
             await self._carry_out(fx)
         now = self.clock.monotonic()
@@ -340,7 +340,7 @@ class Scheduler:
         self.ids = await self.store.deployment()
         use_workflow_ids(self.ids)
         self.temporal.ids = self.ids
-        self.sync._legacy_active = await self.store.legacy_active(self.ids)
+        self.sync.legacy_active = await self.store.legacy_active(self.ids)
 
     async def _step_down(self) -> None:
         self.leading = False
@@ -387,16 +387,16 @@ class Scheduler:
             return
         if self.startup._whole_ready is not None:
             await self.rounds_settled()
-            await self.startup._take_over_whole()
+            await self.startup.take_over_whole()
         fx = Effects()
         if self.loop.commits_done:
-            fx.merge(await self.guarded("commit", self.dispatcher._finish_commits) or Effects())
+            fx.merge(await self.guarded("commit", self.dispatcher.finish_commits) or Effects())
         now = self.clock.monotonic()
         await self._run_due(self._catch_up_steps(), now, fx)
         await self._carry_out(fx)
         await self._run_due(self._cancel_steps(), now, fx)
         if self.may_dispatch() and self.loop.backoff["dispatch"].ready(now):
-            dfx = await self.guarded("dispatch", self.dispatcher._dispatch, detail=self.dispatcher.phases) or Effects()
+            dfx = await self.guarded("dispatch", self.dispatcher.dispatch, detail=self.dispatcher.phases) or Effects()
             await self._carry_out(dfx)
             fx.merge(dfx)
         cfx = Effects()
@@ -406,23 +406,23 @@ class Scheduler:
             fx.merge(cfx)
             self.loop.wake.set()  # what the chunk changed may start something: the next tick dispatches
         if not self.state.partial:  # ETAs, snapshots and live counters need the whole order
-            self.etas._schedule_eta(fx, now)
+            self.etas.schedule_eta(fx, now)
         if self.leading and self.state is not None:
             await self.guarded("rounds", self._save_rounds)
-        await self.etas._confirm_snapshot()
+        await self.etas.confirm_snapshot()
         if fx.events and not self.state.partial:
-            await self.etas._broadcast(fx.events)
+            await self.etas.broadcast(fx.events)
 
     def _catch_up_steps(self) -> tuple[Step, ...]:
         """What a tick catches up on before dispatching, in order: (backoff name, is it due
         at ``now``?, the step, what to do after it ran)."""
         return (
-            ("finish", lambda now: bool(self.loop.finished), self.sync._record_finished, None),
-            ("notes", lambda now: bool(self.loop.notes), self.sync._apply_notes, None),
+            ("finish", lambda now: bool(self.loop.finished), self.sync.record_finished, None),
+            ("notes", lambda now: bool(self.loop.notes), self.sync.apply_notes, None),
             # (a partial state leaves the resyncs to the whole backlog's, which takes over)
             ("resync", lambda now: not self.state.partial and (self.loop.resync_requested or now >= self._resync_due),
-             self.sync._resync, self._resync_done),
-            ("reconcile", lambda now: now >= self._reconcile_due, self.sync._reconcile, self._reconcile_done),
+             self.sync.resync, self._resync_done),
+            ("reconcile", lambda now: now >= self._reconcile_due, self.sync.reconcile, self._reconcile_done),
         )
 
     def _chunk_steps(self) -> tuple[Step, ...]:
@@ -430,14 +430,14 @@ class Scheduler:
         has come never waits for a chunk of them in its own tick (only for one already in
         flight). Each chunk sets the wake-up while more remain."""
         return (
-            ("resync", lambda now: not self.state.partial and self.sync._full_resync_wanted(now),
-             self.sync._full_resync_step, None),
+            ("resync", lambda now: not self.state.partial and self.sync.full_resync_wanted(now),
+             self.sync.full_resync_step, None),
             ("rounds", lambda now: bool(self.rounds.backfilling) and self.leading and self._backfill_chunk is None
              and not self.etas.first_pass_running, self._backfill_step, None),  # (the first ETAs' CPU first)
         )
 
     def _cancel_steps(self) -> tuple[Step, ...]:
-        return (("cancel", lambda now: bool(self.sync._cancel_sent_at), self.sync._escalate_cancels, None),)
+        return (("cancel", lambda now: bool(self.sync._cancel_sent_at), self.sync.escalate_cancels, None),)
 
     async def _run_due(self, steps: tuple[Step, ...], now: float, fx: Effects) -> None:
         """Run each step that is due and not backing off (:meth:`guarded`), merging its effects."""
@@ -457,7 +457,7 @@ class Scheduler:
                        loop_waits: bool = True) -> Any:
         """Run one step; on failure log it and back off that step (the loop keeps going).
 
-        A step may also report a partial failure itself (``Dispatcher._dispatch`` when some starts
+        A step may also report a partial failure itself (``Dispatcher.dispatch`` when some starts
         failed: ``self.loop.backoff[name].fail()``); that backoff stands. Only a step that
         ran without any failure resets it, or a failing start would be retried at once,
         tens of times a second.
@@ -505,9 +505,9 @@ class Scheduler:
             self.sync.unwatch(chart_id)
         for chart_id in fx.watch:
             if chart_id in self.state.running:
-                self.sync._watch(chart_id)
+                self.sync.watch(chart_id)
         for chart_id in fx.cancel:
-            await self.sync._cancel(chart_id)
+            await self.sync.cancel(chart_id)
 
     # ================================================================ round state
     async def _backfill_step(self) -> Effects:
@@ -569,7 +569,7 @@ class Scheduler:
         while self.loop.chunk is not None:
             await asyncio.wait({self.loop.chunk})
         if self.loop.commits_done and self.state is not None:
-            await self._carry_out(await self.dispatcher._finish_commits())
+            await self._carry_out(await self.dispatcher.finish_commits())
 
     async def _save_rounds(self) -> None:
         """Arrivals and re-ranks change rounds without a dispatch: write them too, so a

@@ -1,11 +1,11 @@
 """Start-up: the head of the order first, then the whole backlog takes over.
 
-:meth:`Startup._load` reads the backlog at a start (see docs/architecture.md, "Start-up:
+:meth:`Startup.load` reads the backlog at a start (see docs/architecture.md, "Start-up:
 the head of the order first"): at a restart the head of the saved order
 (:func:`fairsched.engine.db.read_head`), at a very first start the head of the backlog;
 the loop dispatches from that partial state while the whole backlog is read in the same
 snapshot and built in a thread (:meth:`Startup._load_whole`, :meth:`Startup._build`);
-then, in a tick, :meth:`Startup._take_over_whole` replays onto the whole what the head
+then, in a tick, :meth:`Startup.take_over_whole` replays onto the whole what the head
 dispatched or removed. What it builds (the state, the round saver) it hands to the host
 (``host.install``), which owns them.
 """
@@ -46,11 +46,11 @@ class Startup(Part):
         self._load_started = 0.0
         self._whole_ready: tuple | None = None  # (state, prepared backfill, world, replay?) built while dispatching from the head
 
-    async def _load(self) -> None:
+    async def load(self) -> None:
         """Load the backlog. At a restart (a round state was saved) the head of the saved
         order comes first (:func:`fairsched.engine.db.read_head`): dispatch starts from it
         while the whole backlog is read, in the same database snapshot, and built in a
-        thread; the whole then takes over (:meth:`_take_over_whole`). A first start (no
+        thread; the whole then takes over (:meth:`take_over_whole`). A first start (no
         round state saved) does the same from the head of the backlog, each org's first
         charts by rank (``FairQueue.first_head``). A head that cannot resume alone loads
         the whole backlog before dispatching."""
@@ -112,7 +112,7 @@ class Startup(Part):
                  "order" + (" (%d orgs' rounds still to write)" % len(head.truncated) if head.truncated else ""),
                  len(state.queue), state.queue.order_len, len(state.running))
         for chart_id in state.running:
-            self.sync._watch(chart_id)
+            self.sync.watch(chart_id)
         return True
 
     async def _load_whole(self, reading: asyncio.Future) -> None:
@@ -154,7 +154,7 @@ class Startup(Part):
             return state, (prepare(state) if prepare is not None else None)
         return await in_daemon_thread(build, name="fairsched-build")
 
-    async def _take_over_whole(self) -> None:
+    async def take_over_whole(self) -> None:
         """In the tick (nothing in flight): the whole backlog's state replaces the partial one."""
         whole, prepared, world, replay = self._whole_ready
         self._whole_ready = None
@@ -200,4 +200,4 @@ class Startup(Part):
                  self.state.budget, len(self.state.orgs))
         for chart_id in self.state.running:
             if chart_id not in self.sync._watchers:
-                self.sync._watch(chart_id)
+                self.sync.watch(chart_id)

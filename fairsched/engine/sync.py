@@ -4,7 +4,7 @@
   re-read (the row is the truth);
 - **resyncs**: the incremental one (rows whose ``updated_at`` moved) and the full one, a
   chunk per tick (the safety net for raw writes);
-- **finish**: the result watchers report closed workflows; :meth:`Sync._record` writes
+- **finish**: the result watchers report closed workflows; :meth:`Sync.record` writes
   an outcome and frees its budget;
 - **reconcile**: Temporal is the truth for what is in flight (closed workflows, rows
   Temporal does not know, workflows whose row was never marked running);
@@ -55,7 +55,7 @@ class Sync(Part):
         self._full_resync: tuple[int, set[int]] | None = None  # (last pk read, charts seen) while one runs
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
-        self._legacy_active = True  # may a queued or running chart keep its legacy id (chart-<pk>)?
+        self.legacy_active = True  # may a queued or running chart keep its legacy id (chart-<pk>)?
 
     def unwatch(self, chart_id: int) -> None:
         task = self._watchers.pop(chart_id, None)
@@ -71,14 +71,14 @@ class Sync(Part):
         return tasks
 
     # ================================================================ notes and resyncs
-    async def _apply_rows(self, ids: set[int]) -> Effects:
+    async def apply_rows(self, ids: set[int]) -> Effects:
         rows, orgs = await self.store.read_charts(ids, known_orgs=self.state.orgs)  # (the others': new to it)
         fx = self.state.apply_orgs(orgs) if orgs else Effects()
         for chart_id in sorted(ids):
             fx.merge(self.state.apply_chart(chart_id, rows.get(chart_id)))
         return fx
 
-    async def _apply_notes(self) -> Effects:
+    async def apply_notes(self) -> Effects:
         notes, self.host.loop.notes = self.host.loop.notes, []
         try:
             return await self._apply_note_batch(notes)
@@ -100,7 +100,7 @@ class Sync(Part):
         if reads.costs:
             fx.merge(state.apply_costs(await self.store.read_costs()))
         if reads.charts:
-            fx.merge(await self._apply_rows(reads.charts))
+            fx.merge(await self.apply_rows(reads.charts))
         return fx
 
     def restart_resync(self) -> None:
@@ -109,7 +109,7 @@ class Sync(Part):
         self._watermark = None
         self._resync_chunks = None
 
-    async def _resync(self) -> Effects:
+    async def resync(self) -> Effects:
         """Incremental resync: the charts whose ``updated_at`` moved since the last read
         (less ``RESYNC_OVERLAP_S``, for clocks that disagree and transactions that
         committed late), and the small tables whole. O(changes), not O(backlog): at most
@@ -146,14 +146,14 @@ class Sync(Part):
             log.info("%s: %d change(s) without a notification applied (%s)", what, len(changes),
                      ", ".join(f"{e['kind']} #{e.get('chart', e.get('org'))}" for e in changes[:10]))
 
-    def _full_resync_wanted(self, now: float) -> bool:
+    def full_resync_wanted(self, now: float) -> bool:
         """A full resync is under way (one chunk per tick), or due: then it begins."""
         if self._full_resync is None and now >= self._full_resync_due:
             self._full_resync = (0, set())
             self._full_resync_started = now
         return self._full_resync is not None
 
-    async def _full_resync_step(self) -> Effects:
+    async def full_resync_step(self) -> Effects:
         """One chunk of the full resync, the safety net for writes that left ``updated_at``
         alone (raw SQL, ``QuerySet.update()`` outside the services) and lost rows: every
         ``FULL_RESYNC_S`` the queued and running charts are re-read by pk, one chunk of
@@ -172,7 +172,7 @@ class Sync(Part):
         else:
             unseen = state.known_ids() - seen
             if unseen:
-                fx.merge(await self._apply_rows(unseen))
+                fx.merge(await self.apply_rows(unseen))
             self._full_resync = None
             # Rare whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it.
             took = self.clock.monotonic() - self._full_resync_started
@@ -181,7 +181,7 @@ class Sync(Part):
         return fx
 
     # ================================================================ cancels
-    async def _cancel(self, chart_id: int) -> None:
+    async def cancel(self, chart_id: int) -> None:
         r = self.state.running.get(chart_id)
         try:
             await self.temporal.cancel(chart_id)
@@ -195,7 +195,7 @@ class Sync(Part):
             self._cancel_sent_at.setdefault(chart_id, self.clock.monotonic())
         log.info("cancel chart #%d: cancellation requested for workflow %s", chart_id, workflow_id(chart_id))
 
-    async def _escalate_cancels(self) -> Effects:
+    async def escalate_cancels(self) -> Effects:
         """Terminate the workflows still running ``CANCEL_GRACE_S`` after their cancel was sent.
 
         The chart ends cancelled, its error saying so (see :meth:`_as_escalated`), and its
@@ -218,7 +218,7 @@ class Sync(Part):
                      chart_id, workflow_id(chart_id), self.CANCEL_GRACE_S)
             outcome = await self.temporal.outcome(chart_id)
             if outcome is not None:
-                fx.merge(await self._record(chart_id, outcome, "escalation"))
+                fx.merge(await self.record(chart_id, outcome, "escalation"))
         return fx
 
     def _escalation_reason(self) -> str:
@@ -236,7 +236,7 @@ class Sync(Part):
         return outcome
 
     # ================================================================ finishing
-    def _watch(self, chart_id: int) -> None:
+    def watch(self, chart_id: int) -> None:
         if not self.host.watch_results or chart_id in self._watchers:
             return
         self._watchers[chart_id] = asyncio.create_task(self._watch_result(chart_id), name=f"watch-{chart_id}")
@@ -262,15 +262,15 @@ class Sync(Part):
                 log.debug("watch of chart #%d: %s", chart_id, exc)
                 await self.clock.sleep(backoff.fail(self.clock.monotonic()))
 
-    async def _record_finished(self) -> Effects:
+    async def record_finished(self) -> Effects:
         fx = Effects()
         while self.host.loop.finished:
             chart_id, outcome = self.host.loop.finished[0]
-            fx.merge(await self._record(chart_id, outcome, "result"))
+            fx.merge(await self.record(chart_id, outcome, "result"))
             self.host.loop.finished.pop(0)
         return fx
 
-    async def _record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
+    async def record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
         """Write a closed workflow's outcome (idempotent) and free its budget."""
         outcome = self._as_escalated(outcome)
         wrote = await self.store.record_outcome(chart_id, outcome.state, outcome.error, outcome.started_at,
@@ -291,11 +291,11 @@ class Sync(Part):
             log.info("finish chart #%d %s%s (%s), cost %d freed%s", chart_id, outcome.state, took,
                      "recorded by the scheduler" if wrote else "recorded by the workflow",
                      r.cost if r else 0, f"; error: {outcome.error}" if outcome.error else "")
-        fx.merge(await self._apply_rows({chart_id}))
+        fx.merge(await self.apply_rows({chart_id}))
         return fx
 
     # ================================================================ reconcile
-    async def _reconcile(self) -> Effects:
+    async def reconcile(self) -> Effects:
         """Temporal is the truth for what is in flight."""
         fx = Effects()
         sem = asyncio.Semaphore(self.DESCRIBE_CONCURRENCY)
@@ -315,11 +315,11 @@ class Sync(Part):
             if result == "unknown":
                 if r.cancel_requested:
                     outcome = Outcome("cancelled", "cancelled before Temporal knew the workflow", None, None, "")
-                    fx.merge(await self._record(chart_id, outcome, "reconcile"))
+                    fx.merge(await self.record(chart_id, outcome, "reconcile"))
                     continue
                 fx.merge(await self._unknown_to_temporal(r))
             elif result is not None:
-                fx.merge(await self._record(chart_id, result, "reconcile"))
+                fx.merge(await self.record(chart_id, result, "reconcile"))
         fx.merge(await self._adopt_orphans())
         return fx
 
@@ -345,13 +345,13 @@ class Sync(Part):
             if await self.store.requeue(chart_id, reason):
                 log.info("reconcile: chart #%d requeued: %s", chart_id, reason)
             fx = self.state.finished(chart_id, "requeued")  # Temporal holds nothing for it
-            fx.merge(await self._apply_rows({chart_id}))
+            fx.merge(await self.apply_rows({chart_id}))
             return fx
         kept = f"the namespace's retention of {_span(retention)}" if retention is not None else "its retention"
         reason = (f"outcome lost: Temporal no longer knows workflow {wf}, dispatched {_span(age)} ago, longer than "
                   f"{kept}; it may have run, so it is not run again (re-run it if it must run)")
         log.warning("reconcile: chart #%d failed: %s", chart_id, reason)
-        return await self._record(chart_id, Outcome(FAILED, reason, None, None, ""), "reconcile")
+        return await self.record(chart_id, Outcome(FAILED, reason, None, None, ""), "reconcile")
 
     async def _adopt_orphans(self) -> Effects:
         """Running workflows of this deployment (``chart-<deployment>-<pk>``, or
@@ -362,9 +362,9 @@ class Sync(Part):
         fx = Effects()
         found: dict[int, str] = {}
         ids = self.host.ids
-        legacy = self._legacy_active
+        legacy = self.legacy_active
         if legacy:  # until no queued or running chart keeps its legacy id, then never again
-            self._legacy_active = legacy = await self.store.legacy_active(ids)
+            self.legacy_active = legacy = await self.store.legacy_active(ids)
         async for wf_id, run_id in self.temporal.running(legacy=legacy):
             chart_id = ids.chart_of(wf_id)
             if chart_id is not None and chart_id not in self.state.running:
@@ -387,13 +387,13 @@ class Sync(Part):
                 # workflow recorded from queued: it has no dispatched cost, and holds its pair's.
                 fx.merge(self.state.hold_closing(row))
             if row.state == "cancelled":
-                await self._cancel(chart_id)
+                await self.cancel(chart_id)
         if adopt:
             await self.store.mark_running(adopt)
             for chart_id, cost, run_id, _ in adopt:
                 log.info("reconcile: chart #%d adopted: workflow %s (run %s) runs but its row was queued",
                          chart_id, workflow_id(chart_id), run_id)
-            fx.merge(await self._apply_rows({a[0] for a in adopt}))
+            fx.merge(await self.apply_rows({a[0] for a in adopt}))
         return fx
 
     async def _closed_now(self, chart_id: int) -> bool:

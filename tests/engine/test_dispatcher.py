@@ -26,7 +26,7 @@ async def dispatcher():
 
 async def test_the_head_of_the_order_that_fits_starts_and_is_committed(dispatcher):
     host = dispatcher.host
-    fx = await dispatcher._dispatch()
+    fx = await dispatcher.dispatch()
     assert host.temporal.start_calls == [1, 2] and dispatcher.starts == 2
     assert host.store.state(1) == host.store.state(2) == "running" and set(host.state.running) == {1, 2}
     assert [e["kind"] for e in fx.events] == ["dispatch", "dispatch"]
@@ -37,14 +37,14 @@ async def test_the_head_of_the_order_that_fits_starts_and_is_committed(dispatche
 async def test_a_row_that_moved_is_applied_and_the_plan_made_again(dispatcher):
     host = dispatcher.host
     host.store.set(1, paused=True)  # paused in the database, not yet in memory
-    await dispatcher._dispatch()
+    await dispatcher.dispatch()
     assert host.temporal.start_calls == [2, 3] and host.state.queue.get("1").paused
 
 
 async def test_a_start_refused_for_good_fails_the_chart(dispatcher):
     host = dispatcher.host
     host.temporal.refuse[1] = rpc(RPCStatusCode.INVALID_ARGUMENT, "Blob data size exceeds limit.")
-    await dispatcher._dispatch()
+    await dispatcher.dispatch()
     assert host.store.state(1) == "failed" and host.store.errors[1].startswith("cannot start: Temporal refused")
     assert host.store.state(2) == "running" and host.loop.backoff["dispatch"].ready(host.clock.monotonic())
 
@@ -52,7 +52,7 @@ async def test_a_start_refused_for_good_fails_the_chart(dispatcher):
 async def test_temporal_unavailable_keeps_the_chart_in_place_and_backs_dispatch_off(dispatcher):
     host = dispatcher.host
     host.temporal.unavailable = True
-    await dispatcher._dispatch()
+    await dispatcher.dispatch()
     assert host.store.state(1) == "queued" and "1" in host.state.queue
     assert not host.loop.backoff["dispatch"].ready(host.clock.monotonic())
 
@@ -61,7 +61,7 @@ async def test_a_workflow_that_already_closed_is_recorded_not_started_again(disp
     host = dispatcher.host
     host.temporal.runs[1] = "run-1"
     host.temporal.close(1, "failed", "boom")
-    await dispatcher._dispatch()
+    await dispatcher.dispatch()
     assert host.store.state(1) == "failed" and host.store.errors[1] == "boom"
     assert 1 not in host.state.running and dispatcher.starts == 1  # only chart 2 started
 
@@ -82,7 +82,7 @@ async def test_an_unknown_start_error_fails_the_chart_only_after_the_bound_unles
 async def test_a_payload_that_is_not_an_object_is_refused_without_a_start(dispatcher):
     host = dispatcher.host
     host.store.payloads[1] = [1, 2]
-    await dispatcher._dispatch()
+    await dispatcher.dispatch()
     assert host.store.state(1) == "failed" and "must be a JSON object" in host.store.errors[1]
     assert 1 not in host.temporal.start_calls
 
@@ -95,7 +95,7 @@ async def test_a_row_that_moved_between_start_and_commit_is_followed(dispatcher)
         host.store.set(1, state="cancelled")
         return await real(items, rounds)
     host.store.mark_running = cancelled_meanwhile
-    await dispatcher._dispatch()
+    await dispatcher.dispatch()
     assert host.temporal.cancels == [1] and 2 in host.state.running  # 1 holds its cost until its workflow closes
     assert 1 in dispatcher.sync._cancel_sent_at
 
@@ -113,7 +113,7 @@ async def test_each_dispatch_line_says_where_its_time_went(dispatcher, caplog):
     host.temporal.start = slow_start
     host.loop.tick_at = host.clock.monotonic() - 0.250  # the tick began 250 ms before the dispatch
     with caplog.at_level("INFO", logger="fairsched.engine"):
-        await dispatcher._dispatch()
+        await dispatcher.dispatch()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dispatch chart #")]
     assert len(lines) == 2
     # two starts of 40 ms each, both inside the one dispatch's start phase

@@ -31,7 +31,7 @@ async def run_pass(etas: EtaPasses) -> None:
 
 async def test_a_pass_runs_at_once_at_the_start_publishes_and_keeps_the_head(etas):
     host = etas.host
-    etas._schedule_eta(Effects(), host.clock.monotonic())
+    etas.schedule_eta(Effects(), host.clock.monotonic())
     assert etas._eta_task is not None and etas._eta_task in host.loop.tasks
     await run_pass(etas)
     assert host.publisher.snapshots == 1 and etas._published_seq == 1
@@ -60,7 +60,7 @@ async def test_a_pass_in_a_forked_child_is_timed_out_by_the_clock(etas):
     its time is up at once, so the pass fails (its child killed) though 10 s are far off."""
     host = etas.host
     asked = _in_a_child_whose_time_is_up(host)
-    etas._schedule_eta(Effects(), host.clock.monotonic())
+    etas.schedule_eta(Effects(), host.clock.monotonic())
     with pytest.raises(forked.ChildFailed, match="ETA pass took more than 10 s: killed"):
         await run_pass(etas)  # the fake host's guard lets it through (the scheduler's logs it)
     assert asked == [host.ETA_PASS_TIMEOUT_MIN_S]
@@ -76,7 +76,7 @@ async def test_a_pass_in_a_child_is_given_the_longest_of_its_bounds(etas):
     charts = len(host.state.queue) + len(host.state.running)
     for last_cost, per_chart, expected in ((0.0, 0.0006, 10.0), (7.0, 0.0006, 70.0), (0.0, 100.0, 100.0 * charts)):
         etas._eta_last_cost, host.ETA_PASS_TIMEOUT_PER_CHART_S = last_cost, per_chart
-        etas._schedule_eta(Effects(), host.clock.monotonic())
+        etas.schedule_eta(Effects(), host.clock.monotonic())
         with pytest.raises(forked.ChildFailed):
             await run_pass(etas)
         etas._eta_now = True
@@ -85,21 +85,21 @@ async def test_a_pass_in_a_child_is_given_the_longest_of_its_bounds(etas):
 
 async def test_with_nothing_changing_the_next_pass_waits_the_interval(etas):
     host = etas.host
-    etas._schedule_eta(Effects(), host.clock.monotonic())
+    etas.schedule_eta(Effects(), host.clock.monotonic())
     await run_pass(etas)
-    etas._schedule_eta(Effects(), host.clock.monotonic())
+    etas.schedule_eta(Effects(), host.clock.monotonic())
     assert etas._eta_task is None  # not due
     host.clock.advance(host.state.config.eta_interval_s)
-    etas._schedule_eta(Effects(), host.clock.monotonic())
+    etas.schedule_eta(Effects(), host.clock.monotonic())
     assert etas._eta_task is not None
 
 
 async def test_a_change_brings_the_next_pass_forward(etas):
     host = etas.host
-    etas._schedule_eta(Effects(), host.clock.monotonic())
+    etas.schedule_eta(Effects(), host.clock.monotonic())
     await run_pass(etas)
     host.clock.advance(host.ETA_SOON_MIN_GAP_S)
-    etas._schedule_eta(Effects(events=[{"kind": "queued", "chart": 1}]), host.clock.monotonic())
+    etas.schedule_eta(Effects(events=[{"kind": "queued", "chart": 1}]), host.clock.monotonic())
     assert etas._eta_task is not None
 
 
@@ -110,15 +110,15 @@ async def test_the_snapshot_is_confirmed_about_once_a_second_while_leading(etas)
     async def confirm(seq, at):
         confirmed.append(seq)
     host.publisher.confirm_snapshot = confirm
-    await etas._confirm_snapshot()
+    await etas.confirm_snapshot()
     assert confirmed == []  # nothing published yet
     etas._published_seq = 4
-    await etas._confirm_snapshot()
-    await etas._confirm_snapshot()
+    await etas.confirm_snapshot()
+    await etas.confirm_snapshot()
     assert confirmed == [4]
     host.clock.advance(1.0)
     host.leading = False
-    await etas._confirm_snapshot()
+    await etas.confirm_snapshot()
     assert confirmed == [4]
 
 
@@ -193,7 +193,7 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
         rounds.written(chunk)
         etas.firsts_written(firsts)
         assert host.state.unpromised == set() and not rounds.backfilling
-        etas._schedule_eta(Effects(), host.clock.monotonic())
+        etas.schedule_eta(Effects(), host.clock.monotonic())
         assert etas._carry is None  # the backfill is over: the columns are let go
     finally:
         for task in host.loop.tasks:
@@ -213,7 +213,7 @@ async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
         await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in ids}, set(ids)).by_id(), 0.0)
         rounds.chunk(2)
         assert len(etas.carried_firsts(rounds.next(queue)[1])) == 2
-        etas._schedule_eta(Effects(eta_now=True), host.clock.monotonic())
+        etas.schedule_eta(Effects(eta_now=True), host.clock.monotonic())
         assert etas._eta_task is not None and etas._carry is None
         assert etas.carried_firsts(rounds.next(queue)[1]) == {}
         assert len(host.state.unpromised) == 6  # all still to record (nothing was committed)
@@ -224,5 +224,5 @@ async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
 
 async def test_many_events_go_out_as_one_batch(etas):
     host = etas.host
-    await etas._broadcast([{"kind": "queued", "chart": i} for i in range(host.MAX_EVENTS_PER_TICK + 1)])
+    await etas.broadcast([{"kind": "queued", "chart": i} for i in range(host.MAX_EVENTS_PER_TICK + 1)])
     assert [e["kind"] for e in host.publisher.events] == ["batch"]

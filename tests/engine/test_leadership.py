@@ -95,7 +95,7 @@ def leadership(lease=None) -> Leadership:
 
 async def test_standby_polls_until_the_lease_is_free_then_leads_for_a_lease_term():
     lead = leadership(FakeLease([False, False, True]))
-    assert await lead._acquire_lease()
+    assert await lead.acquire_lease()
     host = lead.host
     assert host.slept == [host.STANDBY_POLL_S] * 2  # every wait through the clock
     assert lead.ok_until == host.clock.monotonic() + host.LEASE_TTL_S
@@ -103,14 +103,14 @@ async def test_standby_polls_until_the_lease_is_free_then_leads_for_a_lease_term
 
 async def test_redis_down_while_taking_the_lease_backs_off():
     lead = leadership(FakeLease([Unavailable("down"), Unavailable("down"), True]))
-    assert await lead._acquire_lease()
+    assert await lead.acquire_lease()
     assert lead.host.slept == [lead.host.BACKOFF_MIN_S, 2 * lead.host.BACKOFF_MIN_S]
 
 
 async def test_a_stop_ends_the_standby():
     lead = leadership(FakeLease([False] * 100))
     lead.host.loop.stop.set()
-    assert not await lead._acquire_lease()
+    assert not await lead.acquire_lease()
 
 
 def keep(lead: Leadership) -> None:
@@ -147,7 +147,7 @@ def test_a_closed_lease_is_released_and_never_renewed_again():
     lease = FakeLease()
     lead = leadership(lease)
     lead.started = True
-    lead._close_lease(1.0)
+    lead.close_lease(1.0)
     assert lease.released == [1.0]
     keep(lead)
     assert lease.renewals == 0 and not lead.lost
@@ -156,7 +156,7 @@ def test_a_closed_lease_is_released_and_never_renewed_again():
 def test_a_lease_never_taken_is_not_released():
     lease = FakeLease()
     lead = leadership(lease)
-    lead._close_lease(1.0)
+    lead.close_lease(1.0)
     assert lease.released == []
 
 
@@ -164,7 +164,7 @@ async def test_the_listener_appends_notes_and_resyncs_after_a_reconnect():
     lead = leadership()
     source = lead.notifications
     source.queue = [ChartNote(id=1)]
-    task = asyncio.create_task(lead._listen())
+    task = asyncio.create_task(lead.listen())
     for _ in range(20):
         await asyncio.sleep(0)
     assert lead.host.loop.notes == [ChartNote(id=1)] and not lead.host.loop.resync_requested

@@ -28,14 +28,14 @@ async def test_a_first_start_dispatches_from_the_head_and_the_whole_takes_over()
     host = FakeHost(budget=1, charts=6, weights=(1, 1))
     host.HEAD_PER_ORG = 1
     s = startup(host)
-    await s._load()
+    await s.load()
     assert host.state is not None and host.state.partial  # installed by the host
     assert sorted(host.state.queue.order(), key=int) == ["1", "2"]
     assert s._whole_ready is None and [t.get_name() for t in host.loop.tasks] == ["load-whole"]
     host.store.whole_gate.set()
     await until_whole_ready(s)
     head = host.state
-    await s._take_over_whole()
+    await s.take_over_whole()
     assert host.state is not head and not host.state.partial and len(host.state.queue) == 6
     assert host.loop.resync_requested and s.etas._eta_now and s.sync._watermark is None
 
@@ -49,18 +49,18 @@ async def test_a_restart_with_a_saved_order_loads_its_head_first():
         host.store.set(pk, round=host.store.saved.head + (pk - 1))
     host.HEAD_PER_ORG = 2
     s = startup(host)
-    await s._load()
+    await s.load()
     assert host.state.partial and host.state.queue.order() == ["1", "2"]
     host.store.whole_gate.set()
     await until_whole_ready(s)
-    await s._take_over_whole()
+    await s.take_over_whole()
     assert host.state.queue.order() == ["1", "2", "3", "4"]
 
 
 async def test_a_head_that_is_the_whole_backlog_loads_it_at_once():
     host = FakeHost(budget=1, charts=2)
     s = startup(host)
-    await s._load()
+    await s.load()
     assert not host.state.partial and len(host.state.queue) == 2 and host.loop.tasks == []
     assert isinstance(host.rounds, RoundSaver)
 
@@ -77,5 +77,5 @@ async def test_a_database_down_at_the_load_is_retried_through_the_clock():
         return await real(*args)
     host.store.read_streamed = flaky
     s = startup(host)
-    await s._load()
+    await s.load()
     assert host.slept == [host.BACKOFF_MIN_S] and host.state is not None

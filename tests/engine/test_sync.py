@@ -26,14 +26,14 @@ async def test_a_note_naming_a_chart_reads_its_row_and_returns_the_change(sync):
     host = sync.host
     host.store.add(9, 1)
     host.loop.notes.append(ChartNote(id=9))
-    fx = await sync._apply_notes()
+    fx = await sync.apply_notes()
     assert "9" in host.state.queue and [e["kind"] for e in fx.events] == ["queued"]
     assert host.loop.notes == []
 
 
 async def test_a_note_this_version_does_not_know_asks_for_a_resync(sync):
     sync.host.loop.notes.append(read_note(b'{"kind": "what"}'))
-    await sync._apply_notes()
+    await sync.apply_notes()
     assert sync.host.loop.resync_requested
 
 
@@ -45,14 +45,14 @@ async def test_a_failed_note_batch_keeps_its_notes_for_the_next_try(sync):
         raise OSError("database down")
     host.store.read_config = down
     with pytest.raises(OSError):
-        await sync._apply_notes()
+        await sync.apply_notes()
     assert host.loop.notes == [SettingsNote()]
 
 
 async def test_the_incremental_resync_applies_what_changed_and_moves_the_watermark(sync):
     host = sync.host
     host.store.set(2, paused=True)
-    await sync._resync()
+    await sync.resync()
     assert host.state.queue.get("2").paused and sync._watermark is not None
     assert not host.loop.resync_requested
 
@@ -65,12 +65,12 @@ async def test_the_incremental_resync_reads_a_chunk_a_call_and_moves_the_waterma
     host.RESYNC_CHUNK = 2
     for pk in (1, 2, 3):
         host.store.set(pk, paused=True)
-    await sync._resync()
+    await sync.resync()
     q = host.state.queue
     assert [q.get(c).paused for c in ("1", "2", "3")] == [True, True, False]
     assert host.loop.resync_requested and host.loop.wake.is_set() and sync._watermark is None
     host.loop.wake.clear()
-    await sync._resync()
+    await sync.resync()
     assert q.get("3").paused and sync._watermark is not None
     assert not host.loop.resync_requested and sync._resync_chunks is None
 
@@ -80,10 +80,10 @@ async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_r
     host.FULL_RESYNC_CHUNK = 2
     del host.store.rows[3]  # deleted by raw SQL: no chunk returns it
     host.clock.advance(host.FULL_RESYNC_S)
-    assert sync._full_resync_wanted(host.clock.monotonic())
-    await sync._full_resync_step()
+    assert sync.full_resync_wanted(host.clock.monotonic())
+    await sync.full_resync_step()
     assert sync._full_resync == (2, {1, 2}) and host.loop.wake.is_set()
-    await sync._full_resync_step()
+    await sync.full_resync_step()
     assert sync._full_resync is None and "3" not in host.state.queue
     assert sync._full_resync_due > host.clock.monotonic()
 
@@ -94,7 +94,7 @@ async def test_a_recorded_outcome_frees_the_budget(sync):
     host.store.set(1, state="running")
     host.temporal.runs[1] = "run-1"
     host.temporal.close(1)
-    fx = await sync._record(1, host.temporal.outcomes[1], "result")
+    fx = await sync.record(1, host.temporal.outcomes[1], "result")
     assert host.store.state(1) == "succeeded" and 1 not in host.state.running
     assert [e["kind"] for e in fx.events] == ["finish"]
 
@@ -102,17 +102,17 @@ async def test_a_recorded_outcome_frees_the_budget(sync):
 async def test_the_result_watch_reports_a_closed_workflow(sync):
     host = sync.host
     host.temporal.runs[1] = "run-1"
-    sync._watch(1)
+    sync.watch(1)
     await settle()
     host.temporal.close(1)
     await settle()
     assert [c for c, _ in host.loop.finished] == [1] and host.loop.wake.is_set()
-    await sync._record_finished()
+    await sync.record_finished()
     assert host.loop.finished == []
 
 
 async def test_the_result_watch_of_a_workflow_temporal_does_not_know_leaves_it_to_the_reconcile(sync):
-    sync._watch(5)  # never started: the fake's outcome() raises WorkflowNotFound once it "closes"
+    sync.watch(5)  # never started: the fake's outcome() raises WorkflowNotFound once it "closes"
     sync.host.temporal.closed[5].set()
     await settle()
     assert sync.host.loop.finished == [] and sync._watchers[5].done()
@@ -122,14 +122,14 @@ async def test_reconcile_requeues_a_running_chart_temporal_does_not_know(sync):
     host = sync.host
     host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
     host.store.set(1, state="running")
-    await sync._reconcile()
+    await sync.reconcile()
     assert host.store.state(1) == "queued" and 1 not in host.state.running and "1" in host.state.queue
 
 
 async def test_reconcile_adopts_a_workflow_whose_row_is_still_queued(sync):
     host = sync.host
     host.temporal.runs[2] = "run-2"  # started, then a crash before the compare-and-set
-    await sync._reconcile()
+    await sync.reconcile()
     assert host.store.state(2) == "running" and 2 in host.state.running
     assert host.store.marked[0][:3] == (2, 1, "run-2")
 
@@ -139,12 +139,12 @@ async def test_a_cancel_of_an_unknown_workflow_is_requested_all_the_same_and_esc
     host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
     host.store.set(1, state="running")
     host.temporal.runs[1] = "run-1"
-    await sync._cancel(1)
+    await sync.cancel(1)
     assert host.temporal.cancels == [1] and 1 in sync._cancel_sent_at
-    await sync._escalate_cancels()
+    await sync.escalate_cancels()
     assert host.temporal.terminated == {}  # within the grace
     host.clock.advance(host.CANCEL_GRACE_S)
-    await sync._escalate_cancels()
+    await sync.escalate_cancels()
     assert host.temporal.terminated == {1: "cancel not honoured within 60 s"}
     assert host.store.state(1) == "cancelled" and sync._cancel_sent_at == {}
 
@@ -158,7 +158,7 @@ async def test_a_terminated_workflow_that_closed_meanwhile_is_dropped_from_the_e
         from fairsched.engine.ports import WorkflowNotFound
         raise WorkflowNotFound("gone", "NOT_FOUND")
     host.temporal.terminate = gone
-    await sync._escalate_cancels()
+    await sync.escalate_cancels()
     assert sync._cancel_sent_at == {}
 
 
@@ -181,5 +181,5 @@ async def test_a_new_row_in_a_new_org_brings_the_org_in(sync):
     host = sync.host
     host.store.orgs[7] = OrgRow(7, "Org 7", "org-7", 1)
     host.store.rows[20] = ChartRow(20, 7, "code", "queued", T0 + 20)
-    await sync._apply_rows({20})
+    await sync.apply_rows({20})
     assert "20" in host.state.queue and 7 in host.state.orgs

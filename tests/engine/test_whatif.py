@@ -166,7 +166,7 @@ async def _host_after_a_pass(**kw):
     host = FakeHost(budget=1, charts=8, weights=(1, 1), **kw)
     state = await host.load()
     host.etas = EtaPasses(host)
-    host.etas._schedule_eta(Effects(), host.clock.monotonic())
+    host.etas.schedule_eta(Effects(), host.clock.monotonic())
     await host.etas._eta_task
     return host, state
 
@@ -197,7 +197,7 @@ async def test_any_change_since_the_pass_means_both_sides_are_computed_again(wha
     host, state = await _host_after_a_pass()
     assert host.etas.measured_now() is not None
     if what == "event":  # an arrival, a dispatch, a finish, a control: the loop counts them
-        host.etas._schedule_eta(Effects(events=[{"kind": "queued", "chart": 9}]), host.clock.monotonic())
+        host.etas.schedule_eta(Effects(events=[{"kind": "queued", "chart": 9}]), host.clock.monotonic())
     elif what == "turnaround":  # no event: the org's row changes
         org = state.orgs[1]
         state.apply_orgs([dataclasses.replace(org, turnaround_s=3600.0)])
