@@ -217,10 +217,11 @@ def org_page(request: HttpRequest, slug: str) -> HttpResponse:
         raise Http404("No such organisation.")
     status = selectors.org_status(org)
     initial = {"status": status, "ws_path": f"/ws/orgs/{org.slug}/"}
-
+    due = status["org"].get("due") or {}
     return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
                                                 "live": status["source"] == "scheduler",
                                                 "due_charts": snap.read_due(org.pk, limit=50) if status["source"] == "scheduler" else [],
+                                                "due_flagged": due.get("at_risk", 0) + due.get("late", 0),
                                                 "accuracy": accuracy(org_id=org.pk, points=0)})
 
 

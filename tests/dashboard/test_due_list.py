@@ -89,3 +89,16 @@ def test_due_json_refuses_a_bad_query_naming_it(flagged, query, param):
 
 def test_due_json_is_for_staff(flagged):
     assert Client().get("/dashboard/due.json").status_code in (302, 403)
+
+
+def test_the_org_page_says_how_many_of_its_flagged_charts_it_lists(flagged):
+    from tests.factories import make_user
+
+    alice = make_user("alice")
+    flagged["acme"].members.add(alice)
+    c = Client()
+    c.force_login(alice)
+    html = c.get("/orgs/acme/").content.decode()
+    table = html[html.index('id="org-due"'):html.index('id="accuracy"')]
+    assert table.count("<tr><td>#") == 50
+    assert 'id="due-shown">The 50 with the least slack of 110 at risk or late.</p>' in table
