@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import widgets as admin_widgets
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
@@ -91,3 +92,9 @@ for model, model_admin in ((Chart, LiveChartAdmin), (Org, LiveOrgAdmin)):
     if admin.site.is_registered(model):
         admin.site.unregister(model)
     admin.site.register(model, model_admin)
+
+
+# Every admin form's date-and-time field (a user's last login, a chart's due time): a <label> on
+# each of its two inputs (dashboard/templates/admin/widgets/split_datetime_labelled.html); Django's
+# own template leaves both unnamed (axe: label). A template of this app, found by the forms' renderer.
+admin_widgets.AdminSplitDateTime.template_name = "admin/widgets/split_datetime_labelled.html"

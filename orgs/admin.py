@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
@@ -12,8 +13,24 @@ from orgs import services
 from orgs.models import Org, Workflow, WorkflowCost
 
 
+class WorkflowCostFormSet(forms.BaseInlineFormSet):
+    """Each row's inputs named for a screen reader: a tabular inline labels its columns only, so
+    the workflow select, the cost and the delete box had no accessible name (axe: label, select-name)."""
+
+    def add_fields(self, form, index) -> None:
+        super().add_fields(form, index)
+        row = form.instance.workflow.name if form.instance.pk else "new row"
+        names = {"workflow": f"workflow ({row})", "cost": f"cost ({row})", "DELETE": f"delete the cost of {row}"}
+        for field, name in names.items():
+            if field in form.fields:
+                widget = form.fields[field].widget
+                widget = getattr(widget, "widget", widget)  # the admin's related-object wrapper: its select
+                widget.attrs = {**widget.attrs, "aria-label": name}
+
+
 class WorkflowCostInline(admin.TabularInline):
     model = WorkflowCost
+    formset = WorkflowCostFormSet
     extra = 0
     fields = ("workflow", "cost")
 

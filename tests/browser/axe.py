@@ -11,6 +11,7 @@ import pytest
 
 AXE_JS = Path(__file__).resolve().parent / "node_modules" / "axe-core" / "axe.min.js"
 TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+ALL = None  # ``tags=ALL``: every rule axe-core runs by default (WCAG 2.x A/AA and its best practices)
 
 
 def axe_source() -> str:
@@ -20,19 +21,21 @@ def axe_source() -> str:
     return AXE_JS.read_text()
 
 
-def violations(page, within: str | None = None) -> list[dict]:
+def violations(page, within: str | None = None, tags: list[str] | None = TAGS) -> list[dict]:
     """axe-core's violations on what ``page`` shows now: ``[{id, impact, help, nodes: [{target, summary}]}]``;
-    ``within``: a CSS selector, only what is inside it (a panel's own).
+    ``within``: a CSS selector, only what is inside it (a panel's own); ``tags``: the rules run
+    (:data:`TAGS`, WCAG 2 A and AA; :data:`ALL`, axe-core's default set, best practices included).
 
     The script is added through the DevTools protocol (``page.add_script_tag`` would be an
     inline script, which the pages' Content-Security-Policy refuses)."""
     if not page.evaluate("typeof window.axe === 'object'"):
         page.evaluate(axe_source())  # evaluated by DevTools, outside the page's CSP
     return page.evaluate("""async ([tags, within]) => {
-        const r = await axe.run(within ? {include: [[within]]} : document, {runOnly: {type: "tag", values: tags}, resultTypes: ["violations"]});
+        const r = await axe.run(within ? {include: [[within]]} : document,
+                                {...(tags ? {runOnly: {type: "tag", values: tags}} : {}), resultTypes: ["violations"]});
         return r.violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,
             nodes: v.nodes.map((n) => ({target: n.target.join(" "), summary: n.failureSummary}))}));
-    }""", [TAGS, within])
+    }""", [tags, within])
 
 
 def count(found: list[dict]) -> int:

@@ -1,5 +1,9 @@
-"""axe-core (WCAG 2 A and AA) in Chromium on the pages a new user sees first, under the
-demo workload: any violation fails, listed by rule, element and what to fix."""
+"""axe-core in Chromium on every page, under the demo workload: as staff (the dashboard, the org
+pages, the history, search, failures, the chart pages, the producer form, the API's docs, and the
+admin: its index, and the change list, add form and change form of every registered model) and as
+an org member (their org's page, their chart's page, the producer form, the API's docs), the
+login page too. Every rule axe-core runs by default (WCAG 2 A and AA, and its best practices:
+one ``h1`` a page, no empty table header): any violation fails, listed by rule, element and what to fix."""
 from __future__ import annotations
 
 import json
@@ -7,10 +11,17 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db.models import F
+from django.test import RequestFactory
+from django.urls import reverse
 from playwright.sync_api import expect
 
 from charts.models import Chart, ChartState
+from dashboard.models import OrgToken, Scope
+from jobs.models import ImportJob, ImportStatus, WebhookDelivery, WebhookEvent
 from charts.services import chart_pause, chart_resume
 from orgs.models import Org
 from tests.browser import axe
@@ -37,42 +48,133 @@ def _demo() -> dict[str, object]:
             "queued": Chart.objects.filter(org=acme, state=ChartState.QUEUED, paused=False).first()}
 
 
-@pytest.mark.slow(22)
-def test_the_pages_have_no_accessibility_violation(browser, browser_server, redis_layer_publish):
-    demo = _demo()
-    redis_layer_publish()
-    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
-    login(page, browser_server, "root", then="/dashboard/")
-    found: dict[str, list[dict]] = {}
+class Pages:
+    """Opens pages in ``page`` and keeps axe-core's violations on each (and a screenshot)."""
 
-    def check(name: str, path: str, ready: str) -> None:
-        if page.url != browser_server + path:
-            page.goto(browser_server + path)
+    def __init__(self, page, base: str, who: str) -> None:
+        self.page, self.base, self.who = page, base, who
+        self.found: dict[str, list[dict]] = {}
+
+    def check(self, name: str, path: str, ready: str = "main", *, again: bool = False) -> None:
+        page = self.page
+        if page.url != self.base + path or not again:
+            page.goto(self.base + path)
         expect(page.locator(ready).first).to_be_attached(timeout=10_000)
         page.wait_for_timeout(300)  # the plots drawn, the clocks ticked
-        found[name] = axe.violations(page)
-        page.screenshot(path=str(ARTIFACTS / f"axe-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.png"),
+        key = f"{name} ({self.who})"
+        self.found[key] = axe.violations(page, tags=axe.ALL)
+        page.screenshot(path=str(ARTIFACTS / f"axe-{re.sub(r'[^a-z0-9]+', '-', key.lower()).strip('-')}.png"),
                         full_page=True)
 
+
+def admin_pages(user) -> list[tuple[str, str]]:
+    """Every registered model's change list, add form (where the admin allows adding) and change
+    form (of its first row): ``[(name, path)]``."""
+    request = RequestFactory().get("/admin/")
+    request.user = user
+    out = []
+    for model, model_admin in admin.site._registry.items():
+        label = f"{model._meta.app_label}_{model._meta.model_name}"
+        name = model._meta.verbose_name
+        out.append((f"admin {name} list", reverse(f"admin:{label}_changelist")))
+        if not model._meta.managed:  # django-rq's queues: a link to its own pages, no rows
+            continue
+        if model_admin.has_add_permission(request):
+            out.append((f"admin {name} add", reverse(f"admin:{label}_add")))
+        first = model_admin.get_queryset(request).order_by("pk").first()
+        assert first is not None, f"the demo has no {name}: its change form would go unchecked"
+        out.append((f"admin {name} change", reverse(f"admin:{label}_change", args=[first.pk])))
+    return out
+
+
+def _every_model_has_a_row(acme: Org) -> None:
+    Group.objects.create(name="operators")
+    OrgToken.issue(org=acme, name="producer", scope=Scope.SUBMIT)
+    ImportJob.objects.create(filename="backlog.csv", format="csv", data=b"external_id\nx-1\n")
+    WebhookDelivery.objects.create(org=acme, event=WebhookEvent.values[0], dedupe_key="k-1", payload={"ok": True},
+                                   url="https://example.com/hook")
+
+
+@pytest.mark.slow(60)
+def test_the_pages_have_no_accessibility_violation(browser, browser_server, redis_layer_publish):
+    demo = _demo()
+    _every_model_has_a_row(demo["org"])
+    redis_layer_publish()
+    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    check("dashboard", "/dashboard/", "#live[data-state=live]")
+    pages = Pages(page, browser_server, "staff")
+    pages.check("login", "/accounts/login/", "#id_username")
+    login(page, browser_server, "root", then="/dashboard/")
+    pages.check("dashboard", "/dashboard/", "#live[data-state=live]", again=True)
     expect(page.locator("#acc-body tr")).not_to_have_count(0)
-    found["dashboard"] = axe.violations(page)  # again, with the accuracy panel loaded
+    pages.found["dashboard (staff)"] = axe.violations(page, tags=axe.ALL)  # again, with the accuracy panel loaded
     page.set_viewport_size({"width": 1920, "height": 1080})  # the wide layout: two columns of cards
     page.wait_for_timeout(300)
-    found["dashboard (1920 px wide)"] = axe.violations(page)
-    check("org page", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]")
+    pages.found["dashboard, 1920 px wide (staff)"] = axe.violations(page, tags=axe.ALL)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    pages.check("org page", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]")
     for name in ("Cedar Care", "Echo Imaging"):  # held; one chart blocked
-        check(f"org page ({name})", f"/orgs/{Org.objects.get(name=name).slug}/", "[data-live][data-state=live]")
-    check("history", "/dashboard/history/", "table")
-    check("chart page (finished)", f"/charts/{demo['finished'].pk}/", "#chart-prediction")
-    check("chart page (queued)", f"/charts/{demo['queued'].pk}/", "#chart-facts")
-    check("admin org list", "/admin/orgs/org/", "#result_list")
+        pages.check(f"org page {name}", f"/orgs/{Org.objects.get(name=name).slug}/", "[data-live][data-state=live]")
+    pages.check("history", "/dashboard/history/", "table")
+    pages.check("search", f"/dashboard/search/?q={demo['queued'].external_id[:3]}")
+    pages.check("failures", "/dashboard/failures/")
+    pages.check("chart page finished", f"/charts/{demo['finished'].pk}/", "#chart-prediction")
+    pages.check("chart page queued", f"/charts/{demo['queued'].pk}/", "#chart-facts")
+    pages.check("producer form", "/charts/new/", "form")
+    pages.check("API docs", "/api/v1/docs", ".opblock")
+    pages.check("admin index", "/admin/", "#content-main")
+    root = get_user_model().objects.get(username="root")
+    for name, path in admin_pages(root):
+        pages.check(name, path, "#content")
+    found = pages.found
+
+    # an org member: not staff, a member of Acme, who may submit charts
+    member = make_user("ada", perms=("charts.add_chart",))
+    demo["org"].members.add(member)
+    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    login(page, browser_server, "ada", then="/")
+    pages = Pages(page, browser_server, "member")
+    pages.check("org page", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]", again=True)
+    pages.check("chart page finished", f"/charts/{demo['finished'].pk}/", "#chart-prediction")
+    pages.check("chart page queued", f"/charts/{demo['queued'].pk}/", "#chart-facts")
+    pages.check("producer form", "/charts/new/", "form")
+    pages.check("API docs", "/api/v1/docs", ".opblock")
+    found.update(pages.found)
     (ARTIFACTS / "axe-violations.json").write_text(json.dumps(found, indent=1))
     # The control case: grey text on white is found, so a clean run above means something.
     page.evaluate("""() => { const p = document.createElement("p"); p.id = "axe-control"; p.textContent = "faint";
                              p.style.color = "#bbb"; p.style.background = "#fff"; document.body.appendChild(p); }""")
-    control = axe.violations(page)
+    control = axe.violations(page, tags=axe.ALL)
     assert any(v["id"] == "color-contrast" and any("#axe-control" in n["target"] for n in v["nodes"])
                for v in control), control
-    assert not any(found.values()), "axe-core (WCAG 2 A, AA) found violations:\n" + axe.report(found)
+    assert not any(found.values()), "axe-core found violations:\n" + axe.report(found)
+
+
+def test_an_import_page_refreshes_itself_until_told_to_stop(browser, browser_server):
+    """WCAG 2.2.1: a running import's page reloads itself every 2 s to show its progress, and
+    unticking "Refresh this page" stops it (it had a <meta http-equiv="refresh">, which nothing
+    stops: axe's meta-refresh); a finished import's page does not reload."""
+    make_user("root", superuser=True)
+    job = ImportJob.objects.create(filename="backlog.csv", format="csv", data=b"external_id\nx-1\n")
+    page = browser.new_context().new_page()
+    login(page, browser_server, "root", then=f"/admin/jobs/importjob/{job.pk}/change/")
+    box = page.locator("#import-refresh")
+    expect(box).to_be_checked()
+    page.evaluate("window.notReloaded = true")
+    page.wait_for_function("() => window.notReloaded === undefined", timeout=8_000)  # reloaded by itself
+    box.uncheck()
+    page.evaluate("window.notReloaded = true")
+    page.wait_for_timeout(3_500)
+    assert page.evaluate("window.notReloaded") is True
+    page.reload()
+    expect(page.locator("#import-refresh")).not_to_be_checked()  # the choice lasts the tab's session
+    page.evaluate("window.notReloaded = true")
+    page.wait_for_timeout(2_500)
+    assert page.evaluate("window.notReloaded") is True
+    assert axe.violations(page, tags=axe.ALL) == []
+
+    ImportJob.objects.filter(pk=job.pk).update(status=ImportStatus.SUCCEEDED)
+    page.reload()
+    expect(page.locator("#content-main")).to_be_attached()
+    expect(page.locator("#import-refresh")).to_have_count(0)
+    assert page.locator("meta[http-equiv=refresh]").count() == 0

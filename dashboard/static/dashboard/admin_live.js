@@ -27,3 +27,12 @@
   }});
   setInterval(render, 1000);
 })();
+
+/* The selection widgets (filter_horizontal: an org's members, a user's groups and permissions):
+ * Django's SelectFilter2.js names its search icon with aria-label on a bare span, which has no
+ * role to take a name (axe: aria-prohibited-attr); it is an image of a magnifying glass.
+ * SelectFilter2 builds them on "load", in a listener added before this one (its script is in
+ * the head). */
+window.addEventListener("load", () => {
+  document.querySelectorAll("span.help-tooltip[aria-label]:not([role])").forEach((el) => el.setAttribute("role", "img"));
+});
