@@ -116,13 +116,13 @@ async def deployments():
 
     yield make
     for s in made:
-        await s._step_down()
+        await s.step_down()
 
 
 async def lead(s: Scheduler, clock: FakeClock) -> None:
     s.leading = True
     s.leadership.ok_until = clock.monotonic() + s.LEASE_TTL_S
-    await s._take_over()
+    await s.take_over()
     await settle()
 
 

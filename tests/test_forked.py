@@ -287,7 +287,7 @@ async def forked_rig(rig, redis_url):
     r.clock.wait_for = lambda awaitable, timeout_s: asyncio.wait_for(awaitable, timeout_s)
     s.publisher = LivePublisher(redis_url)
     yield r
-    await s._step_down()
+    await s.step_down()
     await s.publisher.aclose()
 
 
@@ -298,13 +298,13 @@ async def a_pass(r) -> float:
     s = r.s
     r.clock.advance(1.0)
     r.renew_lease()
-    s.etas._eta_now = True
+    s.etas.request_pass()
     started = time.monotonic()
-    ended = s.etas._eta_last_end
+    ended = s.etas.last_pass_end
     await r.tick()
     # it started, and a child quick to finish (or to die) may have ended it within the tick
-    assert s.etas._eta_task is not None or s.etas._eta_last_end != ended
-    while s.etas._eta_task is not None and time.monotonic() - started < 60:
+    assert s.etas.pass_in_flight is not None or s.etas.last_pass_end != ended
+    while s.etas.pass_in_flight is not None and time.monotonic() - started < 60:
         await asyncio.sleep(0.02)
     await pass_ends(s)
     return time.monotonic() - started
@@ -336,7 +336,7 @@ async def test_the_child_publishes_with_its_own_redis_client_even_if_a_thread_he
     assert "ETA pass failed" not in caplog.text and "took more than" not in caplog.text
     assert took < 10
     published = snapshot.read_snapshot()
-    assert published is not None and published["seq"] == r.s.etas._published_seq
+    assert published is not None and published["seq"] == r.s.etas.published_seq
 
 
 async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(forked_rig, monkeypatch, caplog):

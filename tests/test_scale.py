@@ -246,9 +246,9 @@ def test_the_incremental_resync_reads_changes_and_the_full_pass_catches_raw_writ
         cur.execute("DELETE FROM charts_chart WHERE id = %s", [ids[4]])
     asyncio.run(s.sync.resync())
     assert str(ids[3]) in s.state.queue and str(ids[4]) in s.state.queue
-    s.sync._full_resync = (0, set())
+    s.sync.request_full_resync()
     steps = 0
-    while s.sync._full_resync is not None:
+    while s.sync.full_resync_wanted(s.clock.monotonic()):
         asyncio.run(s.sync.full_resync_step())
         steps += 1
     assert steps == 3  # 6 active charts, 3 per chunk, then the last (short) read

@@ -67,5 +67,5 @@ async def test_a_scheduler_whose_passes_fail_lets_its_snapshot_turn_stale_on_the
         assert seen["source"] == "scheduler" and seen["stale"] is False
         assert seen["running"][0]["id"] == 2
     finally:
-        await s._step_down()
+        await s.step_down()
         await s.publisher.aclose()

@@ -360,7 +360,7 @@ class Rig:
         s = self.s
         s.leading = True
         self.renew_lease()
-        await s._take_over()
+        await s.take_over()
 
     def renew_lease(self) -> None:
         self.s.leadership.ok_until = self.clock.monotonic() + self.s.LEASE_TTL_S
@@ -369,7 +369,7 @@ class Rig:
         """The scheduler steps down and a new one, over the same database, Temporal and
         Redis, replaces it (not leading yet: :meth:`lead`). ``tunables``: its class
         constants to set (HEAD_PER_ORG=1, ...)."""
-        await self.s._step_down()
+        await self.s.step_down()
         self.s = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q",
                            redis_url="redis://unused", clock=self.clock, store=self.store,
                            publisher=self.publisher, temporal=self.temporal)
@@ -396,7 +396,7 @@ async def whole_takes_over(r, s) -> None:
     r.store.whole_gate.set()
     for _ in range(50):
         await settle()
-        if s.startup._whole_ready is not None:
+        if s.startup.whole_ready:
             break
     await r.tick()
 
@@ -443,7 +443,7 @@ async def rig():
 
     yield make
     for r in rigs:
-        await r.s._step_down()
+        await r.s.step_down()
 
 
 # ------------------------------------------------------------------------------------------
@@ -483,10 +483,10 @@ async def test_a_chart_whose_turn_has_come_starts_before_the_tick_does_its_chunk
         return await start(**kw)
 
     r.store.read_active_chunk, r.temporal.start = read_active_chunk, started
-    r.s.sync._full_resync_due = r.clock.monotonic()  # due now
+    r.s.sync.request_full_resync()  # due now
     await r.tick()
     assert steps == ["start", "chunk"]
-    assert r.temporal.start_calls == [1] and r.s.sync._full_resync is None  # 3 charts: one chunk was all
+    assert r.temporal.start_calls == [1] and r.s.sync.full_resync_read is None  # 3 charts: one chunk was all
 
 
 async def test_a_start_refused_for_good_fails_the_chart_and_the_order_moves_on(rig):
@@ -526,14 +526,14 @@ async def test_a_server_side_error_never_fails_the_chart_it_keeps_its_place_and_
     r = rig(budget=1, charts=2)
     r.temporal.refuse[1] = rpc(status, "upstream connect error: HTTP 500")
     await r.lead()
-    for n in range(1, 3 * r.s.dispatcher._start_failures.max_unknown + 1):
+    for n in range(1, 3 * r.s.dispatcher.start_failures.max_unknown + 1):
         await r.tick()
         assert r.store.state(1) == "queued" and r.s.state.queue.order() == ["1", "2"]
         assert not r.s.loop.backoff["dispatch"].ready(r.clock.monotonic())  # no tight loop
         r.clock.advance(r.s.BACKOFF_MAX_S)
         r.renew_lease()
     assert r.temporal.start_calls == [1] * n  # the head of the order, never passed over
-    assert r.s.dispatcher._start_failures.attempts == {}  # nothing counted against it
+    assert r.s.dispatcher.start_failures.attempts == {}  # nothing counted against it
     del r.temporal.refuse[1]
     await r.tick()
     assert r.store.state(1) == "running" and r.temporal.start_calls[-1] == 1
@@ -694,7 +694,7 @@ async def test_a_restart_dispatches_from_the_head_of_the_order_while_the_whole_b
     assert s.state.partial and sorted(s.state.queue.order(), key=int) == ["2", "3", "4"]
     r.clock.advance(s.RESYNC_INTERVAL_S + 1.0)  # a resync and an ETA pass would be due: not while partial
     await r.tick()
-    assert s._idle_for() > 0.5  # the loop sleeps (it spun, starving the thread that loads the whole)
+    assert s.idle_for() > 0.5  # the loop sleeps (it spun, starving the thread that loads the whole)
     r.temporal.close(1)
     await settle()
     await r.tick()
@@ -739,7 +739,7 @@ async def test_a_first_start_writes_the_rounds_a_chunk_at_a_time_and_a_restart_k
     await r.lead()
     for _ in range(50):
         await settle()
-        if s.startup._whole_ready is not None:
+        if s.startup.whole_ready:
             break
     await r.tick()
     assert not s.state.partial and s.state.queue.order() == order
@@ -851,7 +851,7 @@ async def test_a_chart_starts_while_the_backfills_chunk_is_in_flight_and_its_com
     r.store.chunk_gate.set()
     await r.s.rounds_settled()  # the chunk fails, then the commit lands (with the chunk's charts' rounds)
     assert 2 in [m[0] for m in r.store.marked] and r.store.state(2) == "running"
-    assert not r.s.state.committing and 2 in r.s.sync._watchers  # followed as an inline commit is
+    assert not r.s.state.committing and 2 in r.s.sync.watching  # followed as an inline commit is
     assert "rounds failed (OSError: connection lost)" in caplog.text
     r.clock.advance(r.s.BACKOFF_MAX_S + 1)
     await written_then_a_restart_keeps_the_order(r, caplog)
@@ -894,7 +894,7 @@ async def test_a_commit_chained_behind_a_chunk_that_outlives_the_step_down_is_ne
     assert r.temporal.start_calls == [1, 2] and r.s.state.committing == {2}
     commit = r.s.loop.chunk
     r.s.STOP_WAIT_S = 0.05
-    await r.s._step_down()  # the chunk outlives the wait
+    await r.s.step_down()  # the chunk outlives the wait
     r.store.chunk_gate.set()
     await asyncio.wait_for(commit, 1.0)
     assert 2 not in [m[0] for m in r.store.marked] and r.store.state(2) == "queued"
@@ -923,7 +923,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     r.store.whole_gate.set()
     for _ in range(50):
         await settle()
-        if s.startup._whole_ready is not None:
+        if s.startup.whole_ready:
             break
     r.temporal.close(2)
     await settle()
@@ -948,7 +948,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
     await r.lead()
     for _ in range(50):
         await settle()
-        if s2.startup._whole_ready is not None or not s2.state.partial:
+        if s2.startup.whole_ready or not s2.state.partial:
             break
     await r.tick()
     assert s2.state.queue.order() == ["4", "5", "6", "7", "8", "9"]
@@ -957,7 +957,7 @@ async def test_a_first_start_dispatches_from_the_head_of_the_backlog_while_the_w
 async def pass_ends(s: Scheduler) -> None:
     """Let the ETA pass in flight (in a thread) end, and its bookkeeping run."""
     for _ in range(500):
-        if s.etas._eta_task is None:
+        if s.etas.pass_in_flight is None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the ETA pass did not end")
@@ -1048,7 +1048,7 @@ async def test_a_step_down_waits_for_a_task_that_ignores_its_cancel_through_the_
     await asyncio.sleep(0)  # it runs up to its wait (a task cancelled before it starts just ends)
     r.s.loop.tasks.append(task)
     before = r.clock.monotonic()
-    await r.s._step_down()
+    await r.s.step_down()
     assert r.clock.monotonic() - before == r.s.STOP_WAIT_S
     assert not task.done() and r.s.loop.tasks == []
     release.set()
@@ -1147,7 +1147,7 @@ async def test_the_rounds_backfill_waits_for_the_first_pass_over_the_loaded_back
     release.set()
     await asyncio.wait_for(recording.wait(), 10)  # published; its first ETAs still to write
     assert "the first ETAs of the loaded backlog are published" in caplog.text
-    assert not r.s.etas.first_pass_running and r.s.etas._eta_task is not None
+    assert not r.s.etas.first_pass_running and r.s.etas.pass_in_flight is not None
     for _ in range(3):
         await r.tick()
         await settle()

@@ -128,7 +128,7 @@ async def test_a_chart_backfilled_under_its_guard_holds_its_window_and_wakes_the
     assert q.next_release(started) == started + 75.0
     r.s.MAX_SLEEP_S = 1e6  # every other timed step far off: the window's end is the next wake-up
     r.s._reconcile_due = r.s._resync_due = r.s.etas._eta_due = r.clock.monotonic() + 1e6
-    assert r.s._idle_for() == 75.0
+    assert r.s.idle_for() == 75.0
     r.temporal.close(3)
     await settle()
     await r.tick()
@@ -161,7 +161,7 @@ async def test_a_restart_under_work_keeps_the_order_and_each_charts_work_at_arri
     await r.tick()  # the rounds are saved
     before: FairQueue = r.s.state.queue
     order, rounds = before.order(), before.export_rounds()
-    await r.s._step_down()
+    await r.s.step_down()
 
     r.store.averages = {("1", "code"): 60.0, ("2", "code"): 6000.0}  # the estimates moved meanwhile
     s2 = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
@@ -221,7 +221,7 @@ async def test_a_restart_under_charts_after_a_work_period_counts_each_chart_as_o
     await r.tick()
     await r.tick()
     before: FairQueue = r.s.state.queue
-    await r.s._step_down()
+    await r.s.step_down()
     s2 = Scheduler(temporal_address="unused:1", namespace="default", task_queue="q", redis_url="redis://unused",
                    clock=r.clock, store=r.store, publisher=r.publisher, temporal=r.temporal)
     r.s = s2

@@ -36,6 +36,12 @@ class Dispatcher(Part):
         self._phases: tuple = (0, 0.0, 0.0, 0.0)  # the last dispatch: charts, plan, start, commit
         self._chained = False  # the last dispatch's commit was (phases())
 
+    @property
+    def start_failures(self) -> StartFailures:
+        """The start errors counted against each chart (a chart is failed after
+        ``max_unknown`` unknown ones in a row; :mod:`fairsched.engine.starts`)."""
+        return self._start_failures
+
     # ---------------------------------------------------------------- plan
     async def dispatch(self) -> Effects:
         """Start the head of the order that fits, then record what started: plan, start,
@@ -194,7 +200,7 @@ class Dispatcher(Part):
         new = self.state.commit_dispatch(planned, started)
         save = self.host.rounds.next(self.state.queue)
         work = self.state.work_of(save[1]) if save is not None else None
-        items = [(r.id, r.cost, r.run_id, at, *self.etas._eta_in_force(r, at)) for r in new if r.id not in starts.closed]
+        items = [(r.id, r.cost, r.run_id, at, *self.etas.eta_in_force(r, at)) for r in new if r.id not in starts.closed]
         before = self.host.loop.chunk
         if before is None and not self.host.rounds.backfilling:
             ran = await self.store.mark_running(items, (*save, work) if work else save)

@@ -5,7 +5,7 @@ and what the loop keeps of it.
 it when due; the pass (:meth:`EtaPasses._compute_and_publish`: the ETAs, the snapshot and
 its publication) runs in a forked child (:mod:`fairsched.engine.forked`) or a thread while
 the loop goes on dispatching. The loop keeps the ETAs of the head of the order (for the
-ETA recorded at dispatch, :meth:`EtaPasses._eta_in_force`), records the first ETAs of new
+ETA recorded at dispatch, :meth:`EtaPasses.eta_in_force`), records the first ETAs of new
 charts (:meth:`EtaPasses._record_first_etas`), confirms the last snapshot about once a
 second (:meth:`EtaPasses.confirm_snapshot`) and sends the live updates
 (:meth:`EtaPasses.broadcast`).
@@ -148,6 +148,51 @@ class EtaPasses(Part):
         self._loaded_at = self.clock.monotonic()
 
     @property
+    def pass_in_flight(self) -> asyncio.Task | None:
+        """The ETA pass running now (a task: await it to follow it to its end), None if none."""
+        return self._eta_task
+
+    @property
+    def next_pass_due(self) -> float:
+        """When the next pass is due (monotonic; infinite while one runs: it sets the next when it ends)."""
+        return self._eta_due
+
+    @property
+    def last_pass_end(self) -> float:
+        """When the last pass ended (monotonic; 0 before the first)."""
+        return self._eta_last_end
+
+    @property
+    def pass_requested(self) -> bool:
+        """The next :meth:`schedule_eta` starts a pass, however recent the last (a load, an
+        ``eta_now`` change)."""
+        return self._eta_now
+
+    def request_pass(self) -> None:
+        """Start a pass at the next :meth:`schedule_eta` (not while one runs, nor backing off)."""
+        self._eta_now = True
+
+    @property
+    def published_seq(self) -> int | None:
+        """The last snapshot this leader's passes published, which :meth:`confirm_snapshot`
+        confirms; None before its first (or after a pass failed without one)."""
+        return self._published_seq
+
+    @property
+    def head_etas(self) -> Mapping[str, Eta]:
+        """The last pass's ETAs of the head of the order (what a dispatch's first ETAs read), by chart id."""
+        return {} if self._last_report is None else self._last_report[0]
+
+    @property
+    def carrying_firsts(self) -> bool:
+        """The backfill's chunks carry the last pass's first ETAs (:meth:`carried_firsts`)."""
+        return self._carry is not None
+
+    def stepped_down(self) -> None:
+        """The leader stepped down: a leader again confirms only what its own passes store."""
+        self._published_seq = None
+
+    @property
     def first_pass_running(self) -> bool:
         """The first pass over a newly loaded backlog computes its ETAs: until its snapshot
         is stored the pages show no ETA at all, so the background work that competes with it
@@ -264,7 +309,7 @@ class EtaPasses(Part):
         self._published_seq = out.seq
         if out.measure is not None and self._pass_mark is not None:
             self._measured = (self._pass_mark, out.measure)
-        # Kept for the charts dispatched before the next pass (:meth:`_eta_in_force`), from
+        # Kept for the charts dispatched before the next pass (:meth:`eta_in_force`), from
         # now on (the first ETAs below may take a while): the head of the order, not a
         # million ETAs (~200 MB at 1M).
         self._last_report = (out.head, now)
@@ -335,7 +380,7 @@ class EtaPasses(Part):
         self._confirmed_at = self.clock.monotonic()
         await self.publisher.confirm_snapshot(seq, self.clock.time())
 
-    def _eta_in_force(self, r, at: float) -> tuple[float, float]:
+    def eta_in_force(self, r, at: float) -> tuple[float, float]:
         """The ETA published for a chart by the last pass and its 90% bound (absolute), else
         those a pass would give it now that it starts: ``at`` plus its expected duration."""
         fc = self.state.forecast

@@ -251,7 +251,7 @@ class Scheduler:
                     log.warning("lease lost to %s: stepping down to standby", await leadership.lease_holder())
                 finally:
                     self.phase = "stepping down"
-                    await self._step_down()
+                    await self.step_down()
         finally:
             self.phase = "releasing the lease"
             closing = [asyncio.to_thread(leadership.close_lease, self.STOP_WAIT_S), leadership.lease.aclose()]
@@ -303,9 +303,9 @@ class Scheduler:
         self.leading = True
         self.leadership.lost = False
         self.loop.tasks = [asyncio.create_task(self.leadership.keep_lease(), name="lease"),
-                       asyncio.create_task(self.leadership.listen(), name="notifications"),
-                       asyncio.create_task(self.previews.serve(), name="previews")]
-        if not await self._take_over():
+                           asyncio.create_task(self.leadership.listen(), name="notifications"),
+                           asyncio.create_task(self.previews.serve(), name="previews")]
+        if not await self.take_over():
             return
         while not self.loop.stop.is_set():
             if self.leadership.lost:
@@ -313,8 +313,9 @@ class Scheduler:
             await self.tick()
             await self._wait_for_work()
 
-    async def _take_over(self) -> bool:
-        """Connect to Temporal, load the backlog and reconcile: ready to tick (False: stopped)."""
+    async def take_over(self) -> bool:
+        """Connect to Temporal, load the backlog and reconcile: ready to tick (False: stopped).
+        What a leader does first (``run()``, once it holds the lease); :meth:`step_down` undoes it."""
         self.phase = "connecting to Temporal"
         await self.temporal.connect()
         self.phase = "loading the backlog"
@@ -342,7 +343,11 @@ class Scheduler:
         self.temporal.ids = self.ids
         self.sync.legacy_active = await self.store.legacy_active(self.ids)
 
-    async def _step_down(self) -> None:
+    async def step_down(self) -> None:
+        """Stop leading (``run()``, when the lease is lost or at a stop): cancel the leader's
+        tasks and the result watches, wait (``STOP_WAIT_S`` at most) for them and the round
+        state's save in flight, and forget the state and what was reported for its ticks: a
+        leader again loads its own (:meth:`take_over`)."""
         self.leading = False
         for task in self.loop.tasks:
             task.cancel()
@@ -352,25 +357,25 @@ class Scheduler:
         if tasks:
             await self.clock.wait_tasks(tasks, self.STOP_WAIT_S)  # one that ignores its cancel is left behind
         self.loop.tasks = []
-        self.etas._published_seq = None  # a leader again confirms only what its own passes store
+        self.etas.stepped_down()  # a leader again confirms only what its own passes store
         self.state = None
-        self.startup._whole_ready = None
+        self.startup.stepped_down()
         self.loop.forget_reports()
 
     async def _wait_for_work(self) -> None:
         self.phase = "waiting for work"
         if self.loop.has_news:
             return
-        await self.clock.wait(self.loop.wake, self._idle_for())
+        await self.clock.wait(self.loop.wake, self.idle_for())
 
-    def _idle_for(self) -> float:
+    def idle_for(self) -> float:
         """Seconds until the next timed step is due (at most ``MAX_SLEEP_S``). A partial
         state runs no resync and no ETA pass: their due times, left in the past, must not
         wake it (the loop spun, and starved the thread reading the whole backlog)."""
         now = self.clock.monotonic()
         due = min(self._reconcile_due, now + self.MAX_SLEEP_S)
         if not (self.state is not None and self.state.partial):
-            due = min(due, self._resync_due, self.etas._eta_due)
+            due = min(due, self._resync_due, self.etas.next_pass_due)
         if self.state is not None:  # backfill: a guard's window ends, a dispatch is due
             wall = self.clock.time()
             release = self.state.queue.next_release(wall)
@@ -385,7 +390,7 @@ class Scheduler:
         self.loop.tick_at = self.clock.monotonic()
         if self.state is None:
             return
-        if self.startup._whole_ready is not None:
+        if self.startup.whole_ready:
             await self.rounds_settled()
             await self.startup.take_over_whole()
         fx = Effects()
@@ -437,7 +442,7 @@ class Scheduler:
         )
 
     def _cancel_steps(self) -> tuple[Step, ...]:
-        return (("cancel", lambda now: bool(self.sync._cancel_sent_at), self.sync.escalate_cancels, None),)
+        return (("cancel", lambda now: bool(self.sync.cancels_sent), self.sync.escalate_cancels, None),)
 
     async def _run_due(self, steps: tuple[Step, ...], now: float, fx: Effects) -> None:
         """Run each step that is due and not backing off (:meth:`guarded`), merging its effects."""

@@ -154,6 +154,16 @@ class Startup(Part):
             return state, (prepare(state) if prepare is not None else None)
         return await in_daemon_thread(build, name="fairsched-build")
 
+    @property
+    def whole_ready(self) -> bool:
+        """The whole backlog is read and built (while the loop dispatched from its head): the
+        next tick's :meth:`take_over_whole` puts it in the head's place."""
+        return self._whole_ready is not None
+
+    def stepped_down(self) -> None:
+        """The leader stepped down: a whole backlog read for it is dropped (the next leader loads its own)."""
+        self._whole_ready = None
+
     async def take_over_whole(self) -> None:
         """In the tick (nothing in flight): the whole backlog's state replaces the partial one."""
         whole, prepared, world, replay = self._whole_ready
@@ -172,14 +182,13 @@ class Startup(Part):
         self.host.install(whole, self.host.rounds if replay else RoundSaver(world.rounds))
         self.sync.restart_resync()  # the next resync reads everything changed since the whole read
         self.host.loop.resync_requested = True
-        self.etas._eta_now = True
+        self.etas.request_pass()
         await self._loaded(world, backfill)
 
     async def _loaded(self, world: World, backfill: int | None = None) -> None:
         """The whole backlog is in memory: the forecast's history, then the log line. The
         load was a full read: the first full resync comes as long after it as after one."""
-        took = self.clock.monotonic() - self._load_started
-        self.sync._full_resync_due = self.clock.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
+        self.sync.full_resync_after(self.clock.monotonic() - self._load_started)
         try:
             self.state.learn_history(await self.store.recent_arrivals(), await self.store.recent_durations(),
                                      await self.store.recent_promises())
@@ -199,5 +208,4 @@ class Startup(Part):
                  len(self.state.queue), self.state.queue.order_len, len(self.state.running), self.state.used,
                  self.state.budget, len(self.state.orgs))
         for chart_id in self.state.running:
-            if chart_id not in self.sync._watchers:
-                self.sync.watch(chart_id)
+            self.sync.watch(chart_id)  # (once: a chart watched already is left alone)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
+from types import MappingProxyType
 
 from common import metrics
 from common.notify import Note
@@ -56,6 +58,49 @@ class Sync(Part):
         self._full_resync_due = self.clock.monotonic() + self.FULL_RESYNC_S
         self._full_resync_started = 0.0
         self.legacy_active = True  # may a queued or running chart keep its legacy id (chart-<pk>)?
+
+    @property
+    def watching(self) -> Mapping[int, asyncio.Task]:
+        """The result watches (:meth:`watch`), by chart: read-only."""
+        return MappingProxyType(self._watchers)
+
+    @property
+    def cancels_sent(self) -> Mapping[int, float]:
+        """The charts whose cancel was sent, by chart: when (monotonic; terminated
+        ``CANCEL_GRACE_S`` after, :meth:`escalate_cancels`). Read-only."""
+        return MappingProxyType(self._cancel_sent_at)
+
+    @property
+    def watermark(self):
+        """When the last incremental read began (a datetime): the next reads what changed
+        since (less ``RESYNC_OVERLAP_S``). None before the first, or after :meth:`restart_resync`."""
+        return self._watermark
+
+    @property
+    def resync_under_way(self) -> bool:
+        """An incremental resync is under way, a chunk a tick (a bulk change)."""
+        return self._resync_chunks is not None
+
+    @property
+    def full_resync_read(self) -> tuple[int, set[int]] | None:
+        """The full resync under way, a chunk a tick (:meth:`full_resync_step`): (the last pk
+        read, the charts seen); None if none."""
+        return self._full_resync
+
+    @property
+    def full_resync_due(self) -> float:
+        """When the next full resync begins (monotonic)."""
+        return self._full_resync_due
+
+    def request_full_resync(self) -> None:
+        """The next full resync is due now (the next :meth:`full_resync_wanted` begins it)."""
+        self._full_resync_due = min(self._full_resync_due, self.clock.monotonic())
+
+    def full_resync_after(self, took: float) -> None:
+        """A full read (a full resync, a whole load) took ``took`` s: the next one comes
+        ``FULL_RESYNC_S`` later, or ``FULL_RESYNC_COST_FACTOR`` times that, if longer (rare
+        whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it)."""
+        self._full_resync_due = self.clock.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
 
     def unwatch(self, chart_id: int) -> None:
         task = self._watchers.pop(chart_id, None)
@@ -174,9 +219,7 @@ class Sync(Part):
             if unseen:
                 fx.merge(await self.apply_rows(unseen))
             self._full_resync = None
-            # Rare whatever the backlog: at most 1/FULL_RESYNC_COST_FACTOR of the time on it.
-            took = self.clock.monotonic() - self._full_resync_started
-            self._full_resync_due = self.clock.monotonic() + max(self.FULL_RESYNC_S, self.FULL_RESYNC_COST_FACTOR * took)
+            self.full_resync_after(self.clock.monotonic() - self._full_resync_started)
         self._log_resync("full resync", fx)
         return fx
 

@@ -30,7 +30,7 @@ async def test_the_head_of_the_order_that_fits_starts_and_is_committed(dispatche
     assert host.temporal.start_calls == [1, 2] and dispatcher.starts == 2
     assert host.store.state(1) == host.store.state(2) == "running" and set(host.state.running) == {1, 2}
     assert [e["kind"] for e in fx.events] == ["dispatch", "dispatch"]
-    assert set(dispatcher.sync._watchers) == {1, 2}
+    assert set(dispatcher.sync.watching) == {1, 2}
     assert await dispatcher._plan(fx) is None  # the budget is full
 
 
@@ -70,9 +70,9 @@ async def test_an_unknown_start_error_fails_the_chart_only_after_the_bound_unles
     host = dispatcher.host
     odd = StartFailed(UNKNOWN, "RuntimeError: odd", "odd")
     starts = __import__("fairsched.engine.dispatch", fromlist=["Starts"]).Starts()
-    for _ in range(dispatcher._start_failures.max_unknown - 1):
+    for _ in range(dispatcher.start_failures.max_unknown - 1):
         await dispatcher._judge_start_failure(1, "1", "DemoChart on q", odd, starts)
-    assert starts.refused == {} and starts.retry == ["1"] * (dispatcher._start_failures.max_unknown - 1)
+    assert starts.refused == {} and starts.retry == ["1"] * (dispatcher.start_failures.max_unknown - 1)
     host.temporal.runs[1] = "run-1"  # it started after all
     await dispatcher._judge_start_failure(1, "1", "DemoChart on q", odd, starts)
     assert starts.refused == {}
@@ -97,7 +97,7 @@ async def test_a_row_that_moved_between_start_and_commit_is_followed(dispatcher)
     host.store.mark_running = cancelled_meanwhile
     await dispatcher.dispatch()
     assert host.temporal.cancels == [1] and 2 in host.state.running  # 1 holds its cost until its workflow closes
-    assert 1 in dispatcher.sync._cancel_sent_at
+    assert 1 in dispatcher.sync.cancels_sent
 
 
 async def test_each_dispatch_line_says_where_its_time_went(dispatcher, caplog):

@@ -72,7 +72,7 @@ async def test_the_scheduler_writes_the_warnings_that_rise_once(rig):  # noqa: F
     for _ in range(5):  # nothing changes: no warning rises again
         r.clock.advance(1.0)
         r.renew_lease()
-        r.s.etas._eta_now = True
+        r.s.etas.request_pass()
         await r.tick()
         await pass_ends(r.s)
     assert all(not rose for _, rose, _ in r.store.due_alerts[n:])

@@ -24,7 +24,7 @@ async def etas():
 
 
 async def run_pass(etas: EtaPasses) -> None:
-    task = etas._eta_task
+    task = etas.pass_in_flight
     assert task is not None
     await task
 
@@ -32,11 +32,11 @@ async def run_pass(etas: EtaPasses) -> None:
 async def test_a_pass_runs_at_once_at_the_start_publishes_and_keeps_the_head(etas):
     host = etas.host
     etas.schedule_eta(Effects(), host.clock.monotonic())
-    assert etas._eta_task is not None and etas._eta_task in host.loop.tasks
+    assert etas.pass_in_flight is not None and etas.pass_in_flight in host.loop.tasks
     await run_pass(etas)
     assert host.publisher.snapshots == 1 and etas._published_seq == 1
-    assert etas._eta_task is None and host.loop.tasks == [] and host.loop.wake.is_set()
-    assert set(etas._last_report[0]) == {"1", "2", "3"}
+    assert etas.pass_in_flight is None and host.loop.tasks == [] and host.loop.wake.is_set()
+    assert set(etas.head_etas) == {"1", "2", "3"}
     assert host.guarded_steps == ["eta"]
     assert host.state.unpromised == set()  # the first ETAs were recorded
 
@@ -64,7 +64,7 @@ async def test_a_pass_in_a_forked_child_is_timed_out_by_the_clock(etas):
     with pytest.raises(forked.ChildFailed, match="ETA pass took more than 10 s: killed"):
         await run_pass(etas)  # the fake host's guard lets it through (the scheduler's logs it)
     assert asked == [host.ETA_PASS_TIMEOUT_MIN_S]
-    assert etas._published_seq is None and host.publisher.snapshots == 0
+    assert etas.published_seq is None and host.publisher.snapshots == 0
 
 
 @pytest.mark.skipif(not forked.available(), reason="no fork here")
@@ -79,7 +79,7 @@ async def test_a_pass_in_a_child_is_given_the_longest_of_its_bounds(etas):
         etas.schedule_eta(Effects(), host.clock.monotonic())
         with pytest.raises(forked.ChildFailed):
             await run_pass(etas)
-        etas._eta_now = True
+        etas.request_pass()
         assert asked[-1] == pytest.approx(expected)
 
 
@@ -88,10 +88,10 @@ async def test_with_nothing_changing_the_next_pass_waits_the_interval(etas):
     etas.schedule_eta(Effects(), host.clock.monotonic())
     await run_pass(etas)
     etas.schedule_eta(Effects(), host.clock.monotonic())
-    assert etas._eta_task is None  # not due
+    assert etas.pass_in_flight is None  # not due
     host.clock.advance(host.state.config.eta_interval_s)
     etas.schedule_eta(Effects(), host.clock.monotonic())
-    assert etas._eta_task is not None
+    assert etas.pass_in_flight is not None
 
 
 async def test_a_change_brings_the_next_pass_forward(etas):
@@ -100,7 +100,7 @@ async def test_a_change_brings_the_next_pass_forward(etas):
     await run_pass(etas)
     host.clock.advance(host.ETA_SOON_MIN_GAP_S)
     etas.schedule_eta(Effects(events=[{"kind": "queued", "chart": 1}]), host.clock.monotonic())
-    assert etas._eta_task is not None
+    assert etas.pass_in_flight is not None
 
 
 async def test_the_snapshot_is_confirmed_about_once_a_second_while_leading(etas):
@@ -112,23 +112,25 @@ async def test_the_snapshot_is_confirmed_about_once_a_second_while_leading(etas)
     host.publisher.confirm_snapshot = confirm
     await etas.confirm_snapshot()
     assert confirmed == []  # nothing published yet
-    etas._published_seq = 4
+    etas.schedule_eta(Effects(), host.clock.monotonic())
+    await run_pass(etas)
+    assert etas.published_seq == host.publisher.snapshots == 1
     await etas.confirm_snapshot()
     await etas.confirm_snapshot()
-    assert confirmed == [4]
+    assert confirmed == [1]
     host.clock.advance(1.0)
     host.leading = False
     await etas.confirm_snapshot()
-    assert confirmed == [4]
+    assert confirmed == [1]
 
 
 async def test_the_eta_in_force_is_the_last_passs_else_the_mean_from_now(etas):
     host = etas.host
     r = type("R", (), {"id": 1, "org": 1, "workflow": "code"})()
-    finish, _ = etas._eta_in_force(r, 100.0)
+    finish, _ = etas.eta_in_force(r, 100.0)
     assert finish == 100.0 + host.state.forecast.mean("1", "code")
     etas._last_report = ({"1": Eta(5.0, 7.0)}, 50.0)
-    assert etas._eta_in_force(r, 100.0)[0] == 57.0
+    assert etas.eta_in_force(r, 100.0)[0] == 57.0
 
 
 async def test_first_etas_are_recorded_only_for_charts_not_promised_meanwhile(etas):
@@ -194,7 +196,7 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
         etas.firsts_written(firsts)
         assert host.state.unpromised == set() and not rounds.backfilling
         etas.schedule_eta(Effects(), host.clock.monotonic())
-        assert etas._carry is None  # the backfill is over: the columns are let go
+        assert not etas.carrying_firsts  # the backfill is over: the columns are let go
     finally:
         for task in host.loop.tasks:
             task.cancel()
@@ -214,7 +216,7 @@ async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
         rounds.chunk(2)
         assert len(etas.carried_firsts(rounds.next(queue)[1])) == 2
         etas.schedule_eta(Effects(eta_now=True), host.clock.monotonic())
-        assert etas._eta_task is not None and etas._carry is None
+        assert etas.pass_in_flight is not None and not etas.carrying_firsts
         assert etas.carried_firsts(rounds.next(queue)[1]) == {}
         assert len(host.state.unpromised) == 6  # all still to record (nothing was committed)
     finally:

@@ -18,7 +18,7 @@ def startup(host: FakeHost) -> Startup:
 async def until_whole_ready(s: Startup) -> None:
     for _ in range(100):
         await settle()
-        if s._whole_ready is not None:
+        if s.whole_ready:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the whole backlog was never built")
@@ -31,13 +31,13 @@ async def test_a_first_start_dispatches_from_the_head_and_the_whole_takes_over()
     await s.load()
     assert host.state is not None and host.state.partial  # installed by the host
     assert sorted(host.state.queue.order(), key=int) == ["1", "2"]
-    assert s._whole_ready is None and [t.get_name() for t in host.loop.tasks] == ["load-whole"]
+    assert not s.whole_ready and [t.get_name() for t in host.loop.tasks] == ["load-whole"]
     host.store.whole_gate.set()
     await until_whole_ready(s)
     head = host.state
     await s.take_over_whole()
     assert host.state is not head and not host.state.partial and len(host.state.queue) == 6
-    assert host.loop.resync_requested and s.etas._eta_now and s.sync._watermark is None
+    assert host.loop.resync_requested and s.etas.pass_requested and s.sync.watermark is None
 
 
 async def test_a_restart_with_a_saved_order_loads_its_head_first():

@@ -53,7 +53,7 @@ async def test_the_incremental_resync_applies_what_changed_and_moves_the_waterma
     host = sync.host
     host.store.set(2, paused=True)
     await sync.resync()
-    assert host.state.queue.get("2").paused and sync._watermark is not None
+    assert host.state.queue.get("2").paused and sync.watermark is not None
     assert not host.loop.resync_requested
 
 
@@ -68,11 +68,11 @@ async def test_the_incremental_resync_reads_a_chunk_a_call_and_moves_the_waterma
     await sync.resync()
     q = host.state.queue
     assert [q.get(c).paused for c in ("1", "2", "3")] == [True, True, False]
-    assert host.loop.resync_requested and host.loop.wake.is_set() and sync._watermark is None
+    assert host.loop.resync_requested and host.loop.wake.is_set() and sync.watermark is None
     host.loop.wake.clear()
     await sync.resync()
-    assert q.get("3").paused and sync._watermark is not None
-    assert not host.loop.resync_requested and sync._resync_chunks is None
+    assert q.get("3").paused and sync.watermark is not None
+    assert not host.loop.resync_requested and not sync.resync_under_way
 
 
 async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_returned(sync):
@@ -82,10 +82,10 @@ async def test_the_full_resync_reads_a_chunk_per_call_then_the_charts_no_chunk_r
     host.clock.advance(host.FULL_RESYNC_S)
     assert sync.full_resync_wanted(host.clock.monotonic())
     await sync.full_resync_step()
-    assert sync._full_resync == (2, {1, 2}) and host.loop.wake.is_set()
+    assert sync.full_resync_read == (2, {1, 2}) and host.loop.wake.is_set()
     await sync.full_resync_step()
-    assert sync._full_resync is None and "3" not in host.state.queue
-    assert sync._full_resync_due > host.clock.monotonic()
+    assert sync.full_resync_read is None and "3" not in host.state.queue
+    assert sync.full_resync_due > host.clock.monotonic()
 
 
 async def test_a_recorded_outcome_frees_the_budget(sync):
@@ -115,7 +115,7 @@ async def test_the_result_watch_of_a_workflow_temporal_does_not_know_leaves_it_t
     sync.watch(5)  # never started: the fake's outcome() raises WorkflowNotFound once it "closes"
     sync.host.temporal.closed[5].set()
     await settle()
-    assert sync.host.loop.finished == [] and sync._watchers[5].done()
+    assert sync.host.loop.finished == [] and sync.watching[5].done()
 
 
 async def test_reconcile_requeues_a_running_chart_temporal_does_not_know(sync):
@@ -140,26 +140,28 @@ async def test_a_cancel_of_an_unknown_workflow_is_requested_all_the_same_and_esc
     host.store.set(1, state="running")
     host.temporal.runs[1] = "run-1"
     await sync.cancel(1)
-    assert host.temporal.cancels == [1] and 1 in sync._cancel_sent_at
+    assert host.temporal.cancels == [1] and 1 in sync.cancels_sent
     await sync.escalate_cancels()
     assert host.temporal.terminated == {}  # within the grace
     host.clock.advance(host.CANCEL_GRACE_S)
     await sync.escalate_cancels()
     assert host.temporal.terminated == {1: "cancel not honoured within 60 s"}
-    assert host.store.state(1) == "cancelled" and sync._cancel_sent_at == {}
+    assert host.store.state(1) == "cancelled" and sync.cancels_sent == {}
 
 
 async def test_a_terminated_workflow_that_closed_meanwhile_is_dropped_from_the_escalation(sync):
     host = sync.host
     host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})
-    sync._cancel_sent_at[1] = host.clock.monotonic() - host.CANCEL_GRACE_S  # the fake does not know it
+    await sync.cancel(1)  # ignored: still running when its grace is over
+    host.clock.advance(host.CANCEL_GRACE_S)
 
     async def gone(chart_id, reason):
         from fairsched.engine.ports import WorkflowNotFound
         raise WorkflowNotFound("gone", "NOT_FOUND")
     host.temporal.terminate = gone
+    assert 1 in sync.cancels_sent
     await sync.escalate_cancels()
-    assert sync._cancel_sent_at == {}
+    assert sync.cancels_sent == {}
 
 
 async def test_a_closed_now_question_temporal_cannot_answer_is_no(sync):

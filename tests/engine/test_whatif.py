@@ -167,7 +167,7 @@ async def _host_after_a_pass(**kw):
     state = await host.load()
     host.etas = EtaPasses(host)
     host.etas.schedule_eta(Effects(), host.clock.monotonic())
-    await host.etas._eta_task
+    await host.etas.pass_in_flight
     return host, state
 
 
