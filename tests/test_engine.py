@@ -218,7 +218,7 @@ def test_scenario_from_db_carries_the_persisted_rounds():
     c1, c2, c3, c4 = make_chart(a, wf), make_chart(a, wf), make_chart(b, wf), make_chart(a, wf)
     assert all("round" not in item for item in scenario_from_db()["queued"])  # nothing saved: static
     state = RoundState(5, 4, {str(a.pk): OrgRounds(6, 1, 0, 1), str(b.pk): OrgRounds(5, 1, 0, 1)})
-    db._save_rounds(state, {str(c1.pk): 5, str(c2.pk): 6, str(c3.pk): 5})
+    db.save_rounds(state, {str(c1.pk): 5, str(c2.pk): 6, str(c3.pk): 5})
     scn = scenario_from_db()
     assert [item["round"] for item in scn["queued"]] == [5, 6, 5, 7]  # c4 arrived after the save
     assert scenario.plan(scn)["order"] == [str(c.pk) for c in (c1, c3, c2, c4)]

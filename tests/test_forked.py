@@ -352,7 +352,7 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
     await r.lead()
     await a_pass(r)
     first = snapshot.read_snapshot()["seq"]
-    assert r.s.etas._published_seq == first
+    assert r.s.etas.published_seq == first
 
     def die(*args, **kwargs):
         os._exit(9)  # after the snapshot is stored: on the way to the result
@@ -372,7 +372,7 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
     assert "ETA pass died (exit code 9)" in caplog.text
     second = snapshot.read_snapshot()["seq"]
     assert second > first
-    assert r.s.etas._published_seq == second and stored == [second]  # the pages are told
+    assert r.s.etas.published_seq == second and stored == [second]  # the pages are told
     r.clock.advance(1.0)
     await r.tick()  # the next confirmation
     assert confirmed_seq() == second

@@ -6,7 +6,7 @@ it when due; the pass (:meth:`EtaPasses._compute_and_publish`: the ETAs, the sna
 its publication) runs in a forked child (:mod:`fairsched.engine.forked`) or a thread while
 the loop goes on dispatching. The loop keeps the ETAs of the head of the order (for the
 ETA recorded at dispatch, :meth:`EtaPasses.eta_in_force`), records the first ETAs of new
-charts (:meth:`EtaPasses._record_first_etas`), confirms the last snapshot about once a
+charts (:meth:`EtaPasses.record_first_etas`), confirms the last snapshot about once a
 second (:meth:`EtaPasses.confirm_snapshot`) and sends the live updates
 (:meth:`EtaPasses.broadcast`).
 """
@@ -319,7 +319,7 @@ class EtaPasses(Part):
                      self.clock.monotonic() - self._loaded_at)
         # after publishing: the dashboards do not wait for these writes
         await self._record_due_alerts(out, now)
-        await self._record_first_etas(out.first, now)
+        await self.record_first_etas(out.first, now)
         return True
 
     def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
@@ -403,7 +403,7 @@ class EtaPasses(Part):
         levels = {cid: lv for cid, lv in out.due_levels.items() if not lv or known.knows(cid)}
         await self.store.record_due_alerts(levels, [cid for cid in out.due_rose if cid in levels], now)
 
-    async def _record_first_etas(self, first: EtaColumns, now: float) -> None:
+    async def record_first_etas(self, first: EtaColumns, now: float) -> None:
         """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the
         charts that had none when it began), in short writes from the bulk-write thread
         (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them.
@@ -467,7 +467,7 @@ class EtaPasses(Part):
     def carried_firsts(self, changes: Iterable[str]) -> dict[int, tuple[float, float]]:
         """The first ETAs a backfill's chunk writes with its rounds (``changes``, chart ids):
         those of its charts that have none, as the pass that left them to it gave them
-        (:meth:`_record_first_etas`). The chunk, once committed, hands them to
+        (:meth:`record_first_etas`). The chunk, once committed, hands them to
         :meth:`firsts_written`."""
         state = self.state
         if self._carry is None or state is None:

@@ -19,6 +19,7 @@ more than one block (a block's bytes are compacted when half of them belong to c
 """
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterator, MutableMapping
 from itertools import compress
@@ -158,6 +159,18 @@ class ExternalIds(MutableMapping):
 
     def __len__(self) -> int:
         return self._len
+
+    @property
+    def block_count(self) -> int:
+        """How many blocks of ``BLOCK`` chart ids hold an id (a block goes with its last chart)."""
+        return len(self._blocks)
+
+    def nbytes(self) -> int:
+        """The memory it holds (``sys.getsizeof``): the dict of blocks, and each block's
+        arrays and bytes (what a pass's forked child may copy of it)."""
+        return sys.getsizeof(self._blocks) + sum(
+            sys.getsizeof(b) + sys.getsizeof(b.offs) + sys.getsizeof(b.lens) + sys.getsizeof(b.blob)
+            for b in self._blocks.values())
 
     def copy(self) -> ExternalIds:
         out = ExternalIds()

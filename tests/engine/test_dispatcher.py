@@ -31,7 +31,8 @@ async def test_the_head_of_the_order_that_fits_starts_and_is_committed(dispatche
     assert host.store.state(1) == host.store.state(2) == "running" and set(host.state.running) == {1, 2}
     assert [e["kind"] for e in fx.events] == ["dispatch", "dispatch"]
     assert set(dispatcher.sync.watching) == {1, 2}
-    assert await dispatcher._plan(fx) is None  # the budget is full
+    assert not (await dispatcher.dispatch()).events  # the budget is full
+    assert host.temporal.start_calls == [1, 2]
 
 
 async def test_a_row_that_moved_is_applied_and_the_plan_made_again(dispatcher):
@@ -66,17 +67,28 @@ async def test_a_workflow_that_already_closed_is_recorded_not_started_again(disp
     assert 1 not in host.state.running and dispatcher.starts == 1  # only chart 2 started
 
 
-async def test_an_unknown_start_error_fails_the_chart_only_after_the_bound_unless_temporal_knows_it(dispatcher):
-    host = dispatcher.host
-    odd = StartFailed(UNKNOWN, "RuntimeError: odd", "odd")
-    starts = __import__("fairsched.engine.dispatch", fromlist=["Starts"]).Starts()
-    for _ in range(dispatcher.start_failures.max_unknown - 1):
-        await dispatcher._judge_start_failure(1, "1", "DemoChart on q", odd, starts)
-    assert starts.refused == {} and starts.retry == ["1"] * (dispatcher.start_failures.max_unknown - 1)
-    host.temporal.runs[1] = "run-1"  # it started after all
-    await dispatcher._judge_start_failure(1, "1", "DemoChart on q", odd, starts)
-    assert starts.refused == {}
-    assert await dispatcher._workflow_known(1) and not await dispatcher._workflow_known(99)
+async def test_an_unknown_start_error_fails_the_chart_only_after_the_bound_unless_temporal_knows_it():
+    """A start that failed for a reason nobody knows is tried again, up to the bound; at the
+    bound the chart is failed, unless Temporal knows its workflow (it started after all)."""
+    for started_after_all in (False, True):
+        host = FakeHost(budget=1, charts=1)
+        await host.load()
+        sync = Sync(host)
+        dispatcher = Dispatcher(host, sync, EtaPasses(host))
+        host.temporal.refuse[1] = StartFailed(UNKNOWN, "RuntimeError: odd", "odd")
+        bound = dispatcher.start_failures.max_unknown
+        for _ in range(bound - 1):
+            await dispatcher.dispatch()
+        assert host.store.state(1) == "queued" and dispatcher.start_failures.attempts
+        if started_after_all:
+            host.temporal.runs[1] = "run-1"
+        await dispatcher.dispatch()
+        assert host.temporal.start_calls == [1] * bound
+        if started_after_all:  # the next attempt (or the reconcile) finds that run
+            assert host.store.state(1) == "queued" and not dispatcher.start_failures.attempts
+        else:
+            assert host.store.state(1) == "failed" and "odd" in host.store.errors[1]
+        sync.stop_watching()
 
 
 async def test_a_payload_that_is_not_an_object_is_refused_without_a_start(dispatcher):

@@ -34,7 +34,7 @@ async def test_a_pass_runs_at_once_at_the_start_publishes_and_keeps_the_head(eta
     etas.schedule_eta(Effects(), host.clock.monotonic())
     assert etas.pass_in_flight is not None and etas.pass_in_flight in host.loop.tasks
     await run_pass(etas)
-    assert host.publisher.snapshots == 1 and etas._published_seq == 1
+    assert host.publisher.snapshots == 1 and etas.published_seq == 1
     assert etas.pass_in_flight is None and host.loop.tasks == [] and host.loop.wake.is_set()
     assert set(etas.head_etas) == {"1", "2", "3"}
     assert host.guarded_steps == ["eta"]
@@ -129,8 +129,10 @@ async def test_the_eta_in_force_is_the_last_passs_else_the_mean_from_now(etas):
     r = type("R", (), {"id": 1, "org": 1, "workflow": "code"})()
     finish, _ = etas.eta_in_force(r, 100.0)
     assert finish == 100.0 + host.state.forecast.mean("1", "code")
-    etas._last_report = ({"1": Eta(5.0, 7.0)}, 50.0)
-    assert etas.eta_in_force(r, 100.0)[0] == 57.0
+    etas.schedule_eta(Effects(), host.clock.monotonic())
+    await run_pass(etas)
+    then = host.clock.time()  # the pass's now (the fake clock stands still)
+    assert etas.eta_in_force(r, 100.0)[0] == etas.eta_in_force(r, 200.0)[0] == then + etas.head_etas["1"].finish_s
 
 
 async def test_first_etas_are_recorded_only_for_charts_not_promised_meanwhile(etas):
@@ -142,7 +144,7 @@ async def test_first_etas_are_recorded_only_for_charts_not_promised_meanwhile(et
         return len(rows)
     host.store.record_first_etas = record
     host.state.unpromised.discard("2")  # promised at its dispatch since the pass began
-    await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in "123"}, "123"), 0.0)
+    await etas.record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in "123"}, "123"), 0.0)
     assert recorded == [{1, 3}] and host.state.unpromised == set()
 
 
@@ -160,7 +162,7 @@ async def test_the_first_etas_writes_are_paced_to_their_share_of_the_time(etas):
     for share, rests in ((0.5, [2.0, 2.0]), (0.25, [6.0, 6.0]), (1.0, [])):
         host.FIRST_ETAS_WRITE_SHARE, host.slept = share, []
         host.state.unpromised.update("12345")
-        await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in "12345"}, "12345"), 0.0)
+        await etas.record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in "12345"}, "12345"), 0.0)
         assert host.slept == pytest.approx(rests) and host.state.unpromised == set()
 
 
@@ -184,7 +186,7 @@ async def test_a_backfill_carries_the_first_etas_of_the_charts_it_has_still_to_w
         host.store.record_first_etas = record
         ids = [str(c) for c in range(6, 0, -1)]
         first = EtaColumns.of({c: Eta(1.0, float(c)) for c in ids}, set(ids)).by_id()
-        await etas._record_first_etas(first, 100.0)
+        await etas.record_first_etas(first, 100.0)
         assert recorded == [{int(c) for c in head[1]}] and len(head[1]) == 2
 
         rounds.chunk(10)
@@ -212,7 +214,7 @@ async def test_a_pass_that_starts_ends_the_backfills_carrying_of_first_etas():
     try:
         rounds.start_backfill(queue, set, 1)
         ids = [str(c) for c in range(1, 7)]
-        await etas._record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in ids}, set(ids)).by_id(), 0.0)
+        await etas.record_first_etas(EtaColumns.of({c: Eta(1.0, 2.0) for c in ids}, set(ids)).by_id(), 0.0)
         rounds.chunk(2)
         assert len(etas.carried_firsts(rounds.next(queue)[1])) == 2
         etas.schedule_eta(Effects(eta_now=True), host.clock.monotonic())

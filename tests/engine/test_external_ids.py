@@ -66,10 +66,10 @@ def test_an_id_set_again_and_again_keeps_its_block_small():
 
 def test_a_block_is_dropped_with_its_last_chart():
     got = ExternalIds({i: f"e{i}" for i in range(BLOCK, 2 * BLOCK)})
-    assert len(got._blocks) == 1
+    assert got.block_count == 1
     for i in range(BLOCK, 2 * BLOCK):
         got.pop(i)
-    assert got._blocks == {} and len(got) == 0
+    assert got.block_count == 0 and len(got) == 0
 
 
 def test_bad_input_is_refused_naming_the_field():
@@ -85,9 +85,7 @@ def test_bad_input_is_refused_naming_the_field():
 
 def _footprint(d) -> int:
     if isinstance(d, ExternalIds):
-        return sys.getsizeof(d._blocks) + sum(
-            sys.getsizeof(b) + sys.getsizeof(b.offs) + sys.getsizeof(b.lens) + sys.getsizeof(b.blob)
-            for b in d._blocks.values())
+        return d.nbytes()
     return sys.getsizeof(d) + sum(sys.getsizeof(v) for v in d.values())
 
 

@@ -30,7 +30,7 @@ def brute(spec, model, dispatch, *, clear_by=None, meet_due=False):
         if cap.queue.blocked:
             continue
         report = cap.eta_report(T)
-        ok = (report.clear_s <= clear_by - T) if clear_by is not None else planner._late(cap, report.etas, T) == 0
+        ok = (report.clear_s <= clear_by - T) if clear_by is not None else planner.late_charts(cap, report.etas, T) == 0
         if ok:
             return b
     return None
@@ -175,7 +175,7 @@ def test_the_lane_models_answer_is_brute_forces_at_a_larger_budget(meet_due):
         state.queue.set_budget(b)
         cap = state.capture()
         report = cap.eta_report(T)
-        if (report.clear_s <= kw["clear_by"] - T) if not meet_due else planner._late(cap, report.etas, T) == 0:
+        if (report.clear_s <= kw["clear_by"] - T) if not meet_due else planner.late_charts(cap, report.etas, T) == 0:
             want = b
             break
     assert want is not None and 3 < want < bound  # the search has work to do

@@ -174,7 +174,7 @@ async def _host_after_a_pass(**kw):
 async def test_a_preview_of_the_state_the_last_pass_measured_reuses_its_before_and_answers_as_both_would():
     host, state = await _host_after_a_pass()
     host.clock.advance(5.0)  # the pass was at then; nothing changed since
-    then = host.etas._measured[1].now
+    then = host.etas.last_measured().now
     previews = Previews(host, None)
     change = {"kind": "weight", "org": 2, "value": 3}
     got = await previews.preview(change)
