@@ -126,6 +126,17 @@ def test_the_pages_have_no_accessibility_violation(browser, browser_server, redi
     root = get_user_model().objects.get(username="root")
     for name, path in admin_pages(root):
         pages.check(name, path, "#content")
+    org = demo["org"]
+    for name, path in (("admin orgs app", "/admin/orgs/"), ("admin org history", f"/admin/orgs/org/{org.pk}/history/"),
+                       ("admin org delete", f"/admin/orgs/org/{org.pk}/delete/"),
+                       ("admin password change", "/admin/password_change/"),
+                       ("admin user password", f"/admin/auth/user/{root.pk}/password/"),
+                       ("rq queues", "/admin/rq/"), ("rq workers", "/admin/rq/workers/0/"),
+                       ("rq queue details", "/admin/rq/queues/0/details/"),
+                       *((f"rq {kind} jobs", f"/admin/rq/queues/0/{kind}/")
+                         for kind in ("finished", "failed", "scheduled", "started", "deferred")),
+                       ("rq queued jobs", "/admin/rq/queues/0/")):
+        pages.check(name, path, "#content")
     found = pages.found
 
     # an org member: not staff, a member of Acme, who may submit charts
