@@ -147,7 +147,25 @@ def chart_submit(
     payload returns the existing chart (idempotent); with different content it is refused.
     ``priority`` is parsed by :func:`common.validation.parse_bool` (``"false"`` is false).
     ``due_at`` (a datetime or ISO text): its own due time; without it the chart is due
-    its creation plus its org's turnaround, if the org has one."""
+    its creation plus its org's turnaround, if the org has one. Whether it was created:
+    :func:`chart_submit_created`."""
+    return chart_submit_created(org=org, workflow=workflow, payload=payload, external_id=external_id,
+                                priority=priority, due_at=due_at)[0]
+
+
+def chart_submit_created(
+    *,
+    org: Org | int | str,
+    workflow: Workflow | int | str,
+    payload: Any = None,
+    external_id: str | None = None,
+    priority: bool | str = False,
+    due_at: Any = None,
+) -> tuple[Chart, bool]:
+    """:func:`chart_submit`, and whether this call created the chart (False: the same
+    ``external_id`` and content were already there, or another submission inserted them
+    while this one was checking: the API's 200, not 201). Only the insert that the database
+    accepted says True, so two concurrent identical submissions never both say created."""
     org_obj = _org(org)
     wf = _workflow(workflow)
     data = _payload(payload)
@@ -158,7 +176,7 @@ def chart_submit(
         existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
         if existing is not None:
             if existing.workflow_id == wf.pk and existing.payload == data:
-                return existing
+                return existing, False
             raise ValidationError(
                 {"external_id": f"external_id: {ext!r} is already used by chart #{existing.pk} of {org_obj.name} "
                                 f"with a different workflow or payload."}
@@ -174,14 +192,14 @@ def chart_submit(
             chart.due_derived = True
             chart.save(force_insert=True)
             notify(ChartNote(id=chart.pk))
-        return chart
+        return chart, True
     except IntegrityError as exc:
         existing = Chart.objects.filter(org=org_obj, external_id=ext).first() if ext is not None else None
         if existing is None:
             # Not the external id (a CHECK constraint, say): never blame a field that is fine.
             raise ValidationError({"__all__": f"the database refused the chart: {exc}"}) from None
         if existing.workflow_id == wf.pk and existing.payload == data:
-            return existing
+            return existing, False
         raise ValidationError({"external_id": f"external_id: {ext!r} is already used in {org_obj.name}."}) from None
 
 
@@ -206,8 +224,6 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
     wf_cache: dict[Any, Workflow] = {}
     rows: list[dict[str, Any]] = []  # the new charts' column values (common/bulk.insert_rows)
     seen_ext: dict[tuple[int, str], int] = {}
-    by_ext: dict[tuple[int, str], Chart] = {}
-    existing_ids: list[int] = []
     now = timezone.now()
 
     def cached(cache: dict[Any, Any], key: Any, resolve) -> Any:
@@ -245,32 +261,53 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
             "priority": priority, "prioritized_at": now if priority else None, "due_at": due, "due_explicit": explicit,
         })
 
-    # Existing external ids: identical -> idempotent, different -> refused.
-    for org_pk in {k[0] for k in seen_ext}:
-        exts = [k[1] for k in seen_ext if k[0] == org_pk]
+    fresh, result = _split_existing(rows, set(seen_ext))
+    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                for start in range(0, len(fresh), BULK_BATCH):
+                    # what bulk_create would write, without a model instance a row (common/bulk.py); no save()
+                    result.created.extend(insert_rows(Chart, fresh[start:start + BULK_BATCH]))
+                if fresh:
+                    notify(ChartsNote.of(result.created))  # one note for them all
+            return result
+        except IntegrityError:
+            # Another submission inserted some of these external ids since they were looked up
+            # (two identical batches at once): nothing of this one was written; look again, and
+            # those are existing now (or refused, if their content differs), as chart_submit does.
+            # Nothing new there (a CHECK constraint, say): the caller's error, as it was.
+            tried = len(fresh)
+            fresh, result = _split_existing(rows, set(seen_ext))
+            if len(fresh) == tried or attempt == SUBMIT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+SUBMIT_ATTEMPTS = 3
+
+
+def _split_existing(rows: list[dict[str, Any]], keys: set[tuple[int, str]]) -> tuple[list[dict[str, Any]], BulkResult]:
+    """The rows to insert, and the result with the charts already there: an existing external id
+    with the same workflow and payload is idempotent, with another is refused naming the item."""
+    by_ext: dict[tuple[int, str], Chart] = {}
+    for org_pk in {k[0] for k in keys}:
+        exts = [k[1] for k in keys if k[0] == org_pk]
         for start in range(0, len(exts), BULK_BATCH):
             for chart in Chart.objects.filter(org_id=org_pk, external_id__in=exts[start:start + BULK_BATCH]):
                 by_ext[(org_pk, chart.external_id)] = chart
     fresh: list[dict[str, Any]] = []
+    result = BulkResult()
     for i, row in enumerate(rows):
         found = by_ext.get((row["org_id"], row["external_id"])) if row["external_id"] else None
         if found is None:
             fresh.append(row)
         elif found.workflow_id == row["workflow_id"] and found.payload == row["payload"]:
-            existing_ids.append(found.pk)
+            result.existing.append(found.pk)
         else:
             raise ValidationError({f"charts[{i}].external_id": (
                 f"charts[{i}].external_id: {row['external_id']!r} is already used by chart #{found.pk} "
                 f"with a different workflow or payload.")})
-
-    result = BulkResult(existing=existing_ids)
-    with transaction.atomic():
-        for start in range(0, len(fresh), BULK_BATCH):
-            # what bulk_create would write, without a model instance a row (common/bulk.py); no save()
-            result.created.extend(insert_rows(Chart, fresh[start:start + BULK_BATCH]))
-        if fresh:
-            notify(ChartsNote.of(result.created))  # one note for them all
-    return result
+    return fresh, result
 
 
 # --- operator controls ----------------------------------------------------------------

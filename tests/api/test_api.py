@@ -293,14 +293,14 @@ def test_a_bad_idempotency_key_is_400(api_world, value):
 def test_a_retry_while_the_first_is_in_flight_is_409(api_world, monkeypatch):
     acme = api_world["acme"]
     inside, release = threading.Event(), threading.Event()
-    real = chart_services.chart_submit
+    real = chart_services.chart_submit_created
 
     def slow(**kwargs):
         inside.set()
         assert release.wait(10)
         return real(**kwargs)
 
-    monkeypatch.setattr(chart_services, "chart_submit", slow)
+    monkeypatch.setattr(chart_services, "chart_submit_created", slow)
     first: list = []
     worker = threading.Thread(target=lambda: first.append(
         acme.post("/charts", {"workflow": "code"}, **{"Idempotency-Key": "race"})))
