@@ -15,6 +15,14 @@ know): how far the arrivals no one can know keep the forecast from its own pass.
 
 Naive: ``arrival + pending x mean duration / (budget / mean cost)``, pending
 being the charts in the system at arrival (arrived, not finished).
+
+"Of limit" is the forecast's gain over naive as a share of the foresight's
+(foresight MAE / forecast MAE). ``--bounds`` adds two ETAs that know more than any ETA
+may, but not the arrivals: the **rate oracle** (the forecast pass with each org's true
+expected rate over time, its overload's end included, in place of the learned one) and
+the **sampled futures** (the pass run on 15 other draws of the trace's own process after
+now, the median start and finish taken): how much of the limit knowing the process,
+short of the arrivals themselves, reaches.
 """
 from __future__ import annotations
 
@@ -29,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairsched.core import DEFAULT_AVG_S  # noqa: E402
-from fairsched.core.forecast import Forecaster, ForecastParams  # noqa: E402
+from fairsched.core import DEFAULT_AVG_S, Eta, EtaReport  # noqa: E402
+from fairsched.core.forecast import Forecaster, ForecastParams, _Phantoms  # noqa: E402
 from fairsched.core.rules import arrival_round, is_held  # noqa: E402
 from fairsched.core.scenario import parse_trace  # noqa: E402
 from fairsched.core.simulator import simulate as core_simulate  # noqa: E402
@@ -43,7 +51,7 @@ WF123 = {"triage": (1, 240.0), "code": (2, 900.0), "audit": (3, 2400.0)}
 def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: int = 24,
                overload: float = 1.3, hours: float = 4.0, zipf: float = 1.1, sigma: float = 0.5,
                burst_share: float = 0.5, averages: bool = True, tail_hours: float = 2.0,
-               tail_load: float = 0.6, waves: float = 0.0) -> dict:
+               tail_load: float = 0.6, waves: float = 0.0, future_seed: int | None = None) -> dict:
     """Arrivals for ``hours`` at ``overload`` x the budget's capacity, then
     ``tail_hours`` at ``tail_load`` x (the backlog drains while work still comes), then none.
 
@@ -51,7 +59,8 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
     ``burst_share`` of each org's charts comes in bursts (5-40 charts within a
     couple of minutes), the rest as a Poisson stream. Durations are log-normal
     with the workflow's mean and log-sd ``sigma`` (per org a mean factor 0.7-1.4).
-    ``waves`` > 0: the overload itself comes in waves, the ``hours`` cut into spells of
+    ``future_seed``: another draw of the arrivals of the same process (the bench's
+    sampled-futures limit). ``waves`` > 0: the overload itself comes in waves, the ``hours`` cut into spells of
     20-60 minutes, each at ``1 +- waves`` x the rate (high and low in turn, the same mean).
     """
     rnd = random.Random(seed)
@@ -86,6 +95,8 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
             spells.append((t, end, 1.0 + waves if high else 1.0 - waves))
             t, high = end, not high
     top = max(sc for _, _, sc in spells)
+    if future_seed is not None:  # the same process (rates, spells, factors), other arrivals
+        rnd = random.Random(future_seed)
 
     def burst_at(begin: float, end: float, waved: bool) -> float:
         # a burst's time, with the density of the rate (rejection on the spells)
@@ -124,6 +135,13 @@ def make_trace(seed: int, *, n_orgs: int = 14, workflows: dict = WF12, budget: i
     if averages:
         trace["averages"] = [{"org": o, "workflow": wf, "avg_s": round(m * factor[o], 1)}
                              for o in orgs for wf, (_, m) in workflows.items()]
+    # the generator's expected rate over time (never given to an ETA; the "rate oracle"
+    # of run_model): per org its charts per second, and the overload's spells then the tail
+    trace["_kw"] = dict(seed=seed, n_orgs=n_orgs, workflows=workflows, budget=budget, overload=overload,
+                        hours=hours, zipf=zipf, sigma=sigma, burst_share=burst_share, averages=averages,
+                        tail_hours=tail_hours, tail_load=tail_load, waves=waves)
+    trace["_rate"] = {"orgs": {o: rate * share[i] for i, o in enumerate(orgs)},
+                      "spells": [*spells, phases[1]]}
     return trace
 
 
@@ -188,11 +206,78 @@ class Foresight(Forecaster):
         return _TrueArrivals(self.future, now, weights, cost_of, mean)
 
 
+class _OracleRates(_Phantoms):
+    """Each org's expected arrivals at the rate the trace was generated with (its
+    spells, its tail, then none), not at the rate learned so far: what a rate model
+    could reach at best, the bursts and the Poisson noise left unknown."""
+
+    def __init__(self, rate: dict, fc, now, weights, cost_of, mean) -> None:
+        self.true, self.now = rate, now
+        super().__init__(fc, now, weights, cost_of, mean)
+
+    def _rate(self, org: str, t: float) -> float:
+        at = self.now + t
+        for b, e, sc in self.true["spells"]:
+            if b <= at < e:
+                return self.true["orgs"].get(org, 0.0) * sc
+        return 0.0
+
+
+class RateOracle(Forecaster):
+    """The forecast with each org's true expected rate over time in place of the learned
+    one (bench only: no ETA knows when the overload ends)."""
+
+    def __init__(self, trace: dict, estimate, params: ForecastParams) -> None:
+        super().__init__(estimate, params)
+        self.true = trace["_rate"]
+
+    def expected_arrivals(self, now, weights, cost_of, mean):
+        return _OracleRates(self.true, self, now, weights, cost_of, mean)
+
+
+class SampledFutures(Forecaster):
+    """The best an ETA could do knowing the process that makes the arrivals (each org's
+    rates, the spells, when the overload ends) but not the arrivals: each pass is run on
+    ``k`` other draws of the trace's future (``make_trace(future_seed=)``, the arrivals
+    after now) and each chart gets the median start and finish (the median: what an
+    absolute error is least for). Bench only; about ``k`` times the foresight's cost."""
+
+    def __init__(self, trace_kw: dict, estimate, params: ForecastParams, k: int = 15) -> None:
+        super().__init__(estimate, params)
+        self.futures = [sorted((a["at_s"], a["org"], a["workflow"])
+                               for a in make_trace(**trace_kw, future_seed=1_000_003 + j)["arrivals"])
+                        for j in range(k)]
+        self._future: list = []
+
+    def expected_arrivals(self, now, weights, cost_of, mean):
+        return _TrueArrivals(self._future, now, weights, cost_of, mean)
+
+    def etas(self, queue, running, now, *, stop_after=None):
+        running = list(running)
+        reps = []
+        for fut in self.futures:
+            self._future = fut
+            reps.append(super().etas(queue, running, now, stop_after=stop_after).etas)
+        out = {}
+        for cid in (stop_after if stop_after is not None else reps[0].keys()):
+            xs = [r.get(cid) for r in reps]
+            if any(x is None for x in xs):
+                continue
+            st = sorted(x.start_s for x in xs)
+            fi = sorted(x.finish_s for x in xs)
+            out[cid] = Eta(st[len(st) // 2], fi[len(fi) // 2])
+        return EtaReport(out, {}, 0.0)
+
+
 def run_model(trace: dict, model: str, params: ForecastParams | None = None) -> list[dict]:
-    """``model``: ``lanes``, ``forecast``, or ``foresight`` (the forecast told the future
-    arrivals: its limit, not an ETA anyone can give)."""
+    """``model``: ``lanes``, ``forecast``, ``foresight`` (the forecast told the future
+    arrivals: its limit, not an ETA anyone can give) or ``oracle`` (told the rates the
+    trace was generated with, not the arrivals)."""
     t = parse_trace(trace)
-    fc = Foresight(trace, t.durations, params or ForecastParams()) if model == "foresight" else None
+    fc = (Foresight if model == "foresight" else RateOracle)(trace, t.durations, params or ForecastParams()) \
+        if model in ("foresight", "oracle") else None
+    if model == "sampled":
+        fc = SampledFutures(trace["_kw"], t.durations, params or ForecastParams())
     r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights, costs=t.costs,
                       estimate=t.durations, eta_model="forecast" if fc else model, forecast_params=params,
                       forecaster=fc)
@@ -251,10 +336,11 @@ SWEEPS = {
 }
 
 
-def sweep_seed(kind: str, seed: int, params: ForecastParams | None = None) -> dict:
+def sweep_seed(kind: str, seed: int, params: ForecastParams | None = None, bounds: bool = False) -> dict:
     """One seed of a sweep: naive / model MAE of each model, the forecast's share of the
     limit (foresight MAE / forecast MAE, the same as (naive / forecast) / (naive /
-    foresight)), its bias and its 90% bound's calibration."""
+    foresight)), its bias and its 90% bound's calibration. ``bounds``: the same share for
+    the rate oracle and the sampled futures (``run_model``), which know the process."""
     trace = make_trace(seed=seed, **SWEEPS[kind])
     lanes = run_model(trace, "lanes")
     fore = run_model(trace, "forecast", params)
@@ -264,9 +350,14 @@ def sweep_seed(kind: str, seed: int, params: ForecastParams | None = None) -> di
     ef = errors({c["id"]: c["eta"] for c in fore if c["eta"] is not None}, fore)
     es = errors({c["id"]: c["eta"] for c in sight if c["eta"] is not None}, sight)
     ep = errors(perfect_start(trace, lanes), lanes)
-    return {"charts": len(lanes), "lanes": naive / el["mae"], "forecast": naive / ef["mae"], "bias": ef["bias"],
-            "foresight": naive / es["mae"], "perfect": naive / ep["mae"], "of_limit": es["mae"] / ef["mae"],
-            "in_p90": calibration(fore)}
+    out = {"charts": len(lanes), "lanes": naive / el["mae"], "forecast": naive / ef["mae"], "bias": ef["bias"],
+           "foresight": naive / es["mae"], "perfect": naive / ep["mae"], "of_limit": es["mae"] / ef["mae"],
+           "in_p90": calibration(fore)}
+    if bounds:
+        for m in ("oracle", "sampled"):
+            ch = run_model(trace, m, ForecastParams(fade_s=1e12) if m == "oracle" else params)
+            out[m] = es["mae"] / errors({c["id"]: c["eta"] for c in ch if c["eta"] is not None}, ch)["mae"]
+    return out
 
 
 def main() -> None:
@@ -275,6 +366,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20, help="seeds of each kind in the sweep (default 20)")
     ap.add_argument("--sweep", choices=["all", *SWEEPS, "none"], default="all",
                     help="which seed sweep(s) to run (default: all)")
+    ap.add_argument("--bounds", action="store_true",
+                    help="the sweeps also give the rate oracle's and the sampled futures' share of the limit "
+                         "(what an ETA knowing the process but not the arrivals reaches; ~20x slower)")
     args = ap.parse_args()
     names = list(TRACES)[:2] if args.quick else list(TRACES)
     print(f"{'trace':<58}{'charts':>7} | {'model':<9}{'MAE s':>8}{'bias s':>9}{'p90 s':>8}{'naive/x':>9}"
@@ -302,13 +396,15 @@ def main() -> None:
     for kind in kinds:
         print(f"\nSeeds of trace {kind}'s kind{' (overload in waves)' if SWEEPS[kind] else ''}: naive MAE / model MAE")
         print(f"{'seed':>5} {'charts':>7} {'lanes':>7} {'forecast':>9} {'bias':>6} {'foresight':>10} "
-              f"{'perfect start':>14} {'of limit':>9} {'by p90':>7}")
+              f"{'perfect start':>14} {'of limit':>9} {'by p90':>7}"
+              + (f" {'rate oracle':>12} {'sampled':>8}" if args.bounds else ""))
         rows = []
         for seed in range(1, args.seeds + 1):
-            r = sweep_seed(kind, seed)
+            r = sweep_seed(kind, seed, bounds=args.bounds)
             rows.append(r)
             print(f"{seed:>5} {r['charts']:>7} {r['lanes']:>6.2f}x {r['forecast']:>8.2f}x {r['bias']:>6.0f} "
-                  f"{r['foresight']:>9.2f}x {r['perfect']:>13.2f}x {r['of_limit']:>9.2f} {r['in_p90']:>7.0%}")
+                  f"{r['foresight']:>9.2f}x {r['perfect']:>13.2f}x {r['of_limit']:>9.2f} {r['in_p90']:>7.0%}"
+                  + (f" {r['oracle']:>12.2f} {r['sampled']:>8.2f}" if args.bounds else ""), flush=True)
 
         def col(k):
             return [r[k] for r in rows]
@@ -319,6 +415,9 @@ def main() -> None:
         print(f"  of the limit: min {rows[worst]['of_limit']:.2f} (seed {worst + 1}), mean {mean['of_limit']:.2f}, "
               f">= 0.8 on {sum(x >= 0.8 for x in col('of_limit'))} of {len(rows)}; forecast min "
               f"{min(col('forecast')):.2f}x; by p90 {min(col('in_p90')):.0%}-{max(col('in_p90')):.0%}")
+        for m in ("oracle", "sampled") if args.bounds else ():
+            print(f"  {'rate oracle' if m == 'oracle' else 'sampled futures'} of the limit: min {min(col(m)):.2f}, "
+                  f"mean {sum(col(m)) / len(rows):.2f}, >= 0.8 on {sum(x >= 0.8 for x in col(m))} of {len(rows)}")
     print(f"({time.perf_counter() - t0:.0f} s; errors in seconds over the charts that got an ETA at arrival;"
           " bias < 0: optimistic; by p90: share of charts that finished by the forecast's 90% bound;"
           " foresight: the forecast pass told the true future arrivals, which no ETA may know (its limit);"
