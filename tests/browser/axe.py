@@ -1,7 +1,9 @@
 """axe-core, the accessibility checker, run inside a page in Chromium.
 
 axe-core comes from npm (``tests/browser/package.json``, pinned in its lock file);
-``make install`` runs ``npm ci`` here. The rules are WCAG 2.0 and 2.1, levels A and AA.
+``make install`` runs ``npm ci`` here. The rules are WCAG 2.0 and 2.1, levels A and AA
+(:data:`TAGS`), or every rule axe-core runs by default, its best practices included
+(:data:`ALL`: the whole-page test, ``test_axe_browser.py``).
 """
 from __future__ import annotations
 
