@@ -8,7 +8,7 @@ import dataclasses
 from common.notify import OrgNote, SettingsNote
 from fairsched.core import FairQueue
 from fairsched.engine.scheduler import Scheduler
-from tests.test_tick import rig, settle  # noqa: F401 - the fixture
+from tests.test_tick import pass_ends, rig, settle  # noqa: F401 - the fixture
 
 ORDER_WORK = ["2", "1", "4", "6", "3", "8", "5", "7"]
 """Two orgs of weight 1, org 1's charts (odd) of 1200 s, org 2's (even) of 600 s, quantum
@@ -119,15 +119,17 @@ async def test_a_chart_backfilled_under_its_guard_holds_its_window_and_wakes_the
     scheduling.md, "Backfill"), and the loop wakes then to dispatch, though nothing may
     finish at that moment."""
     r = wide_head(rig, small_s=50.0)
-    r.store.config = dataclasses.replace(r.store.config, dispatch="backfill")
+    # every other timed step far off (reconcile, resyncs, ETA passes): the window's end is the next wake-up
+    r.store.config = dataclasses.replace(r.store.config, dispatch="backfill", reconcile_interval_s=1e6,
+                                         eta_interval_s=1e6)
+    r.s.MAX_SLEEP_S = r.s.RESYNC_INTERVAL_S = 1e6
     await r.lead()
     await r.tick()
     started = r.clock.time()
     assert r.temporal.start_calls == [1, 3]
     q = r.s.state.queue
     assert q.next_release(started) == started + 75.0
-    r.s.MAX_SLEEP_S = 1e6  # every other timed step far off: the window's end is the next wake-up
-    r.s._reconcile_due = r.s._resync_due = r.s.etas._eta_due = r.clock.monotonic() + 1e6
+    await pass_ends(r.s)
     assert r.s.idle_for() == 75.0
     r.temporal.close(3)
     await settle()

@@ -73,14 +73,19 @@ async def test_a_pass_in_a_child_is_given_the_longest_of_its_bounds(etas):
     600 s), the bound of a first pass over a large backlog."""
     host = etas.host
     asked = _in_a_child_whose_time_is_up(host)
+    expiring = host.clock.wait_for
     charts = len(host.state.queue) + len(host.state.running)
-    for last_cost, per_chart, expected in ((0.0, 0.0006, 10.0), (7.0, 0.0006, 70.0), (0.0, 100.0, 100.0 * charts)):
-        etas._eta_last_cost, host.ETA_PASS_TIMEOUT_PER_CHART_S = last_cost, per_chart
+    # each pass: what it costs (the clock's seconds), the per-chart bound, the timeout it is given
+    for cost, per_chart, expected in ((7.0, 0.0006, 10.0), (0.0, 0.0006, 70.0), (0.0, 100.0, 100.0 * charts)):
+        async def costing(awaitable, timeout_s, cost=cost):
+            host.clock.advance(cost)
+            return await expiring(awaitable, timeout_s)
+        host.clock.wait_for, host.ETA_PASS_TIMEOUT_PER_CHART_S = costing, per_chart
         etas.schedule_eta(Effects(), host.clock.monotonic())
         with pytest.raises(forked.ChildFailed):
             await run_pass(etas)
         etas.request_pass()
-        assert asked[-1] == pytest.approx(expected)
+        assert asked[-1] == pytest.approx(expected)  # 70: ten times the last pass's 7 s
 
 
 async def test_with_nothing_changing_the_next_pass_waits_the_interval(etas):
