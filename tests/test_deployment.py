@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from django.apps import apps as django_apps
+from django.db import connection
 from django.core.management import CommandError, call_command
 
 from control import deployment
@@ -56,6 +58,8 @@ def test_a_new_database_has_no_legacy_cut_and_its_first_process_names_it(setting
     """Its migration (with no chart in the database) wrote the row with the cut at 1 and no
     name: the first process to need it names it, and even the first chart, created before any
     scheduler led (the demo's seed on a fresh ``make run``), runs as ``chart-<deployment>-<pk>``."""
+    migration = importlib.import_module("charts.migrations.0014_no_legacy_cut_on_a_new_database")
+    migration.no_legacy_cut_on_a_new_database(django_apps, connection.schema_editor())  # a new database's
     row = Deployment.objects.get()
     assert (row.name, row.legacy_below) == ("", 1)
     settings.FAIRSCHED_DEPLOYMENT = "prod"
@@ -66,23 +70,19 @@ def test_a_new_database_has_no_legacy_cut_and_its_first_process_names_it(setting
 
 
 def test_the_migration_leaves_a_database_with_charts_or_a_deployment_as_it_was():
-    from django.apps import apps
-    from django.db import connection
-
     migration = importlib.import_module("charts.migrations.0014_no_legacy_cut_on_a_new_database")
     editor = connection.schema_editor()
-    Deployment.objects.all().delete()
     make_chart(make_org("acme"), make_workflow())
-    migration.no_legacy_cut_on_a_new_database(apps, editor)
+    migration.no_legacy_cut_on_a_new_database(django_apps, editor)
     assert not Deployment.objects.exists()  # a chart: its cut waits for the first lead
     Deployment.objects.create(pk=1, name="prod")
     Chart.objects.all().delete()
-    migration.no_legacy_cut_on_a_new_database(apps, editor)
+    migration.no_legacy_cut_on_a_new_database(django_apps, editor)
     assert Deployment.objects.get().legacy_below is None  # a row: as it was
 
 
 def test_the_charts_before_the_first_lead_keep_their_legacy_id_and_the_cut_is_written_once(settings):
-    Deployment.objects.all().delete()  # a database from before deployment ids (no row yet)
+    """A database from before deployment ids (no row yet: the suite's own, tests/conftest.py)."""
     settings.FAIRSCHED_DEPLOYMENT = "prod"
     org, wf = make_org("acme"), make_workflow()
     old = make_chart(org, wf)
