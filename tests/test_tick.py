@@ -1113,15 +1113,15 @@ async def test_the_rounds_backfill_waits_for_the_first_pass_over_the_loaded_back
     r.s.BACKFILL_MIN, r.s.BACKFILL_CHUNK = 3, 2
     release = threading.Event()
     passes = []
-    publish = r.s.etas._compute_and_publish
+    store_snapshot = r.s.publisher.store_snapshot
 
-    def held(captured, now):
-        passes.append(now)
+    def held(snap, rows, per_org):  # the pass, in its thread: the first is held before its snapshot is stored
+        passes.append(snap)
         if len(passes) == 1:
             assert release.wait(10)
-        return publish(captured, now)
+        return store_snapshot(snap, rows, per_org)
 
-    r.s.etas._compute_and_publish = held
+    r.s.publisher.store_snapshot = held
     await r.lead()
     assert "writing 12 charts' rounds 2 at a time" in caplog.text
 
