@@ -1,7 +1,9 @@
 """Writes to orgs, workflows and costs. Each validates, writes in one transaction, records
-an operator's change in the audit trail and notifies the scheduler on commit. Every change
-to an existing org goes through :func:`org_update` (or its weight alone through
-:func:`org_set_weight`, :func:`org_hold`, :func:`org_release`)."""
+an operator's change in the audit trail and notifies the scheduler on commit. An existing
+org changes through one service a change (:func:`org_rename`, :func:`org_set_webhook`,
+:func:`org_set_max_queued`, :func:`org_set_members`, :func:`org_set_turnaround`,
+:func:`org_set_weight`, :func:`org_hold`, :func:`org_release`), or several at once, all or
+nothing, through :func:`org_update` (the admin's form)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -140,72 +142,120 @@ def _usernames(pks: set[int]) -> list[str]:
     return sorted(get_user_model().objects.filter(pk__in=pks).values_list("username", flat=True))
 
 
-def org_update(*, org: Org | int, actor: Any = None, **changes: Any) -> Org:
-    """Change an existing org: any of :data:`UPDATE_FIELDS`, given as keywords (the others are
-    left as they are). The admin's form and list come through here.
+# The services of org_update, one a change, each with the fields it takes.
+NAME_FIELDS = ("name", "slug")
+WEBHOOK_FIELDS = ("webhook_url", "webhook_secret", "webhook_clear_margin_s")
 
-    In one transaction, under the org's row lock:
 
-    - **validated**: each value as its field allows (whole numbers for ``weight`` and
-      ``webhook_clear_margin_s``, a whole number or None for ``max_queued``, text without NUL for the rest, existing users for
-      ``members``), then the row as the model allows (``Org.full_clean``: a unique name
-      and slug, a URL, a secret with a webhook URL, a ``whsec_`` secret in base64). A field
-      not in :data:`ORG_FIELDS` is refused. An error (``ValidationError``) names the field,
-      and nothing is written;
-    - **audited**: a new turnaround as :func:`org_set_turnaround` records it (and applied to
-      the org's unfinished charts); a new weight as :func:`org_set_weight` records it (action ``weight``; 0
-      holds the org and remembers the weight to restore on release); every other field
-      that changed in one ``org_change`` entry, its values before and after (the webhook
-      secret as ``(secret)``/``(new secret)``, never its value; members by username);
-    - **notified**: one ``org`` note on commit, whatever changed.
+def _change_fields(locked: Org, values: dict[str, Any], *, actor: Any) -> bool:
+    """Write the fields of ``values`` that differ on a locked org, checked as the model
+    allows (``Org.full_clean`` on them: a unique name and slug, a URL, a secret with a webhook
+    URL, a ``whsec_`` secret in base64; an error names the field), in one ``org_change``
+    audit entry with the values before and after (the secret as ``(secret)``/``(new
+    secret)``, never its value), and notify. False: nothing differed, nothing written."""
+    fields = [f for f in values if values[f] != getattr(locked, f)]
+    if not fields:
+        return False
+    before = {f: _shown(f, getattr(locked, f)) for f in fields}
+    old_name = locked.name
+    for f in fields:
+        setattr(locked, f, values[f])
+    if "slug" in fields and not locked.slug:
+        locked.slug = locked.default_slug()  # before the uniqueness check, not in save()
+    try:
+        locked.full_clean(exclude=[f for f in ORG_FIELDS if f not in fields])
+    except ValidationError as exc:
+        raise ValidationError({f: [m if f == NON_FIELD_ERRORS or m.startswith(f"{f}:") else f"{f}: {m}"
+                                   for m in msgs] for f, msgs in exc.message_dict.items()}) from None
+    locked.save(update_fields=[*fields, "updated_at"])
+    was = f" (was {old_name})" if "name" in fields else ""
+    audit.record(actor=actor, action="org_change", org=locked,
+                 summary=f"Changed {', '.join(f.replace('_', ' ') for f in fields)} of {locked.name}{was}",
+                 before=before, after={f: _shown(f, getattr(locked, f), new=True) for f in fields})
+    notify(OrgNote(id=locked.pk))
+    return True
 
-    A value equal to the current one is no change: nothing changed, nothing written,
-    recorded or sent. Returns the org as saved."""
-    turnaround = changes.pop("turnaround", _UNCHANGED)
-    if turnaround is not _UNCHANGED:
-        turnaround = parse_turnaround("turnaround", turnaround)
-    values = _org_values(changes)
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {f: v for f, v in values.items() if v is not _UNCHANGED}
+
+
+def org_rename(*, org: Org | int, name: Any = _UNCHANGED, slug: Any = _UNCHANGED, actor: Any = None) -> Org:
+    """Change an org's name and/or slug (a blank slug becomes the name's): validated, unique,
+    audited (``org_change``) and notified; the same values are no change."""
+    values = _org_values(_given(name=name, slug=slug))
     with transaction.atomic():
         locked = _locked_org(org)
-        new_turnaround = turnaround is not _UNCHANGED and _apply_turnaround(locked, turnaround, actor=actor)
-        weight = values.pop("weight", locked.weight)
-        members = values.pop("members", None)
-        old_members = set(locked.members.values_list("pk", flat=True)) if members is not None else None
-        changed = [f for f in ORG_FIELDS if f in values and values[f] != getattr(locked, f)]
-        if members is not None and members != old_members:
-            changed.append("members")
-        if not changed and weight == locked.weight:
-            if new_turnaround:
-                notify(OrgNote(id=locked.pk))
-            return locked
-        before = {f: _shown(f, getattr(locked, f)) for f in changed if f != "members"}
-        old_name = locked.name
-        fields = [f for f in changed if f != "members"]
-        for f in fields:
-            setattr(locked, f, values[f])
-        if "slug" in fields and not locked.slug:
-            locked.slug = locked.default_slug()  # before the uniqueness check, not in save()
-        if fields:
-            try:
-                locked.full_clean(exclude=[f for f in ORG_FIELDS if f not in fields and f != "members"])
-            except ValidationError as exc:
-                raise ValidationError({f: [m if f == NON_FIELD_ERRORS or m.startswith(f"{f}:") else f"{f}: {m}"
-                                           for m in msgs] for f, msgs in exc.message_dict.items()}) from None
-            locked.save(update_fields=[*fields, "updated_at"])
-        after = {f: _shown(f, getattr(locked, f), new=True) for f in fields}
-        if "members" in changed:
-            locked.members.set(members)
-            before["members"], after["members"] = _usernames(old_members), _usernames(members)
-        if changed:
-            was = f" (was {old_name})" if "name" in changed else ""
+        _change_fields(locked, values, actor=actor)
+    return locked
+
+
+def org_set_webhook(*, org: Org | int, webhook_url: Any = _UNCHANGED, webhook_secret: Any = _UNCHANGED,
+                    webhook_clear_margin_s: Any = _UNCHANGED, actor: Any = None) -> Org:
+    """Change an org's webhook: its URL, its secret (a secret needs a URL), how far a
+    clear-time must move to be sent. Audited without the secret's value, and notified."""
+    values = _org_values(_given(webhook_url=webhook_url, webhook_secret=webhook_secret,
+                                webhook_clear_margin_s=webhook_clear_margin_s))
+    with transaction.atomic():
+        locked = _locked_org(org)
+        _change_fields(locked, values, actor=actor)
+    return locked
+
+
+def org_set_max_queued(*, org: Org | int, max_queued: Any, actor: Any = None) -> Org:
+    """Cap how many of an org's charts the producer API lets wait (None or "": no cap; a whole
+    number from 0 to ``MAX_QUEUED``). Audited and notified."""
+    values = _org_values({"max_queued": max_queued})
+    with transaction.atomic():
+        locked = _locked_org(org)
+        _change_fields(locked, values, actor=actor)
+    return locked
+
+
+def org_set_members(*, org: Org | int, members: Any, actor: Any = None) -> Org:
+    """Set who may see the org's pages (users or user ids; each must exist). Audited by
+    username, and notified; the same members are no change."""
+    pks = _org_values({"members": members})["members"]
+    with transaction.atomic():
+        locked = _locked_org(org)
+        old = set(locked.members.values_list("pk", flat=True))
+        if pks != old:
+            locked.members.set(pks)
             audit.record(actor=actor, action="org_change", org=locked,
-                         summary=f"Changed {', '.join(f.replace('_', ' ') for f in changed)} of {locked.name}{was}",
-                         before=before, after=after)
-        if weight != locked.weight:
-            _apply_weight(locked, weight, actor=actor, action="weight")
-        else:
+                         summary=f"Changed members of {locked.name}",
+                         before={"members": _usernames(old)}, after={"members": _usernames(pks)})
             notify(OrgNote(id=locked.pk))
     return locked
+
+
+def org_update(*, org: Org | int, actor: Any = None, **changes: Any) -> Org:
+    """Several changes to an existing org at once, all or nothing: any of
+    :data:`UPDATE_FIELDS`, given as keywords (the others are left as they are). The admin's
+    form and list come through here.
+
+    Every value is checked first (an error names the field and nothing is written), then each
+    change goes to its own service, in one transaction: :func:`org_rename`,
+    :func:`org_set_webhook`, :func:`org_set_max_queued`, :func:`org_set_members`,
+    :func:`org_set_turnaround` and :func:`org_set_weight` (0 holds the org). Each audits its
+    own change; the scheduler gets one ``org`` note on commit (:func:`common.notify.notify`
+    sends a note once a transaction). A value equal to the current one is no change. Returns
+    the org as saved."""
+    turnaround = changes.pop("turnaround", _UNCHANGED)
+    if turnaround is not _UNCHANGED:
+        parse_turnaround("turnaround", turnaround)
+    values = _org_values(changes)
+    pk = org.pk if isinstance(org, Org) else org
+    with transaction.atomic():
+        _locked_org(pk)
+        if turnaround is not _UNCHANGED:
+            org_set_turnaround(org=pk, turnaround=turnaround, actor=actor)
+        for fields, service in ((NAME_FIELDS, org_rename), (WEBHOOK_FIELDS, org_set_webhook),
+                                (("max_queued",), org_set_max_queued), (("members",), org_set_members),
+                                (("weight",), org_set_weight)):
+            given = {f: values[f] for f in fields if f in values}
+            if given:
+                service(org=pk, actor=actor, **given)
+        return _locked_org(pk)
 
 
 def org_hold(*, org: Org | int, actor: Any = None) -> Org:

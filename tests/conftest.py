@@ -236,7 +236,7 @@ def test_db_url(django_db_setup, django_db_blocker) -> str:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker) -> None:
+def django_db_setup(request, django_db_setup, django_db_blocker) -> None:
     """The test database as migrated, less the deployment row its migration writes on a
     database with no chart (``charts/migrations/0014``: no legacy cut). A transactional test's
     flush empties that table, so without this the first test of a worker would see the row and
@@ -244,6 +244,8 @@ def django_db_setup(django_db_setup, django_db_blocker) -> None:
     (``tests/test_deployment.py`` runs the migration's step itself)."""
     from control.models import Deployment
 
+    if not any(uses_the_database(item) for item in request.session.items):
+        return  # pytest-django made no test database: the connection is not one to write to
     with django_db_blocker.unblock():
         Deployment.objects.all().delete()
 

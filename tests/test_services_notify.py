@@ -189,11 +189,12 @@ def test_an_admin_change_of_a_non_weight_field_is_audited_and_notified(admin_cli
     assert resp.status_code == 200
     org.refresh_from_db()
     assert (org.name, org.webhook_clear_margin_s, org.weight) == ("Acme Health", 120, 2)
-    entry = AuditEntry.objects.get(org=org)
-    assert entry.action == "org_change" and entry.actor_name == "admin"
-    assert entry.before == {"name": "Acme", "webhook_clear_margin_s": 600}
-    assert entry.after == {"name": "Acme Health", "webhook_clear_margin_s": 120}
-    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+    rename, webhook = AuditEntry.objects.filter(org=org).order_by("id")  # one entry a change, by its service
+    assert {rename.action, webhook.action} == {"org_change"} and rename.actor_name == webhook.actor_name == "admin"
+    assert (rename.before, rename.after) == ({"name": "Acme"}, {"name": "Acme Health"})
+    assert rename.summary == "Changed name of Acme Health (was Acme)"
+    assert (webhook.before, webhook.after) == ({"webhook_clear_margin_s": 600}, {"webhook_clear_margin_s": 120})
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]  # one note for the transaction
 
 
 def test_an_admin_change_of_weight_and_webhook_is_one_notification_and_hides_the_secret(
@@ -282,11 +283,31 @@ def test_org_update_records_members_by_username_and_a_blank_slug_becomes_the_nam
     capture_notifications.clear()
     saved = org_services.org_update(org=org.pk, members=[bob, ann.pk], name="Acme Health", slug="")
     assert saved.slug == "acme-health" and set(saved.members.all()) == {ann, bob}
-    entry = AuditEntry.objects.get()
-    assert entry.before == {"name": "Acme", "slug": "acme", "members": ["ann"]}
-    assert entry.after == {"name": "Acme Health", "slug": "acme-health", "members": ["ann", "bob"]}
-    assert entry.summary == "Changed name, slug, members of Acme Health (was Acme)"
+    rename, members = AuditEntry.objects.order_by("id")
+    assert (rename.before, rename.after) == ({"name": "Acme", "slug": "acme"}, {"name": "Acme Health", "slug": "acme-health"})
+    assert rename.summary == "Changed name, slug of Acme Health (was Acme)"
+    assert (members.before, members.after) == ({"members": ["ann"]}, {"members": ["ann", "bob"]})
+    assert members.summary == "Changed members of Acme Health"
     assert capture_notifications == [{"kind": "org", "id": org.pk}]
     capture_notifications.clear()
     org_services.org_update(org=org, members=[ann, bob], name="Acme Health")  # the same: no change
+    assert AuditEntry.objects.count() == 2 and capture_notifications == []
+
+
+@pytest.mark.parametrize(("service", "changes", "audited"), [
+    ("org_rename", {"name": "Acme Health"}, {"name": "Acme Health"}),
+    ("org_set_webhook", {"webhook_url": "https://hooks.example.com/x", "webhook_secret": "k"},
+     {"webhook_url": "https://hooks.example.com/x", "webhook_secret": "(new secret)"}),
+    ("org_set_max_queued", {"max_queued": 7}, {"max_queued": 7}),
+], ids=["rename", "webhook", "max_queued"])
+def test_each_org_change_has_its_own_service_audited_and_notified(service, changes, audited, capture_notifications):
+    org = make_org("Acme")
+    capture_notifications.clear()
+    saved = getattr(org_services, service)(org=org, **changes)
+    assert {f: getattr(saved, f) for f in changes} == changes
+    entry = AuditEntry.objects.get()
+    assert entry.action == "org_change" and entry.after == audited
+    assert capture_notifications == [{"kind": "org", "id": org.pk}]
+    capture_notifications.clear()
+    getattr(org_services, service)(org=org, **changes)  # the same again: no change
     assert AuditEntry.objects.count() == 1 and capture_notifications == []
