@@ -109,7 +109,12 @@ class Forecaster:
         # bytes where a tuple of two floats is three of 104 (at 1M promises, 60 MB against 129)
         self._promised: dict[str, complex] = {}
         self._ratios: deque[float] = deque(maxlen=params.calibration_n)
-        self._q90: float | None = None
+        # the latest promises made (chart ids): those still unfinished past their ETA count
+        # in the p90 bound's calibration with their ratio so far (``_quantile90``)
+        self._latest: deque[str] = deque(maxlen=params.calibration_n)
+        self._now = -math.inf  # the latest instant seen (an arrival, a promise, a finish)
+        self._q90: tuple | None = None  # (now, the ratios' version) -> the quantile
+        self._version = 0
 
     def copy(self, estimate: Estimate | None = None) -> "Forecaster":
         """A copy of what was learned (O(orgs + pairs)), for a pass in another thread
@@ -121,7 +126,8 @@ class Forecaster:
         other._log_var_n = self._log_var_n
         other._log_var_sum = self._log_var_sum
         other._ratios = deque(self._ratios, maxlen=self._ratios.maxlen)  # the p90 bound's calibration
-        other._q90 = self._q90
+        other._latest = deque(self._latest, maxlen=self._latest.maxlen)
+        other._now, other._q90, other._version = self._now, self._q90, self._version
         return other
 
     # ------------------------------------------------------------ learning
@@ -129,6 +135,8 @@ class Forecaster:
         """A chart of ``org`` arrived (was created) at ``at``. O(1)."""
         if self._first_at is None or at < self._first_at:
             self._first_at = at
+        if at > self._now:
+            self._now = at
         s = self._orgs.get(org)
         if s is None:
             s = self._orgs[org] = _OrgArrivals(at=at)
@@ -146,17 +154,27 @@ class Forecaster:
     def record_eta(self, chart_id: str, at: float, eta_at: float) -> None:
         """The first ETA given for a chart (absolute), at ``at``: when it finishes, how far
         off it was calibrates :meth:`p90_finish`. Later calls for the same chart are ignored."""
-        self._promised.setdefault(chart_id, complex(at, eta_at))
+        if chart_id not in self._promised:
+            self._promised[chart_id] = complex(at, eta_at)
+            self._latest.append(chart_id)
+            self._version += 1
+        if at > self._now:
+            self._now = at
 
     def forget(self, chart_id: str) -> None:
         """A chart that will never finish (cancelled, deleted): drop its promise."""
-        self._promised.pop(chart_id, None)
+        if self._promised.pop(chart_id, None) is not None:
+            self._version += 1
 
     def observe_finish(self, org: str, workflow: str | None, seconds: float, *,
                        chart_id: str | None = None, finished_at: float | None = None) -> None:
         """A chart of (org, workflow) finished after ``seconds`` (at ``finished_at``). O(1)."""
+        if finished_at is not None and finished_at > self._now:
+            self._now = finished_at
         if chart_id is not None:
             promised = self._promised.pop(chart_id, None)
+            if promised is not None:
+                self._version += 1
             if promised is not None and finished_at is not None:
                 self.observe_promise(promised.real, promised.imag, finished_at)
         if not (seconds >= 0.0) or math.isinf(seconds):
@@ -212,12 +230,12 @@ class Forecaster:
     def observe_promise(self, at: float, eta_at: float, finished_at: float) -> None:
         """A chart promised at ``at`` to finish at ``eta_at`` finished at ``finished_at``. O(1)."""
         self._ratios.append((finished_at - at) / max(eta_at - at, 1.0))
-        self._q90 = None
+        self._version += 1
 
-    def p90_finisher(self) -> Callable[[str, "str | None", Eta], float]:
+    def p90_finisher(self, now: float | None = None) -> Callable[[str, "str | None", Eta], float]:
         """:meth:`p90_finish` for a whole pass: per (org, workflow) and calibration work done once."""
         own: dict = {}
-        q = self._quantile90() if len(self._ratios) >= 20 else None
+        q = self._quantile90(now)
 
         def p90(org: str, workflow: str | None, eta: Eta) -> float:
             d = own.get((org, workflow))
@@ -232,21 +250,40 @@ class Forecaster:
             return b
         return p90
 
-    def _quantile90(self) -> float:
-        if self._q90 is None:
-            r = sorted(self._ratios)
-            self._q90 = max(1.0, r[min(len(r) - 1, math.ceil(0.9 * len(r)) - 1)])
-        return self._q90
+    def _quantile90(self, now: float | None = None) -> float | None:
+        """The 90th percentile of (actual / promised time to finish) over the latest finished
+        charts and the latest promises still unfinished past their ETA, each of those with
+        its ratio so far, ``(now - promised at) / (ETA - promised at)``, a lower bound (without
+        them the bound learns a wave of late charts only as they finish, hours late).
+        ``now``: default the latest instant seen. None below 20 ratios. O(calibration_n)."""
+        now = self._now if now is None else now
+        key = (now, self._version)
+        if self._q90 is not None and self._q90[0] == key:
+            return self._q90[1]
+        r = list(self._ratios)
+        promised = self._promised
+        for cid in self._latest:
+            pr = promised.get(cid)
+            if pr is not None and pr.imag < now:
+                r.append((now - pr.real) / max(pr.imag - pr.real, 1.0))
+        q = None
+        if len(r) >= 20:
+            r.sort()
+            q = max(1.0, r[min(len(r) - 1, math.ceil(0.9 * len(r)) - 1)])
+        self._q90 = (key, q)
+        return q
 
-    def p90_finish(self, org: str, workflow: str | None, eta: Eta) -> float:
+    def p90_finish(self, org: str, workflow: str | None, eta: Eta, now: float | None = None) -> float:
         """A finish (seconds from now, like ``eta``) the chart should beat 9 times out of 10:
         its start plus the 90th percentile of its (org, workflow)'s durations, and, once 20
-        charts have finished, at least its ETA stretched by the 90th percentile of
-        (actual / promised time to finish) of the latest finished charts."""
+        charts have finished or are late, at least its ETA stretched by the 90th percentile
+        of (actual / promised time to finish) of the latest finished charts and of the latest
+        promises still unfinished past their ETA (their ratio so far: :meth:`_quantile90`)."""
         own = eta[0] + self.p90(org, workflow)
-        if len(self._ratios) < 20:
+        q = self._quantile90(now)
+        if q is None:
             return max(own, eta[1])
-        return max(own, eta[1] * self._quantile90(), eta[1])
+        return max(own, eta[1] * q, eta[1])
 
     # ------------------------------------------------------------ arrival rates
     def rates(self, now: float) -> dict[str, tuple[float, float]]:

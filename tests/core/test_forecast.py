@@ -87,6 +87,34 @@ def test_p90_finish_from_the_duration_spread_then_from_how_late_charts_finished(
     assert fc.p90_finish("A", "w", eta) == pytest.approx(max(30.0 + fc.p90("A", "w"), 155.0 * 2.7))
 
 
+
+def test_p90_finish_counts_the_promises_already_late_with_their_ratio_so_far():
+    # 30 charts promised at t=0 to finish 100 s later, none finished yet: the bound has no
+    # finished chart to learn from, but at t=300 each is known to take at least 3x its
+    # promise, so the bound stretches an ETA by 3 (a wave of late charts is seen as it
+    # happens, not hours later when they finish)
+    fc = Forecaster(Durations({}, 100.0), ForecastParams(prior_n=0.0))
+    eta = (30.0, 155.0)
+    own = 30.0 + fc.p90("A", "w")
+    for i in range(30):
+        fc.record_eta(f"c{i}", 0.0, 100.0)
+    assert fc.p90_finish("A", "w", eta, now=50.0) == pytest.approx(max(own, 155.0))  # none late yet
+    assert fc.p90_finish("A", "w", eta, now=300.0) == pytest.approx(155.0 * 3.0)
+    assert fc.p90_finisher(300.0)("A", "w", eta) == pytest.approx(155.0 * 3.0)
+    # without ``now``: the latest instant the forecast has seen (an arrival here)
+    fc.observe_arrival("A", "w", 300.0)
+    assert fc.p90_finish("A", "w", eta) == pytest.approx(155.0 * 3.0)
+    # once they finish, on time after all or cancelled, they count as finished or not at all
+    for i in range(30):
+        if i < 25:
+            fc.observe_finish("A", "w", 10.0, chart_id=f"c{i}", finished_at=300.0)
+        else:
+            fc.forget(f"c{i}")
+    assert fc.p90_finish("A", "w", eta, now=400.0) == pytest.approx(155.0 * 3.0)  # 25 finished at 3x
+    # and a copy learns the same
+    assert fc.copy().p90_finish("A", "w", eta, now=400.0) == fc.p90_finish("A", "w", eta, now=400.0)
+
+
 # --------------------------------------------------------------- the simulator
 def _trace_args(arrivals, budget=2):
     orgs = sorted({a.org for a in arrivals})
