@@ -8,7 +8,8 @@ The first response to an (org, Idempotency-Key) pair is stored for
    every database, across web processes).
 2. The work and the stored response are written in **one transaction**: a chart exists
    if and only if its response is stored. A process that dies in between leaves the row
-   in flight with nothing else; after ``IN_FLIGHT_STALE_S`` a retry takes it over.
+   in flight with nothing else; after ``IN_FLIGHT_STALE_S`` a retry takes it over, if no
+   request holds it: the request working on it holds the row locked until it is answered.
 3. A retry with the same key:
    - same method, path and body (their SHA-256, the *fingerprint*): the stored status,
      body and ``Location``, with ``Idempotent-Replayed: true``; nothing runs again;
@@ -73,6 +74,23 @@ def _replay(row: IdempotencyKey) -> HttpResponse:
     return response
 
 
+def _take_over(row: IdempotencyKey, now) -> bool:
+    """Take over an in-flight row older than ``IN_FLIGHT_STALE_S`` if its request is gone: the
+    request working on it holds the row locked until its transaction ends (:func:`idempotent`),
+    so a row nobody holds was left by a process that died, and nothing of it was committed but
+    the row. A request still running past the limit is left alone (its retry used to run the
+    work a second time: two charts without an external_id). PostgreSQL: the lock, skipped if
+    held; SQLite: the one writer's lock, which the working request holds, is waited for."""
+    with transaction.atomic():
+        free = (IdempotencyKey.objects.select_for_update(skip_locked=True)
+                .filter(pk=row.pk, status__isnull=True, created_at=row.created_at).first())
+        if free is None:
+            return False
+        IdempotencyKey.objects.filter(pk=row.pk).update(created_at=now)
+    row.created_at = now
+    return True
+
+
 def _claim(org_id: int, key: str, fp: str) -> IdempotencyKey | HttpResponse:
     """Insert the in-flight row, or answer from the row already there."""
     now = timezone.now()
@@ -96,13 +114,11 @@ def _claim(org_id: int, key: str, fp: str) -> IdempotencyKey | HttpResponse:
                        "with a different request (method, path or body); use a new key for a new request.")
             raise Problem(422, message, kind="idempotency-key-reused", errors={HEADER: [message]})
         if row.status is None:
-            if (now - row.created_at).total_seconds() > IN_FLIGHT_STALE_S:
-                # left by a process that died: nothing of it was committed but this row
-                if IdempotencyKey.objects.filter(pk=row.pk, status__isnull=True, created_at=row.created_at
-                                                 ).update(created_at=now):
-                    row.created_at = now
-                    return row
-                continue
+            if (now - row.created_at).total_seconds() > IN_FLIGHT_STALE_S and _take_over(row, now):
+                return row
+            done = IdempotencyKey.objects.filter(pk=row.pk, status__isnull=False).first()
+            if done is not None:  # answered while this one waited to take it over
+                return _replay(done)
             message = (f"{HEADER}: a request with {key!r} is still in flight; retry after it has been answered "
                        "(the retry gets its answer).")
             raise Problem(409, message, kind="idempotency-key-in-flight", errors={HEADER: [message]},
@@ -124,6 +140,9 @@ def idempotent(request: HttpRequest, org_id: int, work: Callable[[], HttpRespons
     row = claimed
     try:
         with transaction.atomic():
+            # Held until the answer is stored: a retry that finds the row in flight and locked
+            # knows this request is alive, however long it takes (_take_over).
+            list(IdempotencyKey.objects.select_for_update().filter(pk=row.pk).values_list("pk", flat=True))
             try:
                 response = work()
             except Problem as problem:

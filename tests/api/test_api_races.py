@@ -4,6 +4,7 @@ on PostgreSQL. Each race runs several rounds: one round may not interleave."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -99,3 +100,73 @@ def test_concurrent_batches_cannot_pass_the_org_s_cap_together(acme):
         expected = [201, 429, 429] if round_ == 0 else [429, 429, 429]
         assert statuses == expected, (round_, [getattr(r, "content", r) for r in responses])
         assert Chart.objects.filter(org=org, state=ChartState.QUEUED).count() == queued + 200
+
+
+def test_a_retry_never_takes_over_a_request_still_running(acme, monkeypatch):
+    """Suspected in issue 41 (section 4), confirmed on PostgreSQL: a request with an
+    Idempotency-Key still working after IN_FLIGHT_STALE_S (120 s; here 0.2 s) was taken over by
+    its retry, which ran the work again: two charts without an external_id. The working request
+    holds its row locked; a retry takes over only a row nobody holds (its process died)."""
+    from api import idempotency
+    from charts import services as chart_services
+
+    monkeypatch.setattr(idempotency, "IN_FLIGHT_STALE_S", 0.2)
+    inside, release = threading.Event(), threading.Event()
+    real = chart_services.chart_submit_created
+
+    def slow(**kwargs):
+        if not inside.is_set():
+            inside.set()
+            assert release.wait(30)
+        return real(**kwargs)
+
+    monkeypatch.setattr(chart_services, "chart_submit_created", slow)
+
+    def keyed(client: Client):
+        return client.post("/api/v1/charts", {"workflow": "code"}, content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {acme.raw}", HTTP_IDEMPOTENCY_KEY="slow-1")
+
+    first: list = []
+    worker = threading.Thread(target=lambda: (first.append(keyed(Client())), connection.close()))
+    worker.start()
+    try:
+        assert inside.wait(30)
+        time.sleep(0.5)  # older than IN_FLIGHT_STALE_S, and still working
+        # SQLite: the retry waits for the one writer, the first request; let it finish meanwhile
+        threading.Timer(1.0, release.set).start()
+        retry = keyed(Client())
+    finally:
+        release.set()
+        worker.join(30)
+    assert first[0].status_code == 201, first[0].content
+    assert retry.status_code == 409 or (retry.status_code == 201 and retry.get("Idempotent-Replayed") == "true"), \
+        retry.content
+    assert Chart.objects.count() == 1
+    replay = keyed(Client())
+    assert replay["Idempotent-Replayed"] == "true" and replay.content == first[0].content
+
+
+def test_a_row_left_by_a_dead_request_is_taken_over_by_its_retry(acme):
+    """The other side of the lock: a row in flight past IN_FLIGHT_STALE_S that no request holds
+    (its process died: nothing of it was committed but the row) is run by the retry."""
+    import hashlib
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from api.idempotency import IN_FLIGHT_STALE_S
+    from api.models import IdempotencyKey
+
+    body = '{"workflow": "code"}'
+    fp = hashlib.sha256(b"POST /api/v1/charts\n" + body.encode()).hexdigest()
+    then = timezone.now() - timedelta(seconds=IN_FLIGHT_STALE_S + 1)
+    IdempotencyKey.objects.create(org=acme.org, key="dead-1", fingerprint=fp, created_at=then,
+                                  expires_at=then + timedelta(days=1))
+    young = IdempotencyKey.objects.create(org=acme.org, key="young-1", fingerprint=fp, created_at=timezone.now(),
+                                          expires_at=then + timedelta(days=1))
+    assert acme.client.post("/api/v1/charts", body, content_type="application/json",
+                            HTTP_IDEMPOTENCY_KEY="young-1").status_code == 409
+    retry = acme.client.post("/api/v1/charts", body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="dead-1")
+    assert retry.status_code == 201, retry.content
+    assert IdempotencyKey.objects.get(key="dead-1").status == 201
+    assert Chart.objects.count() == 1 and young.pk
