@@ -350,30 +350,40 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
     else:  # only the pages shown
         data = snap.read_org(org.pk, offset, limit, snapshot=s)
     freshness = {"stale": latest is not None and stale, "age_s": _round(age)}
-    if data is not None:
-        base = s.get("now") or time.time()
-        source = estimate_sources(org)
-        charts = [_org_chart(r, base, source) for r in data.get("charts", [])]
-        total = data.get("total", len(charts))
-        if external_id:
-            charts = [c for c in charts if c["external_id"] == external_id]
-            total = len(charts)
-            charts = charts[offset:offset + limit]
-        row = data.get("org") or {}
-        return {
-            "source": "scheduler", "seq": s.get("seq"), "generated_at": s.get("generated_at"), "now": base,
-            "org": {"id": org.pk, "name": org.name, "slug": org.slug, "weight": row.get("weight", org.weight),
-                    "held": row.get("held", org.is_held), "queued": row.get("queued"),
-                    "running": row.get("running"), "clear_s": row.get("clear_s"),
-                    "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
-                    # why there is no clear-time, or what it leaves out (held, paused, blocked)
-                    "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta"),
-                    "turnaround_s": row.get("turnaround_s"),
-                    # its charts with a due time per state (on_time, at_risk, late)
-                    "due": row.get("due") or {}},
-            "total": total, "offset": offset, "limit": limit, "charts": charts,
-            **freshness,
-        }
+    if data is None:
+        return {**_org_status_from_db(org, offset, limit, external_id), **freshness}
+    return {**_org_status_from_snapshot(org, s, data, offset, limit, external_id), **freshness}
+
+
+def _org_status_from_snapshot(org: Org, s: dict[str, Any], data: dict[str, Any], offset: int, limit: int,
+                              external_id: str | None) -> dict[str, Any]:
+    base = s.get("now") or time.time()
+    source = estimate_sources(org)
+    charts = [_org_chart(r, base, source) for r in data.get("charts", [])]
+    total = data.get("total", len(charts))
+    if external_id:
+        charts = [c for c in charts if c["external_id"] == external_id]
+        total = len(charts)
+        charts = charts[offset:offset + limit]
+    row = data.get("org") or {}
+    return {
+        "source": "scheduler", "seq": s.get("seq"), "generated_at": s.get("generated_at"), "now": base,
+        "org": {"id": org.pk, "name": org.name, "slug": org.slug, "weight": row.get("weight", org.weight),
+                "held": row.get("held", org.is_held), "queued": row.get("queued"),
+                "running": row.get("running"), "clear_s": row.get("clear_s"),
+                "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
+                # why there is no clear-time, or what it leaves out (held, paused, blocked)
+                "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta"),
+                "turnaround_s": row.get("turnaround_s"),
+                # its charts with a due time per state (on_time, at_risk, late)
+                "due": row.get("due") or {}},
+        "total": total, "offset": offset, "limit": limit, "charts": charts,
+    }
+
+
+def _org_status_from_db(org: Org, offset: int, limit: int, external_id: str | None) -> dict[str, Any]:
+    """The fallback before the scheduler published (or when its snapshot is stale): states
+    from the database, no position or ETA."""
     qs = Chart.objects.filter(org=org, state__in=[ChartState.QUEUED, ChartState.RUNNING]).select_related("workflow")
     if external_id:
         qs = qs.filter(external_id=external_id)
@@ -390,8 +400,7 @@ def org_status(org: Org, *, offset: int = 0, limit: int = 200, external_id: str 
         "created_at": c.created_at.isoformat(), "started_at": c.started_at.isoformat() if c.started_at else None,
     } for c in rows]
     return {"source": "db", "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
-            "org": org_row_from_db(org), "total": total, "offset": offset, "limit": limit, "charts": charts,
-            **freshness}
+            "org": org_row_from_db(org), "total": total, "offset": offset, "limit": limit, "charts": charts}
 
 
 def _at(base: float, seconds: float | None) -> str | None:

@@ -82,18 +82,30 @@ def change_of(request: HttpRequest) -> dict[str, Any]:
     if unknown:
         raise Bad(unknown[0], f"{unknown[0]}: unknown parameter; one of {', '.join(PARAMS)}.")
     if "clear_by" in given or "meet_due" in given:
-        extra = [k for k in given if k not in ("clear_by", "meet_due")] or given[1:]
-        if len(given) > 1:
-            raise Bad(extra[0], f"{extra[0]}: the planner takes clear_by=<ISO time> or meet_due=1 alone.")
-        if "meet_due" in given:
-            if request.GET["meet_due"] != "1":
-                raise Bad("meet_due", f"meet_due: 1, got {request.GET['meet_due'][:40]!r}.")
-            return {"kind": "plan", "clear_by": None, "meet_due": True}
-        return {"kind": "plan", "clear_by": _time(request, "clear_by"), "meet_due": False}
+        return _plan_change(request, given)
     if "budget" in given:
         if len(given) > 1:
             raise Bad(given[1], f"{given[1]}: a budget preview takes budget alone.")
         return {"kind": "budget", "value": _int(request, "budget", minimum=0, maximum=MAX_BUDGET)}
+    return _org_change(request, given)
+
+
+def _plan_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
+    """The capacity planner's question: ``clear_by=<ISO time>`` or ``meet_due=1``, alone."""
+    if len(given) > 1:
+        extra = [k for k in given if k not in ("clear_by", "meet_due")] or given[1:]
+        raise Bad(extra[0], f"{extra[0]}: the planner takes clear_by=<ISO time> or meet_due=1 alone.")
+    if "meet_due" in given:
+        if request.GET["meet_due"] != "1":
+            raise Bad("meet_due", f"meet_due: 1, got {request.GET['meet_due'][:40]!r}.")
+        return {"kind": "plan", "clear_by": None, "meet_due": True}
+    return {"kind": "plan", "clear_by": _time(request, "clear_by"), "meet_due": False}
+
+
+def _org_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
+    """One org's lever: ``weight=W``, ``hold=1/0`` (a release restores the org's weight by
+    the services' own rule, :attr:`orgs.models.Org.weight_on_release`) or
+    ``workflow=<id>&cost=C``."""
     if "org" not in given:
         raise Bad("org", "org: missing (or give budget=N).")
     org_id = _int(request, "org", minimum=1, maximum=MAX_ID)
@@ -109,7 +121,7 @@ def change_of(request: HttpRequest) -> dict[str, Any]:
         hold = request.GET.get("hold", "")
         if hold not in ("0", "1"):
             raise Bad("hold", f"hold: 1 (hold) or 0 (release), got {hold[:40]!r}.")
-        weight = 0 if hold == "1" else (org.weight_before_hold or 1) if org.is_held else org.weight
+        weight = 0 if hold == "1" else org.weight_on_release if org.is_held else org.weight
         return {"kind": "weight", "org": org.pk, "value": weight}
     if "workflow" not in given:
         raise Bad("workflow", "workflow: missing (a workflow id, with cost).")

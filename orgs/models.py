@@ -94,6 +94,12 @@ class Org(models.Model):
         """Auto-hold (:func:`fairsched.core.rules.is_held`): weight 0 holds the org."""
         return is_held(self.weight)
 
+    @property
+    def weight_on_release(self) -> int:
+        """The weight a release gives it: the one it had before the hold (1 if unknown). The
+        one rule of it: ``orgs.services.org_release`` applies it, a what-if preview shows it."""
+        return self.weight_before_hold or 1
+
     def clean(self) -> None:
         """A webhook needs a secret: a body signed with the empty key is one anyone can forge."""
         super().clean()

@@ -273,7 +273,7 @@ def org_release(*, org: Org | int, actor: Any = None) -> Org:
         locked = _locked_org(org)
         if not locked.is_held:
             return locked
-        return _apply_weight(locked, locked.weight_before_hold or 1, actor=actor, action="release")
+        return _apply_weight(locked, locked.weight_on_release, actor=actor, action="release")
 
 
 def org_set_turnaround(*, org: Org | int, turnaround: Any, actor: Any = None) -> Org:
