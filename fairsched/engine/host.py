@@ -100,6 +100,15 @@ class LoopState:
         self.notes.append(note)
         self.wake.set()
 
+    def take_notes(self) -> list[Note]:
+        """The notes reported so far, in order; the inbox is left empty."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    def put_back_notes(self, notes: list[Note]) -> None:
+        """Notes taken but not applied (the step failed): first again, before those reported since."""
+        self.notes = notes + self.notes
+
     def report_finished(self, chart_id: int, outcome: Any) -> None:
         """A workflow that closed, for the next tick (which it wakes) to record."""
         self.finished.append((chart_id, outcome))

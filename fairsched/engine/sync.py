@@ -124,11 +124,11 @@ class Sync(Part):
         return fx
 
     async def apply_notes(self) -> Effects:
-        notes, self.host.loop.notes = self.host.loop.notes, []
+        notes = self.host.loop.take_notes()
         try:
             return await self._apply_note_batch(notes)
         except Exception:
-            self.host.loop.notes = notes + self.host.loop.notes
+            self.host.loop.put_back_notes(notes)
             raise
 
     async def _apply_note_batch(self, notes: list[Note]) -> Effects:
