@@ -75,41 +75,76 @@ def insert_rows(model: type[models.Model], rows: Sequence[Mapping[str, Any]], us
     if not rows:
         return []
     connection = connections[using]
+    fields = _insertable_fields(model, connection)
+    given: set[str] = set().union(*(row.keys() for row in rows))
+    _check_given(model, fields, given)
+    params_rows = _prepared_rows(model, fields, given, rows, connection)
+    pks = _insert(model, fields, params_rows, connection)
+    if len(pks) != len(rows):
+        raise RuntimeError(f"insert_rows: {len(rows)} rows inserted, {len(pks)} pks returned")
+    return pks
+
+
+def _insertable_fields(model: type[models.Model], connection) -> list:
+    """The model's columns but its pk, when a plain INSERT ... RETURNING can write them all."""
     opts = model._meta
     if opts.parents or not connection.features.can_return_rows_from_bulk_insert:
         raise ValueError(f"insert_rows: {opts.label} needs bulk_create (inheritance, or no RETURNING)")
     fields = [f for f in opts.concrete_fields if not f.primary_key]
     if any(getattr(f, "db_default", models.NOT_PROVIDED) is not models.NOT_PROVIDED for f in fields):
         raise ValueError(f"insert_rows: {opts.label} has a db_default; use bulk_create")
+    return fields
+
+
+def _check_given(model: type[models.Model], fields: list, given: set[str]) -> None:
     by_name = {f.attname: f for f in fields}
-    given: set[str] = set().union(*(row.keys() for row in rows))
     for name in given:
         if name not in by_name or not _plain(by_name[name]):
-            raise ValueError(f"insert_rows: {opts.label}.{name} cannot be given in a row (unknown, the pk, "
+            raise ValueError(f"insert_rows: {model._meta.label}.{name} cannot be given in a row (unknown, the pk, "
                              "or set by its field's pre_save)")
+
+
+def _prepared_rows(model: type[models.Model], fields: list, given: set[str], rows: Sequence[Mapping[str, Any]],
+                   connection) -> list[list[Any]]:
+    """Each row's values for the database, every column: a value left out takes the field's
+    default (the defaults and auto_now's time prepared once), and a repeated plain value
+    (an org's id, a workflow's) is prepared once."""
     template = model()  # the defaults, and auto_now / auto_now_add's time, once
     base = {f.attname: f.get_db_prep_save(f.pre_save(template, True), connection)
             for f in fields if f.attname not in given}
-    columns = [(f.attname, f) for f in fields]
     prepared: dict[tuple[str, type, Any], Any] = {}
-    params_rows: list[list[Any]] = []
+
+    def prep(name: str, field, value: Any) -> Any:
+        if isinstance(value, Expression):
+            raise ValueError(f"insert_rows: {model._meta.label}.{name} is an expression; use bulk_create")
+        if not isinstance(value, _CACHEABLE):
+            return field.get_db_prep_save(value, connection)
+        key = (name, type(value), value)
+        if key not in prepared:
+            prepared[key] = field.get_db_prep_save(value, connection)
+        return prepared[key]
+
+    missing = object()
+    out = []
     for row in rows:
         values = []
-        for name, field in columns:
-            if name not in row:
-                values.append(base[name] if name in base else field.get_db_prep_save(field.get_default(), connection))
-                continue
-            value = row[name]
-            if isinstance(value, Expression):
-                raise ValueError(f"insert_rows: {opts.label}.{name} is an expression; use bulk_create")
-            if isinstance(value, _CACHEABLE):
-                key = (name, type(value), value)
-                if key not in prepared:
-                    prepared[key] = field.get_db_prep_save(value, connection)
-                values.append(prepared[key])
+        for field in fields:
+            name = field.attname
+            value = row.get(name, missing)
+            if value is not missing:
+                values.append(prep(name, field, value))
+            elif name in base:
+                values.append(base[name])
             else:
-                values.append(field.get_db_prep_save(value, connection))
-        params_rows.append(values)
+                values.append(field.get_db_prep_save(field.get_default(), connection))
+        out.append(values)
+    return out
+
+
+def _insert(model: type[models.Model], fields: list, params_rows: list[list[Any]], connection) -> list[int]:
+    """The INSERTs, as many rows each as the backend's parameters allow; on PostgreSQL one
+    array a column (``UNNEST``). The pks in order."""
+    opts = model._meta
     qn = connection.ops.quote_name
     head = f"INSERT INTO {qn(opts.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
     tail = f" RETURNING {qn(opts.pk.column)}"
@@ -128,6 +163,4 @@ def insert_rows(model: type[models.Model], rows: Sequence[Mapping[str, Any]], us
                 cursor.execute(f"{head}VALUES {', '.join([one] * len(chunk))}{tail}",
                                [v for values in chunk for v in values])
             pks.extend(r[0] for r in cursor.fetchall())
-    if len(pks) != len(rows):
-        raise RuntimeError(f"insert_rows: {len(rows)} rows inserted, {len(pks)} pks returned")
     return pks
