@@ -342,7 +342,11 @@ def sweep_finished_charts(now: datetime | None = None) -> int:
       however many charts share one ``updated_at`` (a bulk cancel stamps them all with
       one). It used to move a time cursor only, and the next sweep, starting
       ``SWEEP_OVERLAP`` before it, read the same full page again, for ever. A short page
-      has read everything committed: the position moves to ``now``.
+      has read everything committed: the position moves to its last chart too, never to
+      this process's clock (it moved to ``now``: a writer whose clock lagged the sweeper's
+      by more than the overlap stamped charts behind it, never sent). Only the stamps the
+      writers gave are compared: their clocks must agree within ``SWEEP_OVERLAP``, the
+      sweeper's plays no part. A new cursor starts at the latest stamp of any chart.
     - **the overlap**: the charts stamped in the ``SWEEP_OVERLAP`` before the position that
       still have no delivery. A write stamps ``updated_at`` before it commits, so a row can
       become visible after a page went past its time; these are found here. The database
@@ -350,7 +354,10 @@ def sweep_finished_charts(now: datetime | None = None) -> int:
       delivered is not loaded again on every sweep for a minute.
     """
     now = now or timezone.now()
-    cursor, _ = SweepCursor.objects.get_or_create(name="chart.finished", defaults={"at": now})
+    cursor = SweepCursor.objects.filter(name="chart.finished").first()
+    if cursor is None:  # from now on, in the writers' time: the latest stamp they gave
+        latest = Chart.objects.order_by("-updated_at").values_list("updated_at", flat=True).first()
+        cursor, _ = SweepCursor.objects.get_or_create(name="chart.finished", defaults={"at": latest or now})
     final = (Chart.objects.filter(state__in=FINAL_STATES).exclude(org__webhook_url="")
              .select_related("org", "workflow").order_by("updated_at", "id"))
     # (updated_at, id) after the position, or at most at it; each written with a range on
@@ -371,11 +378,9 @@ def sweep_finished_charts(now: datetime | None = None) -> int:
             if webhook_delivery_create(org=chart.org, event=WebhookEvent.CHART_FINISHED,
                                        payload=chart_payload(chart), dedupe_key=key):
                 created += 1
-        if len(page) >= SWEEP_LIMIT:
+        if page:  # full or short, the last chart read: the writers' stamp, not this clock
             cursor.at, cursor.after_id = page[-1].updated_at, page[-1].pk
-        elif now > cursor.at:
-            cursor.at, cursor.after_id = now, 0
-        cursor.save(update_fields=["at", "after_id"])
+            cursor.save(update_fields=["at", "after_id"])
     return created
 
 

@@ -136,3 +136,21 @@ def test_a_late_due_warning_behind_a_burst_larger_than_a_page_is_still_sent(org,
     assert made == [1, 0, 0]
     keys = WebhookDelivery.objects.filter(event=due_webhooks.EVENT).values_list("dedupe_key", flat=True)
     assert {int(k.split(":")[1]) for k in keys} == {c.pk for c in burst} | {late.pk}
+
+
+def test_a_writer_whose_clock_lags_the_sweeper_s_is_still_sent(org):
+    """Suspected in issue 41 (section 4), confirmed: a short page moved the cursor to the
+    sweeper's own clock, so a writer (the scheduler, a worker, on another machine) whose clock
+    lagged it by more than ``SWEEP_OVERLAP`` stamped its finishes behind the cursor and out of
+    the overlap: never sent. The cursor now moves only to the stamps the writers gave."""
+    lag = webhooks.SWEEP_OVERLAP + timedelta(seconds=30)
+    base = timezone.now()  # the sweeper's clock; the writer's reads base - lag
+    first, second, third = _queued(org, 3)
+    Chart.objects.update(updated_at=base - lag)  # everything so far written by the lagging writer
+    webhooks.sweep_finished_charts(base)  # the cursor exists before the finishes
+    for i, (chart, swept) in enumerate([(first, 5), (second, 15), (third, 25)]):
+        stamp = base + timedelta(seconds=swept - 4) - lag
+        Chart.objects.filter(pk=chart.pk).update(state=ChartState.SUCCEEDED, finished_at=stamp, updated_at=stamp)
+        assert webhooks.sweep_finished_charts(base + timedelta(seconds=swept)) == 1, i
+    assert webhooks.sweep_finished_charts(base + timedelta(seconds=40)) == 0
+    assert _delivered() == {first.pk, second.pk, third.pk}
