@@ -116,32 +116,46 @@ def _write_chart_rounds(changes: dict[str, int | None], firsts: Firsts | None = 
     sets = "fair_round = d.r" + (", eta_first_at = COALESCE(c.eta_first_at, d.f), eta_p90_at = CASE WHEN "
                                  "c.eta_first_at IS NULL AND d.f IS NOT NULL THEN d.p ELSE c.eta_p90_at END"
                                  if firsts else "")
+    write = {"postgresql": _write_part_postgresql, "sqlite": _write_part_sqlite}.get(connection.vendor,
+                                                                                    _write_part_other)
     with connection.cursor() as cursor:
         for i in range(0, len(items), batch):
             part = items[i:i + batch]
             # each chart's (first ETA, bound), None where the chunk carries none
             fp = [tuple(map(_utc, firsts.get(cid, (None, None)))) for cid, _ in part] if firsts else None
-            if connection.vendor == "postgresql":
-                _lock_in_id_order(cursor, table, [cid for cid, _ in part])
-                if fp is None:
-                    cursor.execute(f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[]) "
-                                   f"AS d(id, r) WHERE c.id = d.id", [[cid for cid, _ in part], [r for _, r in part]])
-                    continue
-                cursor.execute(
-                    f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], "
-                    f"%s::timestamptz[]) AS d(id, r, f, p) WHERE c.id = d.id",
-                    [[cid for cid, _ in part], [r for _, r in part], [f for f, _ in fp], [p for _, p in fp]])
-            elif connection.vendor == "sqlite":
-                rows, cols = part, "json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS r"
-                if fp is not None:
-                    text = connection.ops.adapt_datetimefield_value  # (None stays None)
-                    rows = [(cid, r, text(f), text(p)) for (cid, r), (f, p) in zip(part, fp)]
-                    cols += ", json_extract(value, '$[2]') AS f, json_extract(value, '$[3]') AS p"
-                cursor.execute(f"UPDATE {table} AS c SET {sets} FROM (SELECT {cols} FROM json_each(%s)) AS d "
-                               f"WHERE c.id = d.id", [json.dumps(rows)])
-            else:
-                cursor.executemany(f"UPDATE {table} SET fair_round = %s WHERE id = %s",
-                                   [(r, cid) for cid, r in part])
+            write(cursor, table, sets, part, fp)
+
+
+def _write_part_postgresql(cursor, table: str, sets: str, part: list[tuple[int, int | None]],
+                           fp: list[tuple] | None) -> None:
+    """One UPDATE joined to the new values as arrays (``unnest``), the rows locked in id order first."""
+    _lock_in_id_order(cursor, table, [cid for cid, _ in part])
+    if fp is None:
+        cursor.execute(f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[]) "
+                       f"AS d(id, r) WHERE c.id = d.id", [[cid for cid, _ in part], [r for _, r in part]])
+        return
+    cursor.execute(
+        f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], "
+        f"%s::timestamptz[]) AS d(id, r, f, p) WHERE c.id = d.id",
+        [[cid for cid, _ in part], [r for _, r in part], [f for f, _ in fp], [p for _, p in fp]])
+
+
+def _write_part_sqlite(cursor, table: str, sets: str, part: list[tuple[int, int | None]],
+                       fp: list[tuple] | None) -> None:
+    """One UPDATE joined to the new values as JSON (``json_each``)."""
+    rows, cols = part, "json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS r"
+    if fp is not None:
+        text = connection.ops.adapt_datetimefield_value  # (None stays None)
+        rows = [(cid, r, text(f), text(p)) for (cid, r), (f, p) in zip(part, fp)]
+        cols += ", json_extract(value, '$[2]') AS f, json_extract(value, '$[3]') AS p"
+    cursor.execute(f"UPDATE {table} AS c SET {sets} FROM (SELECT {cols} FROM json_each(%s)) AS d "
+                   f"WHERE c.id = d.id", [json.dumps(rows)])
+
+
+def _write_part_other(cursor, table: str, sets: str, part: list[tuple[int, int | None]],
+                      fp: list[tuple] | None) -> None:
+    """Another backend: an UPDATE a row (its first ETAs were written apart, before)."""
+    cursor.executemany(f"UPDATE {table} SET fair_round = %s WHERE id = %s", [(r, cid) for cid, r in part])
 
 
 def _lock_in_id_order(cursor, table: str, ids: list[int]) -> None:
