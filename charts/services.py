@@ -11,7 +11,7 @@ within seconds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,6 +32,7 @@ from orgs.models import Org, Workflow
 
 EXTERNAL_ID_MAX = 200
 BULK_BATCH = 1000
+SUBMIT_ATTEMPTS = 3  # chart_submit_many's inserts, each after another's insert of its external ids
 
 
 # --- helpers ----------------------------------------------------------------------
@@ -134,23 +135,9 @@ def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, actor: A
 # --- producer ------------------------------------------------------------------
 
 
-def chart_submit(
-    *,
-    org: Org | int | str,
-    workflow: Workflow | int | str,
-    payload: Any = None,
-    external_id: str | None = None,
-    priority: bool | str = False,
-    due_at: Any = None,
-) -> Chart:
-    """Submit one chart. Resubmitting the same ``external_id`` with the same workflow and
-    payload returns the existing chart (idempotent); with different content it is refused.
-    ``priority`` is parsed by :func:`common.validation.parse_bool` (``"false"`` is false).
-    ``due_at`` (a datetime or ISO text): its own due time; without it the chart is due
-    its creation plus its org's turnaround, if the org has one. Whether it was created:
-    :func:`chart_submit_created`."""
-    return chart_submit_created(org=org, workflow=workflow, payload=payload, external_id=external_id,
-                                priority=priority, due_at=due_at)[0]
+def chart_submit(**fields: Any) -> Chart:
+    """Submit one chart: :func:`chart_submit_created`'s arguments and chart."""
+    return chart_submit_created(**fields)[0]
 
 
 def chart_submit_created(
@@ -162,10 +149,10 @@ def chart_submit_created(
     priority: bool | str = False,
     due_at: Any = None,
 ) -> tuple[Chart, bool]:
-    """:func:`chart_submit`, and whether this call created the chart (False: the same
-    ``external_id`` and content were already there, or another submission inserted them
-    while this one was checking: the API's 200, not 201). Only the insert that the database
-    accepted says True, so two concurrent identical submissions never both say created."""
+    """Submit one chart; and whether this call created it. The same ``external_id``, workflow and
+    payload again: the existing chart (False, the API's 200); other content: refused. Only the
+    insert the database took says True (of concurrent identical submissions, one). ``priority``:
+    :func:`common.validation.parse_bool`; ``due_at`` (datetime or ISO text), else creation + turnaround."""
     org_obj = _org(org)
     wf = _workflow(workflow)
     data = _payload(payload)
@@ -228,9 +215,7 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
 
     def cached(cache: dict[Any, Any], key: Any, resolve) -> Any:
         k = key.pk if hasattr(key, "pk") else key
-        try:
-            hash(k)
-        except TypeError:  # a list or an object where a name belongs: resolve() names the field
+        if not isinstance(k, Hashable):  # a list where a name belongs: resolve() names the field
             return resolve()
         if k not in cache:
             cache[k] = resolve()
@@ -272,31 +257,23 @@ def chart_submit_many(*, charts: Iterable[Mapping[str, Any]]) -> BulkResult:
                     notify(ChartsNote.of(result.created))  # one note for them all
             return result
         except IntegrityError:
-            # Another submission inserted some of these external ids since they were looked up
-            # (two identical batches at once): nothing of this one was written; look again, and
-            # those are existing now (or refused, if their content differs), as chart_submit does.
-            # Nothing new there (a CHECK constraint, say): the caller's error, as it was.
-            tried = len(fresh)
-            fresh, result = _split_existing(rows, set(seen_ext))
+            # Another batch inserted some of these external ids since they were looked up: nothing
+            # of this one was written; they are existing now. Nothing new (a CHECK constraint): raised.
+            tried, (fresh, result) = len(fresh), _split_existing(rows, set(seen_ext))
             if len(fresh) == tried or attempt == SUBMIT_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
 
 
-SUBMIT_ATTEMPTS = 3
-
-
 def _split_existing(rows: list[dict[str, Any]], keys: set[tuple[int, str]]) -> tuple[list[dict[str, Any]], BulkResult]:
-    """The rows to insert, and the result with the charts already there: an existing external id
-    with the same workflow and payload is idempotent, with another is refused naming the item."""
+    """The rows to insert, and the charts already there (the same content; other content: refused)."""
     by_ext: dict[tuple[int, str], Chart] = {}
     for org_pk in {k[0] for k in keys}:
         exts = [k[1] for k in keys if k[0] == org_pk]
         for start in range(0, len(exts), BULK_BATCH):
             for chart in Chart.objects.filter(org_id=org_pk, external_id__in=exts[start:start + BULK_BATCH]):
                 by_ext[(org_pk, chart.external_id)] = chart
-    fresh: list[dict[str, Any]] = []
-    result = BulkResult()
+    fresh, result = [], BulkResult()
     for i, row in enumerate(rows):
         found = by_ext.get((row["org_id"], row["external_id"])) if row["external_id"] else None
         if found is None:
