@@ -248,3 +248,28 @@ def test_told_the_true_arrivals_and_exact_durations_the_forecast_pass_is_exact()
 
     assert worst("foresight") < 1e-6
     assert worst("forecast") > 600.0
+
+
+def test_bench_sampled_futures_draw_other_arrivals_of_the_same_process():
+    """``bench/eta.py``'s bounds: ``make_trace(future_seed=)`` keeps the trace's process (its
+    orgs, their duration factors, the waves' spells, so the rates) and draws other arrivals;
+    the waves keep the overload's mean load."""
+    eta = _bench_eta()
+    kw = dict(seed=5, n_orgs=5, hours=2.0, tail_hours=0.5, budget=8, waves=0.6)
+    a, b = eta.make_trace(**kw), eta.make_trace(**kw, future_seed=99)
+    assert a["averages"] == b["averages"] and a["_rate"] == b["_rate"]
+    assert [x["at_s"] for x in a["arrivals"]] != [x["at_s"] for x in b["arrivals"]]
+    assert eta.make_trace(**kw)["arrivals"] == a["arrivals"]  # a seed is one trace
+    spells = a["_rate"]["spells"][:-1]
+    assert spells[0][0] == 0.0 and spells[-1][1] == 2 * 3600.0
+    assert {sc for _, _, sc in spells} == {0.4, 1.6}
+    # the charts come 4x as densely in the high spells as in the low (1.6 against 0.4), bursts
+    # included, over 20 draws
+    per_s = {0.4: [0, 0.0], 1.6: [0, 0.0]}
+    for sd in range(20):
+        at = [x["at_s"] for x in eta.make_trace(**kw, future_seed=sd)["arrivals"]]
+        for b0, e0, sc in spells:
+            per_s[sc][0] += sum(b0 <= t < e0 for t in at)
+            per_s[sc][1] += e0 - b0
+    density = {sc: n / t for sc, (n, t) in per_s.items()}
+    assert 3.0 < density[1.6] / density[0.4] < 5.5
