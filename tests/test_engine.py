@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 
 from fairsched.engine.publish import build_snapshot
-from fairsched.engine.scheduler import Backoff
-from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+from fairsched.engine.host import Backoff
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.state import LiveState
 from fairsched.temporal.client import failure_text
 from fairsched.temporal.shared import chart_id_of, split_temporal_type, workflow_id
 

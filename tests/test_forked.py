@@ -346,7 +346,7 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
     tells the pages. (It stayed unconfirmed: the parent confirmed the one before, whose
     seq no longer matched, and the pages turned a current snapshot stale.)"""
     from common import snapshot
-    from fairsched.engine import scheduler as scheduler_module
+    from fairsched.engine.eta_passes import EtaColumns
 
     r = forked_rig
     await r.lead()
@@ -357,7 +357,7 @@ async def test_a_child_that_dies_after_storing_its_snapshot_has_it_confirmed(for
     def die(*args, **kwargs):
         os._exit(9)  # after the snapshot is stored: on the way to the result
 
-    monkeypatch.setattr(scheduler_module.EtaColumns, "of", die)
+    monkeypatch.setattr(EtaColumns, "of", die)
     stored: list[int] = []
     told = r.s.publisher.snapshot_stored
 

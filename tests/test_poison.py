@@ -12,7 +12,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.sync import Sync
-from fairsched.engine.starts import MAX_UNKNOWN_ATTEMPTS, PERMANENT, TRANSIENT, UNKNOWN, StartFailures, classify
+from fairsched.engine.starts import MAX_UNKNOWN_ATTEMPTS, StartFailures
+from fairsched.engine.temporal_port import PERMANENT, TRANSIENT, UNKNOWN, classify
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import DEMO_MAX_SECONDS, DemoPayload, demo_payload
 
@@ -160,7 +161,8 @@ def test_a_final_row_whose_workflow_still_runs_holds_its_cost_until_it_closes():
     """After a restart the scheduler loads only queued and running rows; a chart recorded
     final by its last activity whose workflow has not closed yet (its worker died in
     between) is found by the reconciliation and keeps its cost held until Temporal closes it."""
-    from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+    from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+    from fairsched.engine.state import LiveState
 
     state = LiveState(World(Config(3), [OrgRow(1, "Acme", "acme", 1)], {}, {}, []))
     fx = state.hold_closing(ChartRow(5, 1, "code", "succeeded", 0.0, started_at=1.0, dispatched_cost=2))

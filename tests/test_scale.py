@@ -17,7 +17,8 @@ from common import snapshot
 from fairsched.engine import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.scheduler import Scheduler
-from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.state import LiveState
 from tests.factories import make_chart, make_org, make_workflow
 
 T0 = 1_800_000_000.0

@@ -19,10 +19,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from common.notify import ChartNote
 from fairsched.engine import db
-from fairsched.engine.ports import AlreadyStarted, StartFailed, WorkflowNotFound
+from fairsched.engine.temporal_port import AlreadyStarted, StartFailed, WorkflowNotFound
 from fairsched.engine.scheduler import Scheduler
 from fairsched.core import first_head_of_backlog, head_of_backlog
-from fairsched.engine.state import FINAL, ChartRow, Config, OrgRow, World
+from fairsched.engine.state import FINAL
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import WorkflowIds, workflow_id
 

@@ -27,10 +27,10 @@ from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
 from fairsched.engine import pg_statistics
 from fairsched.engine.chart_columns import ChartColumns
-from fairsched.engine.db_rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns,  # noqa: F401 (db's API)
-                                        first_eta_values, round_state)
+from fairsched.engine.db_rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns, first_eta_values,
+                                        round_state)
 from fairsched.engine.estimates import read_durations
-from fairsched.engine.state import ChartRow, Config, OrgRow, World
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
 from control.models import SchedulerSettings
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost

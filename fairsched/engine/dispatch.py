@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fairsched.engine.db import StartRow
-from fairsched.engine.state import QUEUED, ChartRow, LiveState
+from fairsched.engine.state import QUEUED, LiveState
+from fairsched.engine.rows import ChartRow
 from fairsched.temporal.client import Outcome
 
 

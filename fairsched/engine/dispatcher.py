@@ -18,9 +18,11 @@ from fairsched.engine.db import StartRow
 from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Host, Part
-from fairsched.engine.ports import AlreadyStarted, WorkflowNotFound
-from fairsched.engine.starts import UNKNOWN, StartFailures
-from fairsched.engine.state import RUNNING, Effects, Running
+from fairsched.engine.temporal_port import AlreadyStarted, WorkflowNotFound
+from fairsched.engine.temporal_port import UNKNOWN
+from fairsched.engine.starts import StartFailures
+from fairsched.engine.state import RUNNING
+from fairsched.engine.live_types import Effects, Running
 from fairsched.engine.sync import Sync
 from fairsched.temporal.shared import ChartInput, split_temporal_type, workflow_id
 

@@ -29,7 +29,8 @@ from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Host, Part
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
-from fairsched.engine.state import Effects, LiveState, PassInput
+from fairsched.engine.live_types import Effects, PassInput
+from fairsched.engine.state import LiveState
 
 log = logging.getLogger("fairsched.engine")
 

@@ -47,7 +47,8 @@ from common.validation import MAX_BUDGET
 from fairsched.core.modes import Dispatch, EtaModel
 from fairsched.core.plan import gc_paused
 from fairsched.engine import whatif
-from fairsched.engine.state import LiveState, PassInput
+from fairsched.engine.state import LiveState
+from fairsched.engine.live_types import PassInput
 
 GUIDED = 4  # probes placed by the guesses; then the search gallops or bisects
 

@@ -45,14 +45,7 @@ from common.notify import Note
 from common import snapshot as snapshot_store
 from fairsched.core import RoundState
 from fairsched.engine import db, pg_statistics
-from fairsched.engine.state import ChartRow, Config, OrgRow, World
-from fairsched.engine.temporal_port import (  # noqa: F401 - the Temporal port's errors and real port
-    AlreadyStarted,
-    StartFailed,
-    TemporalClient,
-    TemporalError,
-    WorkflowNotFound,
-)
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import ChartInput, WorkflowIds
 

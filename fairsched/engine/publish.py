@@ -21,7 +21,8 @@ from fairsched.core.due import AT_RISK, LATE
 from fairsched.core.rules import is_held
 from fairsched.engine.due import DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, LookedUp, Rows
-from fairsched.engine.state import LiveState, PassInput
+from fairsched.engine.state import LiveState
+from fairsched.engine.live_types import PassInput
 from fairsched.temporal.shared import workflow_id
 
 

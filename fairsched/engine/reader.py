@@ -29,7 +29,8 @@ from django.db import connection
 from fairsched.core import EtaReport
 from fairsched.engine import db
 from fairsched.engine.publish import build_snapshot
-from fairsched.engine.state import LiveState, PassInput
+from fairsched.engine.state import LiveState
+from fairsched.engine.live_types import PassInput
 from fairsched.core.scenario import dump_scenario
 
 

@@ -71,16 +71,18 @@ from fairsched.core import RoundSaver
 from fairsched.engine import forked
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.dispatcher import Dispatcher
-from fairsched.engine.eta_passes import EtaColumns, EtaPasses, PassOut  # noqa: F401 - their old home
+from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Backoff, LoopState
 from fairsched.engine.leadership import Leadership, LeaseLost
 from fairsched.engine.ports import (Clock, DbStore, LeasePort, LivePublisher, NotificationSource, Publisher, Store,
-                                    SystemClock, TemporalClient, TemporalPort, Unavailable)
+                                    SystemClock, TemporalPort, Unavailable)
+from fairsched.engine.temporal_port import TemporalClient
 from fairsched.engine.previews import PreviewPort, Previews
 from fairsched.engine.redis_ports import RedisLease, RedisNotifications, RedisPreviews
 from fairsched.engine.startup import Startup
-from fairsched.engine.state import Effects, LiveState
-from fairsched.engine.sync import CANCEL_NOT_HONOURED, Sync  # noqa: F401 - its old home
+from fairsched.engine.live_types import Effects
+from fairsched.engine.state import LiveState
+from fairsched.engine.sync import Sync
 from fairsched.temporal.shared import WorkflowIds, use_workflow_ids
 
 __all__ = ["Backoff", "LeaseLost", "Scheduler"]

@@ -23,7 +23,8 @@ from fairsched.engine.chart_columns import ChartColumns
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Backoff, Host, Part
 from fairsched.engine.ports import in_daemon_thread
-from fairsched.engine.state import QUEUED, LiveState, World
+from fairsched.engine.state import QUEUED, LiveState
+from fairsched.engine.rows import World
 from fairsched.engine.sync import Sync
 
 log = logging.getLogger("fairsched.engine")

@@ -25,8 +25,8 @@ from fairsched.core.plan import gc_paused
 from fairsched.engine.chart_columns import ChartColumns
 from fairsched.engine.due import DueBook
 from fairsched.engine.external_ids import ExternalIds
-from fairsched.engine.live_types import Effects, PassInput, Running  # noqa: F401 (their old home: here)
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World, durations_of  # the rows it applies (their old home: here)
+from fairsched.engine.live_types import Effects, PassInput, Running
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World, durations_of  # the rows it applies
 
 log = logging.getLogger("fairsched.engine")
 

@@ -11,7 +11,7 @@
 - **cancels**: cancel a chart's workflow, and terminate one that ignores it for
   ``CANCEL_GRACE_S``.
 
-Each step reads the host's state and returns :class:`~fairsched.engine.state.Effects`;
+Each step reads the host's state and returns :class:`~fairsched.engine.live_types.Effects`;
 Temporal's errors arrive as the port's (:mod:`fairsched.engine.temporal_port`).
 """
 from __future__ import annotations
@@ -27,8 +27,9 @@ from common import metrics
 from common.notify import Note
 from fairsched.engine.host import Backoff, Host, Part
 from fairsched.engine.notes import Reads
-from fairsched.engine.ports import TemporalError, WorkflowNotFound
-from fairsched.engine.state import FINAL, QUEUED, Effects
+from fairsched.engine.temporal_port import TemporalError, WorkflowNotFound
+from fairsched.engine.state import FINAL, QUEUED
+from fairsched.engine.live_types import Effects
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import CANCELLED, FAILED, workflow_id
 

@@ -25,7 +25,8 @@ from fairsched.core.plan import gc_paused, unplanned_clear
 from fairsched.core.queue import FairQueue
 from fairsched.core.sortedkeys import SortedKeys
 from fairsched.engine.due import due_keys
-from fairsched.engine.state import LiveState, PassInput
+from fairsched.engine.state import LiveState
+from fairsched.engine.live_types import PassInput
 
 KINDS = ("budget", "weight", "cost")
 

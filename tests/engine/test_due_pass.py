@@ -7,7 +7,8 @@ import pickle
 
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
-from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.state import LiveState
 from tests.test_tick import FakePublisher, pass_ends, rig  # noqa: F401 (the fixture)
 
 T = 1_800_000_000.0

@@ -9,7 +9,7 @@ import pytest
 from fairsched.engine import forked
 from fairsched.engine.eta_passes import EtaColumns, EtaPasses
 from fairsched.engine.forked import EtaPassIn
-from fairsched.engine.state import Effects
+from fairsched.engine.live_types import Effects
 from fairsched.core import Eta
 from tests.engine.fakes import FakeHost
 

@@ -40,8 +40,9 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from fairsched.engine.ports import Publisher, TemporalClient
-    from fairsched.engine.state import Effects
+    from fairsched.engine.ports import Publisher
+    from fairsched.engine.temporal_port import TemporalClient
+    from fairsched.engine.live_types import Effects
     from fairsched.management.commands.runscheduler import Command
 
     parser = argparse.ArgumentParser()
