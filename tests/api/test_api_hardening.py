@@ -2,10 +2,16 @@
 bounded memory and tables; the answers the docs promise."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
+from django.test import RequestFactory
+from hypothesis import example, given, settings, strategies as st
 
+from api import idempotency
+from api.problems import Problem
+from api.views import IDEMPOTENCY_KEY_PATTERN
 from charts.models import Chart
 
 pytestmark = pytest.mark.django_db
@@ -119,3 +125,52 @@ def test_the_periodic_job_purges_every_expired_answer_and_keeps_the_rest(api_wor
     jobs = {job.name: job for job in scheduler.get_jobs()}
     assert jobs["idempotency-purge"].func is tasks.purge_idempotency_keys
     assert jobs["idempotency-purge"].interval == 60
+
+
+# --- 4.10: the schema says what the server accepts ---------------------------------------------
+
+# What a client can send in a header value (RFC 9110: VCHAR, SP, HTAB, obs-text), without the
+# leading blanks every server strips before the application sees the value.
+_HEADER_CHARS = st.characters(codec="latin-1", exclude_categories=("Cc",), include_characters="\t")
+
+
+@given(value=st.text(_HEADER_CHARS, max_size=300).filter(lambda v: not v[:1].isspace())
+       | st.from_regex(IDEMPOTENCY_KEY_PATTERN, fullmatch=False).filter(lambda v: not v[:1].isspace()))
+@example(value="")
+@example(value='""')
+@example(value='"" ')
+@example(value='"')
+@example(value='" "')
+@example(value='"' + "k" * 255 + '"')
+@example(value='"' + "k" * 256 + '"')
+@example(value="k" * 255 + " \t")
+@example(value="k" * 256)
+@example(value="a\tb")
+@example(value="caf\u00e9")
+@settings(max_examples=400, deadline=None)
+def test_the_idempotency_key_s_schema_pattern_is_exactly_what_the_server_accepts(value):
+    """schemathesis found an empty Idempotency-Key allowed by the schema and refused by the
+    server (4.10): the schema's pattern matches a value if and only if key_of accepts it."""
+    request = RequestFactory().post("/api/v1/charts", HTTP_IDEMPOTENCY_KEY=value)
+    try:
+        accepted = idempotency.key_of(request) is not None
+    except Problem as refused:
+        assert refused.status == 400 and "Idempotency-Key" in refused.errors
+        accepted = False
+    assert accepted == bool(re.search(IDEMPOTENCY_KEY_PATTERN, value)), repr(value)
+
+
+def test_the_schema_gives_state_and_cursor_the_values_the_server_answers(api_world):
+    """state=TRUE and an empty cursor were allowed by the schema and refused (4.10)."""
+    acme = api_world["acme"]
+    parameters = {p["name"]: p["schema"] for p in acme.get("/openapi.json").json()["paths"]["/api/v1/charts"]["get"]
+                  ["parameters"]}
+    assert parameters["state"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]
+    for state in parameters["state"]["enum"]:
+        assert acme.get("/charts", state=state).status_code == 200
+    cursor = parameters["cursor"]["pattern"]
+    for value in ("1", "0", "9" * 16, "0000"):
+        assert re.search(cursor, value) and acme.get("/charts", cursor=value).status_code == 200, value
+    for value in ("", "TRUE", "-1", "1" * 17, " 1"):
+        assert not re.search(cursor, value)
+        assert "cursor" in _problem(acme.get("/charts", cursor=value), 400)["errors"], value
