@@ -39,6 +39,28 @@ def _at(base: float, seconds: Any) -> str | None:
 def describe(charts: list[Chart], *, placed: bool = True) -> list[dict[str, Any]]:
     """The API's view of each chart. ``placed=False`` skips the snapshot (a chart just
     submitted has no place yet)."""
+    places, running, base = _live_rows(charts, placed)
+    out = []
+    for c in charts:
+        if c.state in FINAL_STATES:
+            fields = _final_fields(c)
+        else:
+            fields = _live_fields(c, places.get(c.pk) if c.state == ChartState.QUEUED else running.get(c.pk), base)
+        out.append({
+            "id": c.pk, "external_id": c.external_id, "workflow": c.workflow.name, "state": c.state,
+            "priority": c.priority, "paused": c.paused, "cancel_requested": c.cancel_requested,
+            "position": fields["position"], "eta": fields["eta"], "eta_p90": fields["p90"],
+            "no_eta": fields["reason"],
+            "created_at": _iso(c.created_at), "started_at": _iso(c.started_at), "finished_at": _iso(c.finished_at),
+            "error": c.error or None, "rerun_of": c.rerun_of_id,
+            "due_at": _iso(c.due_at), "due_state": fields["due_state"], "slack_s": fields["slack"], "url": url(c.pk),
+        })
+    return out
+
+
+def _live_rows(charts: list[Chart], placed: bool) -> tuple[dict[int, dict], dict[int, dict], float]:
+    """The snapshot's rows of the queued and the running charts among ``charts`` (read only
+    for those), and the snapshot's ``now`` their seconds count from."""
     live = [c for c in charts if c.state in (ChartState.QUEUED, ChartState.RUNNING)]
     snapshot = selectors.read_live_snapshot() if placed and live else None
     places: dict[int, dict[str, Any]] = {}
@@ -49,35 +71,31 @@ def describe(charts: list[Chart], *, placed: bool = True) -> list[dict[str, Any]
             places = snap.read_charts(queued, snapshot=snapshot)
         if any(c.state == ChartState.RUNNING for c in live):
             running = {r.get("id"): r for r in snapshot.get("running", [])}
-    base = float((snapshot or {}).get("now") or 0.0)
-    out = []
-    for c in charts:
-        position = eta = p90 = due_state = slack = None
-        reason: str | None = None
-        if c.state in FINAL_STATES:
-            reason = f"{c.state}: no longer in the order"
-            if c.due_at is not None and c.finished_at is not None:
-                due_state = finished_state(c.due_at.timestamp(), c.finished_at.timestamp(),
-                                           c.state == ChartState.SUCCEEDED)
-        else:
-            row = places.get(c.pk) if c.state == ChartState.QUEUED else running.get(c.pk)
-            if row is not None and c.due_at is not None:  # the pass's per-chart due fields
-                due_state, slack = row.get("due_state"), row.get("slack_s")
-            if row is None:
-                reason = WAITING
-            elif row.get("state") in ASIDE:
-                reason = ASIDE[row["state"]]
-            else:
-                position = row.get("pos")
-                eta, p90 = _at(base, row.get("finish_s")), _at(base, row.get("p90_s"))
-                if eta is None:
-                    reason = WAITING
-        out.append({
-            "id": c.pk, "external_id": c.external_id, "workflow": c.workflow.name, "state": c.state,
-            "priority": c.priority, "paused": c.paused, "cancel_requested": c.cancel_requested,
-            "position": position, "eta": eta, "eta_p90": p90, "no_eta": reason,
-            "created_at": _iso(c.created_at), "started_at": _iso(c.started_at), "finished_at": _iso(c.finished_at),
-            "error": c.error or None, "rerun_of": c.rerun_of_id,
-            "due_at": _iso(c.due_at), "due_state": due_state, "slack_s": slack, "url": url(c.pk),
-        })
+    return places, running, float((snapshot or {}).get("now") or 0.0)
+
+
+def _final_fields(c: Chart) -> dict[str, Any]:
+    """A finished chart: no place; whether it met its due time."""
+    due_state = None
+    if c.due_at is not None and c.finished_at is not None:
+        due_state = finished_state(c.due_at.timestamp(), c.finished_at.timestamp(), c.state == ChartState.SUCCEEDED)
+    return {"position": None, "eta": None, "p90": None, "reason": f"{c.state}: no longer in the order",
+            "due_state": due_state, "slack": None}
+
+
+def _live_fields(c: Chart, row: dict[str, Any] | None, base: float) -> dict[str, Any]:
+    """A queued or running chart: its place and ETA from the snapshot's row, or why it has none."""
+    out: dict[str, Any] = {"position": None, "eta": None, "p90": None, "reason": None, "due_state": None,
+                           "slack": None}
+    if row is not None and c.due_at is not None:  # the pass's per-chart due fields
+        out["due_state"], out["slack"] = row.get("due_state"), row.get("slack_s")
+    if row is None:
+        out["reason"] = WAITING
+    elif row.get("state") in ASIDE:
+        out["reason"] = ASIDE[row["state"]]
+    else:
+        out["position"] = row.get("pos")
+        out["eta"], out["p90"] = _at(base, row.get("finish_s")), _at(base, row.get("p90_s"))
+        if out["eta"] is None:
+            out["reason"] = WAITING
     return out
