@@ -1,7 +1,8 @@
 """The producer API's throughput and latency, against what it wraps.
 
 Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
-[--web 1] [--server daphne|gunicorn] [--threads N] [--no-dispatch] [--postgres URL]``.
+[--web 1] [--server daphne|gunicorn] [--threads N] [--no-dispatch] [--postgres URL]
+[--bindings client,server]``.
 
 Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database (with
 ``--postgres``, a fresh database on that PostgreSQL server, dropped after), and
@@ -17,6 +18,9 @@ from the same run (no timed asserts):
    with an ``Idempotency-Key`` (what examples/api_client.py sends). Baselines: the same
    producers asking ``GET /healthz`` (the web server's floor per request), and calling
    ``chart_submit`` in-process from as many threads (the service's floor).
+   With ``--bindings client,server`` (gunicorn on PostgreSQL) two tiers run side by side, one
+   with psycopg's client-side binding and one with server-side (``FAIRSCHED_DB_SERVER_SIDE_BINDING``),
+   each single phase on each twice, alternating: their ratio.
 2. One producer POSTs ``--batches`` batches of 1,000 charts (to the first process): charts/s, against
    ``chart_submit_many`` of 1,000 in-process.
 3. Dispatch: with free budget and an empty backlog, the time from a chart's ``created_at``
@@ -150,6 +154,10 @@ def main() -> None:
                         help="gunicorn: threads per worker process (default: config/gunicorn.conf.py's)")
     parser.add_argument("--postgres", default="",
                         help="a PostgreSQL server's URL: the bench runs on a database of its own there")
+    parser.add_argument("--bindings", default="",
+                        help="PostgreSQL, gunicorn: 'client,server' runs the singles on two tiers side by side, "
+                             "psycopg's client-side binding (the default) and server-side "
+                             "(FAIRSCHED_DB_SERVER_SIDE_BINDING=1), alternating their phases")
     args = parser.parse_args()
     os.environ.setdefault("FAIRSCHED_API_RATE", "1000")  # per key: the bench measures the server, not the limit
     with live_stack("fairsched-bench-api-", postgres=args.postgres) as stack:
@@ -169,11 +177,20 @@ def run(args, stack) -> None:
     orgs = [Org.objects.create(name=f"Producer {i}") for i in range(args.producers)]
     Workflow.objects.create(name="code", temporal_type="DemoChart")
     keys = [OrgToken.issue(org=o, name="bench", scope="submit")[1] for o in orgs]
+    bindings = [b for b in args.bindings.split(",") if b]
+    if bindings and (args.server != "gunicorn" or not args.postgres or not set(bindings) <= {"client", "server"}):
+        raise SystemExit("--bindings client,server: with --server gunicorn and --postgres")
+    tiers: dict[str, list[int]] = {}  # the label of each tier (its binding) -> its ports
     if args.server == "gunicorn":
-        webs = [Gunicorn(stack.env, stack.tmp / "gunicorn.log", args.web, args.threads)]
+        webs = []
+        for b in bindings or [""]:
+            env = {**stack.env, "FAIRSCHED_DB_SERVER_SIDE_BINDING": "1" if b == "server" else "0"}
+            webs.append(Gunicorn(env, stack.tmp / f"gunicorn{'-' + b if b else ''}.log", args.web, args.threads))
+            tiers[b] = [webs[-1].port]
     else:
         webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
-    web, ports = webs[0], [w.port for w in webs]
+        tiers[""] = [w.port for w in webs]
+    web, ports = webs[0], tiers[bindings[0] if bindings else ""]
     print(f"{args.web} {args.server} web process{'es' if args.web > 1 else ''}"
           f"{f' of {args.threads} threads' if args.server == 'gunicorn' and args.threads else ''}, {'PostgreSQL' if args.postgres else 'SQLite'}, {args.producers} producers for "
           f"{args.seconds:g} s each phase (cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
@@ -195,20 +212,37 @@ def run(args, stack) -> None:
             status, _ = post(conn, "/api/v1/charts", key, {"workflow": "code", "payload": {"seconds": 1}})
             return status, 1 if status < 300 else 0
 
+        run_tag = [0]  # a new external id each phase: a repeated one is a 200, another path
+
         def single_idem(conn, key, i):
             status, _ = post(conn, "/api/v1/charts", key, {"workflow": "code", "payload": {"seconds": 1},
-                                                           "external_id": f"{key[-6:]}-{i}"}, idem=str(uuid.uuid4()))
+                                                           "external_id": f"{key[-6:]}-{run_tag[0]}-{i}"},
+                             idem=str(uuid.uuid4()))
             return status, 1 if status < 300 else 0
 
-        figures = {}
-        for name, fn in (("GET /healthz (baseline: the server's floor)", healthz),
-                         ("POST /api/v1/charts", single),
-                         ("POST /api/v1/charts + Idempotency-Key + external_id", single_idem)):
-            n, lat, errors = producers(ports, keys, args.seconds, fn)
+        def phase(name: str, fn, on: list[int], label: str = "") -> float:
+            run_tag[0] += 1
+            n, lat, errors = producers(on, keys, args.seconds, fn)
             rate = n / args.seconds
-            figures[name] = rate
-            print(f"{name:<55} {rate:8.0f} /s  p50 {pct(lat, .5):6.1f} ms  p95 {pct(lat, .95):6.1f} ms  "
+            shown = f"{name} [{label}]" if label else name
+            print(f"{shown:<55} {rate:8.0f} /s  p50 {pct(lat, .5):6.1f} ms  p95 {pct(lat, .95):6.1f} ms  "
                   f"max {max(lat):7.1f} ms  errors {errors}")
+            return rate
+
+        figures = {"GET /healthz (baseline: the server's floor)":
+                   phase("GET /healthz (baseline: the server's floor)", healthz, ports)}
+        for name, fn in (("POST /api/v1/charts", single),
+                         ("POST /api/v1/charts + Idempotency-Key + external_id", single_idem)):
+            if len(tiers) == 1:
+                figures[name] = phase(name, fn, ports)
+                continue
+            # each binding twice, alternating (a, b, b, a): the machine's drift falls on both
+            rates: dict[str, list[float]] = {b: [] for b in tiers}
+            for b in [*tiers, *reversed(tiers)]:
+                rates[b].append(phase(name, fn, tiers[b], f"{b}-side binding"))
+            means = {b: sum(r) / len(r) for b, r in rates.items()}
+            print(f"  {name}: server-side / client-side binding = {means['server'] / means['client']:.2f}x")
+            figures[name] = means[bindings[0]]
 
         # baseline: the service in-process, from as many threads
         stop_at = time.perf_counter() + args.seconds

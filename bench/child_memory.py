@@ -48,14 +48,15 @@ import django; django.setup()
 import psutil
 from datetime import datetime, timedelta, timezone
 from fairsched.core.plan import gc_paused
-from fairsched.engine import db
+from fairsched.engine.store import db
 from fairsched.engine.due import due_pass
 from fairsched.engine import forked
 from fairsched.engine.eta_passes import EtaColumns  # (imported here, as the scheduler has it: not in the child)
 from fairsched.engine.publish import build_snapshot
 import redis
 from common import snapshot as snapshot_store
-from fairsched.engine.state import Config, LiveState, OrgRow, World
+from fairsched.engine.state import LiveState
+from fairsched.engine.store.rows import Config, OrgRow, World
 n, copy, walk_only, later, redis_url = {n}, {copy}, {walk_only}, {later}, {redis_url!r}
 
 

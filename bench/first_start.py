@@ -34,7 +34,7 @@ TIMING = """
 import django, gc, time
 django.setup()
 from control.models import SchedulerSettings
-from fairsched.engine import db
+from fairsched.engine.store import db
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.state import LiveState
 

@@ -2,7 +2,7 @@
 """The scheduler's memory per queued chart: a backlog loaded the way ``runscheduler`` loads it.
 
 For each size, in a fresh child process: rows made by the database reader's own row
-conversion (``fairsched.engine.db._row``), a :class:`LiveState` built from them (a first
+conversion (``fairsched.engine.store.db._row``), a :class:`LiveState` built from them (a first
 start: every chart takes its round), the rows dropped, the first ETAs taken as recorded,
 the collector run and the heap frozen, as the scheduler does. Prints the RSS over the
 same process before the load, per chart, and what Python's small-object allocator holds
@@ -51,8 +51,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 import django; django.setup()
 import psutil
 from datetime import datetime, timedelta, timezone
-from fairsched.engine import db
-from fairsched.engine.state import Config, LiveState, OrgRow, World
+from fairsched.engine.store import db
+from fairsched.engine.state import LiveState
+from fairsched.engine.store.rows import Config, OrgRow, World
 n = {n}
 rss = lambda: psutil.Process().memory_info().rss
 before = rss()

@@ -41,7 +41,7 @@ TIMING = r"""
 import django, time
 django.setup()
 from django.db import connection
-from fairsched.engine import db, pg_statistics
+from fairsched.engine.store import db, pg_statistics
 from fairsched.engine.scheduler import Scheduler
 
 class Timer:

@@ -28,7 +28,7 @@ CHILD = """
 import django, os, time
 django.setup()
 from django.db import connection, transaction
-from fairsched.engine import db
+from fairsched.engine.store import db
 from fairsched.engine.state import LiveState
 from charts.models import Chart
 from control.models import OrgRoundState, RoundState

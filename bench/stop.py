@@ -89,7 +89,7 @@ def main() -> None:
         import redis
         from django.core.management import call_command
 
-        from fairsched.engine.lease import LEASE_KEY
+        from fairsched.engine.ports.lease import LEASE_KEY
         from control.models import SchedulerSettings
 
         call_command("migrate", interactive=False, verbosity=0)

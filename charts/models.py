@@ -98,7 +98,7 @@ class Chart(models.Model):
             models.Index(fields=["org", "state", "-id"], name="chart_org_state_id"),
             models.Index(fields=["workflow", "-id"], name="chart_workflow_id"),
             # A restart's head of the order: per org, its queued charts by saved round
-            # (fairsched.engine.db.read_head), without reading the org's whole backlog.
+            # (fairsched.engine.store.db.read_head), without reading the org's whole backlog.
             models.Index(fields=["org", "state", "priority", "fair_round", "created_at", "id"], name="chart_org_head"),
             # A first start's head: the charts moved to the front (few; partial, so small).
             models.Index(fields=["state", "org"], name="chart_moved_to_front",

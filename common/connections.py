@@ -15,7 +15,7 @@ def keep_connections(max_age_s: float = KEEP_CONNECTIONS_S) -> None:
     ``max_age_s`` (Django's ``CONN_MAX_AGE``), where the settings open one per request
     (``CONN_MAX_AGE = 0``, right for the web under ASGI). In the scheduler each thread holds
     one connection and drops an obsolete one before each call
-    (``fairsched.engine.db.close_old_connections``); with ``CONN_MAX_AGE = 0`` that closed it
+    (``fairsched.engine.store.db.close_old_connections``); with ``CONN_MAX_AGE = 0`` that closed it
     every time, so that each call opened a new one: a dispatch's two reads took 5.9-6.1 ms
     each on PostgreSQL against 1.1-1.3 ms on a kept connection (one process, 200 reads). PostgreSQL only: SQLite's
     backend keeps its closed connections for the next connect already

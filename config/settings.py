@@ -159,6 +159,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+    # psycopg binds a query's parameters into its text (Django's default, client-side binding);
+    # FAIRSCHED_DB_SERVER_SIDE_BINDING=1 sends them apart (Django 5.2's server_side_binding), and
+    # psycopg prepares a statement run 5 times. Off: bench/api.py --bindings client,server measured
+    # it (docs/api.md, "Server-side binding").
+    if env_bool("FAIRSCHED_DB_SERVER_SIDE_BINDING", False):
+        DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 # PostgreSQL: daphne's web borrows its connections from a pool of its process
 # (common/connections.pool_connections, called by config/asgi.py), at most this many.
 FAIRSCHED_DB_POOL = env_bool("FAIRSCHED_DB_POOL", True)

@@ -27,7 +27,7 @@ from django.utils import timezone
 from charts.models import FINAL_STATES, Chart, ChartState
 from common import snapshot as snap
 from fairsched.core import Durations
-from fairsched.engine.estimates import read_durations
+from fairsched.engine.store.estimates import read_durations
 from dashboard.permissions import can_view_dashboard
 from control.models import SchedulerSettings
 from common.notify import redis_client
@@ -203,7 +203,7 @@ def _round(age: float | None) -> float | None:
 
 def durations() -> Durations:
     """The scheduler's duration estimates, read as the scheduler reads them
-    (:func:`fairsched.engine.estimates.read_durations`; the fallback rule is :class:`Durations`)."""
+    (:func:`fairsched.engine.store.estimates.read_durations`; the fallback rule is :class:`Durations`)."""
     return read_durations()
 
 

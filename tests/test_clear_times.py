@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from charts.models import ChartState
 from common import snapshot
-from fairsched.engine import db
+from fairsched.engine.store import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState
 from control.models import SchedulerSettings

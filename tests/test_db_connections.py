@@ -8,7 +8,7 @@ from django.db import connection, connections
 
 from charts.models import Chart
 from common.connections import keep_connections
-from fairsched.engine import db
+from fairsched.engine.store import db
 from tests.factories import make_org, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)  # outside a test's transaction: connections close

@@ -10,7 +10,7 @@ from django.db import connection
 from django.core.management import CommandError, call_command
 
 from control import deployment
-from fairsched.engine import db
+from fairsched.engine.store import db
 from charts.models import Chart
 from control.models import Deployment
 from common.workflow_ids import use_workflow_ids, workflow_id

@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fairsched.engine.temporal_port import AlreadyStarted, WorkflowNotFound
+from fairsched.engine.ports.temporal import AlreadyStarted, WorkflowNotFound
 from fairsched.engine.scheduler import Scheduler
-from fairsched.engine.rows import OrgRow
+from fairsched.engine.store.rows import OrgRow
 from fairsched.temporal.client import Outcome
 from fairsched.temporal import shared
 from tests.test_tick import T0, FakeClock, FakePublisher, FakeStore, settle

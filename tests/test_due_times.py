@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from charts import services
 from charts.models import Chart, ChartState
 from control.models import AuditEntry
-from fairsched.engine import db
+from fairsched.engine.store import db
 from orgs import services as org_services
 from tests.factories import make_chart, make_org, make_workflow
 

@@ -5,7 +5,7 @@ import pytest
 
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.host import Backoff
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState
 from fairsched.temporal.client import failure_text
 from fairsched.temporal.shared import chart_id_of, split_temporal_type, workflow_id
@@ -210,7 +210,7 @@ def test_scenario_from_db_carries_the_persisted_rounds():
     plan of the live state needs no running scheduler and survives a lost Redis."""
     from fairsched.core import scenario
     from fairsched.core import OrgRounds, RoundState
-    from fairsched.engine import db
+    from fairsched.engine.store import db
     from fairsched.engine.reader import scenario_from_db
     from tests.factories import make_chart, make_org, make_workflow
 
@@ -236,7 +236,7 @@ def test_a_dispatch_writes_the_round_state_with_its_compare_and_set_and_a_new_st
     from django.utils import timezone
 
     from charts.models import Chart
-    from fairsched.engine import db
+    from fairsched.engine.store import db
     from fairsched.engine.state import LiveState
     from control.models import OrgRoundState, RoundState, SchedulerSettings
     from tests.factories import make_chart, make_org, make_workflow
@@ -269,7 +269,7 @@ def test_a_dispatch_writes_the_round_state_with_its_compare_and_set_and_a_new_st
 def test_a_note_for_a_chart_of_a_known_org_is_one_query(django_assert_num_queries):
     """The scheduler reads the charts a note names with their orgs, but not the orgs it
     knows (an org's own changes come with notes of their own): one query, not two."""
-    from fairsched.engine import db
+    from fairsched.engine.store import db
     from tests.factories import make_chart, make_org, make_workflow
 
     a, b = make_org("A"), make_org("B")

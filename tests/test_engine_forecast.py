@@ -1,7 +1,8 @@
 """The live scheduler's ETA model: LiveState keeps the forecast's statistics and runs the chosen pass."""
 from __future__ import annotations
 
-from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.state import LiveState
 
 T0 = 1_800_000_000.0
 

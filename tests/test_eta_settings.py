@@ -5,7 +5,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from fairsched.engine.db import read_config
+from fairsched.engine.store.db import read_config
 from control.models import SchedulerSettings
 from control.services import scheduler_settings_set
 

@@ -278,7 +278,7 @@ async def forked_rig(rig, redis_url):
     ETA pass in a forked child that stores the snapshot in a real Redis."""
     import redis.asyncio as aredis
 
-    from fairsched.engine.ports import LivePublisher
+    from fairsched.engine.ports.real import LivePublisher
 
     r = rig(budget=1, charts=3, eta_pass_in="process")
     s = r.s
@@ -425,8 +425,9 @@ def test_an_eta_pass_in_a_child_imports_nothing(redis_url):
     out = _fresh(f"""
         import multiprocessing
         from fairsched.engine.eta_passes import EtaPasses
-        from fairsched.engine.ports import LivePublisher
-        from fairsched.engine.state import ChartRow, Config, LiveState, OrgRow, World
+        from fairsched.engine.ports.real import LivePublisher
+        from fairsched.engine.state import LiveState
+        from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 
         t0 = time.time() - 1000
         orgs = [OrgRow(1, "Acme", "acme", 1, 3600.0), OrgRow(2, "Beta", "beta", 2, None)]

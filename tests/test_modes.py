@@ -13,7 +13,7 @@ from fairsched.core.modes import Dispatch, EtaModel, Policy, Share
 from fairsched.core.scenario import ScenarioError, simulate
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.forked import EtaPassIn
-from fairsched.engine.rows import Config, OrgRow, World
+from fairsched.engine.store.rows import Config, OrgRow, World
 from fairsched.engine.state import LiveState
 
 TRACE = {"budget": 1, "orgs": [{"id": "a", "weight": 1}],

@@ -1,11 +1,11 @@
-"""fairsched.engine.pg_statistics: a start refreshes stale planner statistics of the charts."""
+"""fairsched.engine.store.pg_statistics: a start refreshes stale planner statistics of the charts."""
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 
 from charts.models import Chart
-from fairsched.engine import db, pg_statistics
+from fairsched.engine.store import db, pg_statistics
 from tests.factories import make_org, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,7 +80,7 @@ def test_the_end_of_a_backfill_vacuums_away_the_chunks_dead_row_versions(caplog)
         return
     import threading
 
-    from fairsched.engine.ports import DbStore
+    from fairsched.engine.ports.real import DbStore
 
     _bulk(400)
     Chart.objects.update(fair_round=3)  # what the chunks do: every row again
@@ -190,7 +190,7 @@ def test_a_chunk_written_aside_is_followed_by_the_sweep(monkeypatch):
     import asyncio
 
     from fairsched.core import RoundState
-    from fairsched.engine.ports import DbStore
+    from fairsched.engine.ports.real import DbStore
 
     calls = []
     monkeypatch.setattr(db, "save_rounds", lambda state, changes, work=None, firsts=None: calls.append("save"))

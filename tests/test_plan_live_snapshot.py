@@ -11,7 +11,8 @@ import pytest
 from django.db import connection
 
 from control.models import RoundState
-from fairsched.engine import db, reader
+from fairsched.engine.store import db
+from fairsched.engine import reader
 from tests.factories import make_chart, make_org, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.sync import Sync
 from fairsched.engine.starts import MAX_UNKNOWN_ATTEMPTS, StartFailures
-from fairsched.engine.temporal_port import PERMANENT, TRANSIENT, UNKNOWN, classify
+from fairsched.engine.ports.temporal import PERMANENT, TRANSIENT, UNKNOWN, classify
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import DEMO_MAX_SECONDS, DemoPayload, demo_payload
 
@@ -161,7 +161,7 @@ def test_a_final_row_whose_workflow_still_runs_holds_its_cost_until_it_closes():
     """After a restart the scheduler loads only queued and running rows; a chart recorded
     final by its last activity whose workflow has not closed yet (its worker died in
     between) is found by the reconciliation and keeps its cost held until Temporal closes it."""
-    from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+    from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
     from fairsched.engine.state import LiveState
 
     state = LiveState(World(Config(3), [OrgRow(1, "Acme", "acme", 1)], {}, {}, []))

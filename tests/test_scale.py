@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from charts.models import Chart
 from common import snapshot
-from fairsched.engine import db
+from fairsched.engine.store import db
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.scheduler import Scheduler
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState
 from tests.factories import make_chart, make_org, make_workflow
 
@@ -190,7 +190,7 @@ def test_a_renewal_in_flight_when_the_stop_releases_the_lease_cannot_take_it_bac
 
     import redis
 
-    from fairsched.engine.lease import Lease
+    from fairsched.engine.ports.lease import Lease
 
     s = scheduler(redis_url=redis_url, lease_ttl_s=1.0)
     s.leadership.started = True  # as run() does: there is a lease to release

@@ -21,7 +21,7 @@ from django.utils import timezone
 from charts import services as charts_services
 from charts.models import Chart, ChartState
 from control.models import AuditEntry, SchedulerSettings
-from fairsched.engine import db
+from fairsched.engine.store import db
 from orgs import services as org_services
 from orgs.models import Org
 from tests.factories import make_chart, make_cost, make_org, make_workflow

@@ -162,7 +162,7 @@ def test_policies_set_audits_only_a_change(capture_notifications):
 @pytest.mark.django_db(transaction=True)
 def test_read_config_carries_the_policies():
     from control.services import policies_set
-    from fairsched.engine import db
+    from fairsched.engine.store import db
     policies_set(share="work", quantum_s=90, dispatch="backfill")
     c = db.read_config()
     assert c.policies == {"share": "work", "quantum_s": 90.0, "dispatch": "backfill"}

@@ -106,7 +106,7 @@ def test_a_signal_during_start_up_stops_the_loop_once_it_runs(tmp_path):
 
 
 STUCK = """
-    from fairsched.engine.lease import release_now
+    from fairsched.engine.ports.lease import release_now
 
     url, token = sys.argv[1], sys.argv[2]
     deadline = StopDeadline(name="test", timeout_s=float(sys.argv[3]), phase=lambda: "stuck on purpose",
@@ -126,7 +126,7 @@ STUCK = """
 def test_a_stop_that_overruns_its_bound_is_forced_and_releases_only_its_own_lease(tmp_path, redis_url, holder):
     import redis
 
-    from fairsched.engine.lease import LEASE_KEY
+    from fairsched.engine.ports.lease import LEASE_KEY
 
     client = redis.Redis.from_url(redis_url)
     client.set(LEASE_KEY, "mine" if holder == "this process" else "theirs", px=60_000)

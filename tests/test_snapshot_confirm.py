@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 
 from dashboard import selectors
 from fairsched.engine import eta_passes as scheduler_module
-from fairsched.engine.ports import LivePublisher
+from fairsched.engine.ports.real import LivePublisher
 from tests.test_tick import pass_ends, rig, settle  # noqa: F401 - rig is a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,12 +18,12 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
 from common.notify import ChartNote
-from fairsched.engine import db
-from fairsched.engine.temporal_port import AlreadyStarted, StartFailed, WorkflowNotFound
+from fairsched.engine.store import db
+from fairsched.engine.ports.temporal import AlreadyStarted, StartFailed, WorkflowNotFound
 from fairsched.engine.scheduler import Scheduler
 from fairsched.core import first_head_of_backlog, head_of_backlog
 from fairsched.engine.state import FINAL
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import WorkflowIds, workflow_id
 
@@ -260,7 +260,7 @@ class FakeStore:
 
 class FakeTemporal:
     """Workflows run until the test closes them (:meth:`close`); starts can be made to fail.
-    Its errors are the Temporal port's (:mod:`fairsched.engine.temporal_port`), a failed
+    Its errors are the Temporal port's (:mod:`fairsched.engine.ports.temporal`), a failed
     start judged as the real port judges Temporal's error (``StartFailed.of``)."""
 
     def __init__(self) -> None:

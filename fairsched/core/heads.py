@@ -23,7 +23,7 @@ def head_of_backlog(queued: Iterable[QueuedChart], k: int
     take rounds after the read ones (:meth:`FairQueue.restore` bounds the horizon by them).
     The head is the whole backlog when the horizon is None and nothing is truncated. The
     database reads the same rows with a few indexed queries per org
-    (``fairsched.engine.db.read_head``)."""
+    (``fairsched.engine.store.db.read_head``)."""
     head: list[QueuedChart] = []
     ranked: dict[str, list[QueuedChart]] = {}
     roundless: dict[str, list[QueuedChart]] = {}
@@ -47,7 +47,7 @@ def first_head_of_backlog(queued: Iterable[QueuedChart], k: int) -> tuple[list[Q
     every priority chart, every chart moved to the front, and of each org its ``k`` first
     others by ``(created_at, seq)``; with them, the orgs that have more. Together the
     first charts of each org's rank order (``org_rank_key``). The database reads the same
-    rows with a few indexed queries per org (``fairsched.engine.db.read_head``)."""
+    rows with a few indexed queries per org (``fairsched.engine.store.db.read_head``)."""
     head: list[QueuedChart] = []
     rest: dict[str, list[QueuedChart]] = {}
     for c in queued:

@@ -1,32 +1,86 @@
-"""The dispatcher: plan, start, commit (the pure parts are :mod:`fairsched.engine.dispatch`).
+"""The dispatcher: plan, start, commit. One dispatch, in three parts (:meth:`Dispatcher.dispatch`
+runs them, the live loop calls it):
 
-:meth:`Dispatcher.dispatch` starts the head of the order that fits the free budget:
-it plans (the head of the order, its rows read and agreeing with memory), starts each
-chart's workflow through the Temporal port (a failed start arrives judged, as
-``StartFailed``, and :mod:`fairsched.engine.starts` says what it means for the chart),
-then commits (the rows move queued -> running by compare-and-set, with the round state)
-and returns the effects. Recording, cancelling and watching are :mod:`~fairsched.engine.sync`'s;
+1. **plan**: the head of the fair order that fits the free budget
+   (:meth:`LiveState.to_start`), checked against the rows just read: a row that moved
+   meanwhile is applied first and the plan made again (:func:`moved`). :class:`Batch`
+   (what one dispatch starts) also keeps each chart's place and round for the log line.
+2. **start**: each chart's workflow through the Temporal port (a failed start arrives
+   judged, as ``StartFailed``, and :mod:`fairsched.engine.starts` says what it means for the
+   chart); :class:`BatchResults` collects the answers (started, already closed, refused for
+   good, to retry).
+3. **commit**: the charts that started leave the order and hold their cost
+   (:meth:`LiveState.commit_dispatch`), their rows move queued -> running by
+   compare-and-set, with the round state, and each is watched, recorded or followed.
+
+:func:`moved`, :class:`Batch` and :class:`BatchResults` are the pure pieces: no I/O, no clock.
+Recording, cancelling and watching are :mod:`~fairsched.engine.sync`'s;
 the ETA recorded at dispatch is :mod:`~fairsched.engine.eta_passes`'.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 
 from common import metrics
-from fairsched.engine.db import StartRow
-from fairsched.engine.dispatch import Plan, Starts, moved
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Host, Part
-from fairsched.engine.temporal_port import AlreadyStarted, WorkflowNotFound
-from fairsched.engine.temporal_port import UNKNOWN
-from fairsched.engine.starts import StartFailures
-from fairsched.engine.state import RUNNING
 from fairsched.engine.live_types import Effects, Running
+from fairsched.engine.ports.temporal import UNKNOWN, AlreadyStarted, WorkflowNotFound
+from fairsched.engine.starts import StartFailures
+from fairsched.engine.state import QUEUED, RUNNING, LiveState
+from fairsched.engine.store.db import StartRow
+from fairsched.engine.store.rows import ChartRow
 from fairsched.engine.sync import Sync
+from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import ChartInput, split_temporal_type, workflow_id
 
 log = logging.getLogger("fairsched.engine")
+
+
+def moved(state: LiveState, planned: list[str], rows: dict[int, StartRow]) -> list[tuple[int, ChartRow | None]]:
+    """The planned charts whose row no longer agrees with memory (gone, no longer queued,
+    paused, priority, org or workflow changed): (chart id, row now) to apply before planning again."""
+    out = []
+    for cid in planned:
+        s = rows.get(int(cid))
+        q = state.queue.get(cid)
+        if s is None or s.row.state != QUEUED or s.row.paused != q.paused or s.row.priority != q.priority \
+                or s.row.org != int(q.org) or s.row.workflow != q.workflow:
+            out.append((int(cid), s.row if s else None))
+    return out
+
+
+@dataclass
+class Batch:
+    """What one dispatch starts: the head of the order, in order, and the rows read for it."""
+
+    charts: list[str]
+    rows: dict[int, StartRow]
+    before: dict[str, tuple[int | None, int | None]]  # chart -> (place, round) before the dispatch
+    free_before: int
+
+    @classmethod
+    def of(cls, state: LiveState, planned: list[str], rows: dict[int, StartRow]) -> "Batch":
+        before = {cid: (state.queue.position(cid), state.queue.round_of(cid)) for cid in planned}
+        return cls(planned, rows, before, state.free)
+
+
+@dataclass
+class BatchResults:
+    """How the starts of one batch went."""
+
+    run_ids: dict[str, str] = field(default_factory=dict)      # chart -> run id: started (or found)
+    closed: dict[int, Outcome] = field(default_factory=dict)   # its workflow had already closed
+    refused: dict[str, str] = field(default_factory=dict)      # chart -> its error: fail it, it can never start
+    retry: list[str] = field(default_factory=list)             # failed, may start later: back dispatch off
+    # seconds: the tick's steps before the dispatch, its plan and read, its starts on Temporal
+    took: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def started(self, at: float) -> dict[str, tuple[str, float]]:
+        """chart -> (run id, start time), for :meth:`LiveState.commit_dispatch`."""
+        return {cid: (run_id, at) for cid, run_id in self.run_ids.items()}
 
 
 class Dispatcher(Part):
@@ -47,7 +101,7 @@ class Dispatcher(Part):
     # ---------------------------------------------------------------- plan
     async def dispatch(self) -> Effects:
         """Start the head of the order that fits, then record what started: plan, start,
-        commit (:mod:`fairsched.engine.dispatch`).
+        commit (:mod:`fairsched.engine.dispatcher`).
 
         A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
         (payload too large, invalid argument, an input that cannot be serialised or is
@@ -62,15 +116,15 @@ class Dispatcher(Part):
         clock = self.clock
         t0 = clock.monotonic()
         self._chained = False
-        plan = await self._plan(fx)
-        if plan is None:
+        batch = await self._plan(fx)
+        if batch is None:
             return fx
         t1 = clock.monotonic()
-        starts = await self._start_all(plan)
+        starts = await self._start_all(batch)
         t2 = clock.monotonic()
         starts.took = (max(0.0, t0 - self.host.loop.tick_at), t1 - t0, t2 - t1)
-        fx.merge(await self._commit(plan, starts))
-        self._phases = (len(plan.charts), *starts.took[1:], clock.monotonic() - t2)
+        fx.merge(await self._commit(batch, starts))
+        self._phases = (len(batch.charts), *starts.took[1:], clock.monotonic() - t2)
         return fx
 
     def phases(self) -> str:
@@ -80,7 +134,7 @@ class Dispatcher(Part):
                 f"{1000 * start:.0f} ms, commit {1000 * commit:.0f} ms"
                 + (" (chained after the save in flight: written meanwhile)" if self._chained else ""))
 
-    async def _plan(self, fx: Effects) -> Plan | None:
+    async def _plan(self, fx: Effects) -> Batch | None:
         """The head of the order that fits, its rows read and agreeing with memory (rows that
         moved are applied into ``fx`` and the plan made again). None: nothing to start now."""
         state = self.state
@@ -93,19 +147,19 @@ class Dispatcher(Part):
             for chart_id, row in changed:
                 fx.merge(state.apply_chart(chart_id, row))
             if not changed:
-                return Plan.of(state, planned, rows)
+                return Batch.of(state, planned, rows)
         return None
 
     # ---------------------------------------------------------------- start
-    async def _start_all(self, plan: Plan) -> Starts:
+    async def _start_all(self, batch: Batch) -> BatchResults:
         sem = asyncio.Semaphore(self.START_CONCURRENCY)
-        starts = Starts()
-        results = await asyncio.gather(*(self._start_one(plan.rows[int(cid)], cid, sem, starts)
-                                         for cid in plan.charts))
+        starts = BatchResults()
+        results = await asyncio.gather(*(self._start_one(batch.rows[int(cid)], cid, sem, starts)
+                                         for cid in batch.charts))
         starts.run_ids = {cid: run_id for cid, run_id in results if run_id is not None}
         return starts
 
-    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: Starts) -> tuple[str, str | None]:
+    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: BatchResults) -> tuple[str, str | None]:
         """Start one chart's workflow: (chart, run id), run id None if it did not start."""
         ttype, queue = split_temporal_type(s.temporal_type, self.host.task_queue)
         if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
@@ -139,7 +193,7 @@ class Dispatcher(Part):
         self.starts += 1
         return cid, run_id
 
-    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: Starts) -> None:
+    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: BatchResults) -> None:
         """Refused for good: fail the chart; else it keeps its place (and dispatch backs off)."""
         verdict = self._start_failures.verdict(chart_id, exc)
         if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(chart_id):
@@ -178,7 +232,7 @@ class Dispatcher(Part):
         return await self.sync.apply_rows(ids)
 
     # ---------------------------------------------------------------- commit
-    async def _commit(self, plan: Plan, starts: Starts) -> Effects:
+    async def _commit(self, batch: Batch, starts: BatchResults) -> Effects:
         """What started leaves the order and holds its cost; rows move queued -> running
         (compare-and-set, with the round state, in one transaction); the refused fail.
 
@@ -191,7 +245,7 @@ class Dispatcher(Part):
         fx = Effects()
         at = self.clock.time()
         started = starts.started(at)
-        planned = plan.charts
+        planned = batch.charts
         if starts.retry:
             self.host.loop.backoff["dispatch"].fail(self.clock.monotonic())  # Temporal trouble: do not spin
         if starts.refused:
@@ -207,7 +261,7 @@ class Dispatcher(Part):
         if before is None and not self.host.rounds.backfilling:
             ran = await self.store.mark_running(items, (*save, work) if work else save)
             self.host.rounds.written(save)
-            fx.merge(await self._after_commit(plan, starts, new, ran, at))
+            fx.merge(await self._after_commit(batch, starts, new, ran, at))
             return fx
         self.state.committing.update(r.id for r in new)
         for r in new:  # watched from now, not from the tick that follows the commit
@@ -215,10 +269,10 @@ class Dispatcher(Part):
                 self.sync.watch(r.id)
         self._chained = True
         self.host.loop.chunk = asyncio.create_task(
-            self._commit_later(before, self.state, plan, starts, new, items, save, work, at), name="dispatch-commit")
+            self._commit_later(before, self.state, batch, starts, new, items, save, work, at), name="dispatch-commit")
         return fx
 
-    async def _commit_later(self, before: asyncio.Task | None, state, plan: Plan, starts: Starts, new: list[Running],
+    async def _commit_later(self, before: asyncio.Task | None, state, batch: Batch, starts: BatchResults, new: list[Running],
                             items: list[tuple], save, work, at: float) -> None:
         """A dispatch's commit chained after the save in flight (``before``): its round
         state is the one the dispatch left. Of the charts' rounds it saw pending, those a
@@ -253,7 +307,7 @@ class Dispatcher(Part):
         if took >= self.host.STEP_SLOW_LOG_S:
             self.host.log_slow_step("dispatch-commit", took, "after the save in flight: the loop went on")
         if self.host.state is state:  # (stepped down meanwhile: the next leader's load reads the rows)
-            self.host.loop.commits_done.append((plan, starts, new, ran, at))
+            self.host.loop.commits_done.append((batch, starts, new, ran, at))
             self.host.loop.wake.set()
 
     async def finish_commits(self) -> Effects:
@@ -261,22 +315,22 @@ class Dispatcher(Part):
         fx = Effects()
         done = self.host.loop.commits_done
         while done and self.state is not None:
-            plan, starts, new, ran, at = done.pop(0)
+            batch, starts, new, ran, at = done.pop(0)
             self.state.committing.difference_update(r.id for r in new)
             if ran is not None:
-                fx.merge(await self._after_commit(plan, starts, new, ran, at))
+                fx.merge(await self._after_commit(batch, starts, new, ran, at))
         return fx
 
-    async def _after_commit(self, plan: Plan, starts: Starts, new: list[Running], ran: dict, at: float) -> Effects:
+    async def _after_commit(self, batch: Batch, starts: BatchResults, new: list[Running], ran: dict, at: float) -> Effects:
         fx = Effects()
-        metrics.charts_started([(r.org, plan.rows[r.id].row.created_at) for r in new if ran.get(r.id)], at)
-        free = plan.free_before
+        metrics.charts_started([(r.org, batch.rows[r.id].row.created_at) for r in new if ran.get(r.id)], at)
+        free = batch.free_before
         for r in new:
             free -= r.cost
-            fx.merge(await self._committed(r, plan, starts, bool(ran.get(r.id)), free))
+            fx.merge(await self._committed(r, batch, starts, bool(ran.get(r.id)), free))
         return fx
 
-    async def _committed(self, r: Running, plan: Plan, starts: Starts, ran: bool, free: int) -> Effects:
+    async def _committed(self, r: Running, batch: Batch, starts: BatchResults, ran: bool, free: int) -> Effects:
         """One chart the dispatch started: recorded if its workflow had already closed,
         watched if its row moved to running, else its row (moved meanwhile) is followed."""
         if r.id in starts.closed:
@@ -284,7 +338,7 @@ class Dispatcher(Part):
                      r.id, workflow_id(r.id), starts.closed[r.id].state)
             return await self.sync.record(r.id, starts.closed[r.id], "adopt")
         if ran:
-            pos, rnd = plan.before.get(str(r.id), (None, None))
+            pos, rnd = batch.before.get(str(r.id), (None, None))
             log.info("dispatch chart #%d org=%d workflow=%s cost=%d round=%s pos=%s run=%s free=%d "
                      "(the tick before it %.0f ms, plan and read %.0f ms, start on Temporal %.0f ms)", r.id, r.org,
                      r.workflow, r.cost, rnd, pos, r.run_id, free, *(1000 * s for s in starts.took))

@@ -407,7 +407,7 @@ class EtaPasses(Part):
     async def record_first_etas(self, first: EtaColumns, now: float) -> None:
         """The first ETA of each chart that has none yet (``first``: the pass's ETAs of the
         charts that had none when it began), in short writes from the bulk-write thread
-        (:class:`~fairsched.engine.ports.DbStore`): dispatch never waits behind them.
+        (:class:`~fairsched.engine.ports.real.DbStore`): dispatch never waits behind them.
 
         Paced: the writes take at most ``FIRST_ETAS_WRITE_SHARE`` of the time, each followed
         by a rest in proportion to how long it took. After a first start at 1M every chart

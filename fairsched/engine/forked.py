@@ -25,7 +25,7 @@ What the child does that outlives it (the snapshot it stored) it says at once
 tells the parent what it left behind (:attr:`ChildFailed.reports`).
 
 The wait for a child's result is bounded through the caller's ``clock`` (the scheduler's
-:class:`~fairsched.engine.ports.Clock` port, its ``wait_for``), like every other wait of
+:class:`~fairsched.engine.ports.protocols.Clock` port, its ``wait_for``), like every other wait of
 the scheduler; without one (``bench/whatif.py``, a test), by :func:`asyncio.wait_for`.
 """
 from __future__ import annotations

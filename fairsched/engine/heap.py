@@ -7,7 +7,7 @@ batches (its result buffers, the batches' lists), and an ETA pass's result comes
 from its child as one pickle. After a load of a million charts from PostgreSQL the
 process held 956 MB, of which ``malloc_trim`` gave 235 MB back in 17 ms (721 MB after;
 the loaded state itself, ``bench/memory.py``: 724 MB). Python's own small-object pools are
-not touched (see :mod:`fairsched.engine.chart_columns` for those).
+not touched (see :mod:`fairsched.engine.store.chart_columns` for those).
 
 Where there is no glibc (macOS, musl) :func:`give_back` does nothing.
 """

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from common.notify import Note
 from fairsched.core import RoundSaver
-from fairsched.engine.ports import Clock, Publisher, Store, TemporalPort
+from fairsched.engine.ports.protocols import Clock, Publisher, Store, TemporalPort
 from fairsched.engine.state import LiveState
 from fairsched.temporal.shared import WorkflowIds
 

@@ -6,7 +6,7 @@ renewal; dispatch checks ``ok_until`` by monotonic time, :meth:`Scheduler.may_di
 and released for good at a stop (:meth:`Leadership.close_lease`). The listener
 (:meth:`Leadership.listen`) appends the notifications to the host's notes and asks
 for a resync after a reconnect. Both reach Redis through their ports
-(:class:`~fairsched.engine.ports.LeasePort`, :class:`~fairsched.engine.ports.NotificationSource`).
+(:class:`~fairsched.engine.ports.protocols.LeasePort`, :class:`~fairsched.engine.ports.protocols.NotificationSource`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import logging
 import threading
 
 from fairsched.engine.host import Host, Part
-from fairsched.engine.ports import LeasePort, NotificationSource, Unavailable
+from fairsched.engine.ports.protocols import LeasePort, NotificationSource, Unavailable
 
 log = logging.getLogger("fairsched.engine")
 

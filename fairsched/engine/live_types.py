@@ -10,7 +10,7 @@ from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, Running
 from fairsched.core.forecast import Forecaster
 from fairsched.core.modes import Dispatch, EtaModel
 from fairsched.engine.due import DueInput
-from fairsched.engine.rows import OrgRow
+from fairsched.engine.store.rows import OrgRow
 
 
 @dataclass(slots=True)
@@ -68,7 +68,7 @@ class PassInput:
     eta_model: EtaModel
     running: tuple[Running, ...]  # copies
     orgs: tuple[OrgRow, ...]
-    external_ids: Mapping[int, str | None]  # an ExternalIds (engine/external_ids.py), or a dict
+    external_ids: Mapping[int, str | None]  # an ExternalIds (engine/store/external_ids.py), or a dict
     queued_by_org: dict[int, int]
     aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
     queued: int                          # all queued charts (ordered and set aside)

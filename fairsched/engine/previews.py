@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from common.previews import PLAN_WAIT_S, WAIT_S, is_plan
 from fairsched.engine import forked, planner, whatif
 from fairsched.engine.host import Host, Part
-from fairsched.engine.ports import Unavailable
+from fairsched.engine.ports.protocols import Unavailable
 
 log = logging.getLogger("fairsched.engine")
 

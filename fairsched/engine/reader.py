@@ -4,7 +4,7 @@ Everything that wants the scheduler's view of the database goes through here, so
 rules (who is held, paused or blocked, the round each chart holds, the duration
 estimates, the clear-times) are applied by the same code the live scheduler runs:
 
-- :func:`read_state` — the rows (:func:`fairsched.engine.db.read_world`) made into a
+- :func:`read_state` — the rows (:func:`fairsched.engine.store.db.read_world`) made into a
   :class:`~fairsched.engine.state.LiveState` (the fair order with the persisted rounds,
   the running charts, the forecast's recent history), exactly as the scheduler loads it;
 - :func:`compute_snapshot` — an ETA pass over a captured state and the snapshot built
@@ -15,26 +15,35 @@ estimates, the clear-times) are applied by the same code the live scheduler runs
 - :func:`scenario_from_db` — the live state as a scenario (``manage.py plan --live`` and
   ``--dump``, ``docs/scheduling.md``): each queued normal-tier chart carries the round
   the scheduler holds for it, so a plan of the dump gives the scheduler's order.
+- :func:`forecast_plan`, :func:`live_rounds` — the live ETA model outside the scheduler
+  (``manage.py plan --live``): the forecast of a plan of the live state, learned from the
+  same recent history the scheduler loads, and the rounds the scheduler published.
 
 Synchronous and ORM-bound: call from a thread that may use the database.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
 
-from fairsched.core import EtaReport
-from fairsched.engine import db
+from common import snapshot
+from control.models import SchedulerSettings
+from fairsched.core import EtaReport, Plan
+from fairsched.core.forecast import Forecaster, PlanOrder
+from fairsched.core.modes import EtaModel
+from fairsched.core.scenario import Scenario, dump_scenario
+from fairsched.engine.live_types import PassInput
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState
-from fairsched.engine.live_types import PassInput
-from fairsched.core.scenario import dump_scenario
+from fairsched.engine.store import db
+from fairsched.engine.store.rows import World
 
 
-def _read_world() -> db.World:
+def _read_world() -> World:
     """``db.read_world`` in one snapshot of the database (``db.one_snapshot``), as the
     scheduler reads it: a live scheduler writes rounds and their cursors meanwhile."""
     db.read_config()  # the settings row is created on first read: the one write, before the read-only snapshot
@@ -92,3 +101,33 @@ def scenario_from_db(*, include_rounds: bool = True, now: datetime | None = None
         for item in out["queued"]:
             item.pop("round", None)
     return out
+
+
+# ---------------------------------------------------------------- the live ETA model outside the scheduler
+def configured_model() -> EtaModel:
+    return EtaModel(SchedulerSettings.get().eta_model)
+
+
+def forecast_plan(s: Scenario, p: Plan, *, head: int | None = None,
+                  round_state: dict[str, tuple[int, int]] | None = None) -> Plan:
+    """``p`` with the forecast model's ETAs and clear-times instead of the lane simulation's."""
+    fc = Forecaster(s.durations)
+    for org, wf, at in db.recent_arrivals():
+        fc.observe_arrival(org, wf, at)
+    for org, wf, seconds in db.recent_durations():
+        fc.observe_finish(org, wf, seconds)
+    order = PlanOrder(p, {c.id: c for c in s.queued}, budget=s.budget, weights=s.weights, costs=s.costs,
+                      head=head, round_state=round_state)
+    rep = fc.etas(order, s.running, s.now)
+    return replace(p, etas=rep.etas, org_clear_s=rep.org_clear_s, clear_s=rep.clear_s)
+
+
+def live_rounds() -> tuple[int | None, dict[str, tuple[int, int]] | None]:
+    """The scheduler's published ``head`` and per-org (last, used), if it published."""
+    try:
+        snap = snapshot.read_snapshot() or {}
+    except Exception:  # noqa: BLE001 - Redis down: the plan's own rounds then
+        return None, None
+    if "head" not in snap or snap.get("rounds") is None:
+        return None, None
+    return int(snap["head"]), {o: (int(lu[0]), int(lu[1])) for o, lu in snap["rounds"].items()}

@@ -74,11 +74,12 @@ from fairsched.engine.dispatcher import Dispatcher
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Backoff, LoopState
 from fairsched.engine.leadership import Leadership, LeaseLost
-from fairsched.engine.ports import (Clock, DbStore, LeasePort, LivePublisher, NotificationSource, Publisher, Store,
-                                    SystemClock, TemporalPort, Unavailable)
-from fairsched.engine.temporal_port import TemporalClient
+from fairsched.engine.ports.protocols import (Clock, LeasePort, NotificationSource, Publisher, Store, TemporalPort,
+                                              Unavailable)
+from fairsched.engine.ports.real import DbStore, LivePublisher, SystemClock
+from fairsched.engine.ports.temporal import TemporalClient
 from fairsched.engine.previews import PreviewPort, Previews
-from fairsched.engine.redis_ports import RedisLease, RedisNotifications, RedisPreviews
+from fairsched.engine.ports.redis import RedisLease, RedisNotifications, RedisPreviews
 from fairsched.engine.startup import Startup
 from fairsched.engine.live_types import Effects
 from fairsched.engine.state import LiveState

@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock): the dispatcher (:mod:`fairsched.engine.dispatcher`) asks
 :meth:`StartFailures.verdict` after each failed start and carries out the answer. The
-Temporal port judges the error itself (:func:`fairsched.engine.temporal_port.classify`,
+Temporal port judges the error itself (:func:`fairsched.engine.ports.temporal.classify`,
 re-exported here): a failed start reaches the dispatcher as a ``StartFailed``.
 
 The rule, in the order it applies:
@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The classification is the Temporal port's (it knows Temporal's errors); re-exported here.
-from fairsched.engine.temporal_port import PERMANENT, TRANSIENT, UNKNOWN, classify, describe
+from fairsched.engine.ports.temporal import PERMANENT, TRANSIENT, UNKNOWN, classify, describe
 
 __all__ = ["MAX_UNKNOWN_ATTEMPTS", "PERMANENT", "TRANSIENT", "UNKNOWN", "StartFailures", "Verdict", "classify",
            "describe"]

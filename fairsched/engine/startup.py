@@ -2,7 +2,7 @@
 
 :meth:`Startup.load` reads the backlog at a start (see docs/architecture.md, "Start-up:
 the head of the order first"): at a restart the head of the saved order
-(:func:`fairsched.engine.db.read_head`), at a very first start the head of the backlog;
+(:func:`fairsched.engine.store.db.read_head`), at a very first start the head of the backlog;
 the loop dispatches from that partial state while the whole backlog is read in the same
 snapshot and built in a thread (:meth:`Startup._load_whole`, :meth:`Startup._build`);
 then, in a tick, :meth:`Startup.take_over_whole` replays onto the whole what the head
@@ -18,13 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fairsched.core import NeedsWholeBacklog, RoundSaver, same_rounds
-from fairsched.engine import db, heap
-from fairsched.engine.chart_columns import ChartColumns
+from fairsched.engine.store import db
+from fairsched.engine import heap
+from fairsched.engine.store.chart_columns import ChartColumns
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Backoff, Host, Part
-from fairsched.engine.ports import in_daemon_thread
+from fairsched.engine.ports.real import in_daemon_thread
 from fairsched.engine.state import QUEUED, LiveState
-from fairsched.engine.rows import World
+from fairsched.engine.store.rows import World
 from fairsched.engine.sync import Sync
 
 log = logging.getLogger("fairsched.engine")
@@ -49,7 +50,7 @@ class Startup(Part):
 
     async def load(self) -> None:
         """Load the backlog. At a restart (a round state was saved) the head of the saved
-        order comes first (:func:`fairsched.engine.db.read_head`): dispatch starts from it
+        order comes first (:func:`fairsched.engine.store.db.read_head`): dispatch starts from it
         while the whole backlog is read, in the same database snapshot, and built in a
         thread; the whole then takes over (:meth:`take_over_whole`). A first start (no
         round state saved) does the same from the head of the backlog, each org's first

@@ -22,11 +22,11 @@ from fairsched.core import Durations, Eta, FairQueue, QueuedChart, RunningChart,
 from fairsched.core.forecast import Forecaster
 from fairsched.core.modes import Dispatch, Share
 from fairsched.core.plan import gc_paused
-from fairsched.engine.chart_columns import ChartColumns
+from fairsched.engine.store.chart_columns import ChartColumns
 from fairsched.engine.due import DueBook
-from fairsched.engine.external_ids import ExternalIds
+from fairsched.engine.store.external_ids import ExternalIds
 from fairsched.engine.live_types import Effects, PassInput, Running
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World, durations_of  # the rows it applies
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World, durations_of
 
 log = logging.getLogger("fairsched.engine")
 
@@ -44,7 +44,7 @@ class LiveState:
         forecast afresh from the database's recent history (at 1M charts, seconds saved).
 
         ``horizon``: ``world`` holds only the head of the saved order (a restart's first
-        read, :func:`fairsched.engine.db.read_head`): the state is *partial*
+        read, :func:`fairsched.engine.store.db.read_head`): the state is *partial*
         (:attr:`partial`). It dispatches up to the horizon, follows its running charts and
         new priority charts, and leaves every other change to the whole backlog's state,
         which takes over from it (:meth:`take_over_from`). Raises
@@ -74,7 +74,7 @@ class LiveState:
         self.durations = durations_of(world.averages)
         # What the queue's pass over the rows notes of each (below): the id's int and string
         # are the queue's own, one copy each.
-        self.external_ids = ExternalIds()  # as bytes, not a str per chart (engine/external_ids.py)
+        self.external_ids = ExternalIds()  # as bytes, not a str per chart (engine/store/external_ids.py)
         # Charts whose first ETA is not recorded yet (the scheduler removes those the
         # database already has at start-up): each pass records only these, O(new).
         self.unpromised: set[str] = set()

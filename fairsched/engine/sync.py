@@ -12,7 +12,7 @@
   ``CANCEL_GRACE_S``.
 
 Each step reads the host's state and returns :class:`~fairsched.engine.live_types.Effects`;
-Temporal's errors arrive as the port's (:mod:`fairsched.engine.temporal_port`).
+Temporal's errors arrive as the port's (:mod:`fairsched.engine.ports.temporal`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from common import metrics
 from common.notify import Note
 from fairsched.engine.host import Backoff, Host, Part
 from fairsched.engine.notes import Reads
-from fairsched.engine.temporal_port import TemporalError, WorkflowNotFound
+from fairsched.engine.ports.temporal import TemporalError, WorkflowNotFound
 from fairsched.engine.state import FINAL, QUEUED
 from fairsched.engine.live_types import Effects
 from fairsched.temporal.client import Outcome

@@ -29,7 +29,7 @@ def backlog(flags: list[tuple[str, int, int]]) -> list[QueuedChart]:
 
 
 def head_of(charts: list[QueuedChart], k: int) -> tuple[list[QueuedChart], set[str]]:
-    """What ``fairsched.engine.db.read_head`` reads at a first start (checked against it in
+    """What ``fairsched.engine.store.db.read_head`` reads at a first start (checked against it in
     tests/test_scale.py), with the orgs that had more."""
     return first_head_of_backlog(charts, k)
 

@@ -10,7 +10,7 @@ from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import LoopState
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.state import LiveState
-from fairsched.engine.rows import OrgRow
+from fairsched.engine.store.rows import OrgRow
 from fairsched.temporal.shared import current_workflow_ids
 from tests.test_tick import FakeClock, FakePublisher, FakeStore, FakeTemporal, settle  # noqa: F401
 

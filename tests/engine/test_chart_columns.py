@@ -1,4 +1,4 @@
-"""A read of the charts table held as columns (fairsched.engine.chart_columns) reads as the
+"""A read of the charts table held as columns (fairsched.engine.store.chart_columns) reads as the
 rows it stands for, and a state loaded from it is the state loaded from the rows, keeping
 one copy of each chart's id."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsched.engine import db
-from fairsched.engine.chart_columns import ChartColumns, StrColumn
-from fairsched.engine.external_ids import ExternalIds
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store import db
+from fairsched.engine.store.chart_columns import ChartColumns, StrColumn
+from fairsched.engine.store.external_ids import ExternalIds
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState
 
 maybe_t = st.one_of(st.none(), st.floats(0, 2e9, allow_nan=False))
@@ -83,7 +83,7 @@ def test_a_state_loaded_from_columns_is_the_state_loaded_from_rows():
 
 def test_the_load_keeps_one_copy_of_each_id():
     """The queue's id string is the unpromised set's, not a copy (at a million charts each
-    copy is 28-55 MB); the external ids hold no id of their own (engine/external_ids.py)."""
+    copy is 28-55 MB); the external ids hold no id of their own (engine/store/external_ids.py)."""
     state = LiveState(_world(ChartColumns.of(
         ChartRow(i, 1, "review", "queued", 1000.0 + i, external_id=f"e{i}") for i in range(1000, 1100))))
     seqs = {c.seq: c for c in state.queue.iter_charts()}

@@ -7,8 +7,7 @@ from temporalio.service import RPCStatusCode
 
 from fairsched.engine.dispatcher import Dispatcher
 from fairsched.engine.eta_passes import EtaPasses
-from fairsched.engine.temporal_port import StartFailed
-from fairsched.engine.temporal_port import UNKNOWN
+from fairsched.engine.ports.temporal import UNKNOWN, StartFailed
 from fairsched.engine.sync import Sync
 from tests.engine.fakes import FakeHost
 from tests.test_tick import rpc

@@ -7,7 +7,7 @@ import pickle
 
 from fairsched.engine.due import due_pass
 from fairsched.engine.publish import build_snapshot
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState
 from tests.test_tick import FakePublisher, pass_ends, rig  # noqa: F401 (the fixture)
 

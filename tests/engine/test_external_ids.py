@@ -1,4 +1,4 @@
-"""The scheduler's external ids held as bytes in blocks (fairsched/engine/external_ids.py):
+"""The scheduler's external ids held as bytes in blocks (fairsched/engine/store/external_ids.py):
 a dict's behaviour, a fraction of a dict's memory."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsched.engine.external_ids import BLOCK, MAX_BYTES, ExternalIds
+from fairsched.engine.store.external_ids import BLOCK, MAX_BYTES, ExternalIds
 
 ids = st.integers(min_value=0, max_value=5 * BLOCK)  # a few blocks, so that blocks empty and fill again
 externals = st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["mrn-1", "mrn-2", "é-ü-✓"]))

@@ -7,7 +7,7 @@ import threading
 
 from common.notify import ChartNote, Note
 from fairsched.engine.leadership import Leadership
-from fairsched.engine.ports import Unavailable
+from fairsched.engine.ports.protocols import Unavailable
 from tests.engine.fakes import FakeHost
 
 

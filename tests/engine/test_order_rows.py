@@ -8,7 +8,7 @@ from array import array
 from hypothesis import given, settings, strategies as st
 
 from fairsched.engine import order_rows
-from fairsched.engine.external_ids import ExternalIds
+from fairsched.engine.store.external_ids import ExternalIds
 from fairsched.engine.order_rows import DUE_CODE, NAN, NO_ROUND, ROW_KEYS, LookedUp, Rows
 
 maybe_s = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False))

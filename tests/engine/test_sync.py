@@ -6,7 +6,7 @@ import pytest
 
 from common.notify import ChartNote, SettingsNote
 from fairsched.engine.notes import read_note
-from fairsched.engine.rows import ChartRow
+from fairsched.engine.store.rows import ChartRow
 from fairsched.engine.sync import Sync
 from fairsched.temporal.client import Outcome
 from tests.engine.fakes import FakeHost, settle
@@ -156,7 +156,7 @@ async def test_a_terminated_workflow_that_closed_meanwhile_is_dropped_from_the_e
     host.clock.advance(host.CANCEL_GRACE_S)
 
     async def gone(chart_id, reason):
-        from fairsched.engine.temporal_port import WorkflowNotFound
+        from fairsched.engine.ports.temporal import WorkflowNotFound
         raise WorkflowNotFound("gone", "NOT_FOUND")
     host.temporal.terminate = gone
     assert 1 in sync.cancels_sent
@@ -165,7 +165,7 @@ async def test_a_terminated_workflow_that_closed_meanwhile_is_dropped_from_the_e
 
 
 async def test_a_closed_now_question_temporal_cannot_answer_is_no(sync):
-    from fairsched.engine.temporal_port import TemporalError
+    from fairsched.engine.ports.temporal import TemporalError
 
     async def busy(chart_id):
         raise TemporalError("deadline exceeded", "DEADLINE_EXCEEDED")
@@ -179,7 +179,7 @@ def test_only_a_terminated_ignored_cancel_is_rewritten_as_cancelled():
 
 
 async def test_a_new_row_in_a_new_org_brings_the_org_in(sync):
-    from fairsched.engine.rows import OrgRow
+    from fairsched.engine.store.rows import OrgRow
     host = sync.host
     host.store.orgs[7] = OrgRow(7, "Org 7", "org-7", 1)
     host.store.rows[20] = ChartRow(20, 7, "code", "queued", T0 + 20)

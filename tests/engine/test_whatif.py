@@ -15,7 +15,7 @@ from fairsched.engine import whatif
 from fairsched.engine.due import due_pass
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.previews import Previews
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.live_types import Effects
 from fairsched.engine.state import LiveState
 from tests.engine.fakes import FakeHost

@@ -40,8 +40,8 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from fairsched.engine.ports import Publisher
-    from fairsched.engine.temporal_port import TemporalClient
+    from fairsched.engine.ports.protocols import Publisher
+    from fairsched.engine.ports.temporal import TemporalClient
     from fairsched.engine.live_types import Effects
     from fairsched.management.commands.runscheduler import Command
 

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from charts.models import Chart, ChartState
 from fairsched.runtime import embedded
-from fairsched.engine.lease import LEASE_KEY
+from fairsched.engine.ports.lease import LEASE_KEY
 from control.models import SchedulerSettings
 from orgs.models import Org, Workflow
 from fairsched.temporal.shared import workflow_id

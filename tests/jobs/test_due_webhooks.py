@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from charts import services
-from fairsched.engine import db
+from fairsched.engine.store import db
 from jobs.due_webhooks import sweep_due_states
 from jobs.models import WebhookDelivery
 from tests.factories import make_org, make_workflow

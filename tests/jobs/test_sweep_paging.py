@@ -120,7 +120,7 @@ def test_a_late_due_warning_behind_a_burst_larger_than_a_page_is_still_sent(org,
     position for rises committed late. It read that window's first page, delivered or not:
     behind a burst of one ETA pass larger than a page (every rise stamped with the pass's
     time), a late rise was never read, however many sweeps ran."""
-    from fairsched.engine import db
+    from fairsched.engine.store import db
     from jobs import due_webhooks
 
     monkeypatch.setattr(due_webhooks, "SWEEP_LIMIT", LIMIT)

@@ -1,7 +1,8 @@
-"""The lease port and the notification source over Redis (:mod:`fairsched.engine.ports`).
+"""The lease port, the notification source and the preview port over Redis (the ports:
+:mod:`fairsched.engine.ports.protocols`); the lease itself is :mod:`fairsched.engine.ports.lease`.
 
 Redis stops here: every ``redis.RedisError`` (and the ``OSError`` of a socket) becomes
-the port's :class:`~fairsched.engine.ports.Unavailable`. The rest of the scheduler never
+the port's :class:`~fairsched.engine.ports.protocols.Unavailable`. The rest of the scheduler never
 imports ``redis``.
 """
 from __future__ import annotations
@@ -11,9 +12,9 @@ import redis.asyncio as aredis
 
 from common.notify import CHANNEL, Note
 from common.previews import REQUEST_TTL_S, REQUESTS, answer_key
-from fairsched.engine.lease import LEASE_KEY, Lease, release_now
 from fairsched.engine.notes import read_note
-from fairsched.engine.ports import Unavailable
+from fairsched.engine.ports.lease import LEASE_KEY, Lease, release_now
+from fairsched.engine.ports.protocols import Unavailable
 
 _DOWN = (redis.RedisError, OSError)
 
@@ -36,7 +37,7 @@ class _Keeper:
 
 
 class RedisLease:
-    """The lease (:class:`fairsched.engine.lease.Lease`: ``SET NX PX``, renewed by compare-and-expire)."""
+    """The lease (:class:`fairsched.engine.ports.lease.Lease`: ``SET NX PX``, renewed by compare-and-expire)."""
 
     def __init__(self, url: str, ttl_s: float, key: str = LEASE_KEY) -> None:
         self.url = url

@@ -10,7 +10,7 @@ of them in the scheduler's RSS and in its forked ETA pass's pages.
 
 :class:`ChartColumns` holds the same read as one array (or list) per field: numbers
 unboxed, a missing time or number as NaN or a sentinel, the strings the driver made (the
-workflow and state names shared, see :func:`fairsched.engine.db._row`), but the external
+workflow and state names shared, see :func:`fairsched.engine.store.db._row`), but the external
 ids, a string of each chart's own: those as bytes (:class:`StrColumn`). It is a
 ``Sequence[ChartRow]``: a reader that iterates it gets each row made on demand and freed
 before the next, so any reader of a list of rows reads it unchanged, and a reader that
@@ -25,7 +25,7 @@ from operator import attrgetter
 from typing import overload
 
 from fairsched.core import QueuedChart
-from fairsched.engine.rows import ChartRow, _org_key
+from fairsched.engine.store.rows import ChartRow, _org_key
 
 NAN = float("nan")
 NO_INT = -(2**63)  # a missing integer (a chart without a round or a dispatched cost)

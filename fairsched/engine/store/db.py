@@ -25,12 +25,12 @@ from fairsched.core import Durations, normal_key, RoundState as CoreRoundState
 from fairsched.core.modes import Share
 from fairsched.core.plan import gc_paused
 from control import deployment as control_deployment
-from fairsched.engine import pg_statistics
-from fairsched.engine.chart_columns import ChartColumns
-from fairsched.engine.db_rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns, first_eta_values,
-                                        round_state)
-from fairsched.engine.estimates import read_durations
-from fairsched.engine.rows import ChartRow, Config, OrgRow, World
+from fairsched.engine.store import pg_statistics
+from fairsched.engine.store.chart_columns import ChartColumns
+from fairsched.engine.store.rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns,
+                                           first_eta_values, round_state)
+from fairsched.engine.store.estimates import read_durations
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
 from control.models import SchedulerSettings
 from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
@@ -270,7 +270,7 @@ class Changes:
     config: Config
     orgs: list[OrgRow]
     costs: dict[tuple[str, str], int]
-    averages: Durations     # the duration estimates (fairsched.engine.estimates)
+    averages: Durations     # the duration estimates (fairsched.engine.store.estimates)
     charts: list[ChartRow]  # every chart (any state) whose updated_at is at or after the watermark
     read_at: datetime       # when this read began: the next watermark (less the overlap)
     more: tuple[datetime, int] | None = None  # a chunk's read: where the next chunk begins (None: the last)

@@ -4,9 +4,9 @@
 :func:`_save_rounds` writes it (the ``RoundState`` row, each org's ``OrgRoundState``, the
 queued charts' changed rounds and, under the share ``work``, their estimates at arrival
 and shares) inside the caller's transaction: a dispatch's compare-and-set
-(:func:`fairsched.engine.db.mark_running`) or a save of its own
-(:func:`fairsched.engine.db.save_rounds`). Plain synchronous functions on the current
-connection; :mod:`fairsched.engine.db` says how the scheduler calls them.
+(:func:`fairsched.engine.store.db.mark_running`) or a save of its own
+(:func:`fairsched.engine.store.db.save_rounds`). Plain synchronous functions on the current
+connection; :mod:`fairsched.engine.store.db` says how the scheduler calls them.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from orgs.models import Org
 
 def round_state() -> CoreRoundState | None:
     """The persisted round-robin state on the current connection (None: no scheduler ever
-    saved one): web requests, commands; the scheduler calls :func:`fairsched.engine.db.read_round_state`."""
+    saved one): web requests, commands; the scheduler calls :func:`fairsched.engine.store.db.read_round_state`."""
     row = RoundState.objects.filter(pk=1).first()
     if row is None:
         return None

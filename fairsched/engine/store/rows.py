@@ -1,4 +1,4 @@
-"""What the scheduler reads of the database (:mod:`fairsched.engine.db`, through the store
+"""What the scheduler reads of the database (:mod:`fairsched.engine.store.db`, through the store
 port): the rows and settings it hands to :class:`~fairsched.engine.state.LiveState`.
 Plain values, no I/O; times are epoch seconds."""
 from __future__ import annotations

@@ -18,7 +18,7 @@ from fairsched.core import Plan
 from fairsched.core.modes import EtaModel
 from fairsched.engine.planner import plan_budget
 from fairsched.engine.reader import read_state
-from fairsched.engine.live_eta import configured_model, forecast_plan, live_rounds
+from fairsched.engine.reader import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
 from fairsched.core.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
 
