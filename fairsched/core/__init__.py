@@ -77,8 +77,8 @@ not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 from .backfill import RoundBackfill, RoundSaver
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
-from .heads import same_rounds
-from .queue import FairQueue, NeedsWholeBacklog, first_head_of_backlog, head_of_backlog
+from .heads import NeedsWholeBacklog, first_head_of_backlog, head_of_backlog, same_rounds
+from .queue import FairQueue
 from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, is_held, lane_pass
 from .types import (DECLARED_AS_N, DEFAULT_AVG_S, ById, Durations, EstimateSource, Eta, EtaReport, OrgRounds, Plan, WalkEtas, eta_reader,
                     QueuedChart, RoundState, RunningChart)

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from fairsched.core import eta_reader
+from fairsched.core import FairQueue, eta_reader
 from fairsched.core.plan import gc_paused, unplanned_clear
-from fairsched.core.queue import FairQueue
 from fairsched.core.sortedkeys import SortedKeys
 from fairsched.engine.due import due_keys
 from fairsched.engine.state import LiveState

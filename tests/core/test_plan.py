@@ -157,7 +157,7 @@ def test_a_budget_of_a_billion_builds_lanes_for_the_charts_not_the_budget(monkey
     import importlib
 
     plan_module = importlib.import_module("fairsched.core.plan")  # the module, not the function
-    queue_module = importlib.import_module("fairsched.core.queue_etas")  # the live order's ETA passes
+    queue_module = importlib.import_module("fairsched.core.queue.etas")  # the live order's ETA passes
 
     sizes: list[int] = []
     real = plan_module.lane_pass

@@ -1,7 +1,7 @@
 """The queue's internal record of a queued chart, and the stand-in for round tracking."""
 from __future__ import annotations
 
-from .types import QueuedChart
+from ..types import QueuedChart
 
 
 class _Untracked:

@@ -23,20 +23,19 @@ import math
 from typing import Iterable, Mapping
 
 from .entry import _UNTRACKED, _Entry, _Untracked
-from .heads import NeedsWholeBacklog, first_head_of_backlog, head_of_backlog
-from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, fifo_key, normal_key, org_rank_key, priority_key, queue_key
-from .plan import gc_paused
-from .queue_dispatch import QueueDispatch
-from .queue_etas import QueueEtas
-from .queue_loads import QueueLoads
-from .queue_views import QueueViews
-from .reserve import DEFAULT_DEPTH
-from .modes import Dispatch, Share, check_policies
-from .rules import BLOCKED, DEFAULT_QUANTUM_S, HELD, MIN_EST_S, ORDERED, PAUSED, arrival_round, arrival_turn, classify
-from .sortedkeys import SortedKeys
-from .types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
+from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, fifo_key, normal_key, org_rank_key, priority_key, queue_key
+from ..plan import gc_paused
+from .dispatch import QueueDispatch
+from .etas import QueueEtas
+from .loads import QueueLoads
+from .views import QueueViews
+from ..reserve import DEFAULT_DEPTH
+from ..modes import Dispatch, Share, check_policies
+from ..rules import BLOCKED, DEFAULT_QUANTUM_S, HELD, MIN_EST_S, ORDERED, PAUSED, arrival_round, arrival_turn, classify
+from ..sortedkeys import SortedKeys
+from ..types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
 
-__all__ = ["FairQueue", "NeedsWholeBacklog", "POLICIES", "first_head_of_backlog", "head_of_backlog"]
+__all__ = ["FairQueue", "POLICIES"]
 
 
 POLICIES = ("wrr", "fifo")

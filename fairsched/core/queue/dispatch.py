@@ -8,11 +8,11 @@ from operator import attrgetter, itemgetter
 from typing import Iterable, Iterator
 
 from .entry import _Entry
-from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
-from .modes import Dispatch
-from .reserve import P90_RATIO, Profile, startable_now, window_end
-from .rules import head_of_line
-from .types import Estimate, QueuedChart, RunningChart
+from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
+from ..modes import Dispatch
+from ..reserve import P90_RATIO, Profile, startable_now, window_end
+from ..rules import head_of_line
+from ..types import Estimate, QueuedChart, RunningChart
 
 _FOREVER = 1e18  # a running chart of unknown finish
 

@@ -6,12 +6,12 @@ from itertools import chain, islice
 from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
-from .keys import QueueKey, TIER_NORMAL
-from .modes import Dispatch
-from .plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
-from .reserve import P90_RATIO, Profile, reserve_walk
-from .rules import lane_pass
-from .types import Durations, Eta, EtaReport, Plan, RunningChart
+from ..keys import QueueKey, TIER_NORMAL
+from ..modes import Dispatch
+from ..plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
+from ..reserve import P90_RATIO, Profile, reserve_walk
+from ..rules import lane_pass
+from ..types import Durations, Eta, EtaReport, Plan, RunningChart
 
 # the hot passes gather a field of every key at C speed, by its position in the named tuple
 _kid = itemgetter(QueueKey._fields.index("id"))

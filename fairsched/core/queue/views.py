@@ -5,9 +5,9 @@ from __future__ import annotations
 from itertools import chain
 from typing import Iterator
 
-from .keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, org_rank_key
-from .rules import BLOCKED, HELD, ORDERED, PAUSED
-from .types import QueuedChart
+from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, org_rank_key
+from ..rules import BLOCKED, HELD, ORDERED, PAUSED
+from ..types import QueuedChart
 
 
 class QueueViews:

@@ -10,11 +10,11 @@ import math
 from operator import attrgetter
 from typing import Iterable, Mapping, Self
 
-from .heads import NeedsWholeBacklog
-from .keys import TIER_NORMAL, org_rank_key
-from .plan import gc_paused
-from .rules import ORDERED
-from .types import QueuedChart, RoundState
+from ..heads import NeedsWholeBacklog
+from ..keys import TIER_NORMAL, org_rank_key
+from ..plan import gc_paused
+from ..rules import ORDERED
+from ..types import QueuedChart, RoundState
 
 _seq_id = attrgetter("seq", "id")
 
