@@ -57,7 +57,7 @@ An org's page (``/ws/orgs/<slug>/``, open to the org's members) gets what
 :func:`for_member` builds for members from its org's events: the fields named for each
 kind (:data:`MEMBER_KINDS`), never ``by``, the budget or the audit trail.
 
-:func:`from_wire` refuses an unknown kind (:class:`UnknownKind`) and unknown or missing
+:func:`event_from_wire` refuses an unknown kind (:class:`UnknownEventKind`) and unknown or missing
 fields (``ValueError``); a socket ignores (and logs) a group message it cannot read.
 
 Numbering and refetch
@@ -89,7 +89,7 @@ GROUP_MESSAGE = "live.update"  # the group message's type (consumers' ``live_upd
 REFETCH = "refetch"            # what a page sends after a gap in ``n``
 
 
-class Kind(str, enum.Enum):
+class EventKind(str, enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
     DISPATCH = "dispatch"
@@ -113,16 +113,16 @@ class Kind(str, enum.Enum):
 _WIRE_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 
 
-class UnknownKind(ValueError):
-    """A wire event whose ``kind`` is none of :class:`Kind`."""
+class UnknownEventKind(ValueError):
+    """A wire event whose ``kind`` is none of :class:`EventKind`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
-    """One live update. Subclasses name their :class:`Kind` and declare their fields;
+    """One live update. Subclasses name their :class:`EventKind` and declare their fields;
     fields that default to None are left off the wire while None."""
 
-    kind: ClassVar[Kind]
+    kind: ClassVar[EventKind]
 
     def to_wire(self) -> dict[str, Any]:
         spec = _WIRE_FIELDS.get(type(self))
@@ -154,21 +154,21 @@ class _Echo(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Queued(Event):
-    kind: ClassVar[Kind] = Kind.QUEUED
+    kind: ClassVar[EventKind] = EventKind.QUEUED
     chart: int
     org: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Running(Event):
-    kind: ClassVar[Kind] = Kind.RUNNING
+    kind: ClassVar[EventKind] = EventKind.RUNNING
     chart: int
     org: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Dispatch(Event):
-    kind: ClassVar[Kind] = Kind.DISPATCH
+class Dispatched(Event):
+    kind: ClassVar[EventKind] = EventKind.DISPATCH
     chart: int
     org: int
     cost: int
@@ -176,7 +176,7 @@ class Dispatch(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Finish(Event):
-    kind: ClassVar[Kind] = Kind.FINISH
+    kind: ClassVar[EventKind] = EventKind.FINISH
     chart: int
     org: int
     state: str
@@ -185,44 +185,44 @@ class Finish(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Removed(Event):
-    kind: ClassVar[Kind] = Kind.REMOVED
+    kind: ClassVar[EventKind] = EventKind.REMOVED
     chart: int
     state: str  # the row's final state, or "deleted"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Paused(Event):
-    kind: ClassVar[Kind] = Kind.PAUSED
+    kind: ClassVar[EventKind] = EventKind.PAUSED
     chart: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Resumed(Event):
-    kind: ClassVar[Kind] = Kind.RESUMED
+    kind: ClassVar[EventKind] = EventKind.RESUMED
     chart: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Prioritized(Event):
-    kind: ClassVar[Kind] = Kind.PRIORITIZED
+    kind: ClassVar[EventKind] = EventKind.PRIORITIZED
     chart: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Unprioritized(Event):
-    kind: ClassVar[Kind] = Kind.UNPRIORITIZED
+    kind: ClassVar[EventKind] = EventKind.UNPRIORITIZED
     chart: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MovedToFront(Event):
-    kind: ClassVar[Kind] = Kind.MOVED_TO_FRONT
+    kind: ClassVar[EventKind] = EventKind.MOVED_TO_FRONT
     chart: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Weight(Event):
-    kind: ClassVar[Kind] = Kind.WEIGHT
+    kind: ClassVar[EventKind] = EventKind.WEIGHT
     org: int
     weight: int
     held: bool  # the auto-hold rule's verdict (fairsched.core.rules.is_held), so no page re-derives it
@@ -230,13 +230,13 @@ class Weight(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Budget(_Echo):
-    kind: ClassVar[Kind] = Kind.BUDGET
+    kind: ClassVar[EventKind] = EventKind.BUDGET
     budget: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cost(_Echo):
-    kind: ClassVar[Kind] = Kind.COST
+    kind: ClassVar[EventKind] = EventKind.COST
     org: int
     workflow: int | str  # the control's echo: the workflow's pk; the scheduler's: its key (text)
     cost: int
@@ -244,7 +244,7 @@ class Cost(_Echo):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Batch(Event):
-    kind: ClassVar[Kind] = Kind.BATCH
+    kind: ClassVar[EventKind] = EventKind.BATCH
     count: int
 
 
@@ -255,7 +255,7 @@ class ChartChanged(_Echo):
     """``chart``: id, org, state, paused, priority, cancel_requested, moved_to_front_at
     (ISO or None), external_id -- the row after the control."""
 
-    kind: ClassVar[Kind] = Kind.CHART
+    kind: ClassVar[EventKind] = EventKind.CHART
     org: int
     chart: dict[str, Any]
     rerun_of: int | None = None
@@ -265,7 +265,7 @@ class ChartChanged(_Echo):
 class OrgChanged(_Echo):
     """``org_row``: id, weight, held -- the org after the control."""
 
-    kind: ClassVar[Kind] = Kind.ORG
+    kind: ClassVar[EventKind] = EventKind.ORG
     org: int
     org_row: dict[str, Any]
 
@@ -276,31 +276,31 @@ class OrgChanged(_Echo):
 class Audit(Event):
     """``entry``: ``control.audit.entry_json`` of the entry."""
 
-    kind: ClassVar[Kind] = Kind.AUDIT
+    kind: ClassVar[EventKind] = EventKind.AUDIT
     entry: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SnapshotStored(Event):
-    kind: ClassVar[Kind] = Kind.SNAPSHOT
+    kind: ClassVar[EventKind] = EventKind.SNAPSHOT
     seq: int
 
 
-EVENTS: dict[Kind, type[Event]] = {cls.kind: cls for cls in (
-    Queued, Running, Dispatch, Finish, Removed, Paused, Resumed, Prioritized, Unprioritized,
+EVENTS: dict[EventKind, type[Event]] = {cls.kind: cls for cls in (
+    Queued, Running, Dispatched, Finish, Removed, Paused, Resumed, Prioritized, Unprioritized,
     MovedToFront, Weight, Budget, Cost, Batch, ChartChanged, OrgChanged, Audit, SnapshotStored)}
-assert set(EVENTS) == set(Kind), "every kind has its event class"
+assert set(EVENTS) == set(EventKind), "every kind has its event class"
 
 
-def from_wire(wire: Any) -> Event:
-    """The event a wire dict stands for; :class:`UnknownKind` for a kind not in :class:`Kind`,
+def event_from_wire(wire: Any) -> Event:
+    """The event a wire dict stands for; :class:`UnknownEventKind` for a kind not in :class:`EventKind`,
     ``ValueError`` for a field missing or not the kind's."""
     if not isinstance(wire, dict):
         raise ValueError(f"an event is a JSON object, got {type(wire).__name__}")
     try:
-        cls = EVENTS[Kind(wire.get("kind"))]
+        cls = EVENTS[EventKind(wire.get("kind"))]
     except ValueError:
-        raise UnknownKind(f"unknown event kind {wire.get('kind')!r}") from None
+        raise UnknownEventKind(f"unknown event kind {wire.get('kind')!r}") from None
     fields = {k: v for k, v in wire.items() if k != "kind"}
     try:
         return cls(**fields)
@@ -328,7 +328,7 @@ def _pick(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {k: row[k] for k in names if k in row} if isinstance(row, dict) else {}
 
 
-def _member_wire(kind: Kind, **fields: Any) -> dict[str, Any]:
+def _member_wire(kind: EventKind, **fields: Any) -> dict[str, Any]:
     return {"kind": kind.value, **{k: v for k, v in fields.items() if v is not None}}
 
 
@@ -337,7 +337,7 @@ def _for_member(event: Event) -> dict[str, Any] | None:
     by field; None: members get nothing of this kind."""
     if isinstance(event, (Queued, Running)):
         return _member_wire(event.kind, chart=event.chart, org=event.org)
-    if isinstance(event, Dispatch):
+    if isinstance(event, Dispatched):
         return _member_wire(event.kind, chart=event.chart, org=event.org, cost=event.cost)
     if isinstance(event, Finish):
         return _member_wire(event.kind, chart=event.chart, org=event.org, state=event.state, cost=event.cost)
@@ -357,20 +357,20 @@ def _for_member(event: Event) -> dict[str, Any] | None:
 
 # Every kind, decided: what a member gets of it (see _for_member), or why nothing. A new kind
 # fails the assert below until someone decides.
-MEMBER_KINDS: dict[Kind, str] = {
-    Kind.QUEUED: "chart, org", Kind.RUNNING: "chart, org", Kind.DISPATCH: "chart, org, cost",
-    Kind.FINISH: "chart, org, state, cost", Kind.WEIGHT: "org, weight, held",
-    Kind.COST: "org, workflow, cost [, action, at]",
-    Kind.CHART: "org, chart (MEMBER_CHART_FIELDS), action [, rerun_of, at]",
-    Kind.ORG: "org, org_row (MEMBER_ORG_FIELDS), action [, at]",
-    Kind.REMOVED: "nothing: it names no org", Kind.PAUSED: "nothing: it names no org",
-    Kind.RESUMED: "nothing: it names no org", Kind.PRIORITIZED: "nothing: it names no org",
-    Kind.UNPRIORITIZED: "nothing: it names no org", Kind.MOVED_TO_FRONT: "nothing: it names no org",
-    Kind.BUDGET: "nothing: the budget is the operators'", Kind.BATCH: "nothing: a count of every org's events",
-    Kind.AUDIT: "nothing: the audit trail names operators",
-    Kind.SNAPSHOT: "nothing: each socket sends its page a snapshot message instead",
+MEMBER_KINDS: dict[EventKind, str] = {
+    EventKind.QUEUED: "chart, org", EventKind.RUNNING: "chart, org", EventKind.DISPATCH: "chart, org, cost",
+    EventKind.FINISH: "chart, org, state, cost", EventKind.WEIGHT: "org, weight, held",
+    EventKind.COST: "org, workflow, cost [, action, at]",
+    EventKind.CHART: "org, chart (MEMBER_CHART_FIELDS), action [, rerun_of, at]",
+    EventKind.ORG: "org, org_row (MEMBER_ORG_FIELDS), action [, at]",
+    EventKind.REMOVED: "nothing: it names no org", EventKind.PAUSED: "nothing: it names no org",
+    EventKind.RESUMED: "nothing: it names no org", EventKind.PRIORITIZED: "nothing: it names no org",
+    EventKind.UNPRIORITIZED: "nothing: it names no org", EventKind.MOVED_TO_FRONT: "nothing: it names no org",
+    EventKind.BUDGET: "nothing: the budget is the operators'", EventKind.BATCH: "nothing: a count of every org's events",
+    EventKind.AUDIT: "nothing: the audit trail names operators",
+    EventKind.SNAPSHOT: "nothing: each socket sends its page a snapshot message instead",
 }
-assert set(MEMBER_KINDS) == set(Kind), "every kind has a member projection (or a reason for none)"
+assert set(MEMBER_KINDS) == set(EventKind), "every kind has a member projection (or a reason for none)"
 
 
 def for_member(event: Event, org: int) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from common import live_updates as lu
 ONE_OF_EACH = [
     lu.Queued(chart=1, org=2),
     lu.Running(chart=1, org=2),
-    lu.Dispatch(chart=1, org=2, cost=3),
+    lu.Dispatched(chart=1, org=2, cost=3),
     lu.Finish(chart=1, org=2, state="succeeded", cost=3),
     lu.Removed(chart=1, state="deleted"),
     lu.Paused(chart=1),
@@ -35,12 +35,12 @@ ONE_OF_EACH = [
 
 
 def test_every_kind_has_one_event_class_and_a_round_trip():
-    assert {type(e).kind for e in ONE_OF_EACH} == set(lu.Kind)
+    assert {type(e).kind for e in ONE_OF_EACH} == set(lu.EventKind)
     for event in ONE_OF_EACH:
         wire = event.to_wire()
         assert wire["kind"] == event.kind.value
-        assert lu.from_wire(wire) == event
-        assert lu.from_wire(dict(wire)).to_wire() == wire
+        assert lu.event_from_wire(wire) == event
+        assert lu.event_from_wire(dict(wire)).to_wire() == wire
 
 
 def test_the_wire_form_is_what_the_pages_read():
@@ -80,20 +80,20 @@ def test_what_a_member_receives_is_built_for_members():
 
 
 def test_every_kind_has_a_member_decision():
-    assert set(lu.MEMBER_KINDS) == set(lu.Kind)
+    assert set(lu.MEMBER_KINDS) == set(lu.EventKind)
 
 
 @pytest.mark.parametrize("wire", [{"kind": "settings", "budget": 3}, {"kind": "resync"}, {}, {"kind": None}])
 def test_an_unknown_kind_is_refused(wire):
-    with pytest.raises(lu.UnknownKind):
-        lu.from_wire(wire)
+    with pytest.raises(lu.UnknownEventKind):
+        lu.event_from_wire(wire)
 
 
 @pytest.mark.parametrize("wire", [{"kind": "dispatch", "chart": 1}, {"kind": "queued", "chart": 1, "org": 2, "seq": 3},
                                   ["queued"], "queued"])
 def test_a_missing_or_unknown_field_is_refused(wire):
     with pytest.raises(ValueError):
-        lu.from_wire(wire)
+        lu.event_from_wire(wire)
 
 
 def test_gap_detection_on_n():
@@ -117,7 +117,7 @@ def test_send_and_asend_put_one_group_message_on_the_layer():
         async def group_send(self, group, message):
             sent.append((group, message))
 
-    lu.send(lu.Dispatch(chart=1, org=2, cost=1), {"running": 1}, layer=Layer())
+    lu.send(lu.Dispatched(chart=1, org=2, cost=1), {"running": 1}, layer=Layer())
     assert sent == [("dashboard", {"type": "live.update", "event": {"kind": "dispatch", "chart": 1, "org": 2, "cost": 1},
                                    "counters": {"running": 1}})]
 

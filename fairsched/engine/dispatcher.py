@@ -3,17 +3,17 @@ runs them, the live loop calls it):
 
 1. **plan**: the head of the fair order that fits the free budget
    (:meth:`LiveState.to_start`), checked against the rows just read: a row that moved
-   meanwhile is applied first and the plan made again (:func:`moved`). :class:`Batch`
+   meanwhile is applied first and the plan made again (:func:`moved`). :class:`StartBatch`
    (what one dispatch starts) also keeps each chart's place and round for the log line.
 2. **start**: each chart's workflow through the Temporal port (a failed start arrives
    judged, as ``StartFailed``, and :mod:`fairsched.engine.starts` says what it means for the
-   chart); :class:`BatchResults` collects the answers (started, already closed, refused for
+   chart); :class:`StartResults` collects the answers (started, already closed, refused for
    good, to retry).
 3. **commit**: the charts that started leave the order and hold their cost
    (:meth:`LiveState.commit_dispatch`), their rows move queued -> running by
    compare-and-set, with the round state, and each is watched, recorded or followed.
 
-:func:`moved`, :class:`Batch` and :class:`BatchResults` are the pure pieces: no I/O, no clock.
+:func:`moved`, :class:`StartBatch` and :class:`StartResults` are the pure pieces: no I/O, no clock.
 Recording, cancelling and watching are :mod:`~fairsched.engine.sync`'s;
 the ETA recorded at dispatch is :mod:`~fairsched.engine.eta_passes`'.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from common import metrics
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Host, Part
-from fairsched.engine.live_types import Effects, Running
+from fairsched.engine.live_types import Effects, InFlight
 from fairsched.engine.ports.temporal import UNKNOWN, AlreadyStarted, WorkflowNotFound
 from fairsched.engine.starts import StartFailures
 from fairsched.engine.state import QUEUED, RUNNING, LiveState
@@ -53,7 +53,7 @@ def moved(state: LiveState, planned: list[str], rows: dict[int, StartRow]) -> li
 
 
 @dataclass
-class Batch:
+class StartBatch:
     """What one dispatch starts: the head of the order, in order, and the rows read for it."""
 
     charts: list[str]
@@ -62,13 +62,13 @@ class Batch:
     free_before: int
 
     @classmethod
-    def of(cls, state: LiveState, planned: list[str], rows: dict[int, StartRow]) -> "Batch":
+    def of(cls, state: LiveState, planned: list[str], rows: dict[int, StartRow]) -> "StartBatch":
         before = {cid: (state.queue.position(cid), state.queue.round_of(cid)) for cid in planned}
         return cls(planned, rows, before, state.free)
 
 
 @dataclass
-class BatchResults:
+class StartResults:
     """How the starts of one batch went."""
 
     run_ids: dict[str, str] = field(default_factory=dict)      # chart -> run id: started (or found)
@@ -134,7 +134,7 @@ class Dispatcher(Part):
                 f"{1000 * start:.0f} ms, commit {1000 * commit:.0f} ms"
                 + (" (chained after the save in flight: written meanwhile)" if self._chained else ""))
 
-    async def _plan(self, fx: Effects) -> Batch | None:
+    async def _plan(self, fx: Effects) -> StartBatch | None:
         """The head of the order that fits, its rows read and agreeing with memory (rows that
         moved are applied into ``fx`` and the plan made again). None: nothing to start now."""
         state = self.state
@@ -147,19 +147,19 @@ class Dispatcher(Part):
             for chart_id, row in changed:
                 fx.merge(state.apply_chart(chart_id, row))
             if not changed:
-                return Batch.of(state, planned, rows)
+                return StartBatch.of(state, planned, rows)
         return None
 
     # ---------------------------------------------------------------- start
-    async def _start_all(self, batch: Batch) -> BatchResults:
+    async def _start_all(self, batch: StartBatch) -> StartResults:
         sem = asyncio.Semaphore(self.START_CONCURRENCY)
-        starts = BatchResults()
+        starts = StartResults()
         results = await asyncio.gather(*(self._start_one(batch.rows[int(cid)], cid, sem, starts)
                                          for cid in batch.charts))
         starts.run_ids = {cid: run_id for cid, run_id in results if run_id is not None}
         return starts
 
-    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: BatchResults) -> tuple[str, str | None]:
+    async def _start_one(self, s: StartRow, cid: str, sem: asyncio.Semaphore, starts: StartResults) -> tuple[str, str | None]:
         """Start one chart's workflow: (chart, run id), run id None if it did not start."""
         ttype, queue = split_temporal_type(s.temporal_type, self.host.task_queue)
         if not isinstance(s.payload, dict):  # written around the services: no workflow takes it
@@ -193,7 +193,7 @@ class Dispatcher(Part):
         self.starts += 1
         return cid, run_id
 
-    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: BatchResults) -> None:
+    async def _judge_start_failure(self, chart_id: int, cid: str, what: str, exc: Exception, starts: StartResults) -> None:
         """Refused for good: fail the chart; else it keeps its place (and dispatch backs off)."""
         verdict = self._start_failures.verdict(chart_id, exc)
         if verdict.fail and verdict.kind == UNKNOWN and await self._workflow_known(chart_id):
@@ -232,7 +232,7 @@ class Dispatcher(Part):
         return await self.sync.apply_rows(ids)
 
     # ---------------------------------------------------------------- commit
-    async def _commit(self, batch: Batch, starts: BatchResults) -> Effects:
+    async def _commit(self, batch: StartBatch, starts: StartResults) -> Effects:
         """What started leaves the order and holds its cost; rows move queued -> running
         (compare-and-set, with the round state, in one transaction); the refused fail.
 
@@ -272,7 +272,7 @@ class Dispatcher(Part):
             self._commit_later(before, self.state, batch, starts, new, items, save, work, at), name="dispatch-commit")
         return fx
 
-    async def _commit_later(self, before: asyncio.Task | None, state, batch: Batch, starts: BatchResults, new: list[Running],
+    async def _commit_later(self, before: asyncio.Task | None, state, batch: StartBatch, starts: StartResults, new: list[InFlight],
                             items: list[tuple], save, work, at: float) -> None:
         """A dispatch's commit chained after the save in flight (``before``): its round
         state is the one the dispatch left. Of the charts' rounds it saw pending, those a
@@ -321,7 +321,7 @@ class Dispatcher(Part):
                 fx.merge(await self._after_commit(batch, starts, new, ran, at))
         return fx
 
-    async def _after_commit(self, batch: Batch, starts: BatchResults, new: list[Running], ran: dict, at: float) -> Effects:
+    async def _after_commit(self, batch: StartBatch, starts: StartResults, new: list[InFlight], ran: dict, at: float) -> Effects:
         fx = Effects()
         metrics.charts_started([(r.org, batch.rows[r.id].row.created_at) for r in new if ran.get(r.id)], at)
         free = batch.free_before
@@ -330,7 +330,7 @@ class Dispatcher(Part):
             fx.merge(await self._committed(r, batch, starts, bool(ran.get(r.id)), free))
         return fx
 
-    async def _committed(self, r: Running, batch: Batch, starts: BatchResults, ran: bool, free: int) -> Effects:
+    async def _committed(self, r: InFlight, batch: StartBatch, starts: StartResults, ran: bool, free: int) -> Effects:
         """One chart the dispatch started: recorded if its workflow had already closed,
         watched if its row moved to running, else its row (moved meanwhile) is followed."""
         if r.id in starts.closed:

@@ -1,5 +1,5 @@
 """The values :class:`~fairsched.engine.state.LiveState` hands out: a running chart
-(:class:`Running`), what the live loop must carry out after a change (:class:`Effects`)
+(:class:`InFlight`), what the live loop must carry out after a change (:class:`Effects`)
 and the copy an ETA pass reads (:class:`PassInput`)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fairsched.engine.store.rows import OrgRow
 
 
 @dataclass(slots=True)
-class Running:
+class InFlight:
     """A chart in flight and the cost it holds (a later cost change never touches it)."""
 
     id: int
@@ -66,7 +66,7 @@ class PassInput:
     forecast: Forecaster          # a copy of what was learned
     durations: Durations
     eta_model: EtaModel
-    running: tuple[Running, ...]  # copies
+    running: tuple[InFlight, ...]  # copies
     orgs: tuple[OrgRow, ...]
     external_ids: Mapping[int, str | None]  # an ExternalIds (engine/store/external_ids.py), or a dict
     queued_by_org: dict[int, int]

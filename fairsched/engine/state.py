@@ -25,7 +25,7 @@ from fairsched.core.plan import gc_paused
 from fairsched.engine.store.chart_columns import ChartColumns
 from fairsched.engine.due import DueBook
 from fairsched.engine.store.external_ids import ExternalIds
-from fairsched.engine.live_types import Effects, PassInput, Running
+from fairsched.engine.live_types import Effects, PassInput, InFlight
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World, durations_of
 
 log = logging.getLogger("fairsched.engine")
@@ -106,7 +106,7 @@ class LiveState:
                 if ours[i]:
                     self.forecast.observe_arrival(str(charts.org[i]), charts.workflow[i], charts.created_at[i])
         self.loaded_at = world.read_at
-        self.running: dict[int, Running] = {}
+        self.running: dict[int, InFlight] = {}
         self.committing: set[int] = set()  # started, their rows' commit still to land (Dispatcher)
         for c in charts.where(s == RUNNING for s in charts.state):
             self._add_running(c)
@@ -455,7 +455,7 @@ class LiveState:
             return self.queue.peek(free, self.running_charts(), now, self.durations)
         return self.queue.peek(free)
 
-    def commit_dispatch(self, planned: list[str], started: dict[str, tuple[str, float]]) -> list[Running]:
+    def commit_dispatch(self, planned: list[str], started: dict[str, tuple[str, float]]) -> list[InFlight]:
         """Charts of ``planned`` (from :meth:`to_start`) that really started on Temporal
         (``started``: id -> (run id, start time)) leave the order and hold their cost.
 
@@ -488,7 +488,7 @@ class LiveState:
             chart_id = int(cid)
             self.queued_by_org[int(q.org)] -= 1
             run_id, at = started.get(cid, ("", 0.0))
-            r = Running(chart_id, int(q.org), q.workflow, at, costs.get(cid, 1),
+            r = InFlight(chart_id, int(q.org), q.workflow, at, costs.get(cid, 1),
                         self.external_ids.pop(chart_id, None), run_id, created_at=q.created_at)
             self.running[chart_id] = r
             out.append(r)
@@ -535,9 +535,9 @@ class LiveState:
         if q is not None:
             self.queued_by_org[int(q.org)] -= 1
 
-    def _add_running(self, row: ChartRow) -> Running:
+    def _add_running(self, row: ChartRow) -> InFlight:
         cost = row.dispatched_cost or self.queue.cost_of(str(row.org), row.workflow)
-        r = Running(row.id, row.org, row.workflow, row.started_at or 0.0, cost, row.external_id, row.run_id,
+        r = InFlight(row.id, row.org, row.workflow, row.started_at or 0.0, cost, row.external_id, row.run_id,
                     row.cancel_requested, created_at=row.created_at)
         self.running[row.id] = r
         return r

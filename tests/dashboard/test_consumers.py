@@ -49,8 +49,8 @@ async def _send(event: live_updates.Event, counters: dict | None = None) -> None
     await live_updates.asend(event, counters)
 
 
-def _dispatch(i: int) -> live_updates.Dispatch:
-    return live_updates.Dispatch(chart=i, org=1, cost=1)
+def _dispatch(i: int) -> live_updates.Dispatched:
+    return live_updates.Dispatched(chart=i, org=1, cost=1)
 
 
 def _chart_of(org: int) -> live_updates.ChartChanged:

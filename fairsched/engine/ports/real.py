@@ -251,7 +251,7 @@ class LivePublisher:
         """One of the scheduler's events (a wire dict of :mod:`common.live_updates`); one
         that does not parse is logged and dropped: a page hiccup never stops the scheduler."""
         try:
-            typed = live_updates.from_wire(event)
+            typed = live_updates.event_from_wire(event)
         except ValueError as exc:
             log.warning("live update not sent: %s", exc)
             return
