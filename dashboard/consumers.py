@@ -196,7 +196,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         """A group message from :func:`common.live_updates.send`: a snapshot notice makes
         this socket send its page a snapshot; any other event is forwarded (coalesced)."""
         try:
-            event = live_updates.from_wire(message.get("event"))
+            event = live_updates.event_from_wire(message.get("event"))
         except ValueError as exc:  # a producer of another version: skip it, keep the socket
             log.warning("live update ignored: %s", exc)
             return
