@@ -49,7 +49,7 @@ import psutil
 from datetime import datetime, timedelta, timezone
 from fairsched.core.plan import gc_paused
 from fairsched.engine.store import db
-from fairsched.engine.due import due_pass
+from fairsched.engine.due_states import due_pass
 from fairsched.engine import forked
 from fairsched.engine.eta_passes import EtaColumns  # (imported here, as the scheduler has it: not in the child)
 from fairsched.engine.publish import build_snapshot

@@ -43,7 +43,7 @@ import django  # noqa: E402
 django.setup()
 
 from fairsched.engine import forked, planner, whatif  # noqa: E402
-from fairsched.engine.due import due_pass  # noqa: E402
+from fairsched.engine.due_states import due_pass  # noqa: E402
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World  # noqa: E402
 from fairsched.engine.state import LiveState  # noqa: E402
 

@@ -69,7 +69,7 @@ DUE_STATES = ("late", "at_risk")  # the Due list's filter (docs/operating.md, "T
 
 
 def _due_key(row: dict[str, Any]) -> tuple[float, int]:
-    """The Due list's order, the scheduler's (``fairsched.engine.due.Flagged.key``): least
+    """The Due list's order, the scheduler's (``fairsched.engine.due_states.Flagged.key``): least
     slack first, a chart without an ETA by the time left until it is due."""
     return (row["slack_s"] if row.get("slack_s") is not None else row["due_s"]), row["id"]
 

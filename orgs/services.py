@@ -301,7 +301,7 @@ def _apply_turnaround(locked: Org, value: Any, *, actor: Any) -> bool:
     """Write a new turnaround on a locked org and apply it to its unfinished charts without
     a due time of their own: one UPDATE on ``(org, state)`` through the org's ``charts``
     relation (the charts app sits above this one). ``updated_at`` is left alone: the
-    scheduler derives the same due time from the org's row (``fairsched.engine.due``), so
+    scheduler derives the same due time from the org's row (``fairsched.engine.due_states``), so
     it re-reads no chart. Audited; the caller notifies. False: no change."""
     before = locked.turnaround
     if before == value:

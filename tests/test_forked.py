@@ -57,7 +57,7 @@ def test_the_child_reads_the_parent_memory_as_at_the_fork_and_sends_its_result_b
 
 
 def _columns(n: int):
-    from fairsched.engine.due import Levels
+    from fairsched.engine.due_states import Levels
     from fairsched.engine.eta_passes import EtaColumns
 
     levels = Levels()

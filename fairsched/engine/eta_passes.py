@@ -27,7 +27,7 @@ from fairsched.core.plan import gc_paused
 from fairsched.engine import forked, heap, whatif
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Host, Part
-from fairsched.engine.due import due_pass
+from fairsched.engine.due_states import due_pass
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.live_types import Effects, PassInput
 from fairsched.engine.state import LiveState
@@ -116,7 +116,7 @@ class PassOut:
     seq: int                 # the snapshot it published
     head: dict[str, Eta]     # the ETAs of the head of the order (:attr:`Scheduler.ETAS_KEPT`)
     first: EtaColumns        # the ETAs of the charts that had no first ETA, in id order
-    due_levels: Mapping[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due.py: Levels)
+    due_levels: Mapping[int, int] = dataclasses.field(default_factory=dict)  # due warnings moved (engine/due_states.py: Levels)
     due_rose: Sequence[int] = dataclasses.field(default_factory=list)        # ... of which these rose
     measure: whatif.Measure | None = None  # per org its clear-time and at-risk count: a preview's "before"
 

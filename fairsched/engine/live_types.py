@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RunningChart
 from fairsched.core.forecast import Forecaster
 from fairsched.core.modes import Dispatch, EtaModel
-from fairsched.engine.due import DueInput
+from fairsched.engine.due_states import DueInput
 from fairsched.engine.store.rows import OrgRow
 
 
@@ -73,7 +73,7 @@ class PassInput:
     aside: dict[str, list[QueuedChart]]  # held / paused / blocked charts, in arrival order
     queued: int                          # all queued charts (ordered and set aside)
     unpromised: set[str]                 # charts without a first ETA (LiveState.unpromised)
-    due: DueInput | None = None          # due times and warning levels (fairsched.engine.due)
+    due: DueInput | None = None          # due times and warning levels (fairsched.engine.due_states)
 
     @property
     def budget(self) -> int:

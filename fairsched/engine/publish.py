@@ -19,7 +19,7 @@ from common.clear_notes import no_eta_note
 from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
 from fairsched.core.due import AT_RISK, LATE
 from fairsched.core.rules import is_held
-from fairsched.engine.due import DueResult, Flagged, due_pass
+from fairsched.engine.due_states import DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, LookedUp, Rows
 from fairsched.engine.state import LiveState
 from fairsched.engine.live_types import PassInput
@@ -89,7 +89,7 @@ def _ordered_rows(state: PassInput, etas: dict[str, Eta], p90: Callable | None, 
             a_start(eta[0])
             a_fin(eta[1])
             a_p90(p90(pair[0], pair[1], eta) if p90 else NAN)
-    # the due states, as the pass left them: columns aligned with the order (engine/due.py)
+    # the due states, as the pass left them: columns aligned with the order (engine/due_states.py)
     if len(dues.due) != len(cols):
         raise ValueError(f"due states for {len(dues.due)} charts, not the order's {len(cols)}")
     cols.due, cols.due_state, cols.slack = dues.due, dues.state, dues.slack
@@ -179,7 +179,7 @@ def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
 
 def _due_summary(due: DueResult) -> dict[str, Any]:
     """The snapshot's ``due``: counts over all orgs, each org's, the Due panel's charts (at
-    risk or late, least slack first, :data:`fairsched.engine.due.TOP_CHARTS` of them) and
+    risk or late, least slack first, :data:`fairsched.engine.due_states.TOP_CHARTS` of them) and
     ``total``, how many are at risk or late in all (the list's "100 of 861")."""
     counts = due.counts()
     return {"counts": counts, "orgs": {str(o): c for o, c in due.orgs.items()}, "charts": due.top(),

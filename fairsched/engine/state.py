@@ -23,7 +23,7 @@ from fairsched.core.forecast import Forecaster
 from fairsched.core.modes import Dispatch, Share
 from fairsched.core.plan import gc_paused
 from fairsched.engine.store.chart_columns import ChartColumns
-from fairsched.engine.due import DueBook
+from fairsched.engine.due_states import DueBook
 from fairsched.engine.store.external_ids import ExternalIds
 from fairsched.engine.live_types import Effects, PassInput, InFlight
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World, durations_of

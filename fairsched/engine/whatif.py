@@ -4,7 +4,7 @@
 Pure and synchronous: :func:`apply_change` makes the change on a :class:`LiveState` *that
 is the caller's to spoil* (the scheduler runs it in a forked child, whose memory is its
 own: :mod:`fairsched.engine.previews`); :func:`measure` is the ETA pass, its 90% bounds and
-the due states (:func:`fairsched.engine.due.due_pass`) of a captured state, summed per org.
+the due states (:func:`fairsched.engine.due_states.due_pass`) of a captured state, summed per org.
 Nothing here writes, audits or touches the live order.
 
 A change is applied exactly as the live queue applies it (:class:`FairQueue`'s
@@ -23,7 +23,7 @@ from typing import Any
 from fairsched.core import FairQueue, eta_reader
 from fairsched.core.plan import gc_paused, unplanned_clear
 from fairsched.core.sortedkeys import SortedKeys
-from fairsched.engine.due import due_keys
+from fairsched.engine.due_states import due_keys
 from fairsched.engine.state import LiveState
 from fairsched.engine.live_types import PassInput
 
@@ -144,7 +144,7 @@ def measured(captured: PassInput, report, risky: dict[str, int], now: float) -> 
 def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str, int]:
     """Per org, its charts ``at_risk`` or ``late`` (:func:`fairsched.core.due.due_state`: the
     90% bound, or the ETA, after the due time; no ETA at all), without the warning levels
-    :func:`~fairsched.engine.due.due_pass` also moves: the counts only, in one lean loop.
+    :func:`~fairsched.engine.due_states.due_pass` also moves: the counts only, in one lean loop.
     ``tests/engine/test_whatif.py`` checks it against ``due_pass``'s counts."""
     due = captured.due
     out: dict[str, int] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from fairsched.engine.due import due_pass
+from fairsched.engine.due_states import due_pass
 from fairsched.engine.publish import build_snapshot
 from tests.engine.test_whatif import T, charts_st, state_of
 

@@ -1,11 +1,11 @@
-"""Each ETA pass's due states (fairsched.engine.due), published in the snapshot, and the
+"""Each ETA pass's due states (fairsched.engine.due_states), published in the snapshot, and the
 warnings it raises written through the store (with the hysteresis)."""
 from __future__ import annotations
 
 import dataclasses
 import pickle
 
-from fairsched.engine.due import due_pass
+from fairsched.engine.due_states import due_pass
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.engine.state import LiveState

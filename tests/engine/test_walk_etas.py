@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from fairsched.core import Eta, EtaReport, WalkEtas
 from fairsched.engine import whatif
-from fairsched.engine.due import due_pass
+from fairsched.engine.due_states import due_pass
 from fairsched.engine.eta_passes import EtaColumns
 from fairsched.engine.publish import build_snapshot
 from tests.engine.test_whatif import T, charts_st, state_of

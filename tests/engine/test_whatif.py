@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fairsched.engine import whatif
-from fairsched.engine.due import due_pass
+from fairsched.engine.due_states import due_pass
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.previews import Previews
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World

@@ -51,7 +51,7 @@ class ChartRow:
     dispatched_cost: int | None = None
     run_id: str = ""
     round: int | None = None  # the persisted round (Chart.fair_round); read only at load
-    due_at: float | None = None  # Chart.due_at; the scheduler keeps it only when due_explicit (engine/due.py)
+    due_at: float | None = None  # Chart.due_at; the scheduler keeps it only when due_explicit (engine/due_states.py)
     due_explicit: bool = False
     due_alert: str = ""          # the due warning in force (read only at load)
     est_s: float | None = None   # share "work": Chart.fair_est_s, its estimate at arrival (read only at load)
