@@ -12,7 +12,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from fairsched.engine.scheduler import Scheduler
 from fairsched.engine.sync import Sync
-from fairsched.engine.starts import MAX_UNKNOWN_ATTEMPTS, StartFailures
+from fairsched.engine.dispatcher import MAX_UNKNOWN_ATTEMPTS, StartFailures
 from fairsched.engine.ports.temporal import PERMANENT, TRANSIENT, UNKNOWN, classify
 from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import DEMO_MAX_SECONDS, DemoPayload, demo_payload

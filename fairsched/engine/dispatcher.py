@@ -6,7 +6,7 @@ runs them, the live loop calls it):
    meanwhile is applied first and the plan made again (:func:`moved`). :class:`StartBatch`
    (what one dispatch starts) also keeps each chart's place and round for the log line.
 2. **start**: each chart's workflow through the Temporal port (a failed start arrives
-   judged, as ``StartFailed``, and :mod:`fairsched.engine.starts` says what it means for the
+   judged, as ``StartFailed``, and :class:`StartFailures` says what it means for the
    chart); :class:`StartResults` collects the answers (started, already closed, refused for
    good, to retry).
 3. **commit**: the charts that started leave the order and hold their cost
@@ -27,8 +27,7 @@ from common import metrics
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.host import Host, Part
 from fairsched.engine.live_types import Effects, InFlight
-from fairsched.engine.ports.temporal import UNKNOWN, AlreadyStarted, WorkflowNotFound
-from fairsched.engine.starts import StartFailures
+from fairsched.engine.ports.temporal import PERMANENT, TRANSIENT, UNKNOWN, AlreadyStarted, WorkflowNotFound, classify, describe
 from fairsched.engine.state import QUEUED, RUNNING, LiveState
 from fairsched.engine.store.db import StartRow
 from fairsched.engine.store.rows import ChartRow
@@ -37,6 +36,76 @@ from fairsched.temporal.client import Outcome
 from fairsched.temporal.shared import ChartInput, split_temporal_type, workflow_id
 
 log = logging.getLogger("fairsched.engine")
+
+
+# ---------------------------------------------------------------- failed starts
+MAX_UNKNOWN_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    fail: bool        # fail the chart now (else it stays queued and is tried again)
+    kind: str         # PERMANENT / TRANSIENT / UNKNOWN
+    reason: str       # the chart's error if failed; the log line's cause otherwise
+    attempts: int = 0  # failed attempts of the UNKNOWN kind so far
+
+
+class StartFailures:
+    """Failed start attempts per chart, and how long one chart may keep trying: :meth:`verdict`
+    says which workflow-start errors a retry can cure (pure: no I/O, no clock). The Temporal
+    port judges the error itself (:func:`fairsched.engine.ports.temporal.classify`): a failed
+    start reaches the dispatcher as a ``StartFailed``. The rule, in the order it applies:
+
+    1. **Refused for good** (:data:`PERMANENT`): Temporal says the request itself is
+       wrong, so the same request fails the same way for ever. ``INVALID_ARGUMENT``
+       (a payload over Temporal's blob limit, "Blob data size exceeds limit"; a
+       malformed task queue or timeout), ``RESOURCE_EXHAUSTED`` about the *message
+       size* ("received message larger than max"), and an input the data converter
+       cannot serialise (``TypeError``/``ValueError``/...). The chart is failed at
+       once with the reason in its ``error``; the order moves on.
+    2. **Temporal unavailable** (:data:`TRANSIENT`): every status but those of 1. and 3.
+       (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``CANCELLED``, ``INTERNAL``, ``UNKNOWN``,
+       ``ABORTED``, ``DATA_LOSS``, ``UNIMPLEMENTED``, a rate limit: ``RESOURCE_EXHAUSTED``
+       about anything else, ``FAILED_PRECONDITION``: a namespace not active in this
+       cluster), the scheduler's own configuration (``NOT_FOUND``: no such namespace,
+       ``PERMISSION_DENIED``, ``UNAUTHENTICATED``) and transport errors (``OSError``, a
+       timeout). ``INTERNAL`` and ``UNKNOWN`` are what gRPC makes of a proxy in front of
+       Temporal answering HTTP 500 or 502: Temporal may never have seen the request, and
+       nothing says the chart is at fault. Every chart would fail the same way, so none is
+       blamed and none is counted: dispatch backs off (0.5 s doubling to 10 s) and the chart
+       keeps its place, for as long as it lasts.
+    3. **Anything else** (:data:`UNKNOWN`): a status about the request that does not prove
+       it bad for ever (``OUT_OF_RANGE``, an ``ALREADY_EXISTS`` that is not the
+       already-started error) and any other exception (the SDK or this code tripping on
+       this chart's input). Retried with the same backoff, but at most
+       :data:`MAX_UNKNOWN_ATTEMPTS` times per chart; then the chart is failed with the
+       last error. So no such chart holds the head of the order for more than 5 attempts
+       (about 8 s of backoff).
+
+    The counts live in the scheduler's memory: a restarted scheduler starts them
+    afresh (a bound per process, never an unbounded loop).
+    """
+
+    def __init__(self, max_unknown: int = MAX_UNKNOWN_ATTEMPTS) -> None:
+        self.max_unknown = max_unknown
+        self.attempts: dict[int, int] = {}
+
+    def verdict(self, chart_id: int, exc: BaseException) -> Verdict:
+        kind = classify(exc)
+        reason = describe(exc)
+        if kind == PERMANENT:
+            self.attempts.pop(chart_id, None)
+            return Verdict(True, kind, f"cannot start: {reason}")
+        if kind == TRANSIENT:
+            return Verdict(False, kind, reason, self.attempts.get(chart_id, 0))
+        n = self.attempts[chart_id] = self.attempts.get(chart_id, 0) + 1
+        if n >= self.max_unknown:
+            return Verdict(True, kind, f"cannot start: {n} attempts failed; the last: {reason}", n)
+        return Verdict(False, kind, reason, n)
+
+    def forget(self, chart_id: int) -> None:
+        """The chart started, or left the queue: its count no longer matters."""
+        self.attempts.pop(chart_id, None)
 
 
 def moved(state: LiveState, planned: list[str], rows: dict[int, StartRow]) -> list[tuple[int, ChartRow | None]]:
@@ -95,7 +164,7 @@ class Dispatcher(Part):
     @property
     def start_failures(self) -> StartFailures:
         """The start errors counted against each chart (a chart is failed after
-        ``max_unknown`` unknown ones in a row; :mod:`fairsched.engine.starts`)."""
+        ``max_unknown`` unknown ones in a row; :class:`StartFailures`)."""
         return self._start_failures
 
     # ---------------------------------------------------------------- plan
@@ -103,7 +172,7 @@ class Dispatcher(Part):
         """Start the head of the order that fits, then record what started: plan, start,
         commit (:mod:`fairsched.engine.dispatcher`).
 
-        A start that fails is judged by :mod:`fairsched.engine.starts`: refused for good
+        A start that fails is judged by :class:`StartFailures`: refused for good
         (payload too large, invalid argument, an input that cannot be serialised or is
         not a JSON object) fails the chart at once, compare-and-set from queued, and the
         order moves on in this same pass; Temporal unavailable (a server-side status such

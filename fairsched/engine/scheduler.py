@@ -28,7 +28,7 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
    cancellation must not hold its budget for ever; the chart ends cancelled),
 6. dispatches whenever budget is free (head-of-line down the fair order; a chart
    whose start no retry can cure is failed with the reason, see
-   :mod:`fairsched.engine.starts`, so it never holds the head),
+   :class:`fairsched.engine.dispatcher.StartFailures`, so it never holds the head),
 7. then does one chunk of the long jobs, so that no dispatch waits behind one in its
    tick: the full resync, everything every ``FULL_RESYNC_S`` (raw SQL and
    ``QuerySet.update()`` calls that leave ``updated_at`` alone), and a first start's

@@ -10,7 +10,7 @@ rest of the engine honest, ``tests/test_tick.py``'s fake Temporal raises these t
 * :class:`TemporalError`: any other failure of a Temporal call (an ``RPCError``).
 * :class:`StartFailed`: a start that failed, already judged (:func:`classify`): refused
   for good (:data:`PERMANENT`), Temporal unreachable or busy (:data:`TRANSIENT`), or
-  anything else (:data:`UNKNOWN`). :mod:`fairsched.engine.starts` decides what that
+  anything else (:data:`UNKNOWN`). :class:`fairsched.engine.dispatcher.StartFailures` decides what that
   means for the chart.
 """
 from __future__ import annotations
