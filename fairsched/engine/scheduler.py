@@ -72,7 +72,7 @@ from fairsched.engine import forked
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.dispatcher import Dispatcher
 from fairsched.engine.eta_passes import EtaPasses
-from fairsched.engine.host import Backoff, LoopState
+from fairsched.engine.host import LoopState
 from fairsched.engine.leadership import Leadership, LeaseLost
 from fairsched.engine.ports.protocols import (Clock, LeasePort, NotificationSource, Publisher, Store, TemporalPort,
                                               Unavailable)
@@ -86,7 +86,7 @@ from fairsched.engine.state import LiveState
 from fairsched.engine.sync import Sync
 from fairsched.temporal.shared import WorkflowIds, use_workflow_ids
 
-__all__ = ["Backoff", "LeaseLost", "Scheduler"]
+__all__ = ["Scheduler"]
 
 log = logging.getLogger("fairsched.engine")
 
