@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from api.models import IdempotencyKey
 from api.problems import Problem, from_validation
+from common.insert_one import insert_one
 
 HEADER = "Idempotency-Key"
 MAX_LENGTH = 255
@@ -91,19 +92,33 @@ def _take_over(row: IdempotencyKey, now) -> bool:
     return True
 
 
+def _new_row(org_id: int, key: str, fp: str, now) -> IdempotencyKey:
+    return IdempotencyKey(org_id=org_id, key=key, fingerprint=fp, created_at=now,
+                          expires_at=now + timedelta(seconds=settings.FAIRSCHED_API_IDEMPOTENCY_TTL_S))
+
+
 def _claim(org_id: int, key: str, fp: str) -> IdempotencyKey | HttpResponse:
     """Insert the in-flight row, or answer from the row already there."""
     now = timezone.now()
+    # PostgreSQL: insert first, one statement (ON CONFLICT DO NOTHING), the row read only if the
+    # key was there: a new key is one round trip, not four (read, BEGIN, INSERT, COMMIT). SQLite:
+    # read first, since an insert waits for the database's one writer, which the first request
+    # holds while it works; the committed in-flight row is readable meanwhile.
+    insert_first = transaction.get_connection().vendor != "sqlite"
     for _ in range(3):
-        # Read first: on SQLite an insert waits for the database's one writer, which the first
-        # request holds while it works; the committed in-flight row is readable meanwhile.
+        if insert_first:
+            claimed = _new_row(org_id, key, fp, now)
+            if insert_one(claimed, ignore_conflicts=True):
+                return claimed
         row = IdempotencyKey.objects.filter(org_id=org_id, key=key).first()
         if row is None:
+            if insert_first:  # deleted between the insert and the read (expired, or not stored)
+                continue
             try:
                 with transaction.atomic():
-                    return IdempotencyKey.objects.create(
-                        org_id=org_id, key=key, fingerprint=fp, created_at=now,
-                        expires_at=now + timedelta(seconds=settings.FAIRSCHED_API_IDEMPOTENCY_TTL_S))
+                    claimed = _new_row(org_id, key, fp, now)
+                    claimed.save(force_insert=True)
+                    return claimed
             except IntegrityError:  # another request inserted it meanwhile: read it
                 continue
         if row.expires_at <= now:

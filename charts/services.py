@@ -25,6 +25,7 @@ from django.utils import timezone
 from charts.models import FINAL_STATES, Chart, ChartState, DurationStat, FinishedCount
 from common import metrics
 from common.bulk import insert_rows
+from common.insert_one import insert_one
 from control import audit
 from common.notify import ChartNote, ChartsNote, notify
 from common.validation import check_json_document, check_text, parse_bool, parse_due_at
@@ -148,46 +149,53 @@ def chart_submit_created(
     external_id: str | None = None,
     priority: bool | str = False,
     due_at: Any = None,
+    org_is_row: bool = False,
 ) -> tuple[Chart, bool]:
     """Submit one chart; and whether this call created it. The same ``external_id``, workflow and
     payload again: the existing chart (False, the API's 200); other content: refused. Only the
     insert the database took says True (of concurrent identical submissions, one). ``priority``:
-    :func:`common.validation.parse_bool`; ``due_at`` (datetime or ISO text), else creation + turnaround."""
-    org_obj = _org(org)
+    :func:`common.validation.parse_bool`; ``due_at`` (datetime or ISO text), else creation + turnaround.
+
+    ``org_is_row``: ``org`` is the org's row, read by the caller in this request (the API reads
+    it with the key), so it is not read again; otherwise it is, for its current turnaround.
+
+    The chart is one statement, ``INSERT ... ON CONFLICT DO NOTHING RETURNING id`` (with an
+    ``external_id``; a plain ``INSERT`` without): the unique (org, external_id) decides between
+    concurrent identical submissions, and the existing chart is read only when the insert found
+    it. Outside a transaction that statement is its own; inside one, under a savepoint, so that
+    a refusal leaves the caller's transaction usable (docs/api.md, "Round trips")."""
+    org_obj = org if org_is_row and isinstance(org, Org) else _org(org)
     wf = _workflow(workflow)
     data = _payload(payload)
     ext = _external_id(external_id)
     priority = parse_bool("priority", priority)
     due = parse_due_at("due_at", due_at)
-    if ext is not None:
-        existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
-        if existing is not None:
-            if existing.workflow_id == wf.pk and existing.payload == data:
-                return existing, False
-            raise ValidationError(
-                {"external_id": f"external_id: {ext!r} is already used by chart #{existing.pk} of {org_obj.name} "
-                                f"with a different workflow or payload."}
-            )
-    now = timezone.now()
-    due, explicit = Chart.derive_due(org_obj, now, due)  # org_obj is the org's row, read above
-    try:
-        with transaction.atomic():
-            chart = Chart(
-                org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
-                priority=priority, prioritized_at=now if priority else None, due_at=due, due_explicit=explicit,
-            )
-            chart.due_derived = True
-            chart.save(force_insert=True)
-            notify(ChartNote(id=chart.pk))
-        return chart, True
-    except IntegrityError as exc:
-        existing = Chart.objects.filter(org=org_obj, external_id=ext).first() if ext is not None else None
-        if existing is None:
-            # Not the external id (a CHECK constraint, say): never blame a field that is fine.
+    for _ in range(SUBMIT_ATTEMPTS):
+        now = timezone.now()
+        due_at_, explicit = Chart.derive_due(org_obj, now, due)  # org_obj is the org's row
+        chart = Chart(
+            org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
+            priority=priority, prioritized_at=now if priority else None, due_at=due_at_, due_explicit=explicit,
+        )
+        try:
+            # its one CHECK (dispatched_cost >= 0) holds: NULL
+            inserted = insert_one(chart, ignore_conflicts=ext is not None)
+        except IntegrityError as exc:  # not the external id (a foreign key, say): never blame a field that is fine
             raise ValidationError({"__all__": f"the database refused the chart: {exc}"}) from None
+        if inserted:
+            notify(ChartNote(id=chart.pk))
+            return chart, True
+        existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
+        if existing is None:  # the chart that held the external id was deleted meanwhile: insert again
+            continue
         if existing.workflow_id == wf.pk and existing.payload == data:
+            existing.workflow = wf  # the row just read: the caller's describe need not read it again
             return existing, False
-        raise ValidationError({"external_id": f"external_id: {ext!r} is already used in {org_obj.name}."}) from None
+        raise ValidationError(
+            {"external_id": f"external_id: {ext!r} is already used by chart #{existing.pk} of {org_obj.name} "
+                            f"with a different workflow or payload."}
+        )
+    raise ValidationError({"external_id": f"external_id: {ext!r} is contended; retry."})
 
 
 @dataclass
