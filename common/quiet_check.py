@@ -1,8 +1,8 @@
 """A kept PostgreSQL connection's health check without a round trip, for the API tier.
 
-With ``CONN_HEALTH_CHECKS`` (the settings' for PostgreSQL) Django checks a kept connection
-before each request's first query with ``SELECT 1``: a round trip a request, one of four
-of a single submission's (docs/api.md, "Round trips"). A connection the server ended (a
+With ``CONN_HEALTH_CHECKS`` Django checks a kept connection before each request's first query
+with ``SELECT 1``: a round trip a request, one of four of a single submission's (docs/api.md,
+"Round trips"). A connection the server ended (a
 restart, ``pg_terminate_backend``, ``idle_session_timeout``) has something to read on its
 socket, the server's goodbye or the end of the stream; a live idle one has nothing. So at a
 request's start (``request_started``, after Django's own receiver) a connection that is idle,
@@ -42,7 +42,15 @@ def check_quietly(**kwargs) -> None:
 
 
 def install() -> None:
-    """Check kept connections by their socket at each request's start (the API tier's gunicorn
-    workers, ``config/gunicorn.conf.py``). Connected after ``django.db``'s own receiver, which
-    resets the check: this one runs after it."""
+    """Turn Django's health checks on for this process's PostgreSQL connections and check a kept
+    one by its socket at each request's start (the API tier's gunicorn workers,
+    ``config/gunicorn.conf.py``). Call it before the process opens a connection.
+
+    The settings mean them on (``setdefault("CONN_HEALTH_CHECKS", True)``), but
+    ``dj_database_url.parse`` gives the key, False, so they were off: a kept connection the server
+    had ended failed the next request on it with a 503 (tests/api/test_api_tier.py). Connected
+    after ``django.db``'s own receiver, which resets the check: this one runs after it."""
+    for alias in connections:
+        if connections.settings[alias]["ENGINE"] == "django.db.backends.postgresql":
+            connections.settings[alias]["CONN_HEALTH_CHECKS"] = True
     request_started.connect(check_quietly, dispatch_uid="common.quiet_check")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 # django.db's connections are lazy: importing them here, in the arbiter, opens nothing
+from common import quiet_check
 from common.connections import keep_connections
 
 workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
@@ -41,5 +42,8 @@ def post_worker_init(worker) -> None:
     already). A thread of a gthread worker serves one request at a time, so a connection a
     thread is safe, as in the scheduler; under the settings' ``CONN_MAX_AGE = 0`` (right for
     daphne) each request opened one, about 5 ms on PostgreSQL (docs/deploying.md,
-    "Deploying beyond one machine")."""
+    "Deploying beyond one machine"). A kept connection is checked at each request's start by
+    its socket, not by ``SELECT 1`` (``common.quiet_check``: a round trip of a submission's four);
+    one the server ended is still replaced before use."""
     keep_connections()
+    quiet_check.install()

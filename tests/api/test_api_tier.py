@@ -176,3 +176,26 @@ def test_on_postgresql_the_tier_s_threads_keep_their_connections(tier):
     kept = client_sessions() - before
     assert 1 <= len(kept) <= 4, kept
     assert Chart.objects.count() == 30
+
+
+def test_on_postgresql_a_kept_connection_the_server_ended_is_replaced_before_a_request_uses_it(tier):
+    """The tier checks a kept connection by its socket, not by ``SELECT 1`` (common.quiet_check):
+    after the server ends every session of the tier (a restart, an idle timeout), the next
+    requests still get 201s, not a 503, on new sessions."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's kept connections")
+    make_workflow("code")
+    acme = producer(make_org("Acme"))
+    before = client_sessions()
+    for i in range(10):
+        assert tier.request("POST", "/api/v1/charts", acme.raw, {"workflow": "code"})[0] == 201
+    kept = client_sessions() - before
+    assert kept
+    with connection.cursor() as cursor:
+        for pid in kept:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    time.sleep(0.2)
+    for i in range(10):
+        status, _, body = tier.request("POST", "/api/v1/charts", acme.raw, {"workflow": "code"})
+        assert status == 201, body
+    assert not kept & client_sessions() and Chart.objects.count() == 20
