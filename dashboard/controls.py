@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
 from charts import services as chart_services
-from charts.due import charts_prioritize_at_risk
+from charts.at_risk import charts_prioritize_at_risk
 from charts.models import Chart
 from dashboard import selectors
 from control import audit
