@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
+from charts import selectors
 from charts.models import FINAL_STATES, Chart, ChartState
 from common import snapshot as snap
-from dashboard import selectors
 from fairsched.core.due import finished_state
 
 WAITING = "waiting for the scheduler's next pass to place it"  # the chart page's words

@@ -32,7 +32,7 @@ from api.schemas import BatchIn, BatchOut, ChartIn, ChartList, ChartOut, Problem
 from charts import services as chart_services
 from charts.models import Chart, ChartState
 from common.validation import MAX_ID, check_text
-from dashboard import selectors
+from charts import selectors
 from dashboard.models import Scope
 from orgs.models import Org
 from control import audit  # the API's one import of it

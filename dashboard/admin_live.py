@@ -15,6 +15,7 @@ from django.db.models import Case, FloatField, IntegerField, Value, When
 from django.utils import timezone
 from django.utils.html import format_html
 
+from charts import selectors as chart_selectors
 from dashboard import selectors
 from common import snapshot as _snap_module
 
@@ -25,7 +26,7 @@ _snap: dict[str, Any] = {"at": 0.0, "value": None}
 def _snapshot() -> dict[str, Any] | None:
     """The latest snapshot, read at most once a second (a changelist asks once per row)."""
     if time.monotonic() - _snap["at"] > _SNAP_TTL_S:
-        _snap.update(at=time.monotonic(), value=selectors.read_live_snapshot())
+        _snap.update(at=time.monotonic(), value=chart_selectors.read_live_snapshot())
     return _snap["value"]
 
 

@@ -42,6 +42,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from charts import selectors as chart_selectors
 from dashboard import controls, selectors
 from dashboard.permissions import can_view_dashboard
 from common import live_updates
@@ -124,7 +125,7 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         numbers on screen as if they were live."""
         if self.stale_task is not None:
             self.stale_task.cancel()
-        after = await database_sync_to_async(selectors.stale_after_s)()
+        after = await database_sync_to_async(chart_selectors.stale_after_s)()
         self.stale_task = asyncio.create_task(self._resend_when_stale(after + 0.5))
 
     async def _resend_when_stale(self, delay: float) -> None:
@@ -336,7 +337,7 @@ class DashboardConsumer(_LiveConsumer):
         return selectors.snapshot_message(self.view)
 
     def read_page(self) -> dict[str, Any]:
-        state = selectors.read_live_snapshot()
+        state = chart_selectors.read_live_snapshot()
         return {"seq": state.get("seq") if state else None, "order": selectors.order_page(state, **self.view)}
 
     async def control(self, content: dict[str, Any]) -> None:
@@ -372,7 +373,7 @@ class OrgConsumer(_LiveConsumer):
         return live_updates.for_member(event, self.org.pk)
 
     def read_status(self) -> dict[str, Any]:
-        status = selectors.org_status(self.org, offset=self.view["offset"], limit=self.view["limit"])
+        status = chart_selectors.org_status(self.org, offset=self.view["offset"], limit=self.view["limit"])
         return {"seq": status.get("seq"), "state": status}
 
     def read_snapshot(self) -> tuple[int | None, str, str]:

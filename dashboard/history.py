@@ -19,9 +19,9 @@ from django.utils.dateparse import parse_datetime
 
 from charts.models import FINAL_STATES, Chart, ChartState
 from charts.services import RERUN_MARK, run_lineage
+from charts import selectors as chart_selectors
 from common.validation import MAX_ID
 from common import snapshot as snap
-from dashboard import selectors
 from fairsched.core import DECLARED_AS_N, EstimateSource
 from fairsched.core.due import finished_state
 from control.audit import entry_json
@@ -167,7 +167,7 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
     * ``run``: the run time the duration estimate expected against the actual one.
     """
     out: dict[str, Any] = {"live": None, "due_state": None}
-    snapshot = selectors.read_live_snapshot()
+    snapshot = chart_selectors.read_live_snapshot()
     if snapshot is not None and chart.state in (ChartState.QUEUED, ChartState.RUNNING):
         base = snapshot.get("now") or timezone.now().timestamp()
         if chart.state == ChartState.RUNNING:
@@ -189,7 +189,7 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
         out["slack_s"] = chart.due_at.timestamp() - finished  # the due time minus when it finished
     out["first"] = _delta(getattr(chart, "eta_first_at", None), chart.finished_at)
     out["at_dispatch"] = _delta(getattr(chart, "eta_dispatch_at", None), chart.finished_at)
-    source = selectors.durations().source(str(chart.org_id), chart.workflow.name)
+    source = chart_selectors.read_durations().source(str(chart.org_id), chart.workflow.name)
     expected = source.seconds
     actual = ((chart.finished_at - chart.started_at).total_seconds()
               if chart.finished_at and chart.started_at else None)

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from charts import selectors as chart_selectors
 from dashboard import controls, history, selectors
 from dashboard.permissions import can_view_dashboard
 from dashboard.models import OrgToken
@@ -129,7 +130,7 @@ def order_json(request: HttpRequest) -> JsonResponse:
         org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
     except BadQuery as exc:
         return _bad_query(exc)
-    s = selectors.read_live_snapshot()
+    s = chart_selectors.read_live_snapshot()
     state = request.GET.get("state") or None
     if state is not None and state not in selectors.ORDER_STATES:
         return _bad_query(BadQuery("state", f"state: one of {', '.join(selectors.ORDER_STATES)}."))
@@ -152,7 +153,7 @@ def due_json(request: HttpRequest) -> JsonResponse:
     state = request.GET.get("state") or None
     if state is not None and state not in selectors.DUE_STATES:
         return _bad_query(BadQuery("state", f"state: one of {', '.join(selectors.DUE_STATES)}."))
-    s = selectors.read_live_snapshot()
+    s = chart_selectors.read_live_snapshot()
     page = selectors.due_page(s, org=org, state=state, offset=offset, limit=limit)
     return _json({"seq": s.get("seq") if s else None, **page})
 
@@ -215,7 +216,7 @@ def org_page(request: HttpRequest, slug: str) -> HttpResponse:
     org = selectors.org_for_user(request.user, slug)
     if org is None:
         raise Http404("No such organisation.")
-    status = selectors.org_status(org)
+    status = chart_selectors.org_status(org)
     initial = {"status": status, "ws_path": f"/ws/orgs/{org.slug}/"}
     due = status["org"].get("due") or {}
     return render(request, "orgs/status.html", {"org": org, "status": status, "initial": initial,
@@ -260,11 +261,11 @@ def org_status_json(request: HttpRequest, slug: str) -> JsonResponse:
         return response
     try:
         offset = _int_arg(request, "offset", 0)
-        limit = _int_arg(request, "limit", 500, minimum=1, maximum=selectors.PAGE_MAX * 10)
+        limit = _int_arg(request, "limit", 500, minimum=1, maximum=chart_selectors.ORG_STATUS_MAX)
         external_id = _text_arg(request, "external_id")
     except BadQuery as exc:
         return _bad_query(exc)
-    return _json(selectors.org_status(org, offset=offset, limit=limit, external_id=external_id))
+    return _json(chart_selectors.org_status(org, offset=offset, limit=limit, external_id=external_id))
 
 
 def favicon(request: HttpRequest) -> HttpResponse:

@@ -16,9 +16,9 @@ from typing import Any
 from django.db.models import Count, Sum
 
 from charts.models import Chart, ChartState, FinishedCount
+from charts.selectors import stale_after_s
 from common import metrics
 from common import snapshot as snap
-from dashboard.selectors import stale_after_s
 from fairsched.core.rules import is_held
 from control.models import SchedulerSettings
 from orgs.models import Org
@@ -57,7 +57,7 @@ def read() -> Reading:
 
 def _read_redis() -> tuple[dict[str, Any] | None, float | None, dict, dict]:
     """The snapshot, its age, the histograms and the API counter: one round trip. The age is
-    the pages' (``dashboard.selectors.snapshot_age_s``): since the scheduler published the
+    the pages' (``charts.selectors.snapshot_age_s``): since the scheduler published the
     snapshot or last confirmed it current (``common.snapshot.confirmed_at``)."""
     metrics.flush(1.0)  # this process's own API requests counted so far are in Redis
     try:

@@ -377,7 +377,7 @@ def test_a_snapshot_the_live_scheduler_confirms_stays_live(redis_url):
     latest snapshot each second instead, and only a stopped scheduler's turns stale."""
     import redis
 
-    from dashboard import selectors
+    from charts import selectors
 
     live = LiveState(world(20))
     old = time.time() - 600

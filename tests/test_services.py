@@ -316,7 +316,7 @@ def test_a_finish_updates_the_pair_the_org_and_the_workflow_over_all_orgs_with_a
     (an all-time mean would stay near the old figure)."""
     from datetime import timedelta
 
-    from fairsched.engine.store.estimates import read_durations
+    from charts.selectors import read_durations
 
     acme, beta = make_org("Acme"), make_org("Beta")
     audit = make_workflow("audit")

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aredis
 from channels.db import database_sync_to_async
 
+from charts import selectors as chart_selectors
 from dashboard import selectors
 from fairsched.engine import eta_passes as scheduler_module
 from fairsched.engine.ports.real import LivePublisher
@@ -25,10 +26,10 @@ async def test_a_scheduler_whose_passes_fail_lets_its_snapshot_turn_stale_on_the
     older than the staleness bound (max(3 ETA intervals, 10 s)), and live again after
     the next pass that succeeds."""
     settings.FAIRSCHED_STALE_MIN_S, settings.FAIRSCHED_STALE_INTERVALS = 10, 3
-    selectors._interval_cache["at"] = -1e9
+    chart_selectors._interval_cache["at"] = -1e9
     r = rig(budget=1, charts=2)
     r.clock.wall = time.time()
-    monkeypatch.setattr(selectors, "time", SimpleNamespace(time=r.clock.time, monotonic=time.monotonic))
+    monkeypatch.setattr(chart_selectors, "time", SimpleNamespace(time=r.clock.time, monotonic=time.monotonic))
     s = r.s
     s.publisher = LivePublisher(redis_url)
     state = database_sync_to_async(selectors.dashboard_state)

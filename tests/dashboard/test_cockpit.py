@@ -221,7 +221,8 @@ def test_admin_chart_list_sorts_by_position_and_eta(admin_client, redis_url):
     charts = [make_chart(a, wf, external_id=f"a-{i}") for i in range(3)] + [make_chart(b, wf, external_id=f"b-{i}")
                                                                           for i in range(3)]
     publish_from_db()
-    from dashboard.selectors import order_rows, read_live_snapshot
+    from charts.selectors import read_live_snapshot
+    from dashboard.selectors import order_rows
 
     rows, _ = order_rows(read_live_snapshot())
     fair = [str(r["id"]) for r in rows if r.get("pos") is not None]

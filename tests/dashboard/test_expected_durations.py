@@ -16,7 +16,7 @@ from charts.models import ChartState
 from control.models import AuditEntry
 from dashboard import selectors
 from dashboard.simulate import publish_from_db
-from fairsched.engine.store.estimates import read_durations
+from charts.selectors import read_durations
 from orgs import services as org_services
 from orgs.models import Workflow
 from tests.factories import make_chart, make_user, make_workflow

@@ -247,7 +247,7 @@ async def test_a_socket_on_a_stale_snapshot_says_so(two_orgs, viewer, redis_url)
 
 async def test_a_live_snapshot_that_is_not_followed_turns_stale_on_the_open_socket(two_orgs, viewer, redis_url,
                                                                                   settings):
-    from dashboard import selectors
+    from charts import selectors
 
     settings.FAIRSCHED_STALE_MIN_S = 1
     settings.FAIRSCHED_STALE_INTERVALS = 0

@@ -230,7 +230,7 @@ def test_a_fresh_snapshot_is_live_and_says_its_age(two_orgs, viewer, redis_url):
 
 
 def test_stale_means_older_than_a_few_eta_intervals(two_orgs, viewer, redis_url, settings):
-    from dashboard import selectors
+    from charts import selectors
 
     SchedulerSettings.get()
     SchedulerSettings.objects.update(eta_interval_s=20.0)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from charts.models import Chart, ChartState
 from common import snapshot as snap
+from charts import selectors as chart_selectors
 from dashboard import selectors
 from dashboard.simulate import publish_from_db
 from control.models import SchedulerSettings
@@ -80,7 +81,7 @@ class Reads:
 
 def _expected_live(chart_id: int) -> dict:
     """What the chart's page showed when it read the whole order: its row's place and times."""
-    s = selectors.read_live_snapshot()
+    s = chart_selectors.read_live_snapshot()
     row = next(r for r in snap.read_order_all(s) if r["id"] == chart_id)
     base = s["now"]
 
@@ -109,10 +110,10 @@ def test_a_queued_charts_page_shows_its_place_without_reading_the_whole_order(ba
 
 def _old_answer(org, external_id: str) -> list[dict]:
     """status.json?external_id= as it was computed from every page of the org."""
-    s = selectors.read_live_snapshot()
+    s = chart_selectors.read_live_snapshot()
     rows = snap.read_org(org.pk, snapshot=s)["charts"]
-    source = selectors.estimate_sources(org)
-    return [selectors._org_chart(r, s["now"], source) for r in rows if r.get("external_id") == external_id]
+    source = chart_selectors.estimate_sources(org)
+    return [chart_selectors.org_chart(r, s["now"], source) for r in rows if r.get("external_id") == external_id]
 
 
 @pytest.mark.parametrize("external_id,page", [("a-510", 1), ("a-3", 0), ("a-running", 1), ("nope", None),
@@ -137,9 +138,9 @@ def test_status_json_by_external_id_reads_only_that_charts_page(backlog, monkeyp
 def test_a_snapshot_without_the_index_still_answers_by_external_id(backlog, monkeypatch):
     """A snapshot stored before the per-org index (an older scheduler, during an upgrade) is
     answered the old way, never with "no such chart"."""
-    s = selectors.read_live_snapshot()
+    s = chart_selectors.read_live_snapshot()
     pages = {k: v for k, v in s["pages"].items() if k != "by_external_id"}
-    monkeypatch.setattr(selectors, "read_snapshot_with_age", lambda: ({**s, "pages": pages}, 0.0, False))
+    monkeypatch.setattr(chart_selectors, "read_snapshot_with_age", lambda: ({**s, "pages": pages}, 0.0, False))
     want = _old_answer(backlog["acme"], "a-510")
     c = Client()
     c.force_login(backlog["member"])

@@ -29,7 +29,7 @@ from fairsched.engine.store import pg_statistics
 from fairsched.engine.store.chart_columns import ChartColumns
 from fairsched.engine.store.rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns,
                                            first_eta_values, round_state)
-from fairsched.engine.store.estimates import read_durations
+from charts.selectors import read_durations
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
 from control.models import SchedulerSettings
@@ -270,7 +270,7 @@ class Changes:
     config: Config
     orgs: list[OrgRow]
     costs: dict[tuple[str, str], int]
-    averages: Durations     # the duration estimates (fairsched.engine.store.estimates)
+    averages: Durations     # the duration estimates (charts.selectors.read_durations)
     charts: list[ChartRow]  # every chart (any state) whose updated_at is at or after the watermark
     read_at: datetime       # when this read began: the next watermark (less the overlap)
     more: tuple[datetime, int] | None = None  # a chunk's read: where the next chunk begins (None: the last)
