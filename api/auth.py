@@ -1,4 +1,4 @@
-"""Who is calling: ``Authorization: Bearer <key>``, an org's API key (``dashboard.models.OrgToken``),
+"""Who is calling: ``Authorization: Bearer <key>``, an org's API key (``orgs.models.OrgToken``),
 its scope, and its rate limit."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from ninja.security import HttpBearer
 
 from api import ratelimit
 from api.problems import Problem
-from dashboard.models import OrgToken, Scope
+from orgs.models import OrgToken, Scope
 
 REALM = 'Bearer realm="fairsched"'
 

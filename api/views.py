@@ -33,8 +33,7 @@ from charts import services as chart_services
 from charts.models import Chart, ChartState
 from common.validation import MAX_ID, check_text
 from charts import selectors
-from dashboard.models import Scope
-from orgs.models import Org
+from orgs.models import Org, Scope
 from control import audit  # the API's one import of it
 
 log = logging.getLogger(__name__)

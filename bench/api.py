@@ -171,7 +171,7 @@ def run(args, stack) -> None:
 
     from charts.models import Chart
     from charts.services import chart_submit, chart_submit_many
-    from dashboard.models import OrgToken
+    from orgs.models import OrgToken
     from orgs.models import Org, Workflow
 
     orgs = [Org.objects.create(name=f"Producer {i}") for i in range(args.producers)]

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from charts import selectors as chart_selectors
 from dashboard import controls, history, selectors
 from dashboard.permissions import can_view_dashboard
-from dashboard.models import OrgToken
+from orgs.models import OrgToken
 from common import live_updates
 from common import snapshot as snap
 from fairsched.temporal import capacity

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
@@ -10,7 +11,7 @@ from common.states import ChartState
 from control.admin import audit_table
 from control.models import AuditEntry
 from orgs import services
-from orgs.models import Org, Workflow, WorkflowCost
+from orgs.models import Org, OrgToken, Workflow, WorkflowCost
 
 
 class WorkflowCostFormSet(forms.BaseInlineFormSet):
@@ -219,3 +220,47 @@ class WorkflowCostAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset) -> None:
         for obj in queryset:
             services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id, actor=request.user)
+
+
+@admin.register(OrgToken)
+class OrgTokenAdmin(admin.ModelAdmin):
+    """API keys for /orgs/<slug>/status.json and the producer API (/api/v1/). The key is
+    shown once, when created; its scope says what it may do; the rate limit applies to each key."""
+
+    list_display = ("org", "name", "scope", "prefix", "created_at", "last_used_at", "revoked", "rate_limit")
+    list_filter = ("revoked", "scope", "org")
+    search_fields = ("name", "prefix", "org__name")
+    actions = ["revoke"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("org", "name", "scope")
+        return ("org", "name", "scope", "prefix", "created_by", "created_at", "last_used_at", "revoked", "rate_limit")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("org", "scope", "prefix", "created_by", "created_at", "last_used_at", "rate_limit")
+
+    @admin.display(description="API rate limit")
+    def rate_limit(self, obj: OrgToken | None = None) -> str:
+        """The producer API's limit per key (FAIRSCHED_API_RATE, FAIRSCHED_API_BURST)."""
+        rate, burst = settings.FAIRSCHED_API_RATE, settings.FAIRSCHED_API_BURST
+        if rate <= 0:
+            return "none (FAIRSCHED_API_RATE=0)"
+        return f"{rate:g} requests/s, bursts of {burst} (FAIRSCHED_API_RATE, FAIRSCHED_API_BURST)"
+
+    def save_model(self, request, obj: OrgToken, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token, raw = OrgToken.issue(org=obj.org, name=obj.name, created_by=request.user, scope=obj.scope)
+        obj.pk = token.pk
+        obj.refresh_from_db()
+        self.message_user(request, f"Token for {obj.org}: {raw} (copy it now; it is not shown again).",
+                          level=messages.WARNING)
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke(self, request, queryset) -> None:
+        n = queryset.update(revoked=True)
+        self.message_user(request, f"Revoked {n} token(s).", level=messages.SUCCESS)

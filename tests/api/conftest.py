@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from dashboard.models import OrgToken
+from orgs.models import OrgToken
 from orgs.models import Org
 from tests.factories import make_org, make_workflow
 

@@ -13,7 +13,7 @@ from api import hooks
 from api.models import IdempotencyKey
 from charts import services as chart_services
 from charts.models import Chart, ChartState
-from dashboard.models import OrgToken
+from orgs.models import OrgToken
 from dashboard.simulate import publish_from_db
 from control.models import AuditEntry
 from orgs.models import Workflow

@@ -20,7 +20,7 @@ from django.urls import reverse
 from playwright.sync_api import expect
 
 from charts.models import Chart, ChartState
-from dashboard.models import OrgToken, Scope
+from orgs.models import OrgToken, Scope
 from jobs.models import ImportJob, ImportStatus, WebhookDelivery, WebhookEvent
 from charts.services import chart_pause, chart_resume
 from orgs.models import Org

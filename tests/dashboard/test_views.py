@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from charts.models import Chart
-from dashboard.models import OrgToken
+from orgs.models import OrgToken
 from dashboard.simulate import publish_from_db
 from control.models import SchedulerSettings
 from orgs.models import Org, WorkflowCost
@@ -238,7 +238,7 @@ def test_chart_admin_shows_position_and_eta_and_org_admin_clear_time(two_orgs, r
 def test_admin_token_creation_shows_the_token_once(two_orgs):
     admin_user = make_user("root", superuser=True)
     c = _client(admin_user)
-    response = c.post("/admin/dashboard/orgtoken/add/", {"org": two_orgs["a"].pk, "name": "erp", "scope": "read"},
+    response = c.post("/admin/orgs/orgtoken/add/", {"org": two_orgs["a"].pk, "name": "erp", "scope": "read"},
                       follow=True)
     assert response.status_code == 200
     token = OrgToken.objects.get()

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard.models import OrgToken, Scope
-from orgs.models import Org
+from orgs.models import Org, OrgToken, Scope
 
 
 class Command(BaseCommand):
