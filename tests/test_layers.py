@@ -12,15 +12,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Bottom up. A module may import its own package and the packages listed before it.
 LAYERS = [
-    "fairsched.core",        # the scheduling rules and the scenario contract: pure Python
+    "scheduling",            # the scheduling rules and the scenario contract: pure Python
     "common",                # shared helpers, no models
-    "fairsched.runtime",     # embedded services, supervisor, warm stop
     "control",               # the scheduler's control records (settings, rounds, deployment, audit) and services
     "orgs",
     "charts",
+    "fairsched.runtime",     # embedded services, supervisor, warm stop
     "fairsched.temporal",    # workflows, activities, the worker
     "fairsched.engine",      # the live scheduler
     "fairsched.management",  # the commands
+    "fairsched",             # its root: the app that installs the commands
     "jobs",
     "dashboard",
     "api",                   # the producer API (/api/v1/): nothing imports it but config
@@ -28,14 +29,15 @@ LAYERS = [
     "config",                # the Django project
 ]
 TOP = {name.split(".")[0] for name in LAYERS}
-# ``fairsched/`` is no layer of its own: it holds layers 1, 3, 7, 8 and 9, and at its root only
-# the app that installs the commands, counted with them.
-ROOT_OF_COMMANDS = {"fairsched": "fairsched.management", "fairsched.apps": "fairsched.management"}
+# The web apps are of one level: none imports another (issue 42, goal 5). What they share lives
+# below them: the reads in ``charts/selectors.py``, the token model in ``orgs``.
+WEB_APPS = ("jobs", "dashboard", "api", "monitoring")
+# ``fairsched/`` holds the live scheduler's layers, one above the other (runtime, temporal,
+# engine, management) and at its root the app that installs the commands: the tree shows the
+# layers, and no package below imports it.
 
 
 def _layer_of(module: str) -> str:
-    if module in ROOT_OF_COMMANDS:
-        return ROOT_OF_COMMANDS[module]
     parts = module.split(".")
     if len(parts) > 1 and ".".join(parts[:2]) in LAYERS:
         return ".".join(parts[:2])
@@ -110,6 +112,45 @@ def test_every_import_goes_down_the_layers():
     assert not wrong, "\n".join(wrong)
 
 
+def _web_apps_importing_each_other(files: dict[str, Path], modules: dict[str, Path]) -> list[str]:
+    """``module:line: app imports target`` for each import of one web app's module from another
+    web app (:data:`WEB_APPS`)."""
+    wrong = []
+    for module, path in sorted(files.items()):
+        mine = module.split(".")[0]
+        if mine not in WEB_APPS:
+            continue
+        for line, target, _ in _imports(path, modules):
+            theirs = target.split(".")[0]
+            if theirs in WEB_APPS and theirs != mine:
+                wrong.append(f"{module}:{line}: {mine} imports {target} (web apps import none of each other)")
+    return list(dict.fromkeys(wrong))  # one line a module, however many names it takes
+
+
+def test_the_web_apps_import_none_of_each_other():
+    """``api``, ``dashboard``, ``monitoring`` and ``jobs`` are of one level: each reads what it
+    shares with another from below (``charts.selectors``, ``orgs.models``), never from it."""
+    modules = _modules()
+    wrong = _web_apps_importing_each_other(modules, modules)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_sees_a_web_app_importing_another(tmp_path):
+    """The check itself: the API reading the dashboard's selectors (as it did) is reported,
+    relatively too; its reads from charts and orgs are not."""
+    api = tmp_path / "api"
+    api.mkdir()
+    (api / "bad.py").write_text("from dashboard import selectors\nfrom charts.selectors import org_status\n"
+                                "from orgs.models import OrgToken\n")
+    (api / "worse.py").write_text("from ..monitoring import sources\n")
+    modules = _modules()
+    files = {"api.bad": api / "bad.py", "api.worse": api / "worse.py"}
+    assert _web_apps_importing_each_other(files, modules) == [
+        "api.bad:1: api imports dashboard.selectors (web apps import none of each other)",
+        "api.worse:1: api imports monitoring.sources (web apps import none of each other)",
+    ]
+
+
 def test_every_module_is_in_a_layer():
     """The tree shows the layers: each module lives in a package of the table, and the root
     of ``fairsched/`` holds only the packages of its layers and the commands' app."""
@@ -168,28 +209,28 @@ def test_no_import_cycle_even_inside_a_layer():
 def test_the_check_sees_a_cycle_and_a_relative_import(tmp_path):
     """The checks themselves: two modules importing each other (one relatively, one for a
     type) are a cycle."""
-    pkg = tmp_path / "fairsched" / "core"
+    pkg = tmp_path / "scheduling"
     pkg.mkdir(parents=True)
     (pkg / "a.py").write_text("from .b import x\n")
-    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fairsched.core.a import y\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scheduling.a import y\n")
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
-        modules = {"fairsched.core.a": pkg / "a.py", "fairsched.core.b": pkg / "b.py"}
-        assert _cycles(modules) == [["fairsched.core.a", "fairsched.core.b"]]
+        modules = {"scheduling.a": pkg / "a.py", "scheduling.b": pkg / "b.py"}
+        assert _cycles(modules) == [["scheduling.a", "scheduling.b"]]
     finally:
         ROOT = saved
 
 
 def test_the_core_imports_the_standard_library_only():
-    """``fairsched/core`` is pure: no Django, no I/O library, nothing of the project's outside
+    """``scheduling`` is pure: no Django, no I/O library, nothing of the project's outside
     it; the standard library only (and ``__future__``)."""
     allowed = set(sys.stdlib_module_names) | {"__future__"}
     modules = _modules()
     wrong = [f"{path.relative_to(ROOT)}:{line}: imports {name}"
-             for module, path in sorted(modules.items()) if _layer_of(module) == "fairsched.core"
+             for module, path in sorted(modules.items()) if _layer_of(module) == "scheduling"
              for line, name, _ in _all_imports(path, modules)
-             if _layer_of(name) != "fairsched.core" and name.split(".")[0] not in allowed]
+             if _layer_of(name) != "scheduling" and name.split(".")[0] not in allowed]
     assert not wrong, "\n".join(wrong)
 
 
