@@ -12,7 +12,7 @@ from typing import Any
 from charts import selectors
 from charts.models import FINAL_STATES, Chart, ChartState
 from common import snapshot as snap
-from fairsched.core.due import finished_state
+from scheduling.due import finished_state
 
 WAITING = "waiting for the scheduler's next pass to place it"  # the chart page's words
 ASIDE = {  # common/clear_notes.py's words, for one chart

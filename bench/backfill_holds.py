@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairsched.core import Durations, FairQueue, QueuedChart, RunningChart  # noqa: E402
+from scheduling import Durations, FairQueue, QueuedChart, RunningChart  # noqa: E402
 
 
 def main() -> None:

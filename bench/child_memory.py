@@ -47,7 +47,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 import django; django.setup()
 import psutil
 from datetime import datetime, timedelta, timezone
-from fairsched.core.plan import gc_paused
+from scheduling.plan import gc_paused
 from fairsched.engine.store import db
 from fairsched.engine.due_states import due_pass
 from fairsched.engine import forked

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairsched.core import Durations, FairQueue, QueuedChart, RunningChart, plan  # noqa: E402
-from fairsched.core.forecast import Forecaster  # noqa: E402
+from scheduling import Durations, FairQueue, QueuedChart, RunningChart, plan  # noqa: E402
+from scheduling.forecast import Forecaster  # noqa: E402
 
 N_ORGS, BUDGET, N_RUNNING = 60, 200, 40
 WORKFLOWS = ["small", "medium", "large"]
@@ -116,7 +116,7 @@ def main() -> None:
           f"{t_build / sort_n:4.2f}x sort")
     print(f"full ETA pass over the live {n:,} order: {t_eta * 1e3:8.1f} ms = "
           f"{t_eta / sort_n:4.2f}x sort   (max 2x)")
-    # the forecast model's pass (the live default, fairsched/core/forecast.py) over the same order
+    # the forecast model's pass (the live default, scheduling/forecast.py) over the same order
     fc = Forecaster(dur)
     for c in queued:
         fc.observe_arrival(c.org, c.workflow, c.created_at)

@@ -6,7 +6,7 @@ org, ``TURNAROUNDS_H``; none of 1 h, as no warning could then come 1 h ahead). T
 simulator runs the trace; every ``--pass-s`` seconds of simulated time an ETA
 pass of the forecast model runs over every queued and running chart, exactly as the live
 scheduler's (same ``Forecaster``, same 90% bound), gives each chart with a due time its
-state (``fairsched.core.due.due_state``) and moves its warning level with the hysteresis
+state (``scheduling.due.due_state``) and moves its warning level with the hysteresis
 (``next_level``). A chart is *flagged* when its level first rises. At the end, for every
 finished chart: did it miss its due time, was it flagged, and how long before its due time.
 
@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eta import make_trace  # noqa: E402
-from fairsched.core.due import LEVEL, due_state, next_level, warning_quality  # noqa: E402
-from fairsched.core.forecast import Forecaster, ForecastParams  # noqa: E402
-from fairsched.core.rules import ORDERED  # noqa: E402
-from fairsched.core.scenario import parse_trace  # noqa: E402
-from fairsched.core.simulator import _Sim  # noqa: E402
+from scheduling.due import LEVEL, due_state, next_level, warning_quality  # noqa: E402
+from scheduling.forecast import Forecaster, ForecastParams  # noqa: E402
+from scheduling.rules import ORDERED  # noqa: E402
+from scheduling.scenario import parse_trace  # noqa: E402
+from scheduling.simulator import _Sim  # noqa: E402
 
 TURNAROUNDS_H = (2.0, 3.0, 4.0)
 

@@ -37,11 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairsched.core import DEFAULT_AVG_S, Eta, EtaReport  # noqa: E402
-from fairsched.core.forecast import Forecaster, ForecastParams, _Phantoms  # noqa: E402
-from fairsched.core.rules import arrival_round, is_held  # noqa: E402
-from fairsched.core.scenario import parse_trace  # noqa: E402
-from fairsched.core.simulator import simulate as core_simulate  # noqa: E402
+from scheduling import DEFAULT_AVG_S, Eta, EtaReport  # noqa: E402
+from scheduling.forecast import Forecaster, ForecastParams, _Phantoms  # noqa: E402
+from scheduling.rules import arrival_round, is_held  # noqa: E402
+from scheduling.scenario import parse_trace  # noqa: E402
+from scheduling.simulator import simulate as core_simulate  # noqa: E402
 
 # workflow -> (cost, mean seconds)
 WF12 = {"triage": (1, 240.0), "code": (2, 900.0)}

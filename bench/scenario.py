@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``fairsched.core.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
+"""``scheduling.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
 against a plain ``sorted()`` of as many tuples, in one run: (round, created_at, arrival)
 tuples as the normal tier's key, and random (float, int, int) tuples (a faster sort: the
 first items rarely tie).
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairsched.core import scenario  # noqa: E402
+from scheduling import scenario  # noqa: E402
 
 N_ORGS, BUDGET, N_RUNNING = 60, 200, 40
 WORKFLOWS = ["small", "medium", "large"]

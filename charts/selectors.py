@@ -20,7 +20,7 @@ from django.utils import timezone
 from charts.models import Chart, ChartState, DurationStat
 from common import snapshot as snap
 from control.models import SchedulerSettings
-from fairsched.core import Durations
+from scheduling import Durations
 from orgs.models import Org, Workflow
 
 ORG_STATUS_MAX = 5000  # the most charts one org_status page holds
@@ -66,7 +66,7 @@ def cached_durations() -> Durations:
 
 
 def estimate_sources(org: Org) -> Callable[[str | None], str]:
-    """workflow -> where the org's estimate for it comes from (:data:`fairsched.core.types.SOURCES`)."""
+    """workflow -> where the org's estimate for it comes from (:data:`scheduling.types.SOURCES`)."""
     est, key, seen = cached_durations(), str(org.pk), {}
 
     def source(workflow: str | None) -> str:

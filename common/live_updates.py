@@ -225,7 +225,7 @@ class Weight(Event):
     kind: ClassVar[EventKind] = EventKind.WEIGHT
     org: int
     weight: int
-    held: bool  # the auto-hold rule's verdict (fairsched.core.rules.is_held), so no page re-derives it
+    held: bool  # the auto-hold rule's verdict (scheduling.rules.is_held), so no page re-derives it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,7 +4,7 @@ the WebSocket origin check and the admin's date formats.
 The top layer: it may import every app; no app imports it (they read ``django.conf.settings``).
 The layers, bottom up (``docs/architecture.md``)::
 
-    fairsched.core      the scheduling rules, pure Python (no Django)
+    scheduling      the scheduling rules, pure Python (no Django)
     common              shared helpers: validation, chart states, notifications, snapshots,
                         the live-update protocol
     fairsched           the scheduler's settings, round state and audit models; scenario JSON

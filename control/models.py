@@ -6,9 +6,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S
-from fairsched.core import modes
-from fairsched.core.modes import EtaModel
-from fairsched.core.rules import DEFAULT_QUANTUM_S
+from scheduling import modes
+from scheduling.modes import EtaModel
+from scheduling.rules import DEFAULT_QUANTUM_S
 
 MIN_QUANTUM_S = 1.0
 MAX_QUANTUM_S = 86_400.0
@@ -16,7 +16,7 @@ MAX_QUANTUM_S = 86_400.0
 
 class Share(models.TextChoices):
     """How a round's turn is counted (docs/scheduling.md, "Share by work"): the core's
-    :class:`~fairsched.core.modes.Share`, with the admin's labels."""
+    :class:`~scheduling.modes.Share`, with the admin's labels."""
 
     CHARTS = modes.Share.CHARTS.value, "charts (weight charts per round)"
     WORK = modes.Share.WORK.value, "work (weight x quantum_s budget-seconds per round)"
@@ -24,7 +24,7 @@ class Share(models.TextChoices):
 
 class Dispatch(models.TextChoices):
     """How the order starts (docs/scheduling.md, "Backfill"): the core's
-    :class:`~fairsched.core.modes.Dispatch`, with the admin's labels."""
+    :class:`~scheduling.modes.Dispatch`, with the admin's labels."""
 
     STRICT = modes.Dispatch.STRICT.value, "strict (head-of-line)"
     BACKFILL = modes.Dispatch.BACKFILL.value, "backfill (conservative, ETA-safe)"

@@ -7,8 +7,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from control import audit
-from fairsched.core.modes import EtaModel
-from fairsched.core.simulator import ETA_MODELS
+from scheduling.modes import EtaModel
+from scheduling.simulator import ETA_MODELS
 from control.models import MAX_QUANTUM_S, MIN_QUANTUM_S, Dispatch, SchedulerSettings, Share
 from common.notify import SettingsNote, notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int

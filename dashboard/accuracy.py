@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from charts.models import FINAL_STATES, Chart, ChartState
-from fairsched.core.due import warning_quality
+from scheduling.due import warning_quality
 
 DEFAULT_LAST = 500
 MAX_LAST = 5000
@@ -77,7 +77,7 @@ def accuracy(*, last: int = DEFAULT_LAST, org_id: int | None = None, points: int
 
 
 def due_warnings(*, last: int = DEFAULT_LAST, org_id: int | None = None) -> dict[str, Any]:
-    """How good the due warnings were (``fairsched.core.due.warning_quality``) over the
+    """How good the due warnings were (``scheduling.due.warning_quality``) over the
     ``last`` finished charts that had a due time: recall (missed charts warned at least 1 h
     before their due time), precision (warned charts that then missed), lead times. The
     top-level figures are the first warning's (at risk or late, ``due_flagged_at``: the

@@ -22,8 +22,8 @@ from charts.services import RERUN_MARK, run_lineage
 from charts import selectors as chart_selectors
 from common.validation import MAX_ID
 from common import snapshot as snap
-from fairsched.core import DECLARED_AS_N, EstimateSource
-from fairsched.core.due import finished_state
+from scheduling import DECLARED_AS_N, EstimateSource
+from scheduling.due import finished_state
 from control.audit import entry_json
 from control.models import AuditEntry
 

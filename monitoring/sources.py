@@ -19,7 +19,7 @@ from charts.models import Chart, ChartState, FinishedCount
 from charts.selectors import stale_after_s
 from common import metrics
 from common import snapshot as snap
-from fairsched.core.rules import is_held
+from scheduling.rules import is_held
 from control.models import SchedulerSettings
 from orgs.models import Org
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from common.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
-from fairsched.core.rules import is_held
+from scheduling.rules import is_held
 
 
 WHSEC_PREFIX = "whsec_"
@@ -94,7 +94,7 @@ class Org(models.Model):
 
     @property
     def is_held(self) -> bool:
-        """Auto-hold (:func:`fairsched.core.rules.is_held`): weight 0 holds the org."""
+        """Auto-hold (:func:`scheduling.rules.is_held`): weight 0 holds the org."""
         return is_held(self.weight)
 
     @property

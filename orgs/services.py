@@ -17,7 +17,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from control import audit
 from common.notify import CostNote, OrgNote, Resync, notify
 from common.validation import MAX_COST, MAX_ID, MAX_WEIGHT, check_text, parse_turnaround, require_int
-from fairsched.core.rules import HELD_WEIGHT, is_held
+from scheduling.rules import HELD_WEIGHT, is_held
 from orgs.models import (DEFAULT_EXECUTION_TIMEOUT_S, MAX_EXPECTED_DURATION_S, MAX_QUEUED, MIN_EXPECTED_DURATION_S, Org,
                          Workflow, WorkflowCost)
 

@@ -91,7 +91,7 @@ def build_index(root: Path = ROOT) -> Index:
         package = parts[-1] == "__init__"
         if package:
             parts = parts[:-1]
-        # "fairsched.core.plan", "core.plan" and "plan": the docs name a module as its package does
+        # "scheduling.plan", "core.plan" and "plan": the docs name a module as its package does
         for i in range(len(parts)):
             index.modules.setdefault(".".join(parts[i:]), []).append(top)
             if package:

@@ -208,8 +208,8 @@ def test_failure_text_skips_generic_and_repeated_messages():
 def test_scenario_from_db_carries_the_persisted_rounds():
     """The rounds come from the database (what the scheduler saved), not from Redis: a
     plan of the live state needs no running scheduler and survives a lost Redis."""
-    from fairsched.core import scenario
-    from fairsched.core import OrgRounds, RoundState
+    from scheduling import scenario
+    from scheduling import OrgRounds, RoundState
     from fairsched.engine.store import db
     from fairsched.engine.reader import scenario_from_db
     from tests.factories import make_chart, make_org, make_workflow

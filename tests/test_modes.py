@@ -8,9 +8,9 @@ import pytest
 
 from control import models as control_models
 from control.models import SchedulerSettings
-from fairsched.core import FairQueue
-from fairsched.core.modes import Dispatch, EtaModel, Policy, Share
-from fairsched.core.scenario import ScenarioError, simulate
+from scheduling import FairQueue
+from scheduling.modes import Dispatch, EtaModel, Policy, Share
+from scheduling.scenario import ScenarioError, simulate
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.store.rows import Config, OrgRow, World

@@ -189,7 +189,7 @@ def test_a_backfill_chunk_s_dead_index_entries_are_swept_before_a_restart_reads_
 def test_a_chunk_written_aside_is_followed_by_the_sweep(monkeypatch):
     import asyncio
 
-    from fairsched.core import RoundState
+    from scheduling import RoundState
     from fairsched.engine.ports.real import DbStore
 
     calls = []

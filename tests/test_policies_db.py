@@ -10,7 +10,7 @@ import pytest
 
 from control.models import OrgRoundState, RoundState
 from control.services import policies_set
-from fairsched.core.reserve import window_end
+from scheduling.reserve import window_end
 from fairsched.engine.store import db
 from fairsched.engine.state import LiveState
 from tests.factories import make_chart, make_org, make_workflow

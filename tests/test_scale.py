@@ -355,7 +355,7 @@ def test_a_bad_worker_concurrency_is_refused_naming_the_variable():
 def test_first_etas_and_rounds_are_written_where_due():
     from datetime import datetime, timezone as tz
 
-    from fairsched.core import RoundState
+    from scheduling import RoundState
 
     org = make_org("Acme")
     wf = make_workflow("code")
@@ -451,7 +451,7 @@ def test_the_head_read_from_the_database_is_what_the_core_picks(per_org):
     charts moved to the front without a round, each org's first ``per_org`` with a round by
     (round, created_at, id) and first ``per_org`` without one by (created_at, id), with ties
     of rounds and of creation times, paused charts and running ones."""
-    from fairsched.core import RoundState, head_of_backlog
+    from scheduling import RoundState, head_of_backlog
 
     random_charts(per_org, lambda rng, i, t0: {
         "fair_round": rng.choice([None, None, 0, 1, 1, 2, 3, 5]),
@@ -477,7 +477,7 @@ def test_a_first_starts_head_read_from_the_database_is_what_the_core_picks(per_o
     first ``per_org`` others by (created_at, id), with ties of creation times, paused and
     running charts) and the orgs cut short. A queued chart that holds a round anyway (a
     round state deleted by hand) makes it rank the whole backlog instead."""
-    from fairsched.core import first_head_of_backlog
+    from scheduling import first_head_of_backlog
 
     random_charts(per_org, lambda rng, i, t0: {
         "moved_to_front_at": t0 + timedelta(seconds=i) if rng.random() < 0.05 else None})
@@ -501,7 +501,7 @@ def test_the_streamed_read_is_one_snapshot_and_never_blocks_a_writer():
     from (neither write is in it)."""
     import threading as th
 
-    from fairsched.core import RoundState
+    from scheduling import RoundState
 
     org, wf = make_org("Acme"), make_workflow("code")
     a, b = make_chart(org, wf), make_chart(org, wf)
@@ -555,7 +555,7 @@ def test_a_backfills_chunk_writes_the_first_etas_it_carries_in_the_update_of_the
     keeps it and its bound, a chart the chunk carries none for keeps none."""
     from datetime import datetime, timezone as tz
 
-    from fairsched.core import RoundState
+    from scheduling import RoundState
 
     org, wf = make_org("Acme"), make_workflow("code")
     pks = [make_chart(org, wf).pk for _ in range(50)]
@@ -600,7 +600,7 @@ def test_the_rounds_and_the_first_etas_written_at_once_never_deadlock():
 
     from django.db import connections
 
-    from fairsched.core import RoundState
+    from scheduling import RoundState
 
     if connection.vendor != "postgresql":
         pytest.skip("row locks: PostgreSQL only")

@@ -21,7 +21,7 @@ from common.notify import ChartNote
 from fairsched.engine.store import db
 from fairsched.engine.ports.temporal import AlreadyStarted, StartFailed, WorkflowNotFound
 from fairsched.engine.scheduler import Scheduler
-from fairsched.core import first_head_of_backlog, head_of_backlog
+from scheduling import first_head_of_backlog, head_of_backlog
 from fairsched.engine.state import FINAL
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome

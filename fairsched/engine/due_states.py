@@ -7,7 +7,7 @@ its org's turnaround (``Org.turnaround``), or none. The database keeps both form
 each pass, so a turnaround change reaches every unfinished chart with the org's
 notification alone, without re-reading a chart.
 
-:func:`due_pass` gives each chart with a due time its state (:mod:`fairsched.core.due`),
+:func:`due_pass` gives each chart with a due time its state (:mod:`scheduling.due`),
 counts them per org, lists the charts at risk or late by slack, and moves each chart's
 warning level (the hysteresis); the loop writes the levels that changed
 (``db.record_due_alerts``), which the webhook sweep turns into ``chart.due_state_changed``.
@@ -22,8 +22,8 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Callable
 
-from fairsched.core import BLOCKED, HELD, PAUSED, eta_reader
-from fairsched.core.due import AT_RISK, LATE, LEVEL_STATE, ON_TIME, due_state, next_level
+from scheduling import BLOCKED, HELD, PAUSED, eta_reader
+from scheduling.due import AT_RISK, LATE, LEVEL_STATE, ON_TIME, due_state, next_level
 from fairsched.engine import forked
 from fairsched.engine.order_rows import DUE_CODE, DUE_STATES, NAN
 

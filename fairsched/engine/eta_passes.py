@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from itertools import chain, compress, islice
 
 from common import live_updates, metrics
-from fairsched.core import Eta, WalkEtas, eta_reader
-from fairsched.core.plan import gc_paused
+from scheduling import Eta, WalkEtas, eta_reader
+from scheduling.plan import gc_paused
 from fairsched.engine import forked, heap, whatif
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import Host, Part

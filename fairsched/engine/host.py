@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.notify import Note
-from fairsched.core import RoundSaver
+from scheduling import RoundSaver
 from fairsched.engine.ports.protocols import Clock, Publisher, Store, TemporalPort
 from fairsched.engine.state import LiveState
 from fairsched.temporal.shared import WorkflowIds

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fairsched.core import Durations, EtaReport, FairQueue, QueuedChart, RunningChart
-from fairsched.core.forecast import Forecaster
-from fairsched.core.modes import Dispatch, EtaModel
+from scheduling import Durations, EtaReport, FairQueue, QueuedChart, RunningChart
+from scheduling.forecast import Forecaster
+from scheduling.modes import Dispatch, EtaModel
 from fairsched.engine.due_states import DueInput
 from fairsched.engine.store.rows import OrgRow
 

@@ -25,7 +25,7 @@ from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 from typing import Any
 
-from fairsched.core.due import AT_RISK, LATE, ON_TIME
+from scheduling.due import AT_RISK, LATE, ON_TIME
 
 ROW_KEYS = ("id", "pos", "org", "workflow", "cost", "round", "priority", "state", "external_id",
             "start_s", "finish_s", "p90_s",  # a row of the order; a chart set aside has no p90_s

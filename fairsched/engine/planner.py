@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.validation import MAX_BUDGET
-from fairsched.core.modes import Dispatch, EtaModel
-from fairsched.core.plan import gc_paused
+from scheduling.modes import Dispatch, EtaModel
+from scheduling.plan import gc_paused
 from fairsched.engine import whatif
 from fairsched.engine.state import LiveState
 from fairsched.engine.live_types import PassInput

@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from common.clear_notes import no_eta_note
-from fairsched.core import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
-from fairsched.core.due import AT_RISK, LATE
-from fairsched.core.rules import is_held
+from scheduling import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
+from scheduling.due import AT_RISK, LATE
+from scheduling.rules import is_held
 from fairsched.engine.due_states import DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, LookedUp, Rows
 from fairsched.engine.state import LiveState

@@ -32,10 +32,10 @@ from django.db import connection
 
 from common import snapshot
 from control.models import SchedulerSettings
-from fairsched.core import EtaReport, Plan
-from fairsched.core.forecast import Forecaster, PlanOrder
-from fairsched.core.modes import EtaModel
-from fairsched.core.scenario import Scenario, dump_scenario
+from scheduling import EtaReport, Plan
+from scheduling.forecast import Forecaster, PlanOrder
+from scheduling.modes import EtaModel
+from scheduling.scenario import Scenario, dump_scenario
 from fairsched.engine.live_types import PassInput
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState

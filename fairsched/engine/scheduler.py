@@ -32,7 +32,7 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
 7. then does one chunk of the long jobs, so that no dispatch waits behind one in its
    tick: the full resync, everything every ``FULL_RESYNC_S`` (raw SQL and
    ``QuerySet.update()`` calls that leave ``updated_at`` alone), and a first start's
-   rounds (:mod:`fairsched.core.backfill`; written aside while the loop goes on, see
+   rounds (:mod:`scheduling.backfill`; written aside while the loop goes on, see
    :meth:`Scheduler._backfill_step`),
 8. starts the ETA pass soon after a change (at once after a budget, weight or cost
    change; with nothing changing, every ``eta_interval_s`` or ``ETA_IDLE_COST_FACTOR``
@@ -67,7 +67,7 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fairsched.core import RoundSaver
+from scheduling import RoundSaver
 from fairsched.engine import forked
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.dispatcher import Dispatcher
@@ -519,7 +519,7 @@ class Scheduler:
 
     # ================================================================ round state
     async def _backfill_step(self) -> Effects:
-        """One chunk of the backfill (:mod:`fairsched.core.backfill`): the next charts in
+        """One chunk of the backfill (:mod:`scheduling.backfill`): the next charts in
         round order, with each org's cursor after them, in one transaction, written aside
         (a thread and connection of their own, :meth:`_write_chunk`) while the loop goes
         on: a chart whose turn comes meanwhile reads and starts at once (its commit, which

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fairsched.core import NeedsWholeBacklog, RoundSaver, same_rounds
+from scheduling import NeedsWholeBacklog, RoundSaver, same_rounds
 from fairsched.engine.store import db
 from fairsched.engine import heap
 from fairsched.engine.store.chart_columns import ChartColumns

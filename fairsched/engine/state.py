@@ -1,6 +1,6 @@
 """The scheduler's in-memory state and every change to it: no I/O, no clock.
 
-:class:`LiveState` owns the fair order (a :class:`fairsched.core.FairQueue`),
+:class:`LiveState` owns the fair order (a :class:`scheduling.FairQueue`),
 the running charts with the cost each was dispatched with, and what the
 snapshot needs to name things (orgs, external ids). The live loop
 (:mod:`fairsched.engine.scheduler`) reads rows from the database, hands them to
@@ -18,10 +18,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from common import live_updates as lu
-from fairsched.core import Durations, Eta, FairQueue, QueuedChart, RunningChart, is_held
-from fairsched.core.forecast import Forecaster
-from fairsched.core.modes import Dispatch, Share
-from fairsched.core.plan import gc_paused
+from scheduling import Durations, Eta, FairQueue, QueuedChart, RunningChart, is_held
+from scheduling.forecast import Forecaster
+from scheduling.modes import Dispatch, Share
+from scheduling.plan import gc_paused
 from fairsched.engine.store.chart_columns import ChartColumns
 from fairsched.engine.due_states import DueBook
 from fairsched.engine.store.external_ids import ExternalIds
@@ -48,7 +48,7 @@ class LiveState:
         (:attr:`partial`). It dispatches up to the horizon, follows its running charts and
         new priority charts, and leaves every other change to the whole backlog's state,
         which takes over from it (:meth:`take_over_from`). Raises
-        :class:`~fairsched.core.NeedsWholeBacklog` if the saved order cannot resume
+        :class:`~scheduling.NeedsWholeBacklog` if the saved order cannot resume
         from its head alone.
 
         ``truncated``: these orgs have more charts without a round than the first by rank

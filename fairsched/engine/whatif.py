@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from fairsched.core import FairQueue, eta_reader
-from fairsched.core.plan import gc_paused, unplanned_clear
-from fairsched.core.sortedkeys import SortedKeys
+from scheduling import FairQueue, eta_reader
+from scheduling.plan import gc_paused, unplanned_clear
+from scheduling.sortedkeys import SortedKeys
 from fairsched.engine.due_states import due_keys
 from fairsched.engine.state import LiveState
 from fairsched.engine.live_types import PassInput
@@ -142,7 +142,7 @@ def measured(captured: PassInput, report, risky: dict[str, int], now: float) -> 
 
 
 def at_risk_counts(captured: PassInput, etas: dict, now: float, p90) -> dict[str, int]:
-    """Per org, its charts ``at_risk`` or ``late`` (:func:`fairsched.core.due.due_state`: the
+    """Per org, its charts ``at_risk`` or ``late`` (:func:`scheduling.due.due_state`: the
     90% bound, or the ETA, after the due time; no ETA at all), without the warning levels
     :func:`~fairsched.engine.due_states.due_pass` also moves: the counts only, in one lean loop.
     ``tests/engine/test_whatif.py`` checks it against ``due_pass``'s counts."""

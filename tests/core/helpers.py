@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fairsched.core import QueuedChart
+from scheduling import QueuedChart
 
 # The worked example, as shipped in examples/ (tests/test_examples.py keeps it equal to
 # the contract's copy in shared/).

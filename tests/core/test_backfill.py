@@ -1,4 +1,4 @@
-"""The first start's rounds written a chunk at a time (fairsched.core.backfill): a restart
+"""The first start's rounds written a chunk at a time (scheduling.backfill): a restart
 after any chunk, and after anything the live queue did between chunks, restores exactly
 the order, the rounds and the round state of a queue that never restarted."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, invariant, rule
 
-from fairsched.core import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
+from scheduling import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
 from tests.core.twins import ORGS, TwinQueues, WorkFairQueue
 
 

@@ -1,10 +1,10 @@
-"""Due states and the warning's hysteresis (fairsched.core.due)."""
+"""Due states and the warning's hysteresis (scheduling.due)."""
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairsched.core.due import (AT_RISK, LATE, LEVEL, MET, MISSED, ON_TIME, due_state, finished_state, margin_s,
+from scheduling.due import (AT_RISK, LATE, LEVEL, MET, MISSED, ON_TIME, due_state, finished_state, margin_s,
                                 next_level)
 
 times = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
@@ -81,7 +81,7 @@ def test_a_chart_clearly_back_clears_its_warning(due):
 
 
 def test_warning_quality_counts_recall_with_lead_and_precision():
-    from fairsched.core.due import warning_quality
+    from scheduling.due import warning_quality
     h = 3600.0
     got = warning_quality([
         (10 * h, True, 5 * h),     # missed, warned 5 h ahead: counts

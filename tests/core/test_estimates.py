@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairsched.core import DECLARED_AS_N, Durations, EstimateSource
-from fairsched.core.scenario import ScenarioError, dump_scenario, parse_scenario, plan
-from fairsched.core.types import SOURCES
+from scheduling import DECLARED_AS_N, Durations, EstimateSource
+from scheduling.scenario import ScenarioError, dump_scenario, parse_scenario, plan
+from scheduling.types import SOURCES
 
 ORGS = ["a", "b"]
 WORKFLOWS = ["w", "x", None]
@@ -88,7 +88,7 @@ def test_a_scenario_declares_expected_durations_and_counts_its_averages():
 
 
 def test_a_dump_carries_the_declared_durations_and_counts():
-    from fairsched.core import FairQueue
+    from scheduling import FairQueue
 
     s = parse_scenario(SCENARIO)
     q = FairQueue.from_backlog(s.queued, budget=s.budget, weights=s.weights, costs=s.costs)

@@ -9,9 +9,9 @@ from dataclasses import replace
 from hypothesis import event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fairsched.core import (FairQueue, NeedsWholeBacklog, QueuedChart, RoundSaver, first_head_of_backlog,
+from scheduling import (FairQueue, NeedsWholeBacklog, QueuedChart, RoundSaver, first_head_of_backlog,
                             head_of_backlog, same_rounds)
-from fairsched.core.keys import org_rank_key
+from scheduling.keys import org_rank_key
 
 ORGS = ("o1", "o2", "o3", "o4")
 WEIGHTS = {"o1": 2, "o2": 1, "o3": 3, "o4": 0}

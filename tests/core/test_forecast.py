@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairsched.core import Durations, FairQueue, QueuedChart
-from fairsched.core.forecast import Forecaster, ForecastParams
-from fairsched.core.simulator import Arrival, Event, simulate
-from fairsched.core.scenario import ScenarioError
-from fairsched.core.scenario import simulate as simulate_json
+from scheduling import Durations, FairQueue, QueuedChart
+from scheduling.forecast import Forecaster, ForecastParams
+from scheduling.simulator import Arrival, Event, simulate
+from scheduling.scenario import ScenarioError
+from scheduling.scenario import simulate as simulate_json
 
 
 def test_phantom_arrivals_of_a_small_org_take_rounds_ahead_of_a_big_backlog():

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairsched.core import Durations, Eta, FairQueue, QueuedChart, RunningChart, plan, plan_dispatch
-from fairsched.core.scenario import plan as plan_json
+from scheduling import Durations, Eta, FairQueue, QueuedChart, RunningChart, plan, plan_dispatch
+from scheduling.scenario import plan as plan_json
 
 from .helpers import qc, seed_scenario
 
@@ -132,7 +132,7 @@ def test_weighted_rounds():
 
 
 def test_plan_etas_and_rounds_read_like_dicts_without_building_them_up_front():
-    from fairsched.core import ById
+    from scheduling import ById
 
     running = [RunningChart("r1", "A", "wf", 0.0, 1)]
     queued = [QueuedChart(c, "A" if c.startswith("a") else "B", "wf", float(i), i)
@@ -156,8 +156,8 @@ def test_a_budget_of_a_billion_builds_lanes_for_the_charts_not_the_budget(monkey
     lanes those charts can use, not 10**9, and every chart starts at once."""
     import importlib
 
-    plan_module = importlib.import_module("fairsched.core.plan")  # the module, not the function
-    queue_module = importlib.import_module("fairsched.core.queue.etas")  # the live order's ETA passes
+    plan_module = importlib.import_module("scheduling.plan")  # the module, not the function
+    queue_module = importlib.import_module("scheduling.queue.etas")  # the live order's ETA passes
 
     sizes: list[int] = []
     real = plan_module.lane_pass
@@ -187,7 +187,7 @@ def test_the_sort_that_carries_its_items_is_a_stable_sort_by_the_keys(keys):
     same with the index sort it falls back to if sorted() ever asked for keys out of order."""
     import importlib
 
-    P = importlib.import_module("fairsched.core.plan")
+    P = importlib.import_module("scheduling.plan")
     items = [f"c{i}" for i in range(len(keys))]
     want = [items[i] for i in sorted(range(len(keys)), key=lambda i: (keys[i], i))]
     assert P._KEYS_IN_ORDER and P._sorted_by(items, keys) == want

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsched.core import Durations, FairQueue, QueuedChart, RunningChart
-from fairsched.core.rules import arrival_round, arrival_turn
-from fairsched.core.simulator import Arrival, simulate
+from scheduling import Durations, FairQueue, QueuedChart, RunningChart
+from scheduling.rules import arrival_round, arrival_turn
+from scheduling.simulator import Arrival, simulate
 
 ORGS = ("a", "b", "c", "d")
 
@@ -389,7 +389,7 @@ def _etas(p):
 def test_the_work_example_of_the_docs():
     """docs/scheduling.md, "Share by work": A's audits (cost 2 x 900 s = 1800, three turns
     of 600) take rounds 2 and 5; B's reviews (300 each, two per turn) rounds 0, 0, 1, 1."""
-    from fairsched.core.scenario import plan
+    from scheduling.scenario import plan
     s = _example("work_example")
     p = plan(s)
     assert p["order"] == ["B1", "B2", "B3", "B4", "A1", "A2"]
@@ -405,7 +405,7 @@ def test_the_work_example_of_the_docs():
 def test_the_backfill_example_of_the_docs():
     """docs/scheduling.md, "Backfill": S1 and S2 start now in the hole before W's
     reservation; M (500 s, bound 750 s) would fit by its estimate but not by its bound."""
-    from fairsched.core.scenario import plan
+    from scheduling.scenario import plan
     s = _example("backfill_example")
     p = plan(s)
     assert p["order"] == ["W", "S1", "M", "S2", "L"]
@@ -427,7 +427,7 @@ def test_the_backfill_example_of_the_docs():
     ("quantum_s", "600", "quantum_s: expected a number"),
 ])
 def test_a_bad_policy_is_refused_naming_the_field(field, value, needle):
-    from fairsched.core.scenario import ScenarioError, plan, simulate
+    from scheduling.scenario import ScenarioError, plan, simulate
     s = {**_example("work_example"), field: value}
     with pytest.raises(ScenarioError) as e:
         plan(s)
@@ -439,7 +439,7 @@ def test_a_bad_policy_is_refused_naming_the_field(field, value, needle):
 
 
 def test_simulate_reports_the_policy_figures():
-    from fairsched.core.scenario import simulate
+    from scheduling.scenario import simulate
     trace = {"budget": 2, "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 1}],
              "share": "work", "dispatch": "backfill",
              "arrivals": [{"id": f"{o}{i}", "org": o, "workflow": None, "at_s": 0, "actual_s": 600}
@@ -461,7 +461,7 @@ def test_a_switch_of_share_counts_what_was_dispatched_in_the_new_unit(restart):
     so a1 takes round 1 (counted as 1 budget-second, a1 and a2 would both have joined round 0,
     2,400 budget-seconds in a 1,200 turn). Back to charts: 600 s of a 1,200 s quantum rounds up
     to one chart. The same across a restart under the other share."""
-    from fairsched.core import RoundState
+    from scheduling import RoundState
 
     q = FairQueue.from_backlog(_ab(), budget=1, weights={"A": 1, "B": 1}, track_rounds=True)
     assert [c.id for c in q.dispatch(1)] == ["a0"]

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
+from scheduling import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
                             head_of_backlog, plan, same_rounds)
-from fairsched.core.simulator import Arrival, simulate
+from scheduling.simulator import Arrival, simulate
 from tests.core.twins import TwinQueues, WorkFairQueue
-from fairsched.core.scenario import dump_scenario, plan as plan_json
+from scheduling.scenario import dump_scenario, plan as plan_json
 
 ORGS = ["o1", "o2", "o3", "o4"]
 WORKFLOWS = ["cheap", "mid", "big"]
@@ -102,7 +102,7 @@ def test_etas_are_non_decreasing_in_start_along_the_order(data, b):
 def uncapped_etas(order, running, budget, costs, estimate):
     """The lane simulation with one lane per budget unit (the contract's literal
     reading, no cap): the reference the capped passes must equal."""
-    from fairsched.core import initial_lanes, simulate_lanes
+    from scheduling import initial_lanes, simulate_lanes
 
     etas, org_clear = {}, {}
     lanes = initial_lanes(running, 0.0, budget, estimate, etas)
@@ -162,7 +162,7 @@ def test_the_lane_walk_equals_sorted_lanes_taking_the_c_earliest(lanes, items):
     its c lanes free at its finish; each walk's lanes hold the same times after it."""
     from heapq import heapify
 
-    from fairsched.core.rules import lane_pass
+    from scheduling.rules import lane_pass
     heap = [float(x) for x in lanes]
     heapify(heap)
     ref = sorted(float(x) for x in lanes)

@@ -1,4 +1,4 @@
-"""Backfill's free-budget profile (fairsched.core.reserve): the guards' windows held, as the
+"""Backfill's free-budget profile (scheduling.reserve): the guards' windows held, as the
 strict walk after the reserved charts sees them, against the plain definition."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from bisect import bisect_left
 
 from hypothesis import given, settings, strategies as st
 
-from fairsched.core.reserve import WINDOW_GRID_S, Profile, reserve_walk, window_end
+from scheduling.reserve import WINDOW_GRID_S, Profile, reserve_walk, window_end
 
 
 def held_by_definition(profile: Profile) -> tuple[list[float], list[int]]:

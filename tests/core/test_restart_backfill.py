@@ -10,7 +10,7 @@ from dataclasses import replace
 from hypothesis import event, settings, strategies as st
 from hypothesis.stateful import initialize, invariant, rule
 
-from fairsched.core import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart, head_of_backlog,
+from scheduling import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart, head_of_backlog,
                             same_rounds)
 from tests.core.test_properties import RestartMachine
 from tests.core.twins import BackfillFairQueue, BackfillWorkFairQueue

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fairsched.core.scenario import ScenarioError, parse_scenario, plan, simulate
+from scheduling.scenario import ScenarioError, parse_scenario, plan, simulate
 
 from .helpers import NOW, seed_scenario
 
@@ -205,7 +205,7 @@ _chart = st.one_of(
 
 def _slow_only(d: dict):
     """parse_scenario with every queued chart through the field-by-field checks."""
-    from fairsched.core import scenario as sc
+    from scheduling import scenario as sc
 
     ids: set[str] = set()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairsched.core import RoundSaver
+from scheduling import RoundSaver
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.host import LoopState
 from fairsched.engine.scheduler import Scheduler

@@ -1,12 +1,12 @@
 """The ETA pass's due states (fairsched.engine.due_states.due_pass): its lean loop over the order
-gives what the rule's own functions give chart by chart (fairsched.core.due: ``due_state``
+gives what the rule's own functions give chart by chart (scheduling.due: ``due_state``
 and the warning's ``next_level``), whatever the warnings in force and the bounds."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from fairsched.core import BLOCKED, HELD, PAUSED
-from fairsched.core.due import ON_TIME, due_state, next_level
+from scheduling import BLOCKED, HELD, PAUSED
+from scheduling.due import ON_TIME, due_state, next_level
 from fairsched.engine.due_states import FLAG_KEYS, due_pass
 from tests.engine.test_whatif import T, charts_st, state_of
 

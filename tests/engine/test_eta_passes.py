@@ -10,7 +10,7 @@ from fairsched.engine import forked
 from fairsched.engine.eta_passes import EtaColumns, EtaPasses
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.live_types import Effects
-from fairsched.core import Eta
+from scheduling import Eta
 from tests.engine.fakes import FakeHost
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fairsched.core import RoundSaver
+from scheduling import RoundSaver
 from fairsched.engine.eta_passes import EtaPasses
 from fairsched.engine.startup import Startup
 from fairsched.engine.sync import Sync

@@ -1,4 +1,4 @@
-"""A full forecast pass's ETAs as columns along the order's walk (fairsched.core.WalkEtas):
+"""A full forecast pass's ETAs as columns along the order's walk (scheduling.WalkEtas):
 read by place they are the ETAs read by id, and every reader that walks the order by place
 (the due states, the previews' counts, the snapshot's rows, the first ETAs) gives what it
 gives from the same ETAs in a plain dict. Charts whose cost is above the budget have none."""
@@ -8,7 +8,7 @@ from array import array
 
 from hypothesis import given, settings, strategies as st
 
-from fairsched.core import Eta, EtaReport, WalkEtas
+from scheduling import Eta, EtaReport, WalkEtas
 from fairsched.engine import whatif
 from fairsched.engine.due_states import due_pass
 from fairsched.engine.eta_passes import EtaColumns

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from common.notify import Note
-from fairsched.core import RoundState
+from scheduling import RoundState
 from fairsched.engine.store import db
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.client import Outcome

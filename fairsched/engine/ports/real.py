@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 
 from common import live_updates
 from common import snapshot as snapshot_store
-from fairsched.core import RoundState
+from scheduling import RoundState
 from fairsched.engine.store import db, pg_statistics
 from fairsched.engine.store.rows import World
 

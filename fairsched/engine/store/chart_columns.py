@@ -24,7 +24,7 @@ from itertools import compress, repeat
 from operator import attrgetter
 from typing import overload
 
-from fairsched.core import QueuedChart
+from scheduling import QueuedChart
 from fairsched.engine.store.rows import ChartRow, _org_key
 
 NAN = float("nan")

@@ -21,9 +21,9 @@ from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState
 from charts.services import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
-from fairsched.core import Durations, normal_key, RoundState as CoreRoundState
-from fairsched.core.modes import Share
-from fairsched.core.plan import gc_paused
+from scheduling import Durations, normal_key, RoundState as CoreRoundState
+from scheduling.modes import Share
+from scheduling.plan import gc_paused
 from control import deployment as control_deployment
 from fairsched.engine.store import pg_statistics
 from fairsched.engine.store.chart_columns import ChartColumns
@@ -172,13 +172,13 @@ def read_world() -> World:
 @dataclass(frozen=True, slots=True)
 class Head:
     """The head of the saved order, read first at a restart (:func:`read_head`): the
-    world of a partial queue. ``horizon``: see :func:`fairsched.core.head_of_backlog`
+    world of a partial queue. ``horizon``: see :func:`scheduling.head_of_backlog`
     (None: the head is the whole backlog)."""
 
     world: World
     horizon: tuple | None
     # The orgs with more charts without a round than were read, their first by rank (a
-    # first start, :func:`fairsched.core.FairQueue.first_head`; or a restart amid its backfill).
+    # first start, :func:`scheduling.FairQueue.first_head`; or a restart amid its backfill).
     truncated: frozenset[str] | None = None
 
     @property
@@ -188,7 +188,7 @@ class Head:
 
 
 def read_head(per_org: int) -> Head | None:
-    """What :func:`fairsched.core.head_of_backlog` picks, straight from the database: the
+    """What :func:`scheduling.head_of_backlog` picks, straight from the database: the
     running charts and, of each org, its queued priority charts, its ``per_org`` first with
     a round by ``(round, created_at, id)`` and its ``per_org`` first without one by
     ``(created_at, id)`` (the index ``chart_org_head``: one short query each), with every
@@ -197,7 +197,7 @@ def read_head(per_org: int) -> Head | None:
     backfill.
 
     When no round state was ever saved, a first start's head: the same read, in which no
-    chart holds a round (:func:`fairsched.core.first_head_of_backlog`). None (rank the whole
+    chart holds a round (:func:`scheduling.first_head_of_backlog`). None (rank the whole
     backlog first) if one does anyway (a round state deleted by hand: only the whole
     backlog can tell those charts' places), or under the share ``work`` (docs/scheduling.md,
     "The live scheduler and the policies")."""

@@ -18,8 +18,8 @@ from django.db import connection
 
 from charts.models import Chart
 from control.models import OrgRoundState, RoundState
-from fairsched.core import OrgRounds, RoundState as CoreRoundState
-from fairsched.core.modes import Share
+from scheduling import OrgRounds, RoundState as CoreRoundState
+from scheduling.modes import Share
 from orgs.models import Org
 
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from fairsched.core import Durations, QueuedChart, RoundState
-from fairsched.core.modes import Dispatch, EtaModel, Share, check_policies
-from fairsched.core.rules import DEFAULT_QUANTUM_S
+from scheduling import Durations, QueuedChart, RoundState
+from scheduling.modes import Dispatch, EtaModel, Share, check_policies
+from scheduling.rules import DEFAULT_QUANTUM_S
 
 
 @dataclass(frozen=True, slots=True)

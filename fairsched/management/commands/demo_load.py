@@ -19,7 +19,7 @@ from django.db import DatabaseError, close_old_connections
 
 from charts.models import Chart, ChartState
 from charts.services import chart_submit
-from fairsched.core.rules import HELD_WEIGHT
+from scheduling.rules import HELD_WEIGHT
 from fairsched.management.commands.seed_demo import ORGS, WORKFLOWS, demo_chart
 from orgs.models import Org, Workflow
 

@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from fairsched.core import Plan
-from fairsched.core.modes import EtaModel
+from scheduling import Plan
+from scheduling.modes import EtaModel
 from fairsched.engine.planner import plan_budget
 from fairsched.engine.reader import read_state
 from fairsched.engine.reader import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
-from fairsched.core.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
+from scheduling.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
 
 
 def read_json(path: str | None, stdin=None) -> object:

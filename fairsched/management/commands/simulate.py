@@ -8,9 +8,9 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.management.commands.plan import read_json
-from fairsched.core.scenario import ScenarioError, simulate
-from fairsched.core.modes import Dispatch, Policy, Share
-from fairsched.core.simulator import POLICIES
+from scheduling.scenario import ScenarioError, simulate
+from scheduling.modes import Dispatch, Policy, Share
+from scheduling.simulator import POLICIES
 
 
 def _s(v, fmt="{:.0f}") -> str:

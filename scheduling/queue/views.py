@@ -1,4 +1,4 @@
-"""The read-only side of :class:`~fairsched.core.queue.FairQueue`: its properties and
+"""The read-only side of :class:`~scheduling.queue.FairQueue`: its properties and
 views of the order (a mixin; the state is the queue's)."""
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The rules of docs/scheduling.md, one function each.
 
-Every path that schedules (the static plan, :mod:`fairsched.core.plan`; the live
-order, :class:`fairsched.core.queue.FairQueue`; the simulator; the forecast
+Every path that schedules (the static plan, :mod:`scheduling.plan`; the live
+order, :class:`scheduling.queue.FairQueue`; the simulator; the forecast
 pass) calls these; none has its own copy. The ordering keys (the round-robin
-key and its tie-breaks) are in :mod:`fairsched.core.keys`.
+key and its tie-breaks) are in :mod:`scheduling.keys`.
 
 - :func:`is_held`: auto-hold, an org of weight 0 is held.
 - :func:`classify`: held, paused, blocked or in the order.

@@ -1,5 +1,5 @@
 """Discrete-event simulator (docs/scheduling.md): replays a trace of
-arrivals through the same :class:`~fairsched.core.queue.FairQueue` the live
+arrivals through the same :class:`~scheduling.queue.FairQueue` the live
 scheduler runs, on a simulated clock, beside the baselines ``fifo`` and
 ``proportional``.
 
@@ -96,7 +96,7 @@ def simulate(
     """Run the trace to completion (or until nothing more can start).
 
     ``eta_model``: ``"lanes"`` (the lane simulation of the order) or
-    ``"forecast"`` (:mod:`fairsched.core.forecast`, told each arrival and each
+    ``"forecast"`` (:mod:`scheduling.forecast`, told each arrival and each
     finish as it happens, so it knows only the past). Dispatch never reads it.
     ``forecaster``: the forecast model's :class:`Forecaster`, new and told nothing yet
     (default: one of ``estimate`` and ``forecast_params``)."""

@@ -1,8 +1,8 @@
-"""How a :class:`~fairsched.core.queue.FairQueue` resumes from what was saved, whole or
+"""How a :class:`~scheduling.queue.FairQueue` resumes from what was saved, whole or
 head first (a mixin; the state is the queue's): :meth:`QueueLoads.restore` after a restart
 or a failover, :meth:`QueueLoads.first_head` at a first start. A head-first queue is
 *partial*: it dispatches up to a horizon and logs what it takes out, for
-:meth:`~fairsched.core.queue.FairQueue.replay` on the whole backlog's queue
+:meth:`~scheduling.queue.FairQueue.replay` on the whole backlog's queue
 (docs/architecture.md, "Start-up: the head of the order first")."""
 from __future__ import annotations
 

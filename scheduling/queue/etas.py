@@ -1,4 +1,4 @@
-"""The ETA passes of :class:`~fairsched.core.queue.FairQueue` (a mixin; the state is the
+"""The ETA passes of :class:`~scheduling.queue.FairQueue` (a mixin; the state is the
 queue's): the lane simulation of docs/scheduling.md over the running charts and the order."""
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ class QueueEtas:
         estimate: Callable[[str, str | None], float] = Durations(),
     ) -> Plan:
         """The plan of the live state (``manage.py plan --live``): the same
-        fields as :func:`fairsched.core.plan` on a dump of this queue."""
+        fields as :func:`scheduling.plan` on a dump of this queue."""
         running = list(running)
         free = self._budget - sum(r.cost for r in running)
         rep = self.etas(running, now, self._budget, estimate)

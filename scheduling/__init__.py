@@ -6,7 +6,7 @@ seconds from the ``now`` the caller passes.
 
 Public API
 ----------
-Values (:mod:`fairsched.core.types`)
+Values (:mod:`scheduling.types`)
     ``QueuedChart(id, org, workflow, created_at, seq, priority=False,
     prioritized_at=None, paused=False, front_at=None, round=None)``,
     ``RunningChart(id, org, workflow, started_at, cost)``,
@@ -14,10 +14,10 @@ Values (:mod:`fairsched.core.types`)
     ``(org, workflow) -> seconds``; ``source(org, workflow)`` says where an estimate came from,
     an :class:`EstimateSource`), ``EtaReport(etas, org_clear_s, clear_s)``,
     ``Plan(order, dispatch, held, paused, blocked, etas, org_clear_s, clear_s, rounds)``.
-Static plan (:mod:`fairsched.core.plan`)
+Static plan (:mod:`scheduling.plan`)
     ``plan(queued, running=(), *, budget, weights, costs=None, estimate=Durations(), now=0.0) -> Plan``
     ``plan_dispatch(order, free, cost_of) -> list`` (head-of-line walk)
-Live order (:mod:`fairsched.core.queue`)
+Live order (:mod:`scheduling.queue`)
     ``FairQueue(*, budget, weights, costs=None, policy="wrr", track_rounds=False)`` and
     ``FairQueue.from_backlog(queued, *, budget, weights, costs=None)`` (first start),
     ``FairQueue.restore(queued, *, state, budget, weights, costs=None)`` (restart or failover:
@@ -28,27 +28,27 @@ Live order (:mod:`fairsched.core.queue`)
     ``plan(running, now, estimate)``, ``backlog()`` (for a dump), iteration,
     ``order()``, ``iter_charts()``, ``position(id)``, ``round_of(id)``,
     ``state_of(id)``, ``held``/``paused``/``blocked``, ``head``, ``cost_of``.
-Writing many new rounds a chunk at a time (:mod:`fairsched.core.backfill`)
+Writing many new rounds a chunk at a time (:mod:`scheduling.backfill`)
     ``RoundBackfill(rounds, saved)``: ``next_chunk(n)``, ``extend(gone_ids)``, ``drop(org)``,
     ``patch(round_state)``; each write a prefix of every org, so a restart after any of them
     restores the same order. ``FairQueue.gone_log`` and ``touched_log`` tell it what moved.
     ``RoundSaver(saved)``: what the live scheduler writes and when (``next(queue)``,
     ``written(save)``, ``start_backfill(queue, saved_rounds, minimum)``, ``chunk(n)``).
-Simulator (:mod:`fairsched.core.simulator`)
+Simulator (:mod:`scheduling.simulator`)
     ``simulate(arrivals, events, *, budget, weights, costs, estimate, policy, eta_model="lanes",
     forecast_params=None) -> SimResult``
-Forecast ETA model (:mod:`fairsched.core.forecast`)
+Forecast ETA model (:mod:`scheduling.forecast`)
     ``Forecaster(estimate, params)``: ``observe_arrival``, ``observe_finish``, ``record_eta``,
     ``etas(queue, running, now, stop_after=None) -> EtaReport`` (the lane simulation plus each
     org's expected future arrivals in the rounds they would take), ``mean``/``median``/``p90``
     of a pair's durations, ``p90_finish``; ``PlanOrder`` reads a static plan like a queue.
-Ordering keys (:mod:`fairsched.core.keys`): every key, tie-breaks numbered.
-The rules (:mod:`fairsched.core.rules`), each one function that every path above calls:
+Ordering keys (:mod:`scheduling.keys`): every key, tie-breaks numbered.
+The rules (:mod:`scheduling.rules`), each one function that every path above calls:
     ``is_held(weight)`` (auto-hold), ``classify(weight, paused, cost, budget)``,
     ``arrival_round(head, last, used, weight)``, ``head_of_line(costs, free)`` (the
     head-of-line stop), ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule
     to function is docs/scheduling.md, "Where each rule lives in the code".
-The JSON contract (:mod:`fairsched.core.scenario`, not imported here)
+The JSON contract (:mod:`scheduling.scenario`, not imported here)
     ``plan(scenario) -> dict``, ``simulate(trace, policy="wrr") -> dict``, ``dump_scenario``:
     the formats of docs/scheduling.md over this core, what ``manage.py plan``/``simulate`` and
     the live scheduler's dump call.

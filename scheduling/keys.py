@@ -7,7 +7,7 @@ The live order (:class:`FairQueue`) builds its keys from these
 orders its normal tier by :func:`normal_key`'s (round, created_at, arrival) with a
 bucket pass instead of a comparison sort. The rules that are not keys
 (classify, the head-of-line stop, the lane walk, auto-hold) are in
-:mod:`fairsched.core.rules`.
+:mod:`scheduling.rules`.
 
 Smaller sorts first everywhere. Tie-breaks are numbered in the order they apply.
 ``seq`` is the arrival number; the chart id is a last resort that only a

@@ -38,11 +38,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING
 
-from fairsched.core.modes import Share
-from fairsched.core.types import OrgRounds, RoundState
+from scheduling.modes import Share
+from scheduling.types import OrgRounds, RoundState
 
 if TYPE_CHECKING:
-    from fairsched.core.queue import FairQueue
+    from scheduling.queue import FairQueue
 
 __all__ = ["RoundBackfill", "RoundSaver"]
 

@@ -1,4 +1,4 @@
-"""Dispatch from :class:`~fairsched.core.queue.FairQueue` (a mixin; the state is the
+"""Dispatch from :class:`~scheduling.queue.FairQueue` (a mixin; the state is the
 queue's): the head-of-line walk, a partial queue's horizon, and the replay of what it took."""
 from __future__ import annotations
 

@@ -16,13 +16,13 @@ from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
-from fairsched import core
-from fairsched.core import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
-from fairsched.core.modes import Dispatch, EtaModel, Policy, Share
-from fairsched.core.plan import Columns, columns, gc_paused
-from fairsched.core.rules import DEFAULT_QUANTUM_S
-from fairsched.core.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
-from fairsched.core.simulator import simulate as core_simulate
+import scheduling as core
+from scheduling import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
+from scheduling.modes import Dispatch, EtaModel, Policy, Share
+from scheduling.plan import Columns, columns, gc_paused
+from scheduling.rules import DEFAULT_QUANTUM_S
+from scheduling.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
+from scheduling.simulator import simulate as core_simulate
 
 __all__ = [
     "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
@@ -228,7 +228,7 @@ def charts(cols: Columns) -> list[QueuedChart]:
 
 
 def parse_columns(d: Any, *, unique_ids: bool = True) -> tuple[Scenario, Columns]:
-    """:func:`parse_scenario` with its queued charts as :class:`~fairsched.core.plan.Columns`
+    """:func:`parse_scenario` with its queued charts as :class:`~scheduling.plan.Columns`
     (the scenario's ``queued`` left empty): what :func:`plan` reads, no object per chart.
     ``unique_ids=False``: plainly valid queued charts are not checked for a repeated id
     (:func:`plan` checks its output instead: one set of a million ids less)."""

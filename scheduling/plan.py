@@ -1,8 +1,8 @@
 """The static plan of one moment (docs/scheduling.md, "One moment: the plan"):
 classify, order, the head-of-line dispatch and the lane simulation, over a whole
 backlog at once. The rules themselves (classify, the head-of-line stop, the lane
-walk, auto-hold) are the functions of :mod:`fairsched.core.rules`, which the live
-order (:mod:`fairsched.core.queue`) calls too; this module adds the bulk
+walk, auto-hold) are the functions of :mod:`scheduling.rules`, which the live
+order (:mod:`scheduling.queue`) calls too; this module adds the bulk
 bookkeeping around them (the lanes at ``now``, clear-times, the ETA columns)."""
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def plan(
     :class:`Columns`. ``weights`` must name every org of the charts; ``costs`` maps
     (org, workflow) to a cost, 1 if absent. If every normal-tier chart carries a
     ``round`` (a live dump), those rounds are used; otherwise rounds are computed
-    (rank // weight, the rank taking ``front_at`` into account, see :mod:`fairsched.core`).
+    (rank // weight, the rank taking ``front_at`` into account, see :mod:`scheduling`).
     """
     with gc_paused():
         cols = queued if isinstance(queued, Columns) else columns(queued)
