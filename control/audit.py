@@ -47,7 +47,14 @@ def chart_label(chart) -> str:
     return f"{name} ({chart.org.name})"
 
 
+class NamedActor(str):
+    """An actor that is not a user, by its name (the producer API's key: ``API key fso_ab12… (billing)``):
+    the entry carries the name and no user."""
+
+
 def actor_name(actor) -> str:
+    if isinstance(actor, NamedActor):
+        return str(actor)[:150]
     if actor is None or not getattr(actor, "is_authenticated", False):
         return ""
     return actor.get_username()
@@ -66,7 +73,8 @@ def record(*, actor, action: str, summary: str, chart=None, org=None,
     # As stored: datetimes become ISO text, so the broadcast and the row say the same.
     before, after = (json.loads(json.dumps(v, cls=DjangoJSONEncoder)) for v in (before, after))
     entry = AuditEntry.objects.create(
-        at=timezone.now(), actor=actor if actor_name(actor) else None, actor_name=actor_name(actor),
+        at=timezone.now(), actor=actor if actor_name(actor) and not isinstance(actor, NamedActor) else None,
+        actor_name=actor_name(actor),
         action=action, summary=summary[:300], chart=chart, org=org if org is not None else getattr(chart, "org", None),
         before=before, after=after,
     )
