@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Case, DateTimeField, F, FloatField, Value, When
+from django.db.models import Case, DateTimeField, F, FloatField, Subquery, Value, When
 from django.db.models.functions import Cast, Coalesce, Greatest
 from django.utils import timezone
 
@@ -162,10 +162,13 @@ def chart_submit_created(
     The chart is one statement, ``INSERT ... ON CONFLICT DO NOTHING RETURNING id`` (with an
     ``external_id``; a plain ``INSERT`` without): the unique (org, external_id) decides between
     concurrent identical submissions, and the existing chart is read only when the insert found
-    it. Outside a transaction that statement is its own; inside one, under a savepoint, so that
+    it. A workflow given by name is looked up by the insert itself (a subquery for
+    ``workflow_id``); an unknown name leaves it NULL, which the database refuses, and only then is
+    it looked up, to refuse it naming the field as before. Outside a transaction that statement is its own; inside one, under a savepoint, so that
     a refusal leaves the caller's transaction usable (docs/api.md, "Round trips")."""
     org_obj = org if org_is_row and isinstance(org, Org) else _org(org)
-    wf = _workflow(workflow)
+    name = _workflow_name(workflow)
+    wf = None if name is not None else _workflow(workflow)  # by name: looked up in the insert
     data = _payload(payload)
     ext = _external_id(external_id)
     priority = parse_bool("priority", priority)
@@ -174,28 +177,48 @@ def chart_submit_created(
         now = timezone.now()
         due_at_, explicit = Chart.derive_due(org_obj, now, due)  # org_obj is the org's row
         chart = Chart(
-            org=org_obj, workflow=wf, payload=data, external_id=ext, created_at=now,
+            org=org_obj, payload=data, external_id=ext, created_at=now,
             priority=priority, prioritized_at=now if priority else None, due_at=due_at_, due_explicit=explicit,
         )
+        if wf is not None:
+            chart.workflow = wf
+        else:  # NULL for an unknown name: the NOT NULL refuses the row
+            chart.workflow_id = Subquery(Workflow.objects.filter(name=name).values("pk")[:1])
         try:
             # its one CHECK (dispatched_cost >= 0) holds: NULL
-            inserted = insert_one(chart, ignore_conflicts=ext is not None)
-        except IntegrityError as exc:  # not the external id (a foreign key, say): never blame a field that is fine
+            inserted = insert_one(chart, ignore_conflicts=ext is not None, returning=("workflow",))
+        except IntegrityError as exc:
+            if wf is None:  # the name unknown (refused as before), or added since: insert again
+                wf = _workflow(workflow)
+                continue
+            # not the external id (a foreign key, say): never blame a field that is fine
             raise ValidationError({"__all__": f"the database refused the chart: {exc}"}) from None
         if inserted:
+            if wf is None:  # the row the insert read, by its name: the caller's describe needs no read
+                wf = Workflow.from_db(chart._state.db, ["id", "name"], [chart.workflow_id, name])
+            chart.workflow = wf
             notify(ChartNote(id=chart.pk))
             return chart, True
-        existing = Chart.objects.filter(org=org_obj, external_id=ext).first()
+        existing = Chart.objects.select_related("workflow").filter(org=org_obj, external_id=ext).first()
+        if wf is None and (existing is None or existing.workflow.name != name):
+            # an unknown name is refused here (SQLite's INSERT OR IGNORE skips a NULL workflow too)
+            wf = _workflow(workflow)
         if existing is None:  # the chart that held the external id was deleted meanwhile: insert again
             continue
-        if existing.workflow_id == wf.pk and existing.payload == data:
-            existing.workflow = wf  # the row just read: the caller's describe need not read it again
+        if (wf is None or existing.workflow_id == wf.pk) and existing.payload == data:
             return existing, False
         raise ValidationError(
             {"external_id": f"external_id: {ext!r} is already used by chart #{existing.pk} of {org_obj.name} "
                             f"with a different workflow or payload."}
         )
     raise ValidationError({"external_id": f"external_id: {ext!r} is contended; retry."})
+
+
+def _workflow_name(value: Any, field_name: str = "workflow") -> str | None:
+    """A workflow given by name: the name :func:`_workflow` would look up; None for anything else."""
+    if isinstance(value, str) and value.strip() and "\x00" not in value:
+        return check_text(field_name, value).strip()
+    return None
 
 
 @dataclass

@@ -42,16 +42,33 @@ def acme(settings):
     return producer(make_org("Acme"))
 
 
-def test_a_single_submission_is_the_key_the_workflow_and_one_insert(acme):
+def test_a_single_submission_is_the_key_and_one_insert(acme):
     """Eight statements before (the key, BEGIN, the org again, the workflow, SAVEPOINT, INSERT,
-    RELEASE, COMMIT): the key's read brings its org, and an org without a cap needs no
-    transaction around the one INSERT."""
+    RELEASE, COMMIT): the key's read brings its org, the insert looks the workflow up by its
+    name, and an org without a cap needs no transaction around the one INSERT."""
     acme.post("/charts", {"workflow": "code"})  # the key's last use is written once a minute
     with CaptureQueriesContext(connection) as ctx:
         r = acme.post("/charts", {"workflow": "code", "payload": {"n": 1}})
     assert r.status_code == 201, r.content
-    assert kinds(ctx) == ["SELECT dashboard_orgtoken", "SELECT orgs_workflow", "INSERT charts_chart"]
-    assert Chart.objects.get(pk=r.json()["id"]).payload == {"n": 1}
+    assert kinds(ctx) == ["SELECT dashboard_orgtoken", "INSERT charts_chart"]
+    assert r.json()["workflow"] == "code"
+    chart = Chart.objects.select_related("workflow").get(pk=r.json()["id"])
+    assert chart.payload == {"n": 1} and chart.workflow.name == "code"
+
+
+def test_an_unknown_workflow_is_refused_naming_it_and_nothing_is_written(acme):
+    for body in ({"workflow": "nope"}, {"workflow": "nope", "external_id": "u-1"}, {"workflow": 10**6}):
+        r = acme.post("/charts", body)
+        assert r.status_code == 422, r.content
+        assert "workflow" in r.json()["errors"] and "unknown workflow" in r.content.decode()
+    assert not Chart.objects.exists()
+    make_workflow("review")
+    assert acme.post("/charts", {"workflow": "review", "external_id": "u-1"}).status_code == 201
+    other = acme.post("/charts", {"workflow": "code", "external_id": "u-1"})  # the id is taken, by another workflow
+    assert other.status_code == 422 and "external_id" in other.json()["errors"]
+    unknown = acme.post("/charts", {"workflow": "nope", "external_id": "u-1"})  # taken, and an unknown workflow
+    assert unknown.status_code == 422 and "workflow" in unknown.json()["errors"]
+    assert Chart.objects.count() == 1
 
 
 def test_a_new_external_id_is_inserted_without_a_look_up_and_a_repeat_read_after(acme):
@@ -64,16 +81,16 @@ def test_a_new_external_id_is_inserted_without_a_look_up_and_a_repeat_read_after
     with CaptureQueriesContext(connection) as ctx:
         again = acme.post("/charts", {"workflow": "code", "external_id": "x-1"})
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
-    assert kinds(ctx) == ["SELECT dashboard_orgtoken", "SELECT orgs_workflow", "INSERT charts_chart",
-                          "SELECT charts_chart"]
+    assert kinds(ctx) == ["SELECT dashboard_orgtoken", "INSERT charts_chart", "SELECT charts_chart"]
     other = acme.post("/charts", {"workflow": "code", "external_id": "x-1", "payload": {"n": 2}})
     assert other.status_code == 422 and "external_id" in other.json()["errors"]
     assert Chart.objects.count() == 1
 
 
 def test_with_an_idempotency_key_on_postgresql_the_key_is_claimed_in_one_insert(acme):
-    """17 statements before, 10 now: the key claimed by one INSERT ... ON CONFLICT DO NOTHING
-    (not a read, BEGIN, INSERT, COMMIT), the org not read again, the external id not looked up."""
+    """17 statements before, 9 now: the key claimed by one INSERT ... ON CONFLICT DO NOTHING
+    (not a read, BEGIN, INSERT, COMMIT), the org not read again, the workflow and the external
+    id not looked up."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite reads the key first: an insert waits for its one writer")
     acme.post("/charts", {"workflow": "code"})  # the key's last use is written once a minute
@@ -81,7 +98,7 @@ def test_with_an_idempotency_key_on_postgresql_the_key_is_claimed_in_one_insert(
         r = acme.post("/charts", {"workflow": "code", "external_id": "e-1"}, **{"Idempotency-Key": "k-1"})
     assert r.status_code == 201, r.content
     assert kinds(ctx) == ["SELECT dashboard_orgtoken", "INSERT api_idempotencykey", "BEGIN",
-                          "SELECT api_idempotencykey", "SELECT orgs_workflow", "SAVEPOINT", "INSERT charts_chart",
+                          "SELECT api_idempotencykey", "SAVEPOINT", "INSERT charts_chart",
                           "RELEASE", "UPDATE api_idempotencykey", "COMMIT"]
     replay = acme.post("/charts", {"workflow": "code", "external_id": "e-1"}, **{"Idempotency-Key": "k-1"})
     assert replay["Idempotent-Replayed"] == "true" and replay.content == r.content
