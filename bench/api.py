@@ -2,7 +2,7 @@
 
 Run from the repo root: ``.venv/bin/python bench/api.py [--producers 20] [--seconds 10] [--batches 10]
 [--web 1] [--server daphne|gunicorn] [--threads N] [--no-dispatch] [--postgres URL]
-[--bindings client,server]``.
+[--bindings client,server] [--baseline-tree DIR]``.
 
 Starts its own Redis and the Temporal dev server on free ports, a fresh SQLite database (with
 ``--postgres``, a fresh database on that PostgreSQL server, dropped after), and
@@ -20,7 +20,8 @@ from the same run (no timed asserts):
    ``chart_submit`` in-process from as many threads (the service's floor).
    With ``--bindings client,server`` (gunicorn on PostgreSQL) two tiers run side by side, one
    with psycopg's client-side binding and one with server-side (``FAIRSCHED_DB_SERVER_SIDE_BINDING``),
-   each single phase on each twice, alternating: their ratio.
+   each single phase on each twice, alternating: their ratio. ``--baseline-tree DIR`` does the
+   same with a tier running the code of DIR (``git archive HEAD | tar -x -C DIR``: before a change).
 2. One producer POSTs ``--batches`` batches of 1,000 charts (to the first process): charts/s, against
    ``chart_submit_many`` of 1,000 in-process.
 3. Dispatch: with free budget and an empty backlog, the time from a chart's ``created_at``
@@ -55,12 +56,12 @@ class WebServer:
     """A web server on a free port of this machine, with the bench's environment; a subclass
     gives its command line (``argv``)."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path = ROOT) -> None:
         from fairsched.runtime import embedded
 
         self.port = embedded.free_port()
         self.proc = subprocess.Popen(
-            self.argv(), cwd=ROOT, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench",
+            self.argv(), cwd=cwd, env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "bench",
                                         "DJANGO_SECURE_SSL_REDIRECT": "0", "FAIRSCHED_DEMO_LOAD": "0"},
             stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
@@ -86,9 +87,9 @@ class Gunicorn(WebServer):
     """The API tier (docs/deploying.md, "The API tier"): gunicorn with its settings
     (config/gunicorn.conf.py), ``workers`` processes on one port, ``threads`` each if given."""
 
-    def __init__(self, env: dict[str, str], log: Path, workers: int, threads: int | None) -> None:
+    def __init__(self, env: dict[str, str], log: Path, workers: int, threads: int | None, cwd: Path = ROOT) -> None:
         self.workers, self.threads = workers, threads
-        super().__init__(env, log)
+        super().__init__(env, log, cwd)
 
     def argv(self) -> list[str]:
         more = ["--threads", str(self.threads)] if self.threads else []
@@ -154,6 +155,9 @@ def main() -> None:
                         help="gunicorn: threads per worker process (default: config/gunicorn.conf.py's)")
     parser.add_argument("--postgres", default="",
                         help="a PostgreSQL server's URL: the bench runs on a database of its own there")
+    parser.add_argument("--baseline-tree", default="",
+                        help="gunicorn: a checkout of other code (the commit before, say: git archive HEAD | tar -x "
+                             "-C DIR): the singles run on its tier and on this tree's side by side, alternating")
     parser.add_argument("--bindings", default="",
                         help="PostgreSQL, gunicorn: 'client,server' runs the singles on two tiers side by side, "
                              "psycopg's client-side binding (the default) and server-side "
@@ -162,6 +166,33 @@ def main() -> None:
     os.environ.setdefault("FAIRSCHED_API_RATE", "1000")  # per key: the bench measures the server, not the limit
     with live_stack("fairsched-bench-api-", postgres=args.postgres) as stack:
         run(args, stack)
+
+
+def start_tiers(args, stack) -> tuple[list[WebServer], dict[str, list[int]]]:
+    """The web servers, and the tiers compared (label -> ports; one unlabelled tier without
+    ``--bindings`` or ``--baseline-tree``): the ratio is the last's over the first's."""
+    bindings = [b for b in args.bindings.split(",") if b]
+    if bindings and (args.server != "gunicorn" or not args.postgres or not set(bindings) <= {"client", "server"}):
+        raise SystemExit("--bindings client,server: with --server gunicorn and --postgres")
+    if args.baseline_tree and (args.server != "gunicorn" or bindings):
+        raise SystemExit("--baseline-tree: with --server gunicorn, without --bindings")
+    variants: dict[str, tuple[dict[str, str], Path]] = {"": ({}, ROOT)}
+    if bindings:
+        variants = {f"{b}-side binding": ({"FAIRSCHED_DB_SERVER_SIDE_BINDING": "1" if b == "server" else "0"}, ROOT)
+                    for b in bindings}
+    elif args.baseline_tree:
+        variants = {"baseline tree": ({}, Path(args.baseline_tree).resolve()), "this tree": ({}, ROOT)}
+    tiers: dict[str, list[int]] = {}  # label -> its ports
+    if args.server == "gunicorn":
+        webs = []
+        for i, (label, (extra, cwd)) in enumerate(variants.items()):
+            webs.append(Gunicorn({**stack.env, **extra}, stack.tmp / f"gunicorn{f'-{i}' if i else ''}.log",
+                                 args.web, args.threads, cwd))
+            tiers[label] = [webs[-1].port]
+    else:
+        webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
+        tiers[""] = [w.port for w in webs]
+    return webs, tiers
 
 
 def run(args, stack) -> None:
@@ -177,20 +208,9 @@ def run(args, stack) -> None:
     orgs = [Org.objects.create(name=f"Producer {i}") for i in range(args.producers)]
     Workflow.objects.create(name="code", temporal_type="DemoChart")
     keys = [OrgToken.issue(org=o, name="bench", scope="submit")[1] for o in orgs]
-    bindings = [b for b in args.bindings.split(",") if b]
-    if bindings and (args.server != "gunicorn" or not args.postgres or not set(bindings) <= {"client", "server"}):
-        raise SystemExit("--bindings client,server: with --server gunicorn and --postgres")
-    tiers: dict[str, list[int]] = {}  # the label of each tier (its binding) -> its ports
-    if args.server == "gunicorn":
-        webs = []
-        for b in bindings or [""]:
-            env = {**stack.env, "FAIRSCHED_DB_SERVER_SIDE_BINDING": "1" if b == "server" else "0"}
-            webs.append(Gunicorn(env, stack.tmp / f"gunicorn{'-' + b if b else ''}.log", args.web, args.threads))
-            tiers[b] = [webs[-1].port]
-    else:
-        webs = [Daphne(stack.env, stack.tmp / f"daphne-{i}.log") for i in range(args.web)]
-        tiers[""] = [w.port for w in webs]
-    web, ports = webs[0], tiers[bindings[0] if bindings else ""]
+    webs, tiers = start_tiers(args, stack)
+    # the rest of the bench: this tree's tier (gunicorn), the first process (daphne)
+    web, ports = webs[-1] if args.server == "gunicorn" else webs[0], tiers[list(tiers)[-1]]
     print(f"{args.web} {args.server} web process{'es' if args.web > 1 else ''}"
           f"{f' of {args.threads} threads' if args.server == 'gunicorn' and args.threads else ''}, {'PostgreSQL' if args.postgres else 'SQLite'}, {args.producers} producers for "
           f"{args.seconds:g} s each phase (cpus: {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
@@ -220,29 +240,35 @@ def run(args, stack) -> None:
                              idem=str(uuid.uuid4()))
             return status, 1 if status < 300 else 0
 
-        def phase(name: str, fn, on: list[int], label: str = "") -> float:
+        def phase(name: str, fn, on: list[int], label: str = "") -> tuple[float, float]:
             run_tag[0] += 1
             n, lat, errors = producers(on, keys, args.seconds, fn)
             rate = n / args.seconds
             shown = f"{name} [{label}]" if label else name
             print(f"{shown:<55} {rate:8.0f} /s  p50 {pct(lat, .5):6.1f} ms  p95 {pct(lat, .95):6.1f} ms  "
                   f"max {max(lat):7.1f} ms  errors {errors}")
-            return rate
+            return rate, pct(lat, .95)
 
         figures = {"GET /healthz (baseline: the server's floor)":
-                   phase("GET /healthz (baseline: the server's floor)", healthz, ports)}
+                   phase("GET /healthz (baseline: the server's floor)", healthz, ports)[0]}
         for name, fn in (("POST /api/v1/charts", single),
                          ("POST /api/v1/charts + Idempotency-Key + external_id", single_idem)):
             if len(tiers) == 1:
-                figures[name] = phase(name, fn, ports)
+                figures[name] = phase(name, fn, ports)[0]
                 continue
-            # each binding twice, alternating (a, b, b, a): the machine's drift falls on both
-            rates: dict[str, list[float]] = {b: [] for b in tiers}
-            for b in [*tiers, *reversed(tiers)]:
-                rates[b].append(phase(name, fn, tiers[b], f"{b}-side binding"))
-            means = {b: sum(r) / len(r) for b, r in rates.items()}
-            print(f"  {name}: server-side / client-side binding = {means['server'] / means['client']:.2f}x")
-            figures[name] = means[bindings[0]]
+            # each tier twice, alternating (a, b, b, a): the machine's drift falls on both
+            rates: dict[str, list[float]] = {t: [] for t in tiers}
+            p95s: dict[str, list[float]] = {t: [] for t in tiers}
+            for t in [*tiers, *reversed(tiers)]:
+                rate, p95 = phase(name, fn, tiers[t], t)
+                rates[t].append(rate)
+                p95s[t].append(p95)
+            first, last = list(tiers)
+            mean = {t: sum(r) / len(r) for t, r in rates.items()}
+            print(f"  {name}: {last} / {first} = {mean[last] / mean[first]:.2f}x the rate "
+                  f"({mean[last]:.0f} against {mean[first]:.0f}/s), p95 {max(p95s[last]):.0f} against "
+                  f"{max(p95s[first]):.0f} ms (the worse of two)")
+            figures[name] = mean[last]
 
         # baseline: the service in-process, from as many threads
         stop_at = time.perf_counter() + args.seconds

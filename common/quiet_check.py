@@ -1,8 +1,8 @@
 """A kept PostgreSQL connection's health check without a round trip, for the API tier.
 
 With ``CONN_HEALTH_CHECKS`` Django checks a kept connection before each request's first query
-with ``SELECT 1``: a round trip a request, one of four of a single submission's (docs/api.md,
-"Round trips"). A connection the server ended (a
+with ``SELECT 1``: a round trip a request, beside a single submission's own two
+(docs/api.md, "Round trips"). A connection the server ended (a
 restart, ``pg_terminate_backend``, ``idle_session_timeout``) has something to read on its
 socket, the server's goodbye or the end of the stream; a live idle one has nothing. So at a
 request's start (``request_started``, after Django's own receiver) a connection that is idle,

@@ -43,7 +43,7 @@ def post_worker_init(worker) -> None:
     thread is safe, as in the scheduler; under the settings' ``CONN_MAX_AGE = 0`` (right for
     daphne) each request opened one, about 5 ms on PostgreSQL (docs/deploying.md,
     "Deploying beyond one machine"). A kept connection is checked at each request's start by
-    its socket, not by ``SELECT 1`` (``common.quiet_check``: a round trip of a submission's four);
+    its socket, not by ``SELECT 1`` (``common.quiet_check``: a submission's own are two round trips);
     one the server ended is still replaced before use."""
     keep_connections()
     quiet_check.install()
