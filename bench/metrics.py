@@ -85,7 +85,7 @@ def run(args) -> None:
     from django.test import Client
     from django.utils import timezone
 
-    from charts import services
+    from charts import lifecycle, services
     from charts.models import Chart
     from common import metrics
     from common import snapshot as snap
@@ -110,13 +110,13 @@ def run(args) -> None:
     ids = list(Chart.objects.order_by("id").values_list("id", flat=True))
     now = timezone.now()
     for cid in ids[:20]:
-        services.chart_mark_running(chart_id=cid, cost=1, at=now)
+        lifecycle.chart_mark_running(chart_id=cid, cost=1, at=now)
     for n, cid in enumerate(ids[20:20 + args.finished]):
         if n % 3 == 0:
             services.chart_cancel(chart=cid)
         else:
-            services.chart_mark_running(chart_id=cid, cost=1, at=now)
-            services.chart_record_outcome(chart_id=cid, state="succeeded" if n % 10 else "failed")
+            lifecycle.chart_mark_running(chart_id=cid, cost=1, at=now)
+            lifecycle.chart_record_outcome(chart_id=cid, state="succeeded" if n % 10 else "failed")
     queued = Chart.objects.filter(state="queued").count()
     print(f"{queued:,} queued, {Chart.objects.filter(state='running').count()} running and "
           f"{args.finished:,} finished charts over {args.orgs} orgs written in {time.perf_counter() - t0:.1f} s")

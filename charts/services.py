@@ -1,29 +1,27 @@
-"""Writes to charts: the producer's submissions, the operator's controls, and the
-scheduler's lifecycle transitions.
+"""Writes to charts: the producer's submissions, the operator's controls and re-runs (the
+scheduler's and the worker's writes as a chart runs are :mod:`charts.lifecycle`).
 
 Every state change is a compare-and-set (``filter(pk=..., state=...).update(...)``)
 so two writers racing on one chart (an operator pausing while the scheduler
 dispatches) cannot both win. Each write notifies the scheduler on commit itself
-(:func:`common.notify.notify`; no signal does it for them): a plain
-``Chart.objects.create`` sends nothing, and the scheduler's incremental resync reads it
-within seconds.
+(:func:`common.notify.notify`); a chart saved outside the services (a plain
+``Chart.objects.create``, the admin) notifies through its ``post_save`` receiver
+(``charts/signals.py``), once a transaction.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Case, DateTimeField, F, FloatField, Subquery, Value, When
-from django.db.models.functions import Cast, Coalesce, Greatest
+from django.db.models import Subquery
 from django.utils import timezone
 
-from charts.models import FINAL_STATES, Chart, ChartState, DurationStat, FinishedCount
-from common import metrics
+from charts.lifecycle import count_finish
+from charts.models import FINAL_STATES, Chart, ChartState
 from common.bulk import insert_rows
 from common.insert_one import insert_one
 from control import audit
@@ -124,7 +122,7 @@ def _cas(chart: Chart | int, *, expect: Mapping[str, Any], action: str, actor: A
             )
         result = Chart.objects.select_related("org").get(pk=pk)
         if changes.get("state") in FINAL_STATES:
-            _count_finish(result.org_id, changes["state"])
+            count_finish(result.org_id, changes["state"])
         if verb:
             audit.record(actor=actor, action=action.replace(" ", "_"), chart=result,
                          summary=verb.format(audit.chart_label(result)),
@@ -498,135 +496,3 @@ def chart_rerun(*, chart: Chart | int, actor: Any = None) -> Chart:
         except IntegrityError:
             continue
     raise ValidationError({"external_id": f"external_id: could not find a free re-run id for chart #{original.pk}."})
-
-
-# --- scheduler lifecycle ------------------------------------------------------------------
-
-
-def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: datetime | None = None,
-                       eta_at: datetime | None = None, p90_at: datetime | None = None) -> bool:
-    """queued -> running, compare-and-set. False if the row moved meanwhile (cancelled,
-    already running): the caller must not count it as dispatched. A pause that raced with
-    the start loses (the workflow already runs, and running work is never touched), so the
-    flag is cleared rather than left on a running chart. ``eta_at``: the ETA in force at
-    dispatch, also its first ETA (with ``p90_at``, its 90% bound) if none was published
-    while it waited."""
-    now = at or timezone.now()
-    extra = {}
-    if eta_at is not None:
-        extra = {"eta_dispatch_at": eta_at,
-                 "eta_first_at": Coalesce(F("eta_first_at"), Value(eta_at, output_field=DateTimeField())),
-                 "eta_p90_at": Case(When(eta_first_at__isnull=True,
-                                         then=Value(p90_at, output_field=DateTimeField())),
-                                    default=F("eta_p90_at"))}
-    with transaction.atomic():
-        updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
-            state=ChartState.RUNNING, paused=False, dispatched_at=now, started_at=now, dispatched_cost=cost,
-            temporal_run_id=run_id, error="", updated_at=now, fair_round=None, **extra,
-        )
-    return bool(updated)
-
-
-def chart_fail_start(*, chart_id: int, error: str) -> bool:
-    """queued -> failed, compare-and-set, for a chart whose workflow cannot be started
-    (Temporal refused the request for good, or too many attempts failed). False if the
-    row moved meanwhile (cancelled, or running: then it did start and is not failed)."""
-    now = timezone.now()
-    with transaction.atomic():
-        updated = Chart.objects.filter(pk=chart_id, state=ChartState.QUEUED).update(
-            state=ChartState.FAILED, finished_at=now, error=error[:10_000], updated_at=now,
-        )
-        if updated:
-            _count_finish(Chart.objects.filter(pk=chart_id).values_list("org_id", flat=True).get(), ChartState.FAILED)
-            notify(ChartNote(id=chart_id))
-    return bool(updated)
-
-
-def chart_set_run_id(*, chart_id: int, run_id: str) -> None:
-    Chart.objects.filter(pk=chart_id).update(temporal_run_id=run_id, updated_at=timezone.now())
-
-
-def chart_record_outcome(
-    *,
-    chart_id: int,
-    state: str,
-    finished_at: datetime | None = None,
-    started_at: datetime | None = None,
-    error: str = "",
-    run_id: str | None = None,
-) -> bool:
-    """running (or queued, when Temporal shows a run we never recorded) -> a final state.
-
-    Idempotent: a chart already final is left alone and False returned. A success
-    adds its duration to :class:`DurationStat`.
-    """
-    if state not in FINAL_STATES:
-        raise ValueError(f"state: {state!r} is not a final state")
-    finished = finished_at or timezone.now()
-    with transaction.atomic():
-        chart = Chart.objects.filter(pk=chart_id).first()
-        if chart is None or chart.is_final:
-            return False
-        changes: dict[str, Any] = {
-            "state": state, "finished_at": finished, "error": error[:10_000], "updated_at": timezone.now(),
-        }
-        if started_at is not None:
-            changes["started_at"] = started_at
-        if run_id:
-            changes["temporal_run_id"] = run_id
-        updated = Chart.objects.filter(pk=chart_id, state=chart.state).update(**changes)
-        if not updated:
-            return False
-        start = started_at or chart.started_at
-        if state == ChartState.SUCCEEDED and start is not None:
-            _add_duration(chart.org_id, chart.workflow_id, max(0.0, (finished - start).total_seconds()))
-        _count_finish(chart.org_id, state)
-        if state == ChartState.SUCCEEDED and chart.eta_first_at is not None:
-            first_eta = chart.eta_first_at.timestamp()
-            transaction.on_commit(lambda: metrics.chart_succeeded(first_eta, finished.timestamp()))
-        notify(ChartNote(id=chart_id))
-    return True
-
-
-def chart_requeue(*, chart_id: int, reason: str) -> bool:
-    """running -> queued (Temporal does not know the run). Keeps its place by created_at."""
-    with transaction.atomic():
-        updated = Chart.objects.filter(pk=chart_id, state=ChartState.RUNNING).update(
-            state=ChartState.QUEUED, dispatched_at=None, started_at=None, dispatched_cost=None,
-            temporal_run_id="", cancel_requested=False, error=f"requeued: {reason}"[:10_000], fair_round=None,
-            updated_at=timezone.now(),
-        )
-        if updated:
-            notify(ChartNote(id=chart_id))
-    return bool(updated)
-
-
-def _count_finish(org_id: int, state: str) -> None:
-    """One more chart of the org in final ``state`` (:class:`FinishedCount`), in the caller's
-    transaction: one UPDATE, reading nothing first, so concurrent finishes never lose one."""
-    if not FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1):
-        try:
-            with transaction.atomic():
-                FinishedCount.objects.create(org_id=org_id, state=state, count=1)
-        except IntegrityError:
-            FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1)
-
-
-def _add_duration(org_id: int, workflow_id: int, seconds: float) -> None:
-    """Add one finish to the pair's, the org's and the workflow's (over all orgs)
-    statistics: one UPDATE each, reading nothing first, so concurrent finishes
-    never lose one. The decaying mean moves by ``max(alpha, 1 / count)`` of the
-    gap (see :class:`DurationStat`)."""
-    step = Greatest(Value(DurationStat.DECAY_ALPHA), Value(1.0) / Cast(F("count") + 1, FloatField()),
-                    output_field=FloatField())
-    changes = {"count": F("count") + 1, "total_s": F("total_s") + seconds,
-               "mean_s": F("mean_s") + (Value(seconds) - F("mean_s")) * step}
-    for org, wf in ((org_id, workflow_id), (org_id, None), (None, workflow_id)):
-        updated = DurationStat.objects.filter(org_id=org, workflow_id=wf).update(**changes)
-        if not updated:
-            try:
-                with transaction.atomic():
-                    DurationStat.objects.create(org_id=org, workflow_id=wf, count=1, total_s=seconds,
-                                                mean_s=seconds)
-            except IntegrityError:
-                DurationStat.objects.filter(org_id=org, workflow_id=wf).update(**changes)

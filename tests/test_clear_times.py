@@ -123,15 +123,15 @@ def test_the_budget_help_text_says_running_work_drains_above_a_lowered_budget(cl
 def test_the_live_dump_carries_the_workflow_averages_over_all_orgs(world):
     from datetime import timedelta
 
-    from charts import services as charts_services
+    from charts import lifecycle
     from scheduling import scenario
     from fairsched.engine.reader import scenario_from_db
     from orgs import services as org_services
 
     chart = world["head"]
-    charts_services.chart_mark_running(chart_id=chart.pk, cost=3)
+    lifecycle.chart_mark_running(chart_id=chart.pk, cost=3)
     chart.refresh_from_db()
-    charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
+    lifecycle.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
                                          finished_at=chart.started_at + timedelta(seconds=130))
     org_services.workflow_expected_set(workflow=chart.workflow, seconds=100)
     scn = scenario_from_db()

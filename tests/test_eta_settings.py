@@ -49,7 +49,7 @@ def test_dispatch_cas_records_the_eta_in_force_and_a_first_eta_only_if_none():
     from datetime import datetime, timedelta, timezone
 
     from charts.models import Chart
-    from charts.services import chart_mark_running
+    from charts.lifecycle import chart_mark_running
     from tests.factories import make_chart, make_org
 
     t = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)

@@ -20,6 +20,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from charts import services
+from charts import lifecycle
 from charts.models import Chart, ChartState, FinishedCount
 from common import metrics
 from dashboard import selectors
@@ -135,10 +136,10 @@ def test_the_finished_counter_is_the_databases_count(world, redis_url):
     acme, cedar = world["acme"], world["cedar"]
     queued = list(Chart.objects.filter(org=acme, state="queued", paused=False).order_by("id"))
     services.chart_cancel(chart=queued[0])
-    services.chart_fail_start(chart_id=queued[1].pk, error="refused")
+    lifecycle.chart_fail_start(chart_id=queued[1].pk, error="refused")
     running = Chart.objects.get(org=acme, state="running")
-    assert services.chart_record_outcome(chart_id=running.pk, state="succeeded")
-    assert not services.chart_record_outcome(chart_id=running.pk, state="succeeded")  # idempotent: counted once
+    assert lifecycle.chart_record_outcome(chart_id=running.pk, state="succeeded")
+    assert not lifecycle.chart_record_outcome(chart_id=running.pk, state="succeeded")  # idempotent: counted once
     services.chart_cancel(chart=Chart.objects.get(external_id="c-0"))
     got = samples(scrape())
     finished = {(dict(lb)["org"], dict(lb)["state"]): v for (name, lb), v in got.items()
@@ -240,7 +241,7 @@ def test_the_eta_error_is_recorded_with_the_outcome(world, redis_url, django_cap
     finish = timezone.now()
     Chart.objects.filter(pk=running.pk).update(eta_first_at=finish - timedelta(seconds=90))
     with django_capture_on_commit_callbacks(execute=True):
-        services.chart_record_outcome(chart_id=running.pk, state="succeeded", finished_at=finish)
+        lifecycle.chart_record_outcome(chart_id=running.pk, state="succeeded", finished_at=finish)
     got = samples(scrape())
     assert got[("fairsched_eta_error_seconds_count", ())] == 1
     assert got[("fairsched_eta_error_seconds_sum", ())] == pytest.approx(90)

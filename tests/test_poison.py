@@ -140,7 +140,7 @@ def test_a_terminated_ignored_cancel_ends_cancelled_on_every_path():
 @pytest.mark.django_db(transaction=True)
 def test_chart_fail_start_is_compare_and_set_from_queued(capture_notifications):
     from charts.models import Chart, ChartState
-    from charts.services import chart_fail_start
+    from charts.lifecycle import chart_fail_start
     from tests.factories import make_chart, make_org, make_workflow
 
     org, wf = make_org("Acme"), make_workflow("code")

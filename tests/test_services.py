@@ -5,6 +5,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from charts import services as charts_services
+from charts import lifecycle
 from charts.models import Chart, ChartState, DurationStat
 from control.models import SchedulerSettings
 from control.services import budget_set, scheduler_settings_set
@@ -278,8 +279,8 @@ def test_cancel_queued_is_immediate_and_running_is_requested():
 
 def test_mark_running_is_compare_and_set():
     chart = make_chart(make_org(), paused=True)  # a pause that raced with the start loses
-    assert charts_services.chart_mark_running(chart_id=chart.pk, cost=2, run_id="r1") is True
-    assert charts_services.chart_mark_running(chart_id=chart.pk, cost=2, run_id="r2") is False
+    assert lifecycle.chart_mark_running(chart_id=chart.pk, cost=2, run_id="r1") is True
+    assert lifecycle.chart_mark_running(chart_id=chart.pk, cost=2, run_id="r2") is False
     chart.refresh_from_db()
     assert (chart.state, chart.dispatched_cost, chart.temporal_run_id) == (ChartState.RUNNING, 2, "r1")
     assert chart.paused is False
@@ -290,11 +291,11 @@ def test_record_outcome_is_idempotent_and_feeds_duration_stats():
 
     org, wf = make_org(), make_workflow()
     chart = make_chart(org, wf)
-    charts_services.chart_mark_running(chart_id=chart.pk, cost=1)
+    lifecycle.chart_mark_running(chart_id=chart.pk, cost=1)
     chart.refresh_from_db()
     done_at = chart.started_at + timedelta(seconds=90)
-    assert charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED, finished_at=done_at)
-    assert not charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.FAILED)
+    assert lifecycle.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED, finished_at=done_at)
+    assert not lifecycle.chart_record_outcome(chart_id=chart.pk, state=ChartState.FAILED)
     chart.refresh_from_db()
     assert chart.state == ChartState.SUCCEEDED
     pair = DurationStat.objects.get(org=org, workflow=wf)
@@ -304,8 +305,8 @@ def test_record_outcome_is_idempotent_and_feeds_duration_stats():
 
 def test_requeue_puts_a_running_chart_back():
     chart = make_chart(make_org())
-    charts_services.chart_mark_running(chart_id=chart.pk, cost=1, run_id="r")
-    assert charts_services.chart_requeue(chart_id=chart.pk, reason="unknown to Temporal")
+    lifecycle.chart_mark_running(chart_id=chart.pk, cost=1, run_id="r")
+    assert lifecycle.chart_requeue(chart_id=chart.pk, reason="unknown to Temporal")
     chart.refresh_from_db()
     assert chart.state == ChartState.QUEUED and chart.dispatched_cost is None and "unknown" in chart.error
 
@@ -323,9 +324,9 @@ def test_a_finish_updates_the_pair_the_org_and_the_workflow_over_all_orgs_with_a
 
     def finish(org, seconds):
         chart = make_chart(org, audit)
-        charts_services.chart_mark_running(chart_id=chart.pk, cost=1)
+        lifecycle.chart_mark_running(chart_id=chart.pk, cost=1)
         chart.refresh_from_db()
-        charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
+        lifecycle.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
                                              finished_at=chart.started_at + timedelta(seconds=seconds))
 
     finish(beta, 120.0)

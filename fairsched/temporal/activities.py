@@ -4,7 +4,7 @@
 heartbeats its progress (so a cancel reaches it within a second and a dead
 worker is noticed within the heartbeat timeout). ``record_chart_outcome`` is
 the chart-lifecycle activity: it writes the outcome through
-``charts.services.chart_record_outcome`` (idempotent) in a thread, because the
+``charts.lifecycle.chart_record_outcome`` (idempotent) in a thread, because the
 Django ORM is synchronous; the service notifies the scheduler on commit, so a
 freed budget slot is refilled at once.
 """
@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from charts.services import chart_record_outcome
+from charts.lifecycle import chart_record_outcome
 from fairsched.temporal.shared import (
     DEMO_WORK_ACTIVITY,
     RECORD_OUTCOME_ACTIVITY,

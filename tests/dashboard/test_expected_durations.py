@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 from django.urls import reverse
 
-from charts import services as charts_services
+from charts import lifecycle
 from charts.models import ChartState
 from control.models import AuditEntry
 from dashboard import selectors
@@ -25,9 +25,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _finish(chart, seconds: float) -> None:
-    charts_services.chart_mark_running(chart_id=chart.pk, cost=1)
+    lifecycle.chart_mark_running(chart_id=chart.pk, cost=1)
     chart.refresh_from_db()
-    charts_services.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
+    lifecycle.chart_record_outcome(chart_id=chart.pk, state=ChartState.SUCCEEDED,
                                          finished_at=chart.started_at + timedelta(seconds=seconds))
 
 

@@ -18,7 +18,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from charts.models import ChartState
-from charts.services import chart_mark_running, chart_record_outcome
+from charts.lifecycle import chart_mark_running, chart_record_outcome
 from jobs import tasks, webhooks
 from jobs.models import DeliveryStatus, WebhookDelivery
 from orgs.models import Org, standard_webhook_secret, webhook_signing_key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from charts.services import chart_fail_start
+from charts.lifecycle import chart_fail_start
 from jobs import tasks
 from tests.factories import make_chart, make_org, make_workflow
 

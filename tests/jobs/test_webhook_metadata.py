@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from charts.models import ChartState
-from charts.services import chart_mark_running, chart_record_outcome
+from charts.lifecycle import chart_mark_running, chart_record_outcome
 from jobs import tasks, webhooks
 from jobs.models import DeliveryStatus, WebhookDelivery
 from tests.factories import make_chart, make_org, make_workflow

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from charts.models import ChartState
-from charts.services import chart_mark_running, chart_record_outcome
+from charts.lifecycle import chart_mark_running, chart_record_outcome
 from jobs import tasks, webhooks
 from jobs.models import DeliveryStatus, WebhookDelivery
 from orgs.models import Org

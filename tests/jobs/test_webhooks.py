@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from charts.models import ChartState
-from charts.services import chart_mark_running, chart_record_outcome
+from charts.lifecycle import chart_mark_running, chart_record_outcome
 from common import snapshot as snapshots
 from jobs import tasks, webhooks
 from jobs.models import DeliveryStatus, OrgClearTime, WebhookDelivery, WebhookEvent

@@ -20,7 +20,7 @@ from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState
-from charts.services import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
+from charts.lifecycle import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
 from scheduling import Durations, normal_key, RoundState as CoreRoundState
 from scheduling.modes import Share
 from scheduling.plan import gc_paused
