@@ -1,6 +1,8 @@
 """fairsched.engine.store.pg_statistics: a start refreshes stale planner statistics of the charts."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 
@@ -182,6 +184,17 @@ def test_a_backfill_chunk_s_dead_index_entries_are_swept_before_a_restart_reads_
     swept, found_b = _probe_blocks(b)
     assert found_a == min(Chart.objects.filter(org_id=a, fair_round__isnull=True).values_list("id", flat=True))
     assert found_b == min(Chart.objects.filter(org_id=b, fair_round__isnull=True).values_list("id", flat=True))
+    # A sweep marks what is dead to every transaction when it runs: on a loaded suite another
+    # session's transaction sometimes ended only a moment after the quiet horizon was read (the
+    # test failed 3 of some 10 runs with unswept == swept, never alone). The sweep is run again
+    # once the horizon is quiet, as the scheduler's next chunk would, at most five times.
+    for _ in range(4):
+        if unswept - swept >= 0.9 * pages[b]:
+            break
+        time.sleep(0.5)
+        _quiet_horizon()
+        pg_statistics.sweep_unrounded_heads([b])
+        swept, _ = _probe_blocks(b)
     # unswept: the index pages and every table page of the dead versions; swept: the index's
     assert unswept - swept >= 0.9 * pages[b] >= 10, (unswept, swept, pages, _sessions())
 
