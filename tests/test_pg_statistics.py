@@ -128,8 +128,6 @@ def _quiet_horizon(timeout: float = 30.0) -> None:
     """Wait until no other session of this database holds a snapshot (an autovacuum's
     ANALYZE, a scheduler of another test): until then no row version is dead to every
     transaction, and no index scan may mark an entry dead. Skips if one outlasts ``timeout``."""
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         with connection.cursor() as cursor:
