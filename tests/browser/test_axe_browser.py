@@ -118,12 +118,23 @@ def _staff_pages(pages: Pages, page, base: str, demo: dict) -> None:
     pages.check("API docs", "/api/v1/docs", ".opblock")
 
 
+def _admin_forms(pages: Pages, page, base: str, demo: dict) -> None:
+    """Every registered model's add and change forms."""
+    login(page, base, "root", then="/admin/")
+    root = get_user_model().objects.get(username="root")
+    for name, path in admin_pages(root):
+        if not name.endswith(" list"):
+            pages.check(name, path, "#content")
+
+
 def _admin_pages(pages: Pages, page, base: str, demo: dict) -> None:
+    """The admin's index, every change list, and its other pages (history, delete, passwords, django-rq)."""
     login(page, base, "root", then="/admin/")
     pages.check("admin index", "/admin/", "#content-main", again=True)
     root = get_user_model().objects.get(username="root")
     for name, path in admin_pages(root):
-        pages.check(name, path, "#content")
+        if name.endswith(" list"):
+            pages.check(name, path, "#content")
     org = demo["org"]
     for name, path in (("admin orgs app", "/admin/orgs/"), ("admin org history", f"/admin/orgs/org/{org.pk}/history/"),
                        ("admin org delete", f"/admin/orgs/org/{org.pk}/delete/"),
@@ -149,8 +160,8 @@ def _member_pages(pages: Pages, page, base: str, demo: dict) -> None:
     pages.check("API docs", "/api/v1/docs", ".opblock")
 
 
-# Three tests, not one: on the suite's xdist workers each part runs beside the others.
-PARTS = {"staff": _staff_pages, "admin": _admin_pages, "member": _member_pages}
+# Four tests, not one: on the suite's xdist workers each part runs beside the others.
+PARTS = {"staff": _staff_pages, "admin": _admin_pages, "admin-forms": _admin_forms, "member": _member_pages}
 
 
 @pytest.mark.slow(25)
