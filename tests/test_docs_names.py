@@ -216,3 +216,37 @@ def test_a_missing_file_class_member_or_function_is_caught(tmp_path):
         "pkg/signals.py", "signals.py", "Sync._gone", "engine.gone", "pkg.engine.gone",
         "tests/test_x.py::test_three", "tests/test_x.py::test_four...", "pkg.0001_due", "other.0002_due",
         "pkg/missing.py"], problems
+
+
+def unnamed_packages(page: Path, root: Path = ROOT) -> list[str]:
+    """The tree's packages (a folder with an ``__init__.py``; tests, bench scripts and
+    migrations aside) that ``page`` names neither as ``path/`` nor by one of its modules
+    (``path/module.py``)."""
+    text = page.read_text()
+    out = []
+    tops = [d for d in root.iterdir() if d.is_dir() and (d / "__init__.py").exists() and d.name not in ("tests", "bench")]
+    for init in sorted(i for top in tops for i in top.rglob("__init__.py")):
+        rel = init.parent.relative_to(root)
+        if "migrations" in rel.parts:
+            continue
+        path = rel.as_posix()
+        if f"`{path}/`" not in text and not re.search(rf"`{re.escape(path)}/[a-z_]+\.py`", text):
+            out.append(path)
+    return out
+
+
+def test_architecture_names_every_package_of_the_tree():
+    """docs/architecture.md is the map of the code: a package it does not name is one a
+    newcomer cannot place (each module it names exists: the test above)."""
+    assert unnamed_packages(ROOT / "docs" / "architecture.md") == []
+
+
+def test_an_unnamed_package_is_caught(tmp_path):
+    for pkg in ("app", "app/sub", "app/migrations", "tests/x"):
+        (tmp_path / pkg).mkdir(parents=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    page = tmp_path / "map.md"
+    page.write_text("`app/`, and nothing of its subpackage\n")
+    assert unnamed_packages(page, root=tmp_path) == ["app/sub"]
+    page.write_text("`app/`, `app/sub/thing.py`\n")
+    assert unnamed_packages(page, root=tmp_path) == []
