@@ -125,17 +125,24 @@ def capacity_json(request: HttpRequest) -> JsonResponse:
 def order_json(request: HttpRequest) -> JsonResponse:
     """A page of the order: ``?offset=0&limit=100&org=<id>`` (limit at most 500)."""
     try:
-        offset = _int_arg(request, "offset", 0)
-        limit = _int_arg(request, "limit", 100, minimum=1, maximum=selectors.PAGE_MAX)
-        org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
+        offset, limit, org, state = _page_query(request, selectors.ORDER_STATES)
     except BadQuery as exc:
         return _bad_query(exc)
     s = chart_selectors.read_live_snapshot()
-    state = request.GET.get("state") or None
-    if state is not None and state not in selectors.ORDER_STATES:
-        return _bad_query(BadQuery("state", f"state: one of {', '.join(selectors.ORDER_STATES)}."))
     page = selectors.order_page(s, offset=offset, limit=limit, org=org, state=state)
     return _json({"seq": s.get("seq") if s else None, **page})
+
+
+def _page_query(request: HttpRequest, states: tuple[str, ...]) -> tuple[int, int, int | None, str | None]:
+    """A page's query, ``offset``, ``limit`` (at most ``selectors.PAGE_MAX``), ``org`` and
+    ``state`` (one of ``states``), each checked (:class:`BadQuery` names the one that is not)."""
+    offset = _int_arg(request, "offset", 0)
+    limit = _int_arg(request, "limit", 100, minimum=1, maximum=selectors.PAGE_MAX)
+    org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
+    state = request.GET.get("state") or None
+    if state is not None and state not in states:
+        raise BadQuery("state", f"state: one of {', '.join(states)}.")
+    return offset, limit, org, state
 
 
 @never_cache
@@ -145,14 +152,9 @@ def due_json(request: HttpRequest) -> JsonResponse:
     """A page of the charts at risk or late, least slack first:
     ``?org=<id>&state=late|at_risk&offset=0&limit=100`` (limit at most 500)."""
     try:
-        offset = _int_arg(request, "offset", 0)
-        limit = _int_arg(request, "limit", 100, minimum=1, maximum=selectors.PAGE_MAX)
-        org = _int_arg(request, "org", None, minimum=1, maximum=MAX_ID)
+        offset, limit, org, state = _page_query(request, selectors.DUE_STATES)
     except BadQuery as exc:
         return _bad_query(exc)
-    state = request.GET.get("state") or None
-    if state is not None and state not in selectors.DUE_STATES:
-        return _bad_query(BadQuery("state", f"state: one of {', '.join(selectors.DUE_STATES)}."))
     s = chart_selectors.read_live_snapshot()
     page = selectors.due_page(s, org=org, state=state, offset=offset, limit=limit)
     return _json({"seq": s.get("seq") if s else None, **page})
