@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from charts.models import Chart
 from orgs.models import Org, Workflow, WorkflowCost
+from orgs.services import org_set_turnaround
 
 _seq = itertools.count(1)
 
@@ -57,3 +58,22 @@ def make_user(username: str = "member", *, staff: bool = False, superuser: bool 
         app, codename = perm.split(".")
         user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
     return user
+
+
+def make_flagged_backlog() -> tuple[Org, Org, Org]:
+    """The Due list's backlog (orgs Acme, Beta, Cedar): Acme 110 charts late, Beta 6 late and
+    younger (less late) than Acme's, Cedar held with 7 at risk (no ETA, due tomorrow explicitly):
+    123 at risk or late, and the first 100 by slack are all Acme's."""
+    wf = make_workflow("code")
+    acme, beta, cedar = make_org("Acme"), make_org("Beta"), make_org("Cedar", weight=0)
+    for org in (acme, beta):
+        org_set_turnaround(org=org, turnaround=3600)
+    now = timezone.now()
+    Chart.objects.bulk_create(
+        [Chart(org=acme, workflow=wf, external_id=f"a-{i}", created_at=now - timedelta(hours=5, minutes=i))
+         for i in range(110)]
+        + [Chart(org=beta, workflow=wf, external_id=f"b-{i}", created_at=now - timedelta(hours=2, minutes=i))
+           for i in range(6)]
+        + [Chart(org=cedar, workflow=wf, external_id=f"c-{i}", due_at=now + timedelta(days=1), due_explicit=True)
+           for i in range(7)])
+    return acme, beta, cedar

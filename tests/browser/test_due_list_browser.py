@@ -3,34 +3,18 @@
 org's late charts and nothing else, without saying so."""
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 from playwright.sync_api import expect
 
-from charts.models import Chart
-from orgs.services import org_set_turnaround
 from tests.browser import axe
 from tests.browser.conftest import login
-from tests.factories import make_org, make_user, make_workflow
+from tests.factories import make_flagged_backlog, make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_due_list_says_how_many_and_filters_and_pages(browser, browser_server, redis_layer_publish):
-    wf = make_workflow("code")
-    acme, beta, cedar = make_org("Acme"), make_org("Beta"), make_org("Cedar", weight=0)  # Cedar held
-    for org in (acme, beta):
-        org_set_turnaround(org=org, turnaround=3600)
-    now = timezone.now()
-    Chart.objects.bulk_create(
-        [Chart(org=acme, workflow=wf, external_id=f"a-{i}", created_at=now - timedelta(hours=5, minutes=i))
-         for i in range(110)]
-        + [Chart(org=beta, workflow=wf, external_id=f"b-{i}", created_at=now - timedelta(hours=2, minutes=i))
-           for i in range(6)]
-        + [Chart(org=cedar, workflow=wf, external_id=f"c-{i}", due_at=now + timedelta(days=1), due_explicit=True)
-           for i in range(7)])
+    acme, beta, cedar = make_flagged_backlog()
     make_user("root", superuser=True)
     redis_layer_publish()
     page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()

@@ -3,17 +3,12 @@ all (``due.total``, beside the first ``due.charts``), and ``/dashboard/due.json`
 filtered by org and state, least slack first, from the scheduler's snapshot."""
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.test import Client
-from django.utils import timezone
 
-from charts.models import Chart
 from common import snapshot
 from dashboard.simulate import publish_from_db
-from orgs.services import org_set_turnaround
-from tests.factories import make_org, make_workflow
+from tests.factories import make_flagged_backlog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,18 +21,7 @@ def slack_key(r):
 def flagged(redis_url, operator):
     """Acme: 110 charts late; Beta: 6 late, younger (less late) than Acme's; Cedar, held:
     7 at risk (no ETA, due tomorrow). The first 100 by slack are all Acme's."""
-    wf = make_workflow("code")
-    acme, beta, cedar = make_org("Acme"), make_org("Beta"), make_org("Cedar", weight=0)
-    for org in (acme, beta):
-        org_set_turnaround(org=org, turnaround=3600)
-    now = timezone.now()
-    Chart.objects.bulk_create(
-        [Chart(org=acme, workflow=wf, external_id=f"a-{i}", created_at=now - timedelta(hours=5, minutes=i))
-         for i in range(110)]
-        + [Chart(org=beta, workflow=wf, external_id=f"b-{i}", created_at=now - timedelta(hours=2, minutes=i))
-           for i in range(6)]
-        + [Chart(org=cedar, workflow=wf, external_id=f"c-{i}", due_at=now + timedelta(days=1), due_explicit=True)
-           for i in range(7)])
+    acme, beta, cedar = make_flagged_backlog()
     publish_from_db()
     c = Client()
     c.force_login(operator)
