@@ -8,8 +8,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from orgs.models import OrgToken
-from orgs.models import Org
+from orgs.models import Org, OrgToken
 from tests.factories import make_org, make_workflow
 
 
@@ -49,3 +48,12 @@ def api_world(db, settings):
     make_workflow("code")
     make_workflow("review")
     return {"acme": producer(acme), "beta": producer(beta), "acme_read": producer(acme, "read")}
+
+
+@pytest.fixture
+def acme(settings) -> Producer:
+    """Acme with a submit key and the workflow ``code``, no rate limit (the races' and the
+    round trips' tests)."""
+    settings.FAIRSCHED_API_RATE = 0.0
+    make_workflow("code")
+    return producer(make_org("Acme"))

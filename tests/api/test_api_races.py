@@ -12,8 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from charts.models import Chart, ChartState
-from tests.api.conftest import producer
-from tests.factories import make_chart, make_org, make_workflow
+from tests.factories import make_chart, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,13 +39,6 @@ def at_once(n: int, request: Callable[[Client], object]) -> list:
         t.join(120)
     assert not [t for t in threads if t.is_alive()]
     return out
-
-
-@pytest.fixture
-def acme(settings):
-    settings.FAIRSCHED_API_RATE = 0.0
-    make_workflow("code")
-    return producer(make_org("Acme"))
 
 
 def _post(acme, path: str, body: dict):

@@ -14,8 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from charts.models import Chart
 from common import quiet_check
-from tests.api.conftest import producer
-from tests.factories import make_org, make_workflow
+from tests.factories import make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,13 +32,6 @@ def kinds(ctx: CaptureQueriesContext) -> list[str]:
         else:
             out.append(verb)
     return out
-
-
-@pytest.fixture
-def acme(settings):
-    settings.FAIRSCHED_API_RATE = 0.0
-    make_workflow("code")
-    return producer(make_org("Acme"))
 
 
 def test_a_single_submission_is_the_key_and_one_insert(acme):
