@@ -158,16 +158,13 @@ def test_a_sigterm_stops_the_tier_warm(tier):
     assert time.monotonic() - t0 < 10
 
 
-def test_on_postgresql_the_tier_s_threads_keep_their_connections(tier):
+def test_on_postgresql_the_tier_s_threads_keep_their_connections(tier, acme):
     """A gthread worker's threads keep a connection each from one request to the next
     (config/gunicorn.conf.py's ``post_worker_init``): 30 requests leave at most 2 processes x 2
     threads open, where the settings' ``CONN_MAX_AGE = 0`` opened and closed one a request
     (singles 93/s against 218/s kept, bench/api.py --postgres)."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite's backend keeps its connections already (common/pooled_sqlite3)")
-    make_workflow("code")
-    acme = producer(make_org("Acme"))
-
     before = client_sessions()
     for i in range(30):
         status, _, body = tier.request("POST", "/api/v1/charts", acme.raw, {"workflow": "code"})
@@ -178,14 +175,12 @@ def test_on_postgresql_the_tier_s_threads_keep_their_connections(tier):
     assert Chart.objects.count() == 30
 
 
-def test_on_postgresql_a_kept_connection_the_server_ended_is_replaced_before_a_request_uses_it(tier):
+def test_on_postgresql_a_kept_connection_the_server_ended_is_replaced_before_a_request_uses_it(tier, acme):
     """The tier checks a kept connection by its socket, not by ``SELECT 1`` (common.quiet_check):
     after the server ends every session of the tier (a restart, an idle timeout), the next
     requests still get 201s, not a 503, on new sessions."""
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's kept connections")
-    make_workflow("code")
-    acme = producer(make_org("Acme"))
     before = client_sessions()
     for i in range(10):
         assert tier.request("POST", "/api/v1/charts", acme.raw, {"workflow": "code"})[0] == 201
