@@ -19,8 +19,9 @@ def keep_connections(max_age_s: float = KEEP_CONNECTIONS_S) -> None:
     every time, so that each call opened a new one: a dispatch's two reads took 5.9-6.1 ms
     each on PostgreSQL against 1.1-1.3 ms on a kept connection (one process, 200 reads). PostgreSQL only: SQLite's
     backend keeps its closed connections for the next connect already
-    (``common.pooled_sqlite3``). A connection the server dropped is still found out before
-    use (``CONN_HEALTH_CHECKS``, set for PostgreSQL in the settings).
+    (``common.pooled_sqlite3``). A connection the server dropped fails the call that finds
+    it, and ``close_old_connections`` before the next call drops it (errors occurred), so that
+    call reconnects: the scheduler's step is retried with its backoff.
 
     For a process whose threads each make many calls, each on its own connection: the
     scheduler (``manage.py runscheduler``) and the Temporal worker (``manage.py runworker``,

@@ -46,8 +46,8 @@ def install() -> None:
     one by its socket at each request's start (the API tier's gunicorn workers,
     ``config/gunicorn.conf.py``). Call it before the process opens a connection.
 
-    The settings mean them on (``setdefault("CONN_HEALTH_CHECKS", True)``), but
-    ``dj_database_url.parse`` gives the key, False, so they were off: a kept connection the server
+    ``dj_database_url.parse`` gives the key, False, so they were off (the settings' old
+    ``setdefault("CONN_HEALTH_CHECKS", True)`` did nothing): a kept connection the server
     had ended failed the next request on it with a 503 (tests/api/test_api_tier.py). Connected
     after ``django.db``'s own receiver, which resets the check: this one runs after it."""
     for alias in connections:

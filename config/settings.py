@@ -157,7 +157,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # test get the file's path through DATABASE_URL.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test_fairsched_{os.getpid()}.sqlite3")}
 else:
-    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # No CONN_HEALTH_CHECKS here: dj_database_url sets the key (False), so a setdefault did nothing.
+    # The API tier turns them on with a check of the socket (common.quiet_check); the scheduler and
+    # the worker find a connection the server ended by its error, and their next call reconnects.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
     # psycopg binds a query's parameters into its text (Django's default, client-side binding);
     # FAIRSCHED_DB_SERVER_SIDE_BINDING=1 sends them apart (Django 5.2's server_side_binding), and
