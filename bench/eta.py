@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling import DEFAULT_AVG_S, Eta, EtaReport  # noqa: E402
 from scheduling.forecast import Forecaster, ForecastParams, _Phantoms  # noqa: E402
-from scheduling.rules import arrival_round, is_held  # noqa: E402
+from scheduling.rules import is_held  # noqa: E402
+from scheduling.share import arrival_round  # noqa: E402
 from scheduling.scenario import parse_trace  # noqa: E402
 from scheduling.simulator import simulate as core_simulate  # noqa: E402
 

@@ -8,7 +8,7 @@ from django.db import models
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S
 from scheduling import modes
 from scheduling.modes import EtaModel
-from scheduling.rules import DEFAULT_QUANTUM_S
+from scheduling.share import DEFAULT_QUANTUM_S
 
 MIN_QUANTUM_S = 1.0
 MAX_QUANTUM_S = 86_400.0

@@ -6,7 +6,7 @@ seconds from the ``now`` the caller passes.
 
 Public API
 ----------
-Values (:mod:`scheduling.types`)
+Values (:mod:`scheduling.types`; ``Durations`` in :mod:`scheduling.lanes`)
     ``QueuedChart(id, org, workflow, created_at, seq, priority=False,
     prioritized_at=None, paused=False, front_at=None, round=None)``,
     ``RunningChart(id, org, workflow, started_at, cost)``,
@@ -43,11 +43,13 @@ Forecast ETA model (:mod:`scheduling.forecast`)
     org's expected future arrivals in the rounds they would take), ``mean``/``median``/``p90``
     of a pair's durations, ``p90_finish``; ``PlanOrder`` reads a static plan like a queue.
 Ordering keys (:mod:`scheduling.keys`): every key, tie-breaks numbered.
-The rules (:mod:`scheduling.rules`), each one function that every path above calls:
+The rules, each one function that every path above calls: in :mod:`scheduling.rules`
     ``is_held(weight)`` (auto-hold), ``classify(weight, paused, cost, budget)``,
-    ``arrival_round(head, last, used, weight)``, ``head_of_line(costs, free)`` (the
-    head-of-line stop), ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule
-    to function is docs/scheduling.md, "Where each rule lives in the code".
+    ``head_of_line(costs, free)`` (the head-of-line stop); in :mod:`scheduling.share`
+    ``arrival_round(head, last, used, weight)`` and ``arrival_turn`` (the arrival rules);
+    in :mod:`scheduling.lanes` ``Durations`` (the duration estimate), ``initial_lanes``
+    and ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule to function is
+    docs/scheduling.md, "Where each rule lives in the code".
 The JSON contract (:mod:`scheduling.scenario`, not imported here)
     ``plan(scenario) -> dict``, ``simulate(trace, policy="wrr") -> dict``, ``dump_scenario``:
     the formats of docs/scheduling.md over this core, what ``manage.py plan``/``simulate`` and
@@ -76,11 +78,13 @@ not eligible. Only :meth:`FairQueue.dispatch` moves ``head``.
 """
 from .backfill import RoundBackfill, RoundSaver
 from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
-from .plan import initial_lanes, plan, plan_dispatch, simulate_lanes
+from .lanes import DECLARED_AS_N, DEFAULT_AVG_S, Durations, EstimateSource, initial_lanes, lane_pass
+from .plan import plan, plan_dispatch, simulate_lanes
 from .heads import NeedsWholeBacklog, first_head_of_backlog, head_of_backlog, same_rounds
 from .queue import FairQueue
-from .rules import BLOCKED, HELD, ORDERED, PAUSED, arrival_round, classify, head_of_line, is_held, lane_pass
-from .types import (DECLARED_AS_N, DEFAULT_AVG_S, ById, Durations, EstimateSource, Eta, EtaReport, OrgRounds, Plan, WalkEtas, eta_reader,
+from .rules import BLOCKED, HELD, ORDERED, PAUSED, classify, head_of_line, is_held
+from .share import arrival_round
+from .types import (ById, Eta, EtaReport, OrgRounds, Plan, WalkEtas, eta_reader,
                     QueuedChart, RoundState, RunningChart)
 
 __all__ = [

@@ -12,9 +12,9 @@ about the future, and nothing else:
    order through the budget lanes like the lane simulation, and while it walks
    it lets the expected future charts of every org arrive at their expected
    times; each takes the round the persistent round-robin would give it
-   (:func:`.rules.arrival_round`, with ``head`` the round being walked at that
+   (:func:`.share.arrival_round`, with ``head`` the round being walked at that
    time) and is walked in that round, after the real charts of the round (it
-   is younger). The walk is the lane simulation's own, :func:`.rules.lane_pass`,
+   is younger). The walk is the lane simulation's own, :func:`.lanes.lane_pass`,
    fed the order with the phantoms let in as it goes.
    So a chart far back in a busy org's queue sees the small orgs' future charts
    pass it, as they will. The projected rate fades with the distance into the
@@ -47,9 +47,11 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush, heapreplace
 from typing import Callable, Iterable, Mapping
 
-from .plan import gc_paused, initial_lanes, running_clear
-from .rules import arrival_round, is_held, lane_pass
-from .types import Durations, Eta, EtaReport, QueuedChart, RunningChart, WalkEtas
+from .lanes import Durations, initial_lanes, lane_pass, running_clear
+from .plan import gc_paused
+from .rules import is_held
+from .share import arrival_round
+from .types import Eta, EtaReport, QueuedChart, RunningChart, WalkEtas
 
 Estimate = Callable[[str, "str | None"], float]
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
@@ -323,7 +325,7 @@ class Forecaster:
         ph = _PhantomRounds(queue, self.expected_arrivals(now, queue.weights, queue.cost_of, mean)
                             if p.phantoms and lanes else None)
         real = _RealCharts(own)
-        # the lane walk (rules.lane_pass) over the order with the phantoms let in as it goes
+        # the lane walk (lanes.lane_pass) over the order with the phantoms let in as it goes
         starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes, finishes=False)
         walked = real.collect(starts, etas, org_clear)
         return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
@@ -355,7 +357,7 @@ class _PhantomRounds:
         """The phantoms to walk before a real chart of round ``rnd``, as (cost,
         duration): those that arrived by the time it could start (``lanes[0]``)
         and took an earlier round. ``lanes`` must have taken each one yielded
-        before the next is asked for (:func:`.rules.lane_pass` does)."""
+        before the next is asked for (:func:`.lanes.lane_pass` does)."""
         gen, placed = self.gen, self.placed
         while True:
             gen.arrive_until(lanes[0], self.head, self.last, self.used, placed)
@@ -363,7 +365,7 @@ class _PhantomRounds:
                 return
             pr, _, _, pc, pest = heappop(placed)
             yield pc, pest
-            if pc <= nl:  # it got lanes (rules.lane_pass: None when c > lanes)
+            if pc <= nl:  # it got lanes (lanes.lane_pass: None when c > lanes)
                 self.head = pr
 
 
@@ -397,7 +399,7 @@ class _RealCharts:
 
 def _forecast_items(queue, lanes: list, ph: _PhantomRounds, real: _RealCharts, mean: Callable,
                     pending: "set[str] | None"):
-    """The (cost, duration) items of a forecast pass, for :func:`.rules.lane_pass`: the
+    """The (cost, duration) items of a forecast pass, for :func:`.lanes.lane_pass`: the
     queue's order, each chart preceded by the phantoms that go before it; the charts
     recorded in ``real``. Ends after the last of ``pending`` (None: the whole order)."""
     nl = len(lanes)

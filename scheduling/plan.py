@@ -15,8 +15,9 @@ from operator import attrgetter, call, floordiv, itemgetter
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .keys import org_rank_key, priority_key
-from .rules import BLOCKED, HELD, ORDERED, PAUSED, classify, head_of_line, lane_pass
-from .types import ById, Durations, Eta, EtaReport, LazyMapping, Plan, QueuedChart, RunningChart
+from .lanes import Durations, initial_lanes, lane_count, lane_pass, running_clear
+from .rules import BLOCKED, HELD, ORDERED, PAUSED, classify, head_of_line
+from .types import ById, Eta, EtaReport, LazyMapping, Plan, QueuedChart, RunningChart
 
 T = TypeVar("T")
 
@@ -57,58 +58,6 @@ def plan_dispatch(order: Iterable[T], free: int, cost_of: Callable[[T], int]) ->
     """The head of ``order`` that starts within ``free`` (:func:`.rules.head_of_line`)."""
     order = list(order)
     return order[:head_of_line(map(cost_of, order), free)]
-
-
-def lane_count(budget: int, running_cost: int, n_ordered: int, ordered_cost: Callable[[], int]) -> int:
-    """How many lanes the simulation needs: ``min(budget, running cost + ordered cost)``.
-
-    A lane beyond the total cost that could ever run is never reached: with that
-    many lanes every chart already starts at once (each takes its lanes from the
-    untouched free ones, and there are always enough of those left), so more free
-    lanes change no ETA. Capping keeps memory and time proportional to the charts,
-    not to the budget (a budget of 10**9 with three charts builds a handful of
-    lanes, not 10**9). Every cost is at least 1, so ``n_ordered`` charts cost at
-    least ``n_ordered``: only a budget above ``running_cost + n_ordered`` needs the
-    exact sum, which ``ordered_cost()`` computes (then over fewer charts than the
-    budget)."""
-    if budget <= running_cost + n_ordered:
-        return budget
-    return min(budget, running_cost + ordered_cost())
-
-
-def running_clear(running: Iterable[RunningChart], etas: dict, org_clear: dict, floor: float = 0.0) -> None:
-    """Raise each org's clear-time in ``org_clear`` to the finish of its running charts
-    (``etas`` as :func:`initial_lanes` wrote them); an org not listed counts as ``floor``."""
-    for r in running:
-        f = etas[r.id][1]
-        if f > org_clear.get(r.org, floor):
-            org_clear[r.org] = f
-
-
-def initial_lanes(
-    running: Iterable[RunningChart], now: float, budget: int, estimate: Callable, etas: dict,
-    cap: int | None = None,
-) -> list[float]:
-    """The budget lanes at ``now``: each running chart fills ``cost`` lanes with
-    its remaining time (``max(0, started_at + estimate - now)``, also written to
-    ``etas``). Sorted; the ``budget`` largest kept if there are more (a budget
-    lowered under running work), else padded with zeros up to ``budget``, or only
-    up to ``cap`` (see :func:`lane_count`: lanes no chart can reach are left out;
-    the results are identical). A sorted list is a heap."""
-    lanes: list[float] = []
-    for r in running:
-        rem = r.started_at + estimate(r.org, r.workflow) - now
-        if rem < 0.0:
-            rem = 0.0
-        etas[r.id] = Eta(0.0, rem)
-        lanes.extend([rem] * r.cost)
-    lanes.sort()
-    if budget <= 0:
-        return []
-    if len(lanes) > budget:
-        return lanes[len(lanes) - budget:]
-    n = budget if cap is None else min(budget, cap)
-    return [0.0] * max(0, n - len(lanes)) + lanes
 
 
 _make_eta = partial(tuple.__new__, Eta)
@@ -431,7 +380,7 @@ def _computed_rounds(normal: list[int], orgs: list[str], cols: Columns, weights:
 
 def _lane_etas(order_ids: list[str], cost_est: list[tuple[int, float]], keys: list, pair_org: dict,
                running: Sequence[RunningChart], *, budget: int, estimate: Callable, now: float):
-    """Step 4: the lanes at ``now``, then :func:`.rules.lane_pass` over the order.
+    """Step 4: the lanes at ``now``, then :func:`.lanes.lane_pass` over the order.
     Returns the running charts' ETAs, each org's clear-time so far, and the walked
     charts' ``(ids, starts, fins)``; ``keys`` (each chart's pair, as ``pair_org`` knows
     it) are :func:`walked`'s ``pairs``."""

@@ -16,7 +16,7 @@ ending within the same second are one step, however many are held.
 
 Only the first ``depth`` charts of the order are reserved this way (Slurm's
 ``bf_max_job_test``; :data:`DEFAULT_DEPTH`); the charts after them take the strict lane
-walk (:func:`.rules.lane_pass`) from the lanes the reservations leave (each budget unit
+walk (:func:`.lanes.lane_pass`) from the lanes the reservations leave (each budget unit
 from the time it is free for good): never backfilled, never earlier than the
 reservations allow. A reservation made ahead of an earlier one holds its units in those
 lanes until its 90% bound, not its estimate: the guard's window. A chart past the depth

@@ -20,7 +20,7 @@ import scheduling as core
 from scheduling import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
 from scheduling.modes import Dispatch, EtaModel, Policy, Share
 from scheduling.plan import Columns, columns, gc_paused
-from scheduling.rules import DEFAULT_QUANTUM_S
+from scheduling.share import DEFAULT_QUANTUM_S
 from scheduling.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from scheduling.simulator import simulate as core_simulate
 

@@ -21,8 +21,10 @@ from .keys import fifo_key
 from .modes import Dispatch, EtaModel, Policy, Share
 from .queue import FairQueue
 from .reserve import DEFAULT_DEPTH
-from .rules import DEFAULT_QUANTUM_S, ORDERED, head_of_line, is_held
-from .types import Durations, QueuedChart, RunningChart
+from .rules import ORDERED, head_of_line, is_held
+from .share import DEFAULT_QUANTUM_S
+from .lanes import Durations
+from .types import QueuedChart, RunningChart
 
 POLICIES = tuple(p.value for p in Policy)
 _cost = itemgetter(1)

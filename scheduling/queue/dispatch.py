@@ -12,7 +12,8 @@ from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
 from ..rules import head_of_line
-from ..types import Estimate, QueuedChart, RunningChart
+from ..types import Estimate
+from ..types import QueuedChart, RunningChart
 
 _FOREVER = 1e18  # a running chart of unknown finish
 

@@ -8,10 +8,10 @@ from typing import Callable, Iterable, Sequence
 
 from ..keys import QueueKey, TIER_NORMAL
 from ..modes import Dispatch
-from ..plan import collect_etas, gc_paused, initial_lanes, lane_count, running_clear, unplanned_clear
+from ..lanes import Durations, initial_lanes, lane_count, lane_pass, running_clear
+from ..plan import collect_etas, gc_paused, unplanned_clear
 from ..reserve import P90_RATIO, Profile, reserve_walk
-from ..rules import lane_pass
-from ..types import Durations, Eta, EtaReport, Plan, RunningChart
+from ..types import Eta, EtaReport, Plan, RunningChart
 
 # the hot passes gather a field of every key at C speed, by its position in the named tuple
 _kid = itemgetter(QueueKey._fields.index("id"))
@@ -113,7 +113,7 @@ class QueueEtas:
             skip = 0
 
     def _partial_pass(self, lanes, etas, org_clear, estimate, pending, skip: int = 0) -> EtaReport:
-        """:func:`.rules.lane_pass` over the order one stretch (a sublist of the sorted
+        """:func:`.lanes.lane_pass` over the order one stretch (a sublist of the sorted
         keys) at a time, stopping after the chart that gives the last of ``pending``
         its ETA: ETAs and clear-times cover the order up to there."""
         costs = self._costs

@@ -31,9 +31,12 @@ from .loads import QueueLoads
 from .views import QueueViews
 from ..reserve import DEFAULT_DEPTH
 from ..modes import Dispatch, Share, check_policies
-from ..rules import BLOCKED, DEFAULT_QUANTUM_S, HELD, MIN_EST_S, ORDERED, PAUSED, arrival_round, arrival_turn, classify
+from ..rules import BLOCKED, HELD, ORDERED, PAUSED, classify
+from ..share import DEFAULT_QUANTUM_S, MIN_EST_S, arrival_round, arrival_turn
 from ..sortedkeys import SortedKeys
-from ..types import Durations, Estimate, OrgRounds, QueuedChart, RoundState
+from ..lanes import Durations
+from ..types import Estimate
+from ..types import OrgRounds, QueuedChart, RoundState
 
 __all__ = ["FairQueue", "POLICIES"]
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scheduling import DECLARED_AS_N, Durations, EstimateSource
 from scheduling.scenario import ScenarioError, dump_scenario, parse_scenario, plan
-from scheduling.types import SOURCES
+from scheduling.lanes import SOURCES
 
 ORGS = ["a", "b"]
 WORKFLOWS = ["w", "x", None]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from scheduling import Durations, FairQueue, QueuedChart, RunningChart
-from scheduling.rules import arrival_round, arrival_turn
+from scheduling.share import arrival_round, arrival_turn
 from scheduling.simulator import Arrival, simulate
 
 ORGS = ("a", "b", "c", "d")

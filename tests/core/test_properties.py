@@ -157,12 +157,12 @@ def test_cost_1_exact_lane_etas_equal_a_fifo_multiserver_queue(durations, budget
        items=st.lists(st.tuples(st.sampled_from([1, 2, 3, 3, 4]),
                                 st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.5, 19.0, -1.0])), max_size=30))
 def test_the_lane_walk_equals_sorted_lanes_taking_the_c_earliest(lanes, items):
-    """rules.lane_pass (a heap, the c-th earliest lane read off its top levels for c <= 3)
+    """lanes.lane_pass (a heap, the c-th earliest lane read off its top levels for c <= 3)
     against the rule as written: sorted lanes, a chart of cost c starts at lanes[c-1] and
     its c lanes free at its finish; each walk's lanes hold the same times after it."""
     from heapq import heapify
 
-    from scheduling.rules import lane_pass
+    from scheduling.lanes import lane_pass
     heap = [float(x) for x in lanes]
     heapify(heap)
     ref = sorted(float(x) for x in lanes)

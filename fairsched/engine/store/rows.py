@@ -9,7 +9,7 @@ from datetime import datetime
 
 from scheduling import Durations, QueuedChart, RoundState
 from scheduling.modes import Dispatch, EtaModel, Share, check_policies
-from scheduling.rules import DEFAULT_QUANTUM_S
+from scheduling.share import DEFAULT_QUANTUM_S
 
 
 @dataclass(frozen=True, slots=True)
