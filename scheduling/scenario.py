@@ -8,16 +8,17 @@ No Django here: the management commands and the live scheduler call this.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 import scheduling as core
 from scheduling import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
+from scheduling.fields import (ScenarioError, as_bool, as_int, as_list, as_num, as_obj, as_str, known_org,
+                               need, parse_ts, show, to_iso)
 from scheduling.modes import Dispatch, EtaModel, Policy, Share
 from scheduling.plan import Columns, columns, gc_paused
 from scheduling.share import DEFAULT_QUANTUM_S
@@ -25,102 +26,9 @@ from scheduling.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
 from scheduling.simulator import simulate as core_simulate
 
 __all__ = [
-    "ScenarioError", "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
-    "plan_to_json", "simulate", "sim_to_json", "dump_scenario", "to_iso", "parse_ts",
+    "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
+    "plan_to_json", "simulate", "sim_to_json", "dump_scenario",
 ]
-
-_MISSING = object()
-
-
-class ScenarioError(ValueError):
-    """Refused input; ``str(err)`` is one line: ``<field path>: <what> <value>``."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path}: {problem}" if path else problem)
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, str):
-        return repr(v)
-    try:
-        s = json.dumps(v)
-    except (TypeError, ValueError):
-        s = repr(v)
-    return s if len(s) <= 80 else s[:77] + "..."
-
-
-def _get(d: Mapping, key: str, path: str, default: Any = _MISSING) -> Any:
-    if key in d:
-        return d[key]
-    if default is _MISSING:
-        raise ScenarioError(f"{path}.{key}" if path else key, "missing required field")
-    return default
-
-
-def _obj(v: Any, path: str) -> Mapping:
-    if not isinstance(v, dict):
-        raise ScenarioError(path, f"expected an object, got {_show(v)}")
-    return v
-
-
-def _list(v: Any, path: str) -> list:
-    if not isinstance(v, list):
-        raise ScenarioError(path, f"expected a list, got {_show(v)}")
-    return v
-
-
-def _int(v: Any, path: str, minimum: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ScenarioError(path, f"expected an integer, got {_show(v)}")
-    if minimum is not None and v < minimum:
-        raise ScenarioError(path, f"must be >= {minimum}, got {_show(v)}")
-    return v
-
-
-def _num(v: Any, path: str, minimum: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ScenarioError(path, f"expected a number, got {_show(v)}")
-    if minimum is not None and v < minimum:
-        raise ScenarioError(path, f"must be >= {minimum:g}, got {_show(v)}")
-    return float(v)
-
-
-def _str(v: Any, path: str, nullable: bool = False) -> str | None:
-    if v is None and nullable:
-        return None
-    if not isinstance(v, str):
-        what = "a string or null" if nullable else "a string"
-        raise ScenarioError(path, f"expected {what}, got {_show(v)}")
-    return v
-
-
-def _bool(v: Any, path: str) -> bool:
-    if not isinstance(v, bool):
-        raise ScenarioError(path, f"expected true or false, got {_show(v)}")
-    return v
-
-
-def parse_ts(v: Any, path: str, nullable: bool = False) -> float | None:
-    """ISO 8601 timestamp with an offset -> epoch seconds."""
-    if v is None and nullable:
-        return None
-    if not isinstance(v, str):
-        raise ScenarioError(path, f"expected an ISO 8601 timestamp, got {_show(v)}")
-    try:
-        dt = datetime.fromisoformat(v)
-    except ValueError:
-        raise ScenarioError(path, f"unparseable timestamp {_show(v)}") from None
-    if dt.tzinfo is None or dt.utcoffset() is None:
-        raise ScenarioError(path, f"timestamp without offset {_show(v)}")
-    return dt.timestamp()
-
-
-def to_iso(ts: float) -> str:
-    """Epoch seconds -> ISO 8601 in UTC with offset (microsecond precision)."""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
-
 
 # ------------------------------------------------------------------ parsing
 @dataclass(frozen=True, slots=True)
@@ -144,45 +52,45 @@ def parse_policies(d: Mapping) -> dict | None:
     :class:`ScenarioError` naming the field."""
     if not any(k in d for k in ("share", "quantum_s", "dispatch")):
         return None
-    share = _str(d.get("share", Share.CHARTS.value), "share")
+    share = as_str(d.get("share", Share.CHARTS.value), "share")
     if share not in tuple(Share):
-        raise ScenarioError("share", f"unknown share {_show(share)} (expected one of {', '.join(Share)})")
-    dispatch = _str(d.get("dispatch", Dispatch.STRICT.value), "dispatch")
+        raise ScenarioError("share", f"unknown share {show(share)} (expected one of {', '.join(Share)})")
+    dispatch = as_str(d.get("dispatch", Dispatch.STRICT.value), "dispatch")
     if dispatch not in tuple(Dispatch):
-        raise ScenarioError("dispatch", f"unknown dispatch {_show(dispatch)} "
+        raise ScenarioError("dispatch", f"unknown dispatch {show(dispatch)} "
                                         f"(expected one of {', '.join(Dispatch)})")
-    quantum = _num(d.get("quantum_s", DEFAULT_QUANTUM_S), "quantum_s", 0)
+    quantum = as_num(d.get("quantum_s", DEFAULT_QUANTUM_S), "quantum_s", 0)
     if not quantum > 0 or not math.isfinite(quantum):
-        raise ScenarioError("quantum_s", f"must be > 0, got {_show(d.get('quantum_s'))}")
+        raise ScenarioError("quantum_s", f"must be > 0, got {show(d.get('quantum_s'))}")
     return {"share": Share(share), "quantum_s": float(quantum), "dispatch": Dispatch(dispatch)}
 
 
 def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
-    budget = _int(_get(d, "budget", ""), "budget", 0)
-    default_avg = _num(d.get("default_avg_s", DEFAULT_AVG_S), "default_avg_s", 0)
+    budget = as_int(need(d, "budget", ""), "budget", 0)
+    default_avg = as_num(d.get("default_avg_s", DEFAULT_AVG_S), "default_avg_s", 0)
     weights: dict[str, int] = {}
-    for i, o in enumerate(_list(_get(d, "orgs", ""), "orgs")):
+    for i, o in enumerate(as_list(need(d, "orgs", ""), "orgs")):
         p = f"orgs[{i}]"
-        o = _obj(o, p)
-        oid = _str(_get(o, "id", p), f"{p}.id")
+        o = as_obj(o, p)
+        oid = as_str(need(o, "id", p), f"{p}.id")
         if oid in weights:
-            raise ScenarioError(f"{p}.id", f"duplicate org {_show(oid)}")
-        weights[oid] = _int(_get(o, "weight", p), f"{p}.weight", 0)
-    costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: _int(v, f, 1))
-    averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: _num(v, f, 0),
+            raise ScenarioError(f"{p}.id", f"duplicate org {show(oid)}")
+        weights[oid] = as_int(need(o, "weight", p), f"{p}.weight", 0)
+    costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: as_int(v, f, 1))
+    averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: as_num(v, f, 0),
                            any_org=True)
     counts = {}  # the finished charts behind each average, where given (a declared duration's blend)
     for i, item in enumerate(d.get("averages", [])):
         if item.get("count") is not None:
-            counts[(item["org"], item["workflow"])] = _int(item["count"], f"averages[{i}].count", 0)
+            counts[(item["org"], item["workflow"])] = as_int(item["count"], f"averages[{i}].count", 0)
     expected: dict[str, float] = {}
-    for i, item in enumerate(_list(d.get("expected", []), "expected")):
+    for i, item in enumerate(as_list(d.get("expected", []), "expected")):
         p = f"expected[{i}]"
-        item = _obj(item, p)
-        wf = _str(_get(item, "workflow", p), f"{p}.workflow")
+        item = as_obj(item, p)
+        wf = as_str(need(item, "workflow", p), f"{p}.workflow")
         if wf in expected:
-            raise ScenarioError(f"{p}.workflow", f"duplicate workflow {_show(wf)}")
-        expected[wf] = _num(_get(item, "expected_s", p), f"{p}.expected_s", 0)
+            raise ScenarioError(f"{p}.workflow", f"duplicate workflow {show(wf)}")
+        expected[wf] = as_num(need(item, "expected_s", p), f"{p}.expected_s", 0)
     return budget, weights, costs, Durations(averages, default_avg, expected, counts)
 
 
@@ -192,25 +100,18 @@ def _pair_table(d: dict, key: str, field: str, noun: str, weights: dict, parse,
     ``any_org``: ``org`` may be null (an average over all orgs, scenario contract v2), but
     not together with a null ``workflow``."""
     table: dict = {}
-    for i, item in enumerate(_list(d.get(key, []), key)):
+    for i, item in enumerate(as_list(d.get(key, []), key)):
         p = f"{key}[{i}]"
-        item = _obj(item, p)
-        org = _get(item, "org", p)
-        org = None if org is None and any_org else _org(org, f"{p}.org", weights)
-        wf = _str(_get(item, "workflow", p), f"{p}.workflow", nullable=True)
+        item = as_obj(item, p)
+        org = need(item, "org", p)
+        org = None if org is None and any_org else known_org(org, f"{p}.org", weights)
+        wf = as_str(need(item, "workflow", p), f"{p}.workflow", nullable=True)
         if org is None and wf is None:
             raise ScenarioError(p, "org and workflow are both null (an average needs at least one)")
         if (org, wf) in table:
-            raise ScenarioError(p, f"duplicate {noun} of ({_show(org)}, {_show(wf)})")
-        table[(org, wf)] = parse(_get(item, field, p), f"{p}.{field}")
+            raise ScenarioError(p, f"duplicate {noun} of ({show(org)}, {show(wf)})")
+        table[(org, wf)] = parse(need(item, field, p), f"{p}.{field}")
     return table
-
-
-def _org(v: Any, path: str, weights: Mapping[str, int]) -> str:
-    v = _str(v, path)
-    if v not in weights:
-        raise ScenarioError(path, f"unknown org {_show(v)}")
-    return v
 
 
 def parse_scenario(d: Any) -> Scenario:
@@ -232,30 +133,30 @@ def parse_columns(d: Any, *, unique_ids: bool = True) -> tuple[Scenario, Columns
     (the scenario's ``queued`` left empty): what :func:`plan` reads, no object per chart.
     ``unique_ids=False``: plainly valid queued charts are not checked for a repeated id
     (:func:`plan` checks its output instead: one set of a million ids less)."""
-    d = _obj(d, "scenario")
-    now = parse_ts(_get(d, "now", ""), "now")
+    d = as_obj(d, "scenario")
+    now = parse_ts(need(d, "now", ""), "now")
     budget, weights, costs, durations = _parse_common(d)
     ids: set[str] = set()
 
     def new_id(v: Any, path: str) -> str:
-        v = _str(v, path)
+        v = as_str(v, path)
         if v in ids:
-            raise ScenarioError(path, f"duplicate id {_show(v)}")
+            raise ScenarioError(path, f"duplicate id {show(v)}")
         ids.add(v)
         return v
 
     running = []
-    for i, r in enumerate(_list(d.get("running", []), "running")):
+    for i, r in enumerate(as_list(d.get("running", []), "running")):
         p = f"running[{i}]"
-        r = _obj(r, p)
-        cid = new_id(_get(r, "id", p), f"{p}.id")
-        org = _org(_get(r, "org", p), f"{p}.org", weights)
-        wf = _str(_get(r, "workflow", p), f"{p}.workflow", nullable=True)
-        started = parse_ts(_get(r, "started_at", p), f"{p}.started_at")
+        r = as_obj(r, p)
+        cid = new_id(need(r, "id", p), f"{p}.id")
+        org = known_org(need(r, "org", p), f"{p}.org", weights)
+        wf = as_str(need(r, "workflow", p), f"{p}.workflow", nullable=True)
+        started = parse_ts(need(r, "started_at", p), f"{p}.started_at")
         cost = r.get("cost")
-        cost = costs.get((org, wf), 1) if cost is None else _int(cost, f"{p}.cost", 1)
+        cost = costs.get((org, wf), 1) if cost is None else as_int(cost, f"{p}.cost", 1)
         running.append(RunningChart(cid, org, wf, started, cost))
-    queued = _list(d.get("queued", []), "queued")
+    queued = as_list(d.get("queued", []), "queued")
     cols = _plain_columns(queued, weights, ids, unique_ids)
     if cols is None:  # every chart checked field by field: the first error, named
         cols = columns([_queued_chart(c, i, new_id, weights) for i, c in enumerate(queued)])
@@ -304,7 +205,7 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set,
                     and c.get("prioritized_at") is None and c.get("front_at") is None and c.get("round") is None):
                 continue
             try:
-                special[i] = _queued_chart(c, i, _str, weights)
+                special[i] = _queued_chart(c, i, as_str, weights)
             except ScenarioError:
                 return None
     return Columns(ids, orgs, wfs, list(map(_timestamp, dts)), special)
@@ -336,17 +237,17 @@ def _other_than(values: list, common, dense: int = 16) -> Iterable[int]:
 def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedChart:
     """``queued[i]``, every field checked (the slow path: errors name the field)."""
     p = f"queued[{i}]"
-    c = _obj(c, p)
-    cid = new_id(_get(c, "id", p), f"{p}.id")
-    org = _org(_get(c, "org", p), f"{p}.org", weights)
-    wf = _str(_get(c, "workflow", p), f"{p}.workflow", nullable=True)
-    created = parse_ts(_get(c, "created_at", p), f"{p}.created_at")
-    prio = _bool(c.get("priority", False), f"{p}.priority")
+    c = as_obj(c, p)
+    cid = new_id(need(c, "id", p), f"{p}.id")
+    org = known_org(need(c, "org", p), f"{p}.org", weights)
+    wf = as_str(need(c, "workflow", p), f"{p}.workflow", nullable=True)
+    created = parse_ts(need(c, "created_at", p), f"{p}.created_at")
+    prio = as_bool(c.get("priority", False), f"{p}.priority")
     pat = parse_ts(c.get("prioritized_at"), f"{p}.prioritized_at", nullable=True)
-    paused = _bool(c.get("paused", False), f"{p}.paused")
+    paused = as_bool(c.get("paused", False), f"{p}.paused")
     front = parse_ts(c.get("front_at"), f"{p}.front_at", nullable=True)
     rnd = c.get("round")
-    rnd = None if rnd is None else _int(rnd, f"{p}.round", 0)
+    rnd = None if rnd is None else as_int(rnd, f"{p}.round", 0)
     return QueuedChart(cid, org, wf, created, i, prio, pat, paused, front, rnd)
 
 
@@ -493,48 +394,48 @@ class Trace:
 
 def parse_trace(d: Any) -> Trace:
     """Validate a trace dict and convert it to core values."""
-    d = _obj(d, "trace")
+    d = as_obj(d, "trace")
     budget, weights, costs, durations = _parse_common(d)
-    eta_model = _str(d.get("eta_model", EtaModel.LANES.value), "eta_model")
+    eta_model = as_str(d.get("eta_model", EtaModel.LANES.value), "eta_model")
     if eta_model not in ETA_MODELS:
-        raise ScenarioError("eta_model", f"unknown ETA model {_show(eta_model)} "
+        raise ScenarioError("eta_model", f"unknown ETA model {show(eta_model)} "
                                          f"(expected one of {', '.join(ETA_MODELS)})")
     eta_model = EtaModel(eta_model)
     ids: set[str] = set()
     arrivals = []
-    for i, a in enumerate(_list(_get(d, "arrivals", ""), "arrivals")):
+    for i, a in enumerate(as_list(need(d, "arrivals", ""), "arrivals")):
         p = f"arrivals[{i}]"
-        a = _obj(a, p)
-        cid = _str(_get(a, "id", p), f"{p}.id")
+        a = as_obj(a, p)
+        cid = as_str(need(a, "id", p), f"{p}.id")
         if cid in ids:
-            raise ScenarioError(f"{p}.id", f"duplicate id {_show(cid)}")
+            raise ScenarioError(f"{p}.id", f"duplicate id {show(cid)}")
         ids.add(cid)
-        org = _org(_get(a, "org", p), f"{p}.org", weights)
-        wf = _str(_get(a, "workflow", p), f"{p}.workflow", nullable=True)
-        at = _num(_get(a, "at_s", p), f"{p}.at_s", 0)
-        actual = _num(_get(a, "actual_s", p), f"{p}.actual_s", 0)
-        prio = _bool(a.get("priority", False), f"{p}.priority")
+        org = known_org(need(a, "org", p), f"{p}.org", weights)
+        wf = as_str(need(a, "workflow", p), f"{p}.workflow", nullable=True)
+        at = as_num(need(a, "at_s", p), f"{p}.at_s", 0)
+        actual = as_num(need(a, "actual_s", p), f"{p}.actual_s", 0)
+        prio = as_bool(a.get("priority", False), f"{p}.priority")
         arrivals.append(Arrival(cid, org, wf, at, actual, prio))
     events = []
-    for i, e in enumerate(_list(d.get("events", []), "events")):
+    for i, e in enumerate(as_list(d.get("events", []), "events")):
         p = f"events[{i}]"
-        e = _obj(e, p)
-        at = _num(_get(e, "at_s", p), f"{p}.at_s", 0)
+        e = as_obj(e, p)
+        at = as_num(need(e, "at_s", p), f"{p}.at_s", 0)
         kinds = [k for k in ("set_weight", "set_budget", "pause", "resume") if k in e]
         if len(kinds) != 1:
             raise ScenarioError(p, "expected exactly one of set_weight, set_budget, pause, "
-                                   f"resume, got {_show(sorted(k for k in e if k != 'at_s'))}")
+                                   f"resume, got {show(sorted(k for k in e if k != 'at_s'))}")
         kind = kinds[0]
         v = e[kind]
         if kind == "set_weight":
-            sw = _obj(v, f"{p}.set_weight")
-            org = _org(_get(sw, "org", f"{p}.set_weight"), f"{p}.set_weight.org", weights)
-            w = _int(_get(sw, "weight", f"{p}.set_weight"), f"{p}.set_weight.weight", 0)
+            sw = as_obj(v, f"{p}.set_weight")
+            org = known_org(need(sw, "org", f"{p}.set_weight"), f"{p}.set_weight.org", weights)
+            w = as_int(need(sw, "weight", f"{p}.set_weight"), f"{p}.set_weight.weight", 0)
             events.append(Event(at, kind, org=org, value=w))
         elif kind == "set_budget":
-            events.append(Event(at, kind, value=_int(v, f"{p}.set_budget", 0)))
+            events.append(Event(at, kind, value=as_int(v, f"{p}.set_budget", 0)))
         else:
-            events.append(Event(at, kind, chart=_str(v, f"{p}.{kind}")))
+            events.append(Event(at, kind, chart=as_str(v, f"{p}.{kind}")))
     return Trace(budget, weights, costs, durations, arrivals, events, eta_model, parse_policies(d))
 
 
@@ -561,7 +462,7 @@ def simulate(trace: dict, policy: Policy | str = Policy.WRR) -> dict:
     of docs/scheduling.md plus a ``summary`` of per-org fairness figures and the
     ``eta_model`` the trace chose (``"lanes"``, default, or ``"forecast"``)."""
     if policy not in POLICIES:
-        raise ScenarioError("policy", f"unknown policy {_show(policy)} "
+        raise ScenarioError("policy", f"unknown policy {show(policy)} "
                                       f"(expected one of {', '.join(POLICIES)})")
     t = parse_trace(trace)
     r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights,

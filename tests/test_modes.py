@@ -10,7 +10,8 @@ from control import models as control_models
 from control.models import SchedulerSettings
 from scheduling import FairQueue
 from scheduling.modes import Dispatch, EtaModel, Policy, Share
-from scheduling.scenario import ScenarioError, simulate
+from scheduling.fields import ScenarioError
+from scheduling.scenario import simulate
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.store.rows import Config, OrgRow, World

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling import DECLARED_AS_N, Durations, EstimateSource
-from scheduling.scenario import ScenarioError, dump_scenario, parse_scenario, plan
+from scheduling.fields import ScenarioError
+from scheduling.scenario import dump_scenario, parse_scenario, plan
 from scheduling.lanes import SOURCES
 
 ORGS = ["a", "b"]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scheduling import Durations, FairQueue, QueuedChart
 from scheduling.forecast import Forecaster, ForecastParams
 from scheduling.simulator import Arrival, Event, simulate
-from scheduling.scenario import ScenarioError
+from scheduling.fields import ScenarioError
 from scheduling.scenario import simulate as simulate_json
 
 

@@ -427,7 +427,8 @@ def test_the_backfill_example_of_the_docs():
     ("quantum_s", "600", "quantum_s: expected a number"),
 ])
 def test_a_bad_policy_is_refused_naming_the_field(field, value, needle):
-    from scheduling.scenario import ScenarioError, plan, simulate
+    from scheduling.fields import ScenarioError
+    from scheduling.scenario import plan, simulate
     s = {**_example("work_example"), field: value}
     with pytest.raises(ScenarioError) as e:
         plan(s)

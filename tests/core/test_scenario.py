@@ -7,7 +7,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scheduling.scenario import ScenarioError, parse_scenario, plan, simulate
+from scheduling.fields import ScenarioError
+from scheduling.scenario import parse_scenario, plan, simulate
 
 from .helpers import NOW, seed_scenario
 
@@ -205,14 +206,14 @@ _chart = st.one_of(
 
 def _slow_only(d: dict):
     """parse_scenario with every queued chart through the field-by-field checks."""
-    from scheduling import scenario as sc
+    from scheduling import fields, scenario as sc
 
     ids: set[str] = set()
 
     def new_id(v, path):
-        v = sc._str(v, path)
+        v = fields.as_str(v, path)
         if v in ids:
-            raise sc.ScenarioError(path, f"duplicate id {sc._show(v)}")
+            raise fields.ScenarioError(path, f"duplicate id {fields.show(v)}")
         ids.add(v)
         return v
 

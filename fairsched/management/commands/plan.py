@@ -20,7 +20,8 @@ from fairsched.engine.planner import plan_budget
 from fairsched.engine.reader import read_state
 from fairsched.engine.reader import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
-from scheduling.scenario import ScenarioError, parse_scenario, plan_scenario, plan_to_json
+from scheduling.fields import ScenarioError
+from scheduling.scenario import parse_scenario, plan_scenario, plan_to_json
 
 
 def read_json(path: str | None, stdin=None) -> object:

@@ -8,7 +8,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.management.commands.plan import read_json
-from scheduling.scenario import ScenarioError, simulate
+from scheduling.fields import ScenarioError
+from scheduling.scenario import simulate
 from scheduling.modes import Dispatch, Policy, Share
 from scheduling.simulator import POLICIES
 
