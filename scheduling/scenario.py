@@ -19,6 +19,7 @@ import scheduling as core
 from scheduling import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
 from scheduling.fields import (ScenarioError, as_bool, as_int, as_list, as_num, as_obj, as_str, known_org,
                                need, parse_ts, show, to_iso)
+from scheduling import pool_scenario as pooled
 from scheduling.modes import Dispatch, EtaModel, Policy, Share
 from scheduling.plan import Columns, columns, gc_paused
 from scheduling.share import DEFAULT_QUANTUM_S
@@ -76,7 +77,8 @@ def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
         if oid in weights:
             raise ScenarioError(f"{p}.id", f"duplicate org {show(oid)}")
         weights[oid] = as_int(need(o, "weight", p), f"{p}.weight", 0)
-    costs = _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: as_int(v, f, 1))
+    # version 3's costs may draw on pools: scheduling.pool_scenario reads them (plan and simulate)
+    costs = {} if pooled.is_pooled(d) else _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: as_int(v, f, 1))
     averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: as_num(v, f, 0),
                            any_org=True)
     counts = {}  # the finished charts behind each average, where given (a declared duration's blend)
@@ -304,6 +306,8 @@ def plan(scenario: dict) -> dict:
     (at 1M charts that made the plan 27x the 100k time, not ~12x); what it returns then
     leaves the young generation at once (``gc_paused(age_out=True)``). Without policies the
     charts go from the dict to the plan as columns (no object per chart)."""
+    if pooled.is_pooled(scenario):
+        return _plan_pooled(scenario)
     with gc_paused(age_out=True):
         try:
             s, cols = parse_columns(scenario, unique_ids=False)  # ids: checked on the plan below
@@ -322,6 +326,17 @@ def plan(scenario: dict) -> dict:
             return plan_to_json(p, s.weights, copy=False)
         parse_columns(scenario)  # raises the repeated id's error
         raise AssertionError("a repeated id the checked parse did not refuse")
+
+
+def _plan_pooled(scenario: dict) -> dict:
+    """The plan of a scenario of version 3 (pools, costs drawing on them, limits):
+    :func:`scheduling.pool_scenario.plan`, every field checked first."""
+    s, cols = parse_columns(scenario)
+    pools = pooled.parse_pools(scenario, s.weights, s.budget)
+    run_demand = pooled.running_demands(scenario, s.running, pools)
+    with gc_paused(age_out=True):
+        return pooled.plan(cols, charts(cols), s.running, run_demand, pools, weights=s.weights,
+                           estimate=s.durations, now=s.now, policies=s.policies)
 
 
 def _ids_unique(out: dict, p: Plan, running: Sequence[RunningChart]) -> bool:

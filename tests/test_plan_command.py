@@ -98,3 +98,17 @@ def test_held_and_paused_orgs_have_no_clear_time_in_json_and_table(tmp_path):
     assert p["org_unplanned"] == {"H": 1, "P": 1}
     table = run("plan", "--table", str(f)).stdout
     assert "H            no ETA  (1 held, paused or blocked)" in table
+
+
+def test_a_scenario_with_pools_prints_its_pools_and_a_bad_pool_exits_2(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "pools_example.json"
+    r = run("plan", str(example))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["waiting"]["A2"] == {"reason": "pool", "pool": "gpu"}
+    bad = json.loads(example.read_text())
+    bad["costs"][0]["pools"] = {"tpu": 1}
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(bad))
+    r = run("plan", str(f), subprocess=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["CommandError: costs[0].pools.tpu: unknown pool 'tpu'"]

@@ -21,7 +21,8 @@ from fairsched.engine.reader import read_state
 from fairsched.engine.reader import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
 from scheduling.fields import ScenarioError
-from scheduling.scenario import parse_scenario, plan_scenario, plan_to_json
+from scheduling.pool_scenario import is_pooled
+from scheduling.scenario import parse_scenario, plan as plan_json, plan_scenario, plan_to_json
 
 
 def read_json(path: str | None, stdin=None) -> object:
@@ -146,7 +147,12 @@ class Command(BaseCommand):
                 scenario = live_scenario()
             else:
                 scenario = read_json(opts["file"], self.stdin if hasattr(self, "stdin") else None)
-            if opts["table"]:
+            if is_pooled(scenario) and not opts["live"]:
+                if opts["table"]:
+                    raise CommandError("--table: a scenario with pools is printed as JSON (leave out --table)",
+                                       returncode=2)
+                self.stdout.write(json.dumps(plan_json(scenario), indent=2))
+            elif opts["table"]:
                 self.stdout.write(render_table(scenario, live=opts["live"]))
             else:
                 s = parse_scenario(scenario)

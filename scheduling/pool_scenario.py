@@ -1,0 +1,188 @@
+"""The contract's version 3 (docs/scheduling.md, "Pools: capacity is several things"):
+the optional scenario keys ``pools``, ``costs[].pools`` and ``limits``, read into a
+:class:`~scheduling.pools.Pools`, and the plan of a scenario that has any of them.
+
+A scenario without them is version 2 and never comes here (its output is byte-identical
+to what it was); :func:`is_pooled` tells which.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import scheduling as core
+from scheduling import FairQueue, Plan, QueuedChart, RunningChart
+from scheduling.fields import ScenarioError, as_int, as_list, as_obj, as_str, known_org, need, show
+from scheduling.lanes import Durations
+from scheduling.modes import Dispatch
+from scheduling.plan import Columns
+from scheduling.pools import DEFAULT_POOL, Demand, Limit, Pools, RunningUse, Usage, demand_of, dispatch_walk, pool_etas
+
+
+def is_pooled(d: Any) -> bool:
+    """True if the scenario or trace dict uses a key of version 3."""
+    if not isinstance(d, dict):
+        return False
+    if "pools" in d or "limits" in d:
+        return True
+    costs = d.get("costs")
+    return isinstance(costs, list) and any(isinstance(c, dict) and "pools" in c for c in costs)
+
+
+def parse_pools(d: Mapping, weights: Mapping[str, int], budget: int) -> Pools:
+    """The pools (``default`` of capacity ``budget`` first), each pair's demand and the
+    limits, every field checked: an unknown pool or org names its field."""
+    capacity = {DEFAULT_POOL: budget}
+    for i, p in enumerate(as_list(d.get("pools", []), "pools")):
+        path = f"pools[{i}]"
+        p = as_obj(p, path)
+        pid = as_str(need(p, "id", path), f"{path}.id")
+        if pid == DEFAULT_POOL:
+            raise ScenarioError(f"{path}.id", "'default' is the budget's pool: set its capacity with \"budget\"")
+        if not pid:
+            raise ScenarioError(f"{path}.id", "must not be empty")
+        if pid in capacity:
+            raise ScenarioError(f"{path}.id", f"duplicate pool {show(pid)}")
+        capacity[pid] = as_int(need(p, "capacity", path), f"{path}.capacity", 0)
+    return Pools(capacity, _demands(d, weights, capacity), _limits(d, weights, capacity))
+
+
+def _units(v: Any, path: str, capacity: Mapping[str, int]) -> Demand:
+    units = as_obj(v, path)
+    if not units:
+        raise ScenarioError(path, "expected at least one pool")
+    for p, u in units.items():
+        if p not in capacity:
+            raise ScenarioError(f"{path}.{p}", f"unknown pool {show(p)}")
+        as_int(u, f"{path}.{p}", 1)
+    return demand_of(units)
+
+
+def _demands(d: Mapping, weights: Mapping[str, int], capacity: Mapping[str, int]) -> dict:
+    demands: dict = {}
+    for i, c in enumerate(as_list(d.get("costs", []), "costs")):
+        path = f"costs[{i}]"
+        c = as_obj(c, path)
+        org = known_org(need(c, "org", path), f"{path}.org", weights)
+        wf = as_str(need(c, "workflow", path), f"{path}.workflow", nullable=True)
+        if ("cost" in c) == ("pools" in c):
+            raise ScenarioError(path, "expected exactly one of cost, pools")
+        if (org, wf) in demands:
+            raise ScenarioError(path, f"duplicate cost of ({show(org)}, {show(wf)})")
+        if "pools" in c:
+            demands[(org, wf)] = _units(c["pools"], f"{path}.pools", capacity)
+        else:
+            demands[(org, wf)] = ((DEFAULT_POOL, as_int(c["cost"], f"{path}.cost", 1)),)
+    return demands
+
+
+def _limits(d: Mapping, weights: Mapping[str, int], capacity: Mapping[str, int]) -> dict:
+    limits: dict = {}
+    for i, item in enumerate(as_list(d.get("limits", []), "limits")):
+        path = f"limits[{i}]"
+        item = as_obj(item, path)
+        org = known_org(need(item, "org", path), f"{path}.org", weights)
+        pool = as_str(need(item, "pool", path), f"{path}.pool")
+        if pool not in capacity:
+            raise ScenarioError(f"{path}.pool", f"unknown pool {show(pool)}")
+        if (org, pool) in limits:
+            raise ScenarioError(path, f"duplicate limit of ({show(org)}, {show(pool)})")
+        mx = item.get("max")
+        mx = None if mx is None else as_int(mx, f"{path}.max", 0)
+        mn = as_int(item.get("min", 0), f"{path}.min", 0)
+        if mx is None and "min" not in item:
+            raise ScenarioError(path, "expected max, min or both")
+        if mx is not None and mn > mx:
+            raise ScenarioError(f"{path}.min", f"must be <= max ({mx}), got {mn}")
+        limits[(org, pool)] = Limit(mx, mn)
+    return limits
+
+
+def running_demands(d: Mapping, running: Sequence[RunningChart], pools: Pools) -> list[Demand]:
+    """Each running chart's demand: its own ``pools`` (checked), its ``cost`` (in
+    ``default``), else its pair's."""
+    out = []
+    for i, (r, raw) in enumerate(zip(running, d.get("running", []))):
+        if "pools" in raw:
+            out.append(_units(raw["pools"], f"running[{i}].pools", pools.capacity))
+        elif raw.get("cost") is not None:
+            out.append(((DEFAULT_POOL, r.cost),))
+        else:
+            out.append(pools.demand(r.org, r.workflow))
+    return out
+
+
+# --------------------------------------------------------------------- plan
+def order_of(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[RunningChart], pools: Pools, *,
+             weights: Mapping[str, int], estimate: Durations, now: float, policies: dict | None) -> Plan:
+    """The fair order, held, paused and blocked charts of the backlog, as version 2 gives
+    them, with "blocked" meaning a chart that can never start under the pools
+    (:meth:`Pools.never`). Its dispatch and ETAs are not the pools' (see :func:`plan`)."""
+    pairs = set(zip(cols.orgs, cols.workflows)) | {(c.org, c.workflow) for c in cols.special.values()}
+    costs = {pr: 2 if pools.never(pr[0], pools.demand(*pr)) else 1 for pr in pairs}
+    if policies is None:
+        return core.plan(cols, running, budget=1, weights=weights, costs=costs, estimate=estimate, now=now)
+    if policies["dispatch"] is Dispatch.BACKFILL:
+        raise ScenarioError("dispatch", "backfill is not defined with pools yet (use strict)")
+    q = FairQueue.from_backlog(list(queued), budget=1, weights=weights, costs=costs, estimate=estimate, **policies)
+    return q.plan(running, now, estimate)
+
+
+def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[RunningChart], run_demand: Sequence[Demand],
+         pools: Pools, *, weights: Mapping[str, int], estimate: Durations, now: float,
+         policies: dict | None) -> dict:
+    """The plan of a pooled scenario as the contract's JSON (version 2's keys, plus
+    ``pools`` and ``waiting``; docs/scheduling.md)."""
+    base = order_of(cols, queued, running, pools, weights=weights, estimate=estimate, now=now, policies=policies)
+    where = {cid: i for i, cid in enumerate(cols.ids)}
+    for i, c in cols.special.items():
+        where[c.id] = i
+    order = list(base.order)
+    pair = [(cols.orgs[where[cid]], cols.workflows[where[cid]]) for cid in order]
+    dem = [pools.demand(o, wf) for o, wf in pair]
+    use = Usage()
+    for r, d in zip(running, run_demand):
+        use.take(r.org, d)
+    in_use = dict(use.pool)
+    started, waits = dispatch_walk([(o, d) for (o, _), d in zip(pair, dem)], pools, use, whole=True)
+    rem = [max(0.0, r.started_at + estimate(r.org, r.workflow) - now) for r in running]
+    starts, fins = pool_etas([(o, d, float(estimate(o, wf))) for (o, wf), d in zip(pair, dem)],
+                             [RunningUse(r.org, d, x) for r, d, x in zip(running, run_demand, rem)], pools)
+    etas = {r.id: {"start_s": 0.0, "finish_s": x} for r, x in zip(running, rem)}
+    etas.update((cid, {"start_s": s, "finish_s": f}) for cid, s, f in zip(order, starts, fins))
+    org_clear = dict.fromkeys(weights, 0.0)
+    for r, x in zip(running, rem):
+        org_clear[r.org] = max(org_clear[r.org], x)
+    for (o, _), f in zip(pair, fins):
+        org_clear[o] = max(org_clear[o], f)
+    planned = {r.org for r in running} | {o for o, _ in pair}
+    for o in base.org_unplanned:  # version 2's rule (plan.unplanned_clear): unplanned and nothing planned
+        if o not in planned:
+            org_clear[o] = None
+    waiting = {order[i]: {"reason": w.reason, "pool": w.pool} for i, w in sorted(waits.items())}
+    for cid in base.blocked:
+        c = where[cid]
+        w = pools.never(cols.orgs[c], pools.demand(cols.orgs[c], cols.workflows[c]))
+        waiting[cid] = {"reason": w.reason, "pool": w.pool}
+    blocked_by = {}
+    for i, w in sorted(waits.items()):
+        if w.reason == "pool":
+            for p, _ in dem[i]:
+                blocked_by.setdefault(p, order[i])
+    starting: dict = {}
+    for i in started:
+        for p, u in dem[i]:
+            starting[p] = starting.get(p, 0) + u
+    return {
+        "order": order,
+        "dispatch": [order[i] for i in started],
+        "held": list(base.held),
+        "paused": list(base.paused),
+        "blocked": list(base.blocked),
+        "etas": etas,
+        "org_clear_s": org_clear,
+        "org_unplanned": dict(base.org_unplanned),
+        "clear_s": max([0.0, *rem, *fins]),
+        "pools": {p: {"capacity": cap, "in_use": in_use.get(p, 0), "starting": starting.get(p, 0),
+                      "blocked_by": blocked_by.get(p)} for p, cap in pools.capacity.items()},
+        "waiting": waiting,
+    }
