@@ -10,7 +10,7 @@ import gc
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain, compress, count, filterfalse, repeat
+from itertools import chain, compress, count, repeat
 from operator import attrgetter, call, floordiv, itemgetter
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -291,13 +291,12 @@ def _classified(orgs: list, workflows: list, special: Mapping[int, QueuedChart],
         kind_of[i] = _PRIO if st == ORDERED and c.priority else st
     if all(st == ORDERED for st in state.values()):  # only the special charts are anything else
         groups: dict = {}
+        keep = bytearray(b"\x01") * n if special else None  # 0: a special chart outside the normal tier
         for i, kind in kind_of.items():
-            groups.setdefault(kind, []).append(i)
-        normal = list(filterfalse(special.__contains__, range(n))) if special else list(range(n))
-        if ORDERED in groups:
-            normal += groups[ORDERED]
-            normal.sort()
-        groups[ORDERED] = normal
+            if kind != ORDERED:
+                groups.setdefault(kind, []).append(i)
+                keep[i] = 0
+        groups[ORDERED] = list(compress(range(n), keep)) if groups else list(range(n))
         return groups, info, chart_cost_est
     kinds = list(map(state.__getitem__, zip(orgs, workflows)))
     for i, kind in kind_of.items():
