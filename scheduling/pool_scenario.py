@@ -149,21 +149,40 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
                              [RunningUse(r.org, d, x) for r, d, x in zip(running, run_demand, rem)], pools)
     etas = {r.id: {"start_s": 0.0, "finish_s": x} for r, x in zip(running, rem)}
     etas.update((cid, {"start_s": s, "finish_s": f}) for cid, s, f in zip(order, starts, fins))
+    return {
+        "order": order,
+        "dispatch": [order[i] for i in started],
+        "held": list(base.held),
+        "paused": list(base.paused),
+        "blocked": list(base.blocked),
+        "etas": etas,
+        "org_clear_s": _org_clear(weights, running, rem, pair, fins, base.org_unplanned),
+        "org_unplanned": dict(base.org_unplanned),
+        "clear_s": max([0.0, *rem, *fins]),
+        "pools": _pool_rows(pools, in_use, order, dem, started, waits),
+        "waiting": _waiting(order, waits, base.blocked, cols, where, pools),
+    }
+
+
+def _org_clear(weights, running, rem, pair, fins, unplanned) -> dict:
+    """Each org's last finish; None for an org with unplanned charts and nothing planned
+    (version 2's rule, :func:`scheduling.plan.unplanned_clear`)."""
     org_clear = dict.fromkeys(weights, 0.0)
     for r, x in zip(running, rem):
         org_clear[r.org] = max(org_clear[r.org], x)
     for (o, _), f in zip(pair, fins):
         org_clear[o] = max(org_clear[o], f)
     planned = {r.org for r in running} | {o for o, _ in pair}
-    for o in base.org_unplanned:  # version 2's rule (plan.unplanned_clear): unplanned and nothing planned
+    for o in unplanned:
         if o not in planned:
             org_clear[o] = None
-    waiting = {order[i]: {"reason": w.reason, "pool": w.pool} for i, w in sorted(waits.items())}
-    for cid in base.blocked:
-        c = where[cid]
-        w = pools.never(cols.orgs[c], pools.demand(cols.orgs[c], cols.workflows[c]))
-        waiting[cid] = {"reason": w.reason, "pool": w.pool}
-    blocked_by = {}
+    return org_clear
+
+
+def _pool_rows(pools: Pools, in_use: dict, order: list, dem: list, started: list, waits: dict) -> dict:
+    """Per pool: its capacity, the units in use by running charts, the units the dispatch
+    starts, and the first chart that waits for it (``blocked_by``)."""
+    blocked_by: dict = {}
     for i, w in sorted(waits.items()):
         if w.reason == "pool":
             for p, _ in dem[i]:
@@ -172,17 +191,16 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
     for i in started:
         for p, u in dem[i]:
             starting[p] = starting.get(p, 0) + u
-    return {
-        "order": order,
-        "dispatch": [order[i] for i in started],
-        "held": list(base.held),
-        "paused": list(base.paused),
-        "blocked": list(base.blocked),
-        "etas": etas,
-        "org_clear_s": org_clear,
-        "org_unplanned": dict(base.org_unplanned),
-        "clear_s": max([0.0, *rem, *fins]),
-        "pools": {p: {"capacity": cap, "in_use": in_use.get(p, 0), "starting": starting.get(p, 0),
-                      "blocked_by": blocked_by.get(p)} for p, cap in pools.capacity.items()},
-        "waiting": waiting,
-    }
+    return {p: {"capacity": cap, "in_use": in_use.get(p, 0), "starting": starting.get(p, 0),
+                "blocked_by": blocked_by.get(p)} for p, cap in pools.capacity.items()}
+
+
+def _waiting(order: list, waits: dict, blocked: Sequence[str], cols: Columns, where: dict, pools: Pools) -> dict:
+    """Why each chart of the order that does not start now waits, and why each blocked
+    chart never starts."""
+    waiting = {order[i]: {"reason": w.reason, "pool": w.pool} for i, w in sorted(waits.items())}
+    for cid in blocked:
+        org = cols.orgs[where[cid]]
+        w = pools.never(org, pools.demand(org, cols.workflows[where[cid]]))
+        waiting[cid] = {"reason": w.reason, "pool": w.pool}
+    return waiting

@@ -209,9 +209,7 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
     waits: dict[int, Wait] = {}
     if any(lim.min for lim in pools.limits.values()):
         charts = list(charts)
-        for i, (org, d) in enumerate(charts):
-            if w.all_blocked:
-                break
+        for i, (org, d) in enumerate(charts):  # the whole order: a ceiling met here holds in the next pass
             if w.below_min(org, d):
                 why = w.step(org, d)
                 if why is None:

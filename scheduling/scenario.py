@@ -24,7 +24,7 @@ from scheduling.modes import Dispatch, EtaModel, Policy, Share
 from scheduling.plan import Columns, columns, gc_paused
 from scheduling.share import DEFAULT_QUANTUM_S
 from scheduling.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
-from scheduling.simulator import simulate as core_simulate
+from scheduling.simulator import simulate as core_simulate, simulate_pools
 
 __all__ = [
     "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
@@ -436,9 +436,9 @@ def parse_trace(d: Any) -> Trace:
         p = f"events[{i}]"
         e = as_obj(e, p)
         at = as_num(need(e, "at_s", p), f"{p}.at_s", 0)
-        kinds = [k for k in ("set_weight", "set_budget", "pause", "resume") if k in e]
+        kinds = [k for k in ("set_weight", "set_budget", "set_pool", "pause", "resume") if k in e]
         if len(kinds) != 1:
-            raise ScenarioError(p, "expected exactly one of set_weight, set_budget, pause, "
+            raise ScenarioError(p, "expected exactly one of set_weight, set_budget, set_pool, pause, "
                                    f"resume, got {show(sorted(k for k in e if k != 'at_s'))}")
         kind = kinds[0]
         v = e[kind]
@@ -449,6 +449,11 @@ def parse_trace(d: Any) -> Trace:
             events.append(Event(at, kind, org=org, value=w))
         elif kind == "set_budget":
             events.append(Event(at, kind, value=as_int(v, f"{p}.set_budget", 0)))
+        elif kind == "set_pool":  # version 3: {"pool": "llm", "capacity": 4} (pool checked by simulate)
+            sp = as_obj(v, f"{p}.set_pool")
+            pool = as_str(need(sp, "pool", f"{p}.set_pool"), f"{p}.set_pool.pool")
+            events.append(Event(at, kind, org=pool, value=as_int(need(sp, "capacity", f"{p}.set_pool"),
+                                                                  f"{p}.set_pool.capacity", 0)))
         else:
             events.append(Event(at, kind, chart=as_str(v, f"{p}.{kind}")))
     return Trace(budget, weights, costs, durations, arrivals, events, eta_model, parse_policies(d))
@@ -480,7 +485,31 @@ def simulate(trace: dict, policy: Policy | str = Policy.WRR) -> dict:
         raise ScenarioError("policy", f"unknown policy {show(policy)} "
                                       f"(expected one of {', '.join(POLICIES)})")
     t = parse_trace(trace)
+    if pooled.is_pooled(trace):
+        return _simulate_pooled(trace, t, policy)
     r = core_simulate(t.arrivals, t.events, budget=t.budget, weights=t.weights,
                       costs=t.costs, estimate=t.durations, policy=policy, eta_model=t.eta_model,
                       **(t.policies or {}))
     return _with_policies(sim_to_json(r), t.policies)
+
+
+def _simulate_pooled(trace: dict, t: Trace, policy: Policy | str) -> dict:
+    """A trace of version 3 (docs/scheduling.md, "Pools"): the fair order under the pools,
+    each chart's ``pools`` (what it draws on) and each pool's peak in use in the summary."""
+    if Policy(policy) is not Policy.WRR:
+        raise ScenarioError("policy", f"only wrr is defined with pools, got {show(str(Policy(policy).value))}")
+    if t.eta_model is not EtaModel.LANES:
+        raise ScenarioError("eta_model", "only lanes is defined with pools yet")
+    pools = pooled.parse_pools(trace, t.weights, t.budget)
+    pol = t.policies or {}
+    if pol.get("dispatch", Dispatch.STRICT) is not Dispatch.STRICT:
+        raise ScenarioError("dispatch", "backfill is not defined with pools yet (use strict)")
+    for i, ev in enumerate(t.events):
+        if ev.kind == "set_pool" and (ev.org not in pools.capacity or ev.org == "default"):
+            raise ScenarioError(f"events[{i}].set_pool.pool", f"unknown pool {show(ev.org)}")
+    r = simulate_pools(t.arrivals, t.events, pools=pools, weights=t.weights, estimate=t.durations,
+                       **{k: v for k, v in pol.items() if k in ("share", "quantum_s")})
+    out = sim_to_json(r)
+    for c, a in zip(out["charts"], t.arrivals):
+        c["pools"] = dict(pools.demand(a.org, a.workflow))
+    return _with_policies(out, t.policies)

@@ -24,11 +24,12 @@ from .reserve import DEFAULT_DEPTH
 from .rules import ORDERED, head_of_line, is_held
 from .share import DEFAULT_QUANTUM_S
 from .lanes import Durations
+from .pools import DEFAULT_POOL, Pools, RunningUse, Usage, dispatch_walk, pool_etas
 from .types import QueuedChart, RunningChart
 
 POLICIES = tuple(p.value for p in Policy)
 _cost = itemgetter(1)
-EVENT_KINDS = ("set_weight", "set_budget", "pause", "resume")
+EVENT_KINDS = ("set_weight", "set_budget", "set_pool", "pause", "resume")
 ETA_MODELS = tuple(m.value for m in EtaModel)
 
 
@@ -471,3 +472,110 @@ def policy_figures(charts: Sequence[SimChart], arrivals: Sequence[Arrival], cost
         out["budget_jain"] = jain(ratios)
     out["policy_orgs"] = per
     return out
+
+
+# ------------------------------------------------------------------ pools
+def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *, pools: Pools,
+                   weights: Mapping[str, int], estimate: Callable[[str, str | None], float] = Durations(),
+                   share: Share | str = Share.CHARTS, quantum_s: float = DEFAULT_QUANTUM_S) -> SimResult:
+    """:func:`simulate` with capacity pools (docs/scheduling.md, "Pools"): the order is the
+    same :class:`FairQueue`'s, dispatch is :func:`.pools.dispatch_walk` and the ETA at
+    arrival :func:`.pools.pool_etas`. ``set_budget`` sets the pool ``default``, ``set_pool``
+    (``org`` the pool, ``value`` its capacity) another. The summary adds each pool's
+    capacity at the end and its peak units in use (``pools``)."""
+    sim = _PoolSim(arrivals, events, pools=pools, weights=weights, estimate=estimate, share=share,
+                   quantum_s=quantum_s)
+    while True:
+        t = sim.next_instant()
+        if t is None:
+            break
+        sim.finish(t)
+        sim.apply_events(t)
+        arrived = sim.arrive(t)
+        sim.dispatch(t)
+        sim.eta_at_arrival(t, arrived)
+    charts = [SimChart(a.id, a.org, float(a.at_s), sim.start.get(a.id), sim.finish_at.get(a.id),
+                       sim.eta.get(a.id)) for a in arrivals]
+    summary = summarize(charts, dict(weights), sim.entitled, sim.contended_starts)
+    summary["pools"] = {p: {"capacity": c, "peak_in_use": sim.peak.get(p, 0)} for p, c in pools.capacity.items()}
+    return SimResult(Policy.WRR, charts, summary, EtaModel.LANES)
+
+
+class _PoolSim(_Sim):
+    """A :func:`simulate_pools` run: the queue orders (its budget 1, a pair's cost 2 when
+    it can never start under the pools: blocked), the pools decide what starts."""
+
+    def __init__(self, arrivals, events, *, pools: Pools, weights, estimate, share, quantum_s) -> None:
+        self.pools = Pools(dict(pools.capacity), dict(pools.demands), dict(pools.limits))
+        self.pairs = sorted({(a.org, a.workflow) for a in arrivals}, key=repr)
+        super().__init__(arrivals, events, budget=1, weights=weights, costs=self._fake_costs(), estimate=estimate,
+                         policy=Policy.WRR, forecaster=None, share=share, quantum_s=quantum_s)
+        self.q.out_of_order = True
+        self.use = Usage()
+        self.peak: dict[str, int] = {}
+        self.demand: dict[str, tuple] = {}
+
+    def _fake_costs(self) -> dict:
+        p = self.pools
+        return {pr: 2 if p.never(pr[0], p.demand(*pr)) else 1 for pr in self.pairs}
+
+    def finish(self, t: float) -> None:
+        while self.finishing and self.finishing[0][0] <= t:
+            _, _, cid = heappop(self.finishing)
+            r = self.running.pop(cid)
+            self.use.take(r.org, self.demand[cid], -1)
+
+    def apply_events(self, t: float) -> None:
+        events, ev_order = self.events, self.ev_order
+        while self.ei < len(ev_order) and events[ev_order[self.ei]].at_s <= t:
+            ev = events[ev_order[self.ei]]
+            self.ei += 1
+            if ev.kind in ("set_budget", "set_pool"):
+                self.pools.capacity[DEFAULT_POOL if ev.kind == "set_budget" else ev.org] = ev.value
+                for pr, c in self._fake_costs().items():
+                    if self.q.cost_of(*pr) != c:
+                        self.q.set_cost(pr[0], pr[1], c)
+            elif ev.kind == "set_weight":
+                self.weights[ev.org] = ev.value
+                self.q.set_weight(ev.org, ev.value)
+            elif ev.kind == "pause":
+                self.q.pause(ev.chart)
+            else:
+                self.q.resume(ev.chart)
+
+    def dispatch(self, t: float) -> None:
+        q, by_id, pools = self.q, self.by_id, self.pools
+        ids = q.order()
+        demand = {o: q.ordered_count(o) for o in self.weights if q.ordered_count(o)}
+        started, _ = dispatch_walk([(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow)) for c in ids],
+                                   pools, self.use)
+        charts = q.dispatch_ids([ids[i] for i in started])
+        if charts and demand:
+            self._entitle(charts, demand)
+        for c in charts:
+            self.demand[c.id] = pools.demand(c.org, c.workflow)
+            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, 1)
+            self.start[c.id] = float(t)
+            fin = self.finish_at[c.id] = float(t) + by_id[c.id].actual_s
+            self.tie += 1
+            heappush(self.finishing, (fin, self.tie, c.id))
+        for p, u in self.use.pool.items():
+            if u > self.peak.get(p, 0):
+                self.peak[p] = u
+
+    def eta_at_arrival(self, t: float, arrived: list[str]) -> None:
+        want = [c for c in arrived if c in self.running or self.q.state_of(c) == ORDERED]
+        if not want:
+            return
+        ids, by_id, pools, est = self.q.order(), self.by_id, self.pools, self.estimate
+        order = [(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow),
+                  float(est(by_id[c].org, by_id[c].workflow))) for c in ids]
+        run = [RunningUse(r.org, self.demand[r.id], r.started_at + est(r.org, r.workflow) - t)
+               for r in self.running.values()]
+        _, fins = pool_etas(order, run, pools)
+        fin_of = dict(zip(ids, fins))
+        for r, u in zip(self.running.values(), run):
+            fin_of[r.id] = max(0.0, u.remaining_s)
+        for c in want:
+            if fin_of.get(c) is not None:
+                self.eta[c] = fin_of[c] + t

@@ -188,7 +188,7 @@ class QueueDispatch:
             return
         if head is not None:
             self._head = head
-        elif self.dispatch_policy is Dispatch.BACKFILL:
+        elif self.dispatch_policy is Dispatch.BACKFILL or self.out_of_order:
             m = self._next_normal_round()
             h = r if r < m else m
             if h > self._head:

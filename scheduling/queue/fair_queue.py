@@ -121,6 +121,9 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         self.gone_log: list[tuple[str, int | None]] | None = None  # (org, round) of each chart gone
         self.touched_log: list[tuple[str, int | None]] | None = None  # (org, round) of each
         self.reranked_log: set[str] | None = None  # orgs re-ranked
+        # Set by a caller that starts charts other than the head's (pools, scheduling.pools:
+        # dispatch_ids): head then moves as under backfill, never past a round still waiting.
+        self.out_of_order = False
 
     # ----------------------------------------------------------- construction
     @classmethod

@@ -83,3 +83,54 @@ def test_bad_input_names_the_field(change, message):
     with pytest.raises(ScenarioError) as e:
         plan(s)
     assert str(e.value).startswith(message)
+
+
+def _trace(arrivals, **extra) -> dict:
+    return {"budget": 3, "orgs": [{"id": "a", "weight": 2}, {"id": "b", "weight": 1}, {"id": "c", "weight": 1}],
+            "costs": [{"org": "a", "workflow": "x", "cost": 2}], "default_avg_s": 60,
+            "arrivals": [{"id": f"c{i}", "org": o, "workflow": wf, "at_s": at, "actual_s": d}
+                         for i, (o, wf, at, d) in enumerate(arrivals)], **extra}
+
+
+arrival_lists = st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["x", "y"]), st.integers(0, 200),
+                                   st.sampled_from([10, 60, 90])), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrival_lists)
+def test_simulate_version_2_is_one_pool(arrivals):
+    from scheduling.scenario import simulate
+    v2 = simulate(_trace(arrivals))
+    v3 = simulate(_trace(arrivals, pools=[]))
+    strip = [{k: v for k, v in c.items() if k != "pools"} for c in v3["charts"]]
+    assert strip == v2["charts"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrival_lists, st.integers(0, 3), st.integers(1, 3))
+def test_simulate_never_goes_past_a_pool_or_a_ceiling(arrivals, gpu_at_100, a_max):
+    """Three pools, a ceiling and a capacity change mid-run: at every start, each pool the
+    chart draws on has its units in use, the chart's included (by the simulated start and
+    finish times), within its capacity then, and a's within its ceiling in llm. (A pool
+    lowered under running work stops nothing: it is over until they finish, and nothing
+    that draws on it starts meanwhile.)"""
+    from scheduling.scenario import simulate
+    t = _trace(arrivals, pools=[{"id": "llm", "capacity": 3}, {"id": "gpu", "capacity": 2}],
+               limits=[{"org": "a", "pool": "llm", "max": a_max}],
+               events=[{"at_s": 100, "set_pool": {"pool": "gpu", "capacity": gpu_at_100}}])
+    t["costs"] = [{"org": "a", "workflow": "x", "pools": {"llm": 1, "gpu": 1}},
+                  {"org": "b", "workflow": "x", "pools": {"gpu": 2}},
+                  {"org": "c", "workflow": "y", "pools": {"llm": 2, "default": 1}}]
+    out = simulate(t)
+    ran = [c for c in out["charts"] if c["start_s"] is not None]
+    cap = {"default": 3, "llm": 3, "gpu": 2}
+    for c in ran:
+        at = c["start_s"]
+        live = [r for r in ran if r["start_s"] <= at < r["finish_s"] or r is c]
+        gpu = cap["gpu"] if at < 100 else gpu_at_100
+        for pool, limit in (("default", 3), ("llm", 3), ("gpu", gpu)):
+            if pool in c["pools"]:
+                assert sum(r["pools"].get(pool, 0) for r in live) <= limit
+        if c["org"] == "a" and "llm" in c["pools"]:
+            assert sum(r["pools"].get("llm", 0) for r in live if r["org"] == "a") <= a_max
+    assert out["summary"]["pools"]["llm"]["peak_in_use"] <= 3
