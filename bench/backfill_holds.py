@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling import Durations, FairQueue, QueuedChart, RunningChart  # noqa: E402
+from scheduling import Durations, QueuedChart, RunningChart  # noqa: E402
+from scheduling.queue import FairQueue  # noqa: E402
 
 
 def main() -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling import Durations, FairQueue, QueuedChart, RunningChart, plan  # noqa: E402
+from scheduling import Durations, QueuedChart, RunningChart, plan  # noqa: E402
+from scheduling.queue import FairQueue  # noqa: E402
 from scheduling.forecast import Forecaster  # noqa: E402
 
 N_ORGS, BUDGET, N_RUNNING = 60, 200, 40

@@ -36,8 +36,8 @@ from eta import make_trace  # noqa: E402
 from scheduling.due import LEVEL, due_state, next_level, warning_quality  # noqa: E402
 from scheduling.forecast import Forecaster, ForecastParams  # noqa: E402
 from scheduling.rules import ORDERED  # noqa: E402
-from scheduling.scenario import parse_trace  # noqa: E402
-from scheduling.simulator import _Sim  # noqa: E402
+from scheduling.contract.scenario import parse_trace  # noqa: E402
+from scheduling.contract.simulator import _Sim  # noqa: E402
 
 TURNAROUNDS_H = (2.0, 3.0, 4.0)
 

@@ -41,8 +41,8 @@ from scheduling import DEFAULT_AVG_S, Eta, EtaReport  # noqa: E402
 from scheduling.forecast import Forecaster, ForecastParams, _Phantoms  # noqa: E402
 from scheduling.rules import is_held  # noqa: E402
 from scheduling.share import arrival_round  # noqa: E402
-from scheduling.scenario import parse_trace  # noqa: E402
-from scheduling.simulator import simulate as core_simulate  # noqa: E402
+from scheduling.contract.scenario import parse_trace  # noqa: E402
+from scheduling.contract.simulator import simulate as core_simulate  # noqa: E402
 
 # workflow -> (cost, mean seconds)
 WF12 = {"triage": (1, 240.0), "code": (2, 900.0)}

@@ -45,9 +45,10 @@ import django  # noqa: E402
 django.setup()
 
 from charts.models import DurationStat  # noqa: E402
-from scheduling import ORDERED, Durations, FairQueue, QueuedChart, RunningChart  # noqa: E402
+from scheduling import ORDERED, Durations, QueuedChart, RunningChart  # noqa: E402
+from scheduling.queue import FairQueue  # noqa: E402
 from scheduling.forecast import Forecaster, ForecastParams  # noqa: E402
-from scheduling.simulator import Arrival  # noqa: E402
+from scheduling.contract.simulator import Arrival  # noqa: E402
 from fairsched.management.commands.seed_demo import DEMO_BUDGET, ORGS, WORKFLOWS, demo_chart  # noqa: E402
 
 LOAD_RATE_PER_MIN = 6.0  # demo_load's default (settings.FAIRSCHED_DEMO_RATE)

@@ -34,7 +34,8 @@ import django  # noqa: E402
 django.setup()
 
 from charts.models import DurationStat  # noqa: E402
-from scheduling import Durations, FairQueue, QueuedChart, RunningChart  # noqa: E402
+from scheduling import Durations, QueuedChart, RunningChart  # noqa: E402
+from scheduling.queue import FairQueue  # noqa: E402
 from fairsched.management.commands.seed_demo import DEMO_BUDGET, ORGS, WORKFLOWS, demo_chart  # noqa: E402
 
 TRACKED = 5  # Acme's first audits

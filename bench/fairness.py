@@ -6,7 +6,7 @@ Traces: the headline case (1,000 charts of A then 100 of B, budget 3,
 workflows of different costs, log-normal durations, arrivals over time; fixed
 seed). Per org: first start, mean and p95 wait, share of the contended starts
 vs share of weight; per policy Jain's index of the orgs' weighted fair ratios
-(see ``scheduling.simulator.summarize``). For wrr, the ETA given at
+(see ``scheduling.contract.simulator.summarize``). For wrr, the ETA given at
 arrival against the actual finish, beside the naive estimate
 ``arrival + pending x average / capacity``.
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling import DEFAULT_AVG_S  # noqa: E402
-from scheduling.scenario import simulate  # noqa: E402
-from scheduling.simulator import POLICIES  # noqa: E402
+from scheduling.contract.scenario import simulate  # noqa: E402
+from scheduling.contract.simulator import POLICIES  # noqa: E402
 
 EARLY = 0.2  # the "early" column: share of the first 20% of all starts
 

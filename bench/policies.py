@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling import Durations, FairQueue, QueuedChart, RunningChart  # noqa: E402
-from scheduling.simulator import Arrival, simulate  # noqa: E402
+from scheduling import Durations, QueuedChart, RunningChart  # noqa: E402
+from scheduling.queue import FairQueue  # noqa: E402
+from scheduling.contract.simulator import Arrival, simulate  # noqa: E402
 
 COMBOS = [("charts", "strict"), ("charts", "backfill"), ("work", "strict"), ("work", "backfill")]
 

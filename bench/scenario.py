@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``scheduling.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
+"""``scheduling.contract.scenario.plan()`` at scale, JSON-able dict in and out (validation included),
 against a plain ``sorted()`` of as many tuples, in one run: (round, created_at, arrival)
 tuples as the normal tier's key, random (float, int, int) tuples (a faster sort: the
 first items rarely tie), and a ``sorted()`` of the scenario's own chart dicts by a key, (org, created_at). The 100k
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling import scenario  # noqa: E402
+from scheduling.contract import scenario  # noqa: E402
 
 N_ORGS, BUDGET, N_RUNNING = 60, 200, 40
 WORKFLOWS = ["small", "medium", "large"]

@@ -8,10 +8,11 @@ from django.db import transaction
 
 from control import audit
 from scheduling.modes import EtaModel
-from scheduling.simulator import ETA_MODELS
 from control.models import MAX_QUANTUM_S, MIN_QUANTUM_S, Dispatch, SchedulerSettings, Share
 from common.notify import SettingsNote, notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
+
+_ETA_MODELS = tuple(m.value for m in EtaModel)
 
 
 def _record_budget(actor: Any, before: int, after: int) -> None:
@@ -105,8 +106,8 @@ def scheduler_settings_set(
                 raise ValidationError({field: f"{field} must be at most {MAX_INTERVAL_S:g} s, got {value}."})
             setattr(obj, field, value)
         if eta_model is not None:
-            if eta_model not in ETA_MODELS:
-                raise ValidationError({"eta_model": f"eta_model must be one of {', '.join(ETA_MODELS)}, "
+            if eta_model not in _ETA_MODELS:
+                raise ValidationError({"eta_model": f"eta_model must be one of {', '.join(_ETA_MODELS)}, "
                                                     f"got {eta_model!r}."})
             obj.eta_model = EtaModel(eta_model).value
         obj.save()

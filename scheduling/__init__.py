@@ -34,7 +34,7 @@ Writing many new rounds a chunk at a time (:mod:`scheduling.backfill`)
     restores the same order. ``FairQueue.gone_log`` and ``touched_log`` tell it what moved.
     ``RoundSaver(saved)``: what the live scheduler writes and when (``next(queue)``,
     ``written(save)``, ``start_backfill(queue, saved_rounds, minimum)``, ``chunk(n)``).
-Simulator (:mod:`scheduling.simulator`)
+Simulator (:mod:`scheduling.contract.simulator`)
     ``simulate(arrivals, events, *, budget, weights, costs, estimate, policy, eta_model="lanes",
     forecast_params=None) -> SimResult``
 Forecast ETA model (:mod:`scheduling.forecast`)
@@ -50,7 +50,7 @@ The rules, each one function that every path above calls: in :mod:`scheduling.ru
     in :mod:`scheduling.lanes` ``Durations`` (the duration estimate), ``initial_lanes``
     and ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule to function is
     docs/scheduling.md, "Where each rule lives in the code".
-The JSON contract (:mod:`scheduling.scenario`, not imported here)
+The JSON contract (:mod:`scheduling.contract.scenario`, not imported here)
     ``plan(scenario) -> dict``, ``simulate(trace, policy="wrr") -> dict``, ``dump_scenario``:
     the formats of docs/scheduling.md over this core, what ``manage.py plan``/``simulate`` and
     the live scheduler's dump call.
@@ -81,7 +81,6 @@ from .keys import fifo_key, normal_key, org_rank_key, priority_key, queue_key
 from .lanes import DECLARED_AS_N, DEFAULT_AVG_S, Durations, EstimateSource, initial_lanes, lane_pass
 from .plan import plan, plan_dispatch, simulate_lanes
 from .heads import NeedsWholeBacklog, first_head_of_backlog, head_of_backlog, same_rounds
-from .queue import FairQueue
 from .rules import BLOCKED, HELD, ORDERED, PAUSED, classify, head_of_line, is_held
 from .share import arrival_round
 from .types import (ById, Eta, EtaReport, OrgRounds, Plan, WalkEtas, eta_reader,
@@ -89,7 +88,7 @@ from .types import (ById, Eta, EtaReport, OrgRounds, Plan, WalkEtas, eta_reader,
 
 __all__ = [
     "BLOCKED", "HELD", "ORDERED", "PAUSED",
-    "DECLARED_AS_N", "DEFAULT_AVG_S", "ById", "Durations", "EstimateSource", "Eta", "EtaReport", "WalkEtas", "eta_reader", "FairQueue", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
+    "DECLARED_AS_N", "DEFAULT_AVG_S", "ById", "Durations", "EstimateSource", "Eta", "EtaReport", "WalkEtas", "eta_reader", "NeedsWholeBacklog", "OrgRounds", "Plan", "QueuedChart", "RoundBackfill",
     "RoundSaver", "RoundState", "RunningChart",
     "fifo_key", "first_head_of_backlog", "head_of_backlog", "initial_lanes", "normal_key", "org_rank_key", "plan", "plan_dispatch",
     "priority_key", "queue_key", "same_rounds", "simulate_lanes",

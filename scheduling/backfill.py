@@ -36,15 +36,16 @@ import heapq
 from dataclasses import dataclass
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Mapping
-from typing import TYPE_CHECKING
+from typing import Any
 
 from scheduling.modes import Share
 from scheduling.types import OrgRounds, RoundState
 
-if TYPE_CHECKING:
-    from scheduling.queue import FairQueue
-
 __all__ = ["RoundBackfill", "RoundSaver"]
+
+Queue = Any
+"""The live order, a :class:`scheduling.queue.FairQueue`: typed loosely, since the queue
+package sits above this module and importing it here would draw a cycle between the two."""
 
 Save = tuple[RoundState, dict[str, int | None]]
 
@@ -240,7 +241,7 @@ class RoundSaver:
         """Charts the backfill has still to write (0: none running)."""
         return len(self.backfill) if self.backfill is not None else 0
 
-    def start_backfill(self, queue: "FairQueue", had_round: Callable[[], Container[str]], minimum: int,
+    def start_backfill(self, queue: Queue, had_round: Callable[[], Container[str]], minimum: int,
                        *, keep_written: bool = False) -> int:
         """After a load: if at least ``minimum`` charts took a round by the arrival rule,
         write them a chunk at a time. ``had_round()``: the queued charts that had a saved
@@ -256,7 +257,7 @@ class RoundSaver:
         return self.adopt(queue, prepared, keep_written=keep_written)
 
     @staticmethod
-    def prepare(queue: "FairQueue", had_round: Callable[[], Container[str]], minimum: int,
+    def prepare(queue: Queue, had_round: Callable[[], Container[str]], minimum: int,
                 written: Mapping[str, int | None], saved: RoundState | None) -> "PreparedBackfill":
         """The O(backlog) part of :meth:`start_backfill`, for a thread while the queue is not
         yet live (a first start's whole backlog, built while the head dispatches): takes the
@@ -279,7 +280,7 @@ class RoundSaver:
             rounds, shares = _in_rank_order(queue, rounds)
         return PreparedBackfill(rest, rounds, RoundBackfill(rounds, org_of, cursors, shares, queue.head), written)
 
-    def adopt(self, queue: "FairQueue", prepared: "PreparedBackfill", *, keep_written: bool = False) -> int:
+    def adopt(self, queue: Queue, prepared: "PreparedBackfill", *, keep_written: bool = False) -> int:
         """Run the backfill :meth:`prepare` made (O(what was written since), on the loop).
         Whatever this saver wrote after ``prepare`` took its snapshot (a dispatch's
         extension, a chunk, an org written whole) is a prefix of its org's order again: the
@@ -314,7 +315,7 @@ class RoundSaver:
         if self.backfill is not None:
             self.pending.update(self.backfill.next_chunk(n))
 
-    def next(self, queue: "FairQueue") -> Save | None:
+    def next(self, queue: Queue) -> Save | None:
         """The round state and the chart rounds to write now, None if nothing changed
         since the last write."""
         new = queue.take_round_changes()
@@ -354,7 +355,7 @@ class RoundSaver:
         changes = {cid: r for cid, r in save[1].items() if cid in pending}
         return (save[0], changes), ({cid: w for cid, w in work.items() if cid in changes} if work else None)
 
-    def _follow(self, queue: "FairQueue", bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
+    def _follow(self, queue: Queue, bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
         """What happened to the backfill's orgs since the last save (module docstring)."""
         touched, gone, reranked = queue.touched_log, queue.gone_log, queue.reranked_log
         queue.touched_log, queue.gone_log, queue.reranked_log = [], [], set()
@@ -369,7 +370,7 @@ class RoundSaver:
             self.backfill = None
             queue.gone_log = queue.touched_log = queue.reranked_log = None
 
-    def _drop_moved(self, queue: "FairQueue", bf: RoundBackfill, touched: list, reranked: set[str]) -> None:
+    def _drop_moved(self, queue: Queue, bf: RoundBackfill, touched: list, reranked: set[str]) -> None:
         """The orgs re-ranked, or with a chart paused or prioritised past what is written,
         leave the backfill: their queued charts are written whole, as they now are."""
         drop = {org for org in reranked if bf.holds(org)}
@@ -379,7 +380,7 @@ class RoundSaver:
                 if cid in queue:
                     self.pending[cid] = queue.round_of(cid)
 
-    def _take_arrivals(self, queue: "FairQueue", bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
+    def _take_arrivals(self, queue: Queue, bf: RoundBackfill, new: Mapping[str, int | None]) -> None:
         """An arrival waits for its org's backfill (written after the org's backfilled
         charts); the others, and those whose org's backfill is over, are written now."""
         waiting = self._waiting
@@ -400,7 +401,7 @@ def _not_written(new: dict[str, int | None], written: Mapping[str, int | None]) 
     return {cid: r for cid, r in new.items() if cid not in written or written[cid] != r}
 
 
-def _in_rank_order(queue: "FairQueue", rounds: dict[str, int | None]) -> tuple[dict, dict]:
+def _in_rank_order(queue: Queue, rounds: dict[str, int | None]) -> tuple[dict, dict]:
     """Under the share ``work`` a chart's share depends on the org's charts before it in
     its round (the first may carry work over from the round before): the rounds in the rank
     order the arrival rule placed them in, which RoundBackfill's sort by round keeps, and

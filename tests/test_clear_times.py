@@ -124,7 +124,7 @@ def test_the_live_dump_carries_the_workflow_averages_over_all_orgs(world):
     from datetime import timedelta
 
     from charts import lifecycle
-    from scheduling import scenario
+    from scheduling.contract import scenario
     from fairsched.engine.reader import scenario_from_db
     from orgs import services as org_services
 

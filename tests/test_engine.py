@@ -208,7 +208,7 @@ def test_failure_text_skips_generic_and_repeated_messages():
 def test_scenario_from_db_carries_the_persisted_rounds():
     """The rounds come from the database (what the scheduler saved), not from Redis: a
     plan of the live state needs no running scheduler and survives a lost Redis."""
-    from scheduling import scenario
+    from scheduling.contract import scenario
     from scheduling import OrgRounds, RoundState
     from fairsched.engine.store import db
     from fairsched.engine.reader import scenario_from_db

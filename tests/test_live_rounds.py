@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from charts.models import ChartState
-from scheduling import FairQueue, QueuedChart
+from scheduling import QueuedChart
+from scheduling.queue import FairQueue
 from fairsched.engine.store import db
 from fairsched.engine.reader import scenario_from_db
 from tests.factories import make_chart, make_org, make_workflow

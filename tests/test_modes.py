@@ -8,10 +8,10 @@ import pytest
 
 from control import models as control_models
 from control.models import SchedulerSettings
-from scheduling import FairQueue
+from scheduling.queue import FairQueue
 from scheduling.modes import Dispatch, EtaModel, Policy, Share
-from scheduling.fields import ScenarioError
-from scheduling.scenario import simulate
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.scenario import simulate
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.forked import EtaPassIn
 from fairsched.engine.store.rows import Config, OrgRow, World

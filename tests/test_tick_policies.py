@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from common.notify import OrgNote, SettingsNote
-from scheduling import FairQueue
+from scheduling.queue import FairQueue
 from fairsched.engine.scheduler import Scheduler
 from tests.test_tick import pass_ends, rig, settle  # noqa: F401 - the fixture
 

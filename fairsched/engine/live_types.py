@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scheduling import Durations, EtaReport, FairQueue, QueuedChart, RunningChart
+from scheduling import Durations, EtaReport, QueuedChart, RunningChart
+from scheduling.queue import FairQueue
 from scheduling.forecast import Forecaster
 from scheduling.modes import Dispatch, EtaModel
 from fairsched.engine.due_states import DueInput

@@ -35,7 +35,7 @@ from control.models import SchedulerSettings
 from scheduling import EtaReport, Plan
 from scheduling.forecast import Forecaster, PlanOrder
 from scheduling.modes import EtaModel
-from scheduling.scenario import Scenario, dump_scenario
+from scheduling.contract.scenario import Scenario, dump_scenario
 from fairsched.engine.live_types import PassInput
 from fairsched.engine.publish import build_snapshot
 from fairsched.engine.state import LiveState

@@ -1,6 +1,6 @@
 """The scheduler's in-memory state and every change to it: no I/O, no clock.
 
-:class:`LiveState` owns the fair order (a :class:`scheduling.FairQueue`),
+:class:`LiveState` owns the fair order (a :class:`scheduling.queue.FairQueue`),
 the running charts with the cost each was dispatched with, and what the
 snapshot needs to name things (orgs, external ids). The live loop
 (:mod:`fairsched.engine.scheduler`) reads rows from the database, hands them to
@@ -18,7 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from common import live_updates as lu
-from scheduling import Durations, Eta, FairQueue, QueuedChart, RunningChart, is_held
+from scheduling import Durations, Eta, QueuedChart, RunningChart, is_held
+from scheduling.queue import FairQueue
 from scheduling.forecast import Forecaster
 from scheduling.modes import Dispatch, Share
 from scheduling.plan import gc_paused

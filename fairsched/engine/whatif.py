@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from scheduling import FairQueue, eta_reader
+from scheduling import eta_reader
+from scheduling.queue import FairQueue
 from scheduling.plan import gc_paused, unplanned_clear
 from scheduling.sortedkeys import SortedKeys
 from fairsched.engine.due_states import due_keys

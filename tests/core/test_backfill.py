@@ -9,7 +9,8 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, invariant, rule
 
-from scheduling import FairQueue, OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
+from scheduling import OrgRounds, QueuedChart, RoundBackfill, RoundSaver, RoundState
+from scheduling.queue import FairQueue
 from tests.core.twins import ORGS, TwinQueues, WorkFairQueue
 
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling import DECLARED_AS_N, Durations, EstimateSource
-from scheduling.fields import ScenarioError
-from scheduling.scenario import dump_scenario, parse_scenario, plan
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.scenario import dump_scenario, parse_scenario, plan
 from scheduling.lanes import SOURCES
 
 ORGS = ["a", "b"]
@@ -89,7 +89,7 @@ def test_a_scenario_declares_expected_durations_and_counts_its_averages():
 
 
 def test_a_dump_carries_the_declared_durations_and_counts():
-    from scheduling import FairQueue
+    from scheduling.queue import FairQueue
 
     s = parse_scenario(SCENARIO)
     q = FairQueue.from_backlog(s.queued, budget=s.budget, weights=s.weights, costs=s.costs)

@@ -9,8 +9,8 @@ from dataclasses import replace
 from hypothesis import event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from scheduling import (FairQueue, NeedsWholeBacklog, QueuedChart, RoundSaver, first_head_of_backlog,
-                            head_of_backlog, same_rounds)
+from scheduling import NeedsWholeBacklog, QueuedChart, RoundSaver, first_head_of_backlog, head_of_backlog, same_rounds
+from scheduling.queue import FairQueue
 from scheduling.keys import org_rank_key
 
 ORGS = ("o1", "o2", "o3", "o4")

@@ -7,11 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling import Durations, FairQueue, QueuedChart
+from scheduling import Durations, QueuedChart
+from scheduling.queue import FairQueue
 from scheduling.forecast import Forecaster, ForecastParams
-from scheduling.simulator import Arrival, Event, simulate
-from scheduling.fields import ScenarioError
-from scheduling.scenario import simulate as simulate_json
+from scheduling.contract.simulator import Arrival, Event, simulate
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.scenario import simulate as simulate_json
 
 
 def test_phantom_arrivals_of_a_small_org_take_rounds_ahead_of_a_big_backlog():

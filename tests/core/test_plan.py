@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling import Durations, Eta, FairQueue, QueuedChart, RunningChart, plan, plan_dispatch
-from scheduling.scenario import plan as plan_json
+from scheduling import Durations, Eta, QueuedChart, RunningChart, plan, plan_dispatch
+from scheduling.queue import FairQueue
+from scheduling.contract.scenario import plan as plan_json
 
 from .helpers import qc, seed_scenario
 

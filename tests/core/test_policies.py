@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduling import Durations, FairQueue, QueuedChart, RunningChart
+from scheduling import Durations, QueuedChart, RunningChart
+from scheduling.queue import FairQueue
 from scheduling.share import arrival_round, arrival_turn
-from scheduling.simulator import Arrival, simulate
+from scheduling.contract.simulator import Arrival, simulate
 
 ORGS = ("a", "b", "c", "d")
 
@@ -389,7 +390,7 @@ def _etas(p):
 def test_the_work_example_of_the_docs():
     """docs/scheduling.md, "Share by work": A's audits (cost 2 x 900 s = 1800, three turns
     of 600) take rounds 2 and 5; B's reviews (300 each, two per turn) rounds 0, 0, 1, 1."""
-    from scheduling.scenario import plan
+    from scheduling.contract.scenario import plan
     s = _example("work_example")
     p = plan(s)
     assert p["order"] == ["B1", "B2", "B3", "B4", "A1", "A2"]
@@ -405,7 +406,7 @@ def test_the_work_example_of_the_docs():
 def test_the_backfill_example_of_the_docs():
     """docs/scheduling.md, "Backfill": S1 and S2 start now in the hole before W's
     reservation; M (500 s, bound 750 s) would fit by its estimate but not by its bound."""
-    from scheduling.scenario import plan
+    from scheduling.contract.scenario import plan
     s = _example("backfill_example")
     p = plan(s)
     assert p["order"] == ["W", "S1", "M", "S2", "L"]
@@ -427,8 +428,8 @@ def test_the_backfill_example_of_the_docs():
     ("quantum_s", "600", "quantum_s: expected a number"),
 ])
 def test_a_bad_policy_is_refused_naming_the_field(field, value, needle):
-    from scheduling.fields import ScenarioError
-    from scheduling.scenario import plan, simulate
+    from scheduling.contract.fields import ScenarioError
+    from scheduling.contract.scenario import plan, simulate
     s = {**_example("work_example"), field: value}
     with pytest.raises(ScenarioError) as e:
         plan(s)
@@ -440,7 +441,7 @@ def test_a_bad_policy_is_refused_naming_the_field(field, value, needle):
 
 
 def test_simulate_reports_the_policy_figures():
-    from scheduling.scenario import simulate
+    from scheduling.contract.scenario import simulate
     trace = {"budget": 2, "orgs": [{"id": "A", "weight": 1}, {"id": "B", "weight": 1}],
              "share": "work", "dispatch": "backfill",
              "arrivals": [{"id": f"{o}{i}", "org": o, "workflow": None, "at_s": 0, "actual_s": 600}

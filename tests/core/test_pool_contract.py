@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduling.fields import ScenarioError
-from scheduling.scenario import plan
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.scenario import plan
 
 EXAMPLE = json.loads((Path(__file__).resolve().parents[2] / "examples" / "pools_example.json").read_text())
 
@@ -99,7 +99,7 @@ arrival_lists = st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["x",
 @settings(max_examples=60, deadline=None)
 @given(arrival_lists)
 def test_simulate_version_2_is_one_pool(arrivals):
-    from scheduling.scenario import simulate
+    from scheduling.contract.scenario import simulate
     v2 = simulate(_trace(arrivals))
     v3 = simulate(_trace(arrivals, pools=[]))
     strip = [{k: v for k, v in c.items() if k != "pools"} for c in v3["charts"]]
@@ -114,7 +114,7 @@ def test_simulate_never_goes_past_a_pool_or_a_ceiling(arrivals, gpu_at_100, a_ma
     finish times), within its capacity then, and a's within its ceiling in llm. (A pool
     lowered under running work stops nothing: it is over until they finish, and nothing
     that draws on it starts meanwhile.)"""
-    from scheduling.scenario import simulate
+    from scheduling.contract.scenario import simulate
     t = _trace(arrivals, pools=[{"id": "llm", "capacity": 3}, {"id": "gpu", "capacity": 2}],
                limits=[{"org": "a", "pool": "llm", "max": a_max}],
                events=[{"at_s": 100, "set_pool": {"pool": "gpu", "capacity": gpu_at_100}}])

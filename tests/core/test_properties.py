@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from scheduling import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart,
-                            head_of_backlog, plan, same_rounds)
-from scheduling.simulator import Arrival, simulate
+from scheduling import Durations, NeedsWholeBacklog, QueuedChart, RunningChart, head_of_backlog, plan, same_rounds
+from scheduling.queue import FairQueue
+from scheduling.contract.simulator import Arrival, simulate
 from tests.core.twins import TwinQueues, WorkFairQueue
-from scheduling.scenario import dump_scenario, plan as plan_json
+from scheduling.contract.scenario import dump_scenario, plan as plan_json
 
 ORGS = ["o1", "o2", "o3", "o4"]
 WORKFLOWS = ["cheap", "mid", "big"]

@@ -10,8 +10,8 @@ from dataclasses import replace
 from hypothesis import event, settings, strategies as st
 from hypothesis.stateful import initialize, invariant, rule
 
-from scheduling import (Durations, FairQueue, NeedsWholeBacklog, QueuedChart, RunningChart, head_of_backlog,
-                            same_rounds)
+from scheduling import Durations, NeedsWholeBacklog, QueuedChart, RunningChart, head_of_backlog, same_rounds
+from scheduling.queue import FairQueue
 from tests.core.test_properties import RestartMachine
 from tests.core.twins import BackfillFairQueue, BackfillWorkFairQueue
 

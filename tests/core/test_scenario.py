@@ -7,8 +7,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scheduling.fields import ScenarioError
-from scheduling.scenario import parse_scenario, plan, simulate
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.scenario import parse_scenario, plan, simulate
 
 from .helpers import NOW, seed_scenario
 
@@ -110,7 +110,7 @@ BAD_TRACES = [
     ("negative-budget-event", lambda t: t.update(events=[{"at_s": 1, "set_budget": -1}]),
      "events[0].set_budget: must be >= 0, got -1"),
     ("unknown-event", lambda t: t.update(events=[{"at_s": 1, "explode": True}]),
-     "events[0]: expected exactly one of set_weight, set_budget, pause, resume, got [\"explode\"]"),
+     "events[0]: expected exactly one of set_weight, set_budget, set_pool, pause, resume, got [\"explode\"]"),
     ("unknown-org-event", lambda t: t.update(events=[{"at_s": 1, "set_weight": {"org": "Q", "weight": 1}}]),
      "events[0].set_weight.org: unknown org 'Q'"),
 ]
@@ -206,7 +206,7 @@ _chart = st.one_of(
 
 def _slow_only(d: dict):
     """parse_scenario with every queued chart through the field-by-field checks."""
-    from scheduling import fields, scenario as sc
+    from scheduling.contract import fields, scenario as sc
 
     ids: set[str] = set()
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.simulator import Arrival, Event, simulate
-from scheduling.scenario import simulate as simulate_json
+from scheduling.contract.simulator import Arrival, Event, simulate
+from scheduling.contract.scenario import simulate as simulate_json
 
 
 def headline(actual=lambda i: 60.0):
@@ -113,7 +113,7 @@ def test_a_policy_named_by_its_string_steps_as_its_enum(policy):
     policy by name as ``simulate`` does: "wrr" once made every identity test false there, and
     the bench ran the FIFO baseline under the name of the fair order."""
     from scheduling.modes import Policy
-    from scheduling.simulator import _Sim
+    from scheduling.contract.simulator import _Sim
 
     def first_b(p) -> float:
         sim = _Sim(headline(), (), budget=3, weights={"A": 1, "B": 1}, costs=None,

@@ -10,7 +10,8 @@ from dataclasses import replace
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from scheduling import Durations, FairQueue
+from scheduling import Durations
+from scheduling.queue import FairQueue
 
 ORGS = ("o1", "o2", "o3")
 # share "work": estimates that differ by workflow and a quantum smaller than the big

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from charts.models import Chart, ChartState
-from scheduling import scenario
+from scheduling.contract import scenario
 from control.models import SchedulerSettings
 from orgs.models import WorkflowCost
 from fairsched.temporal.shared import workflow_id

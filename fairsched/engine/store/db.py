@@ -178,7 +178,7 @@ class Head:
     world: World
     horizon: tuple | None
     # The orgs with more charts without a round than were read, their first by rank (a
-    # first start, :func:`scheduling.FairQueue.first_head`; or a restart amid its backfill).
+    # first start, :func:`scheduling.queue.FairQueue.first_head`; or a restart amid its backfill).
     truncated: frozenset[str] | None = None
 
     @property

@@ -20,9 +20,9 @@ from fairsched.engine.planner import plan_budget
 from fairsched.engine.reader import read_state
 from fairsched.engine.reader import configured_model, forecast_plan, live_rounds
 from fairsched.engine.reader import scenario_from_db
-from scheduling.fields import ScenarioError
-from scheduling.pool_scenario import is_pooled
-from scheduling.scenario import parse_scenario, plan as plan_json, plan_scenario, plan_to_json
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.pool_scenario import is_pooled
+from scheduling.contract.scenario import parse_scenario, plan as plan_json, plan_scenario, plan_to_json
 
 
 def read_json(path: str | None, stdin=None) -> object:

@@ -8,10 +8,10 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from fairsched.management.commands.plan import read_json
-from scheduling.fields import ScenarioError
-from scheduling.scenario import simulate
+from scheduling.contract.fields import ScenarioError
+from scheduling.contract.scenario import simulate
 from scheduling.modes import Dispatch, Policy, Share
-from scheduling.simulator import POLICIES
+from scheduling.contract.simulator import POLICIES
 
 
 def _s(v, fmt="{:.0f}") -> str:

@@ -16,15 +16,16 @@ from operator import attrgetter, itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 import scheduling as core
-from scheduling import DEFAULT_AVG_S, ById, Durations, FairQueue, Plan, QueuedChart, RunningChart
-from scheduling.fields import (ScenarioError, as_bool, as_int, as_list, as_num, as_obj, as_str, known_org,
+from scheduling import DEFAULT_AVG_S, ById, Durations, Plan, QueuedChart, RunningChart
+from scheduling.contract.fields import (ScenarioError, as_bool, as_int, as_list, as_num, as_obj, as_str, known_org,
                                need, parse_ts, show, to_iso)
-from scheduling import pool_scenario as pooled
+from scheduling.contract import pool_scenario as pooled
 from scheduling.modes import Dispatch, EtaModel, Policy, Share
+from scheduling.queue import FairQueue
 from scheduling.plan import Columns, columns, gc_paused
 from scheduling.share import DEFAULT_QUANTUM_S
-from scheduling.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
-from scheduling.simulator import simulate as core_simulate, simulate_pools
+from scheduling.contract.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
+from scheduling.contract.simulator import simulate as core_simulate, simulate_pools
 
 __all__ = [
     "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
@@ -77,7 +78,7 @@ def _parse_common(d: Mapping) -> tuple[int, dict, dict, Durations]:
         if oid in weights:
             raise ScenarioError(f"{p}.id", f"duplicate org {show(oid)}")
         weights[oid] = as_int(need(o, "weight", p), f"{p}.weight", 0)
-    # version 3's costs may draw on pools: scheduling.pool_scenario reads them (plan and simulate)
+    # version 3's costs may draw on pools: scheduling.contract.pool_scenario reads them (plan and simulate)
     costs = {} if pooled.is_pooled(d) else _pair_table(d, "costs", "cost", "cost", weights, lambda v, f: as_int(v, f, 1))
     averages = _pair_table(d, "averages", "avg_s", "average", weights, lambda v, f: as_num(v, f, 0),
                            any_org=True)
@@ -330,7 +331,7 @@ def plan(scenario: dict) -> dict:
 
 def _plan_pooled(scenario: dict) -> dict:
     """The plan of a scenario of version 3 (pools, costs drawing on them, limits):
-    :func:`scheduling.pool_scenario.plan`, every field checked first."""
+    :func:`scheduling.contract.pool_scenario.plan`, every field checked first."""
     s, cols = parse_columns(scenario)
     pools = pooled.parse_pools(scenario, s.weights, s.budget)
     run_demand = pooled.running_demands(scenario, s.running, pools)

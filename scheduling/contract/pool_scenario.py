@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import scheduling as core
-from scheduling import FairQueue, Plan, QueuedChart, RunningChart
-from scheduling.fields import ScenarioError, as_int, as_list, as_obj, as_str, known_org, need, show
+from scheduling import Plan, QueuedChart, RunningChart
+from scheduling.contract.fields import ScenarioError, as_int, as_list, as_obj, as_str, known_org, need, show
 from scheduling.lanes import Durations
 from scheduling.modes import Dispatch
 from scheduling.plan import Columns
+from scheduling.queue import FairQueue
 from scheduling.pools import DEFAULT_POOL, Demand, Limit, Pools, RunningUse, Usage, demand_of, dispatch_walk, pool_etas
 
 

@@ -16,16 +16,16 @@ from heapq import heappop, heappush
 from operator import itemgetter
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .forecast import Forecaster, ForecastParams
-from .keys import fifo_key
-from .modes import Dispatch, EtaModel, Policy, Share
-from .queue import FairQueue
-from .reserve import DEFAULT_DEPTH
-from .rules import ORDERED, head_of_line, is_held
-from .share import DEFAULT_QUANTUM_S
-from .lanes import Durations
-from .pools import DEFAULT_POOL, Pools, RunningUse, Usage, dispatch_walk, pool_etas
-from .types import QueuedChart, RunningChart
+from ..forecast import Forecaster, ForecastParams
+from ..keys import fifo_key
+from ..modes import Dispatch, EtaModel, Policy, Share
+from ..queue import FairQueue
+from ..reserve import DEFAULT_DEPTH
+from ..rules import ORDERED, head_of_line, is_held
+from ..share import DEFAULT_QUANTUM_S
+from ..lanes import Durations
+from ..pools import DEFAULT_POOL, Pools, RunningUse, Usage, dispatch_walk, pool_etas
+from ..types import QueuedChart, RunningChart
 
 POLICIES = tuple(p.value for p in Policy)
 _cost = itemgetter(1)
