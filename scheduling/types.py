@@ -42,13 +42,16 @@ class QueuedChart:
 
 @dataclass(frozen=True, slots=True)
 class RunningChart:
-    """A chart in flight, holding ``cost`` of the budget (the cost it was dispatched with)."""
+    """A chart in flight, holding ``cost`` of the budget (the cost it was dispatched with);
+    with pools (:mod:`scheduling.pools`), ``demand``, what it draws on since it started
+    (None: its pair's demand now)."""
 
     id: str
     org: str
     workflow: str | None
     started_at: float
     cost: int
+    demand: tuple | None = None
 
 
 class Eta(NamedTuple):

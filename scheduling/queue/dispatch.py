@@ -11,6 +11,7 @@ from .entry import _Entry
 from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
+from ..pools import Usage, dispatch_walk
 from ..rules import head_of_line
 from ..types import Estimate
 from ..types import QueuedChart, RunningChart
@@ -64,6 +65,8 @@ class QueueDispatch:
     def peek(self, free: int, running: Iterable[RunningChart] | None = None, now: float = 0.0,
              estimate: Estimate | None = None) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
+        if self._pools is not None:
+            return [k.id for k in self._pool_keys(running)]
         if self.dispatch_policy is Dispatch.BACKFILL:
             return [k.id for k in self._backfill_keys(free, running, now, estimate)]
         return [k.id for k in islice(self._order, self._startable(free))]
@@ -80,8 +83,9 @@ class QueueDispatch:
         its round (under backfill, never past the smallest round still in the order).
         Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a later
         ``set_cost`` does not touch in-flight work)."""
-        if self.dispatch_policy is Dispatch.BACKFILL:
-            keys = self._backfill_keys(free, running, now, estimate)
+        if self._pools is not None or self.dispatch_policy is Dispatch.BACKFILL:
+            keys = (self._pool_keys(running) if self._pools is not None
+                    else self._backfill_keys(free, running, now, estimate))
             for k in keys:
                 self._order.remove(k)
         else:
@@ -120,6 +124,27 @@ class QueueDispatch:
                 log.append(("dispatch", e.id, normal, e.round, self._head))
             started.append(e.chart())
         return started
+
+    def _pool_keys(self, running: Iterable[RunningChart] | None) -> list:
+        """With pools: the keys :func:`.pools.dispatch_walk` starts now, given what the
+        ``running`` charts hold (each its ``demand``, else its pair's now); ``free`` is not
+        read. In a partial queue, none past the horizon."""
+        pools = self._pools
+        use = Usage()
+        for r in running or ():
+            use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
+        walked: list = []
+        h = self._horizon
+
+        def charts():
+            for k in self._order:
+                if h is not None and k[:4] > h:
+                    return
+                walked.append(k)
+                yield k.entry.org, pools.demand(*k.pair)
+
+        started, _ = dispatch_walk(charts(), pools, use)
+        return [walked[i] for i in started]
 
     def _backfill_keys(self, free: int, running, now: float, estimate) -> list:
         """The keys whose reservation is now: the first ``depth`` charts of the order (in a

@@ -11,6 +11,7 @@ from ..modes import Dispatch
 from ..lanes import Durations, initial_lanes, lane_count, lane_pass, running_clear
 from ..plan import collect_etas, gc_paused, unplanned_clear
 from ..reserve import P90_RATIO, Profile, reserve_walk
+from ..pools import RunningUse, pool_etas
 from ..types import Eta, EtaReport, Plan, RunningChart
 
 # the hot passes gather a field of every key at C speed, by its position in the named tuple
@@ -57,6 +58,8 @@ class QueueEtas:
         return out
 
     def _etas(self, running, now, budget, estimate, stop_after) -> EtaReport:
+        if self._pools is not None:
+            return self._pool_pass(running, now, estimate)
         if budget is None:
             budget = self._budget
         etas: dict[str, Eta] = {}
@@ -155,6 +158,28 @@ class QueueEtas:
                 for pair in set(pairs)}
         starts, fins = lane_pass(list(map(info.__getitem__, pairs)), lanes)
         collect_etas(list(map(_kid, keys)), (), starts, fins, etas, org_clear, pairs)
+        return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+    def _pool_pass(self, running: list, now: float, estimate) -> EtaReport:
+        """With pools: :func:`.pools.pool_etas` over the running charts and the whole order
+        (a full pass: ``budget`` and ``stop_after`` are not read)."""
+        pools = self._pools
+        etas: dict[str, Eta] = {}
+        org_clear: dict[str, float] = dict.fromkeys(self._weights, 0.0)
+        run = []
+        for r in running:
+            rem = max(0.0, r.started_at + estimate(r.org, r.workflow) - now)
+            etas[r.id] = Eta(0.0, rem)
+            if rem > org_clear.get(r.org, 0.0):
+                org_clear[r.org] = rem
+            run.append(RunningUse(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow), rem))
+        keys = list(self._order)
+        items = [(k.entry.org, pools.demand(*k.pair), float(estimate(*k.pair))) for k in keys]
+        starts, fins = pool_etas(items, run, pools)
+        for k, s, f in zip(keys, starts, fins):
+            etas[k.id] = Eta(s, f)
+            if f > org_clear.get(k.entry.org, 0.0):
+                org_clear[k.entry.org] = f
         return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
 
     def plan(

@@ -36,6 +36,7 @@ from ..share import DEFAULT_QUANTUM_S, MIN_EST_S, arrival_round, arrival_turn
 from ..sortedkeys import SortedKeys
 from ..lanes import Durations
 from ..types import Estimate
+from ..pools import DEFAULT_POOL, Pools
 from ..types import OrgRounds, QueuedChart, RoundState
 
 __all__ = ["FairQueue", "POLICIES"]
@@ -81,6 +82,7 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         estimate: Estimate = Durations(),
         bound: Estimate | None = None,
         depth: int = DEFAULT_DEPTH,
+        pools: Pools | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
@@ -124,6 +126,11 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         # Set by a caller that starts charts other than the head's (pools, scheduling.pools:
         # dispatch_ids): head then moves as under backfill, never past a round still waiting.
         self.out_of_order = False
+        # Capacity pools (docs/scheduling.md, "Pools"): None, the one budget; else what blocks,
+        # dispatches and times the charts (the pool "default" is the budget).
+        self._pools: Pools | None = None
+        if pools is not None:
+            self._use_pools(pools)
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -215,6 +222,7 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         q._estimate, q._bound, q.depth = self._estimate, self._bound, self.depth
         q._guard_holds, q._guards_now = list(self._guard_holds), {}
         q._budget = self._budget
+        q._pools, q.out_of_order = self._pools, self.out_of_order  # (set_pools replaces, never changes it)
         q._weights = dict(self._weights)
         q._costs = dict(self._costs)
         q._entries = {}
@@ -349,14 +357,52 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         if budget == self._budget:
             return False
         self._budget = budget
+        if self._pools is not None:
+            self._use_pools(self._pools)
         for org in self._weights:
             self._rerank(org)
         return True
 
+    def set_pools(self, pools: Pools | None) -> bool:
+        """Capacity pools (docs/scheduling.md, "Pools"), or None for the one budget; their
+        pool ``default`` is the budget (its capacity here is replaced by it). A change
+        re-ranks every org in listed order (what is blocked may change), as a budget change
+        does. Returns whether anything changed."""
+        if pools is None and self._pools is None:
+            return False
+        if pools is not None:
+            old = self._pools
+            self._use_pools(pools)
+            if old is not None and (old.capacity, old.demands, old.limits) == (
+                    self._pools.capacity, self._pools.demands, self._pools.limits):
+                return False
+        else:
+            self._pools, self.out_of_order = None, False
+        for org in self._weights:
+            self._rerank(org)
+        return True
+
+    def _use_pools(self, pools: Pools) -> None:
+        """Keep a copy of ``pools`` whose ``default`` is the budget (never changed in
+        place: a frozen copy shares it)."""
+        self._pools = Pools({**pools.capacity, DEFAULT_POOL: self._budget}, dict(pools.demands), dict(pools.limits))
+        self.out_of_order = True
+
     # -------------------------------------------------------------- internals
     def _state(self, e: _Entry) -> str:
         """:func:`.rules.classify` of ``e`` now."""
-        return classify(self._weights[e.org], e.paused, self._costs.get(e.pair, 1), self._budget)
+        return self._classify(e, self._costs.get(e.pair, 1))
+
+    def _classify(self, e: _Entry, cost: int) -> str:
+        """:func:`.rules.classify`; with pools, blocked means what :meth:`.pools.Pools.never`
+        says (a pool or a ceiling below the chart's units), not a cost above the budget."""
+        pools = self._pools
+        if pools is None:
+            return classify(self._weights[e.org], e.paused, cost, self._budget)
+        st = classify(self._weights[e.org], e.paused, 1, 1)
+        if st == ORDERED and pools.never(e.org, pools.demand(*e.pair)) is not None:
+            return BLOCKED
+        return st
 
     def _take_out(self, e: _Entry) -> None:
         if e.key is not None:
@@ -380,7 +426,7 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         eligible normal-tier chart its next round (else it keeps its own)."""
         org = e.org
         cost = e.cost = self._costs.get(e.pair, 1)  # set_cost and set_budget re-place: always current
-        st = e.state = classify(self._weights[org], e.paused, cost, self._budget)
+        st = e.state = self._classify(e, cost)
         if st != ORDERED:
             self._aside[st][e.id] = e
             return None

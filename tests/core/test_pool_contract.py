@@ -134,3 +134,39 @@ def test_simulate_never_goes_past_a_pool_or_a_ceiling(arrivals, gpu_at_100, a_ma
         if c["org"] == "a" and "llm" in c["pools"]:
             assert sum(r["pools"].get("llm", 0) for r in live if r["org"] == "a") <= a_max
     assert out["summary"]["pools"]["llm"]["peak_in_use"] <= 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["x", "y", "z"]), st.booleans()), max_size=14),
+       st.integers(0, 3), st.integers(0, 4), st.booleans(), st.data())
+def test_the_live_order_with_pools_plans_as_the_contract(charts, n_running, gpu, with_limits, data):
+    """FairQueue given the pools (the live order's own dispatch and ETA pass with pools)
+    gives the contract's plan of the same backlog: order, dispatch, blocked and ETAs."""
+    from scheduling.contract.pool_scenario import parse_pools
+    from scheduling.contract.scenario import parse_scenario
+    from scheduling.queue import FairQueue
+
+    s = {"now": "2026-12-07T09:00:00+00:00", "budget": 3,
+         "pools": [{"id": "llm", "capacity": 3}, {"id": "gpu", "capacity": gpu}],
+         "orgs": [{"id": "a", "weight": 2}, {"id": "b", "weight": 1}, {"id": "c", "weight": 0}],
+         "costs": [{"org": "a", "workflow": "x", "pools": {"llm": 1, "gpu": 1}},
+                   {"org": "b", "workflow": "x", "pools": {"gpu": 2}},
+                   {"org": "b", "workflow": "y", "pools": {"llm": 2, "default": 1}},
+                   {"org": "a", "workflow": "z", "cost": 2}],
+         "averages": [{"org": None, "workflow": "x", "avg_s": 300}, {"org": None, "workflow": "y", "avg_s": 120}],
+         "running": [{"id": f"r{i}", "org": "a", "workflow": "x", "started_at": "2026-12-07T08:58:00+00:00"}
+                     for i in range(n_running)],
+         "queued": [{"id": f"q{i}", "org": o, "workflow": wf, "created_at": f"2026-12-07T08:{10 + i:02d}:00+00:00",
+                     "paused": p and wf == "z"} for i, (o, wf, p) in enumerate(charts)]}
+    if with_limits:
+        s["limits"] = [{"org": "a", "pool": "llm", "max": data.draw(st.integers(1, 3))},
+                       {"org": "b", "pool": "gpu", "min": 1}]
+    want = plan(copy.deepcopy(s))
+    sc = parse_scenario(copy.deepcopy(s))
+    pools = parse_pools(s, sc.weights, sc.budget)
+    q = FairQueue.from_backlog(sc.queued, budget=sc.budget, weights=sc.weights, pools=pools, estimate=sc.durations)
+    got = q.plan(sc.running, sc.now, sc.durations)
+    assert list(got.order) == want["order"] and list(got.dispatch) == want["dispatch"]
+    assert sorted(got.blocked) == sorted(want["blocked"])
+    assert {c: (e.start_s, e.finish_s) for c, e in got.etas.items()} == {
+        c: (e["start_s"], e["finish_s"]) for c, e in want["etas"].items()}
