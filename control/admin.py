@@ -4,8 +4,11 @@ from django.contrib import admin
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
-from control.models import AuditEntry, SchedulerSettings
-from control.services import scheduler_settings_set
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+
+from control.models import AuditEntry, Pool, SchedulerSettings
+from control.services import pool_delete, pool_set, scheduler_settings_set
 
 
 @admin.register(SchedulerSettings)
@@ -32,6 +35,47 @@ class SchedulerSettingsAdmin(admin.ModelAdmin):
             eta_model=obj.eta_model, share=obj.share, quantum_s=obj.quantum_s, dispatch=obj.dispatch,
             actor=request.user,
         )
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    """Capacity pools beside the budget (docs/scheduling.md, "Pools"): each edit goes through
+    the service (audited, applied by the scheduler at once)."""
+
+    list_display = ("name", "capacity")
+    list_editable = ("capacity",)
+    fields = ("name", "capacity")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("name",) if obj is not None else ()
+
+    def get_changelist_form(self, request, **kwargs):
+        form = super().get_changelist_form(request, **kwargs)
+
+        class Labelled(form):
+            def __init__(self, *args, **kw):
+                super().__init__(*args, **kw)
+                if "capacity" in self.fields and self.instance.pk:
+                    w = self.fields["capacity"].widget
+                    w.attrs = {**w.attrs, "aria-label": f"capacity of pool {self.instance.name}"}
+
+        return Labelled
+
+    def save_model(self, request, obj: Pool, form, change: bool) -> None:
+        try:
+            row = pool_set(name=obj.name, capacity=obj.capacity, actor=request.user)
+        except ValidationError as exc:
+            for msg in exc.messages:
+                self.message_user(request, msg, level=messages.ERROR)
+            return
+        obj.pk = row.pk
+
+    def delete_model(self, request, obj: Pool) -> None:
+        pool_delete(name=obj.name, actor=request.user)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for obj in queryset:
+            pool_delete(name=obj.name, actor=request.user)
 
 
 @admin.register(AuditEntry)

@@ -138,6 +138,39 @@ class OrgRoundState(models.Model):
 
     def __str__(self) -> str:
         return f"Round state of org {self.org_id} (last {self.last}, used {self.used})"
+DEFAULT_POOL = "default"
+"""The budget's pool: every plain cost draws on it (scheduling.pools.DEFAULT_POOL)."""
+
+
+def _not_default(name: str) -> None:
+    from django.core.exceptions import ValidationError
+
+    if name == DEFAULT_POOL:
+        raise ValidationError("'default' is the budget's pool: set its capacity with the budget.")
+
+
+class Pool(models.Model):
+    """A capacity pool beside the budget (docs/scheduling.md, "Pools"): a name and a
+    capacity in units, e.g. one LLM provider's concurrent calls for one model, or a GPU
+    fleet. The budget is the pool ``default``; a cost may draw on several pools at once
+    (``WorkflowCost.pools``), and a chart starts only when each has room."""
+
+    name = models.SlugField(max_length=50, unique=True, validators=[_not_default],
+                            help_text="The pool's name, as costs and limits name it (letters, digits, - and _).")
+    capacity = models.PositiveIntegerField(
+        validators=[MaxValueValidator(MAX_BUDGET)],
+        help_text=(f"Units (at most {MAX_BUDGET:,}). Lowered under running work, nothing is stopped: the pool "
+                   "stays over until enough charts finish, and nothing that draws on it starts meanwhile. "
+                   "At 0, the charts that draw on it are blocked."),
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.capacity})"
+
+
 class AuditEntry(models.Model):
     """One operator action: who, what, when, and the value before and after.
 

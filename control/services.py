@@ -8,7 +8,7 @@ from django.db import transaction
 
 from control import audit
 from scheduling.modes import EtaModel
-from control.models import MAX_QUANTUM_S, MIN_QUANTUM_S, Dispatch, SchedulerSettings, Share
+from control.models import MAX_QUANTUM_S, MIN_QUANTUM_S, Dispatch, Pool, SchedulerSettings, Share
 from common.notify import SettingsNote, notify
 from common.validation import MAX_BUDGET, MAX_INTERVAL_S, require_int
 
@@ -117,3 +117,50 @@ def scheduler_settings_set(
             _record_policies(actor, policies_before, _policies(obj))
         notify(SettingsNote())
     return obj
+
+
+# --------------------------------------------------------------------- pools
+def pool_set(*, name: str, capacity: int, actor: Any = None) -> Pool:
+    """Create the pool ``name`` or set its capacity (docs/scheduling.md, "Pools"). Lowering
+    it stops nothing: dispatch waits for the pool to drain. ``default`` is the budget
+    (:func:`budget_set`)."""
+    from django.core.exceptions import ValidationError
+
+    capacity = require_int("capacity", capacity, minimum=0, maximum=MAX_BUDGET)
+    name = (name or "").strip()
+    field = Pool._meta.get_field("name")
+    try:
+        field.run_validators(name)
+        if not name:
+            raise ValidationError("a name is required.")
+    except ValidationError as e:
+        raise ValidationError({"name": e.messages}) from None
+    with transaction.atomic():
+        pool = Pool.objects.select_for_update().filter(name=name).first()
+        before = None if pool is None else pool.capacity
+        if pool is not None and before == capacity:
+            return pool
+        if pool is None:
+            pool = Pool.objects.create(name=name, capacity=capacity)
+        else:
+            pool.capacity = capacity
+            pool.save(update_fields=["capacity"])
+        audit.record(actor=actor, action="pool", summary=f"Set the capacity of pool {name} to {capacity} "
+                     f"(was {'none: new' if before is None else before})",
+                     before=None if before is None else {"pool": name, "capacity": before},
+                     after={"pool": name, "capacity": capacity})
+        notify(SettingsNote())
+    return pool
+
+
+def pool_delete(*, name: str, actor: Any = None) -> None:
+    """Remove a pool. The charts of a pair that still draws on it are blocked (a pool
+    that does not exist has no room) until its cost or the pool is set again."""
+    with transaction.atomic():
+        pool = Pool.objects.select_for_update().filter(name=name).first()
+        if pool is None:
+            return
+        pool.delete()
+        audit.record(actor=actor, action="pool", summary=f"Removed pool {name} (capacity {pool.capacity})",
+                     before={"pool": name, "capacity": pool.capacity}, after=None)
+        notify(SettingsNote())

@@ -11,7 +11,7 @@ from common.states import ChartState
 from control.admin import audit_table
 from control.models import AuditEntry
 from orgs import services
-from orgs.models import Org, OrgToken, Workflow, WorkflowCost
+from orgs.models import Org, OrgPoolLimit, OrgToken, Workflow, WorkflowCost
 
 
 class WorkflowCostFormSet(forms.BaseInlineFormSet):
@@ -21,7 +21,8 @@ class WorkflowCostFormSet(forms.BaseInlineFormSet):
     def add_fields(self, form, index) -> None:
         super().add_fields(form, index)
         row = form.instance.workflow.name if form.instance.pk else "new row"
-        names = {"workflow": f"workflow ({row})", "cost": f"cost ({row})", "DELETE": f"delete the cost of {row}"}
+        names = {"workflow": f"workflow ({row})", "cost": f"cost ({row})", "pools": f"pools ({row})",
+                 "DELETE": f"delete the cost of {row}"}
         for field, name in names.items():
             if field in form.fields:
                 widget = form.fields[field].widget
@@ -33,7 +34,7 @@ class WorkflowCostInline(admin.TabularInline):
     model = WorkflowCost
     formset = WorkflowCostFormSet
     extra = 0
-    fields = ("workflow", "cost")
+    fields = ("workflow", "cost", "pools")
 
 
 def _report(modeladmin: admin.ModelAdmin, request, exc: ValidationError) -> None:
@@ -153,7 +154,8 @@ class OrgAdmin(admin.ModelAdmin):
                 old_wf = WorkflowCost.objects.values_list("workflow_id", flat=True).get(pk=inst.pk)
                 services.workflow_cost_delete(org=form.instance, workflow=old_wf, actor=request.user)
             row = services.workflow_cost_set(
-                org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"], actor=request.user
+                org=form.instance, workflow=f.cleaned_data["workflow"], cost=f.cleaned_data["cost"],
+                pools=f.cleaned_data.get("pools") or None, actor=request.user,
             )
             if inst.pk:
                 formset.changed_objects.append((row, f.changed_data))
@@ -199,7 +201,7 @@ class WorkflowAdmin(admin.ModelAdmin):
 
 @admin.register(WorkflowCost)
 class WorkflowCostAdmin(admin.ModelAdmin):
-    list_display = ("org", "workflow", "cost")
+    list_display = ("org", "workflow", "cost", "pools")
     list_editable = ("cost",)
     list_filter = ("org", "workflow")
 
@@ -211,7 +213,8 @@ class WorkflowCostAdmin(admin.ModelAdmin):
         if change and ("workflow" in form.changed_data or "org" in form.changed_data):
             old = WorkflowCost.objects.get(pk=obj.pk)
             services.workflow_cost_delete(org=old.org_id, workflow=old.workflow_id, actor=request.user)
-        row = services.workflow_cost_set(org=obj.org_id, workflow=obj.workflow_id, cost=obj.cost, actor=request.user)
+        row = services.workflow_cost_set(org=obj.org_id, workflow=obj.workflow_id, cost=obj.cost,
+                                         pools=obj.pools or None, actor=request.user)
         obj.pk = row.pk
 
     def delete_model(self, request, obj: WorkflowCost) -> None:
@@ -220,6 +223,31 @@ class WorkflowCostAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset) -> None:
         for obj in queryset:
             services.workflow_cost_delete(org=obj.org_id, workflow=obj.workflow_id, actor=request.user)
+
+
+@admin.register(OrgPoolLimit)
+class OrgPoolLimitAdmin(admin.ModelAdmin):
+    """An org's ceiling and guaranteed minimum in a pool (docs/scheduling.md, "Pools"):
+    written by the service (audited, applied at once; running charts are never stopped)."""
+
+    list_display = ("org", "pool", "max", "min")
+    list_filter = ("pool",)
+    fields = ("org", "pool", "max", "min")
+
+    def save_model(self, request, obj: OrgPoolLimit, form, change: bool) -> None:
+        if change and ("org" in form.changed_data or "pool" in form.changed_data):
+            old = OrgPoolLimit.objects.get(pk=obj.pk)
+            services.org_pool_limit_set(org=old.org_id, pool=old.pool, actor=request.user)
+        row = services.org_pool_limit_set(org=obj.org_id, pool=obj.pool, max=obj.max, min=obj.min, actor=request.user)
+        if row is not None:
+            obj.pk = row.pk
+
+    def delete_model(self, request, obj: OrgPoolLimit) -> None:
+        services.org_pool_limit_set(org=obj.org_id, pool=obj.pool, actor=request.user)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for obj in queryset:
+            services.org_pool_limit_set(org=obj.org_id, pool=obj.pool, actor=request.user)
 
 
 @admin.register(OrgToken)

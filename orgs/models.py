@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from common.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
+from control.models import DEFAULT_POOL, Pool
 from scheduling.rules import is_held
 
 
@@ -177,11 +178,16 @@ class Workflow(models.Model):
 
 
 class WorkflowCost(models.Model):
-    """The cost of one (org, workflow) pair; a pair without a row costs 1."""
+    """The cost of one (org, workflow) pair; a pair without a row costs 1. With ``pools``
+    the pair draws on those pools instead (docs/scheduling.md, "Pools")."""
 
     org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="costs")
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="costs")
     cost = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_COST)])
+    pools = models.JSONField(
+        default=dict, blank=True,
+        help_text='What the pair draws on, {"pool": units}, e.g. {"llm": 1, "gpu": 2}, in place of the cost '
+                  '(which is then not read); "default" is the budget. Empty: the cost, on the budget.')
 
     class Meta:
         constraints = [
@@ -189,8 +195,62 @@ class WorkflowCost(models.Model):
             models.CheckConstraint(condition=models.Q(cost__gte=1), name="workflowcost_cost_gte_1"),
         ]
 
+    def clean(self) -> None:
+        """``pools``: an object of known pools (a pool's name or ``default``) to units from 1
+        to MAX_COST."""
+        super().clean()
+        pools = self.pools or {}
+        if not isinstance(pools, dict):
+            raise ValidationError({"pools": 'Expected an object such as {"llm": 1, "gpu": 2}.'})
+        known = known_pools()
+        for name, units in pools.items():
+            if name not in known:
+                raise ValidationError({"pools": f"Unknown pool {name!r} (known: {', '.join(sorted(known))})."})
+            if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= MAX_COST:
+                raise ValidationError({"pools": f"{name}: units must be an integer from 1 to {MAX_COST}."})
+
     def __str__(self) -> str:
+        if self.pools:
+            return f"{self.org} / {self.workflow}: " + ", ".join(f"{p} {u}" for p, u in sorted(self.pools.items()))
         return f"{self.org} / {self.workflow}: {self.cost}"
+
+
+def known_pools() -> set[str]:
+    """Every pool a cost or a limit may name: the pools, and ``default`` (the budget)."""
+    return {DEFAULT_POOL, *Pool.objects.values_list("name", flat=True)}
+
+
+class OrgPoolLimit(models.Model):
+    """An org's ceiling (``max``) and guaranteed minimum (``min``) in one pool
+    (docs/scheduling.md, "Pools"): it never holds more than ``max`` units there (its charts
+    past it wait without blocking anyone), and while it holds less than ``min`` and has work
+    waiting that draws on the pool, units freed there go to it first. Running charts are
+    never stopped."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="pool_limits")
+    pool = models.SlugField(max_length=50, help_text='The pool\'s name ("default": the budget).')
+    max = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(MAX_COST * 1000)],
+                                      help_text="The ceiling in units (empty: none).")
+    min = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_COST * 1000)],
+                                      help_text="The guaranteed minimum in units (0: none).")
+
+    class Meta:
+        ordering = ["org", "pool"]
+        constraints = [
+            models.UniqueConstraint(fields=["org", "pool"], name="orgpoollimit_unique"),
+            models.CheckConstraint(condition=models.Q(max__isnull=True) | models.Q(min__lte=models.F("max")),
+                                   name="orgpoollimit_min_lte_max"),
+        ]
+
+    def clean(self) -> None:
+        super().clean()
+        if self.pool and self.pool not in known_pools():
+            raise ValidationError({"pool": f"Unknown pool {self.pool!r}."})
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValidationError({"min": f"min ({self.min}) must be at most max ({self.max})."})
+
+    def __str__(self) -> str:
+        return f"{self.org} in {self.pool}: max {self.max if self.max is not None else '-'}, min {self.min}"
 
 
 # --- API keys of an org: its status.json and the producer API (``/api/v1/``, the ``api`` app) ---

@@ -15,11 +15,12 @@ from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
 
 from control import audit
-from common.notify import CostNote, OrgNote, Resync, notify
+from control.models import Pool
+from common.notify import CostNote, OrgNote, Resync, SettingsNote, notify
 from common.validation import MAX_COST, MAX_ID, MAX_WEIGHT, check_text, parse_turnaround, require_int
 from scheduling.rules import HELD_WEIGHT, is_held
 from orgs.models import (DEFAULT_EXECUTION_TIMEOUT_S, MAX_EXPECTED_DURATION_S, MAX_QUEUED, MIN_EXPECTED_DURATION_S, Org,
-                         Workflow, WorkflowCost)
+                         OrgPoolLimit, Workflow, WorkflowCost, known_pools)
 
 
 def _locked_org(org: Org | int) -> Org:
@@ -367,26 +368,95 @@ def workflow_expected_set(*, workflow: Workflow | int, seconds: int | None, acto
     return True
 
 
-def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int, actor: Any = None) -> WorkflowCost:
-    """Set the cost of an (org, workflow) pair. In-flight charts keep the cost they started with."""
+def check_pool_units(pools: Any, field: str = "pools") -> dict[str, int]:
+    """``pools`` ({"pool": units}) checked: each pool known (a pool or ``default``), each
+    units an integer from 1 to MAX_COST. An empty one is the plain cost."""
+    if pools is None:
+        return {}
+    if not isinstance(pools, dict):
+        raise ValidationError({field: 'expected an object such as {"llm": 1, "gpu": 2}.'})
+    known = known_pools()
+    out = {}
+    for name, units in pools.items():
+        if name not in known:
+            raise ValidationError({field: f"unknown pool {name!r} (known: {', '.join(sorted(known))})."})
+        out[name] = require_int(f"{field}.{name}", units, minimum=1, maximum=MAX_COST)
+    return dict(sorted(out.items()))
+
+
+def workflow_cost_set(*, org: Org | int, workflow: Workflow | int, cost: int, pools: dict | None = None,
+                      actor: Any = None) -> WorkflowCost:
+    """Set the cost of an (org, workflow) pair, or with ``pools`` what it draws on
+    ({"llm": 1, "gpu": 2}; docs/scheduling.md, "Pools"). In-flight charts keep what they
+    started with."""
     cost = require_int("cost", cost, minimum=1, maximum=MAX_COST)
+    pools = check_pool_units(pools)
     with transaction.atomic():
         locked = _locked_org(org)
         wf_pk = workflow.pk if isinstance(workflow, Workflow) else workflow
         wf = Workflow.objects.filter(pk=wf_pk).first()
         if wf is None:
             raise ValidationError({"workflow": f"Workflow {wf_pk} does not exist."})
-        row, created = WorkflowCost.objects.get_or_create(org=locked, workflow_id=wf_pk, defaults={"cost": cost})
-        if not created and row.cost == cost:
+        row, created = WorkflowCost.objects.get_or_create(org=locked, workflow_id=wf_pk,
+                                                          defaults={"cost": cost, "pools": pools})
+        if not created and row.cost == cost and (row.pools or {}) == pools:
             return row
-        before = None if created else row.cost
+        before = None if created else _cost_text(row.cost, row.pools)
         if not created:
-            row.cost = cost
-            row.save(update_fields=["cost"])
+            row.cost, row.pools = cost, pools
+            row.save(update_fields=["cost", "pools"])
+        after = _cost_text(cost, pools)
         audit.record(actor=actor, action="cost", org=locked,
-                     summary=f"Set the cost of {wf.name} for {locked.name} to {cost} (was {before or 1})",
-                     before={"workflow": wf.name, "cost": before}, after={"workflow": wf.name, "cost": cost})
+                     summary=f"Set the cost of {wf.name} for {locked.name} to {after} (was {before or 1})",
+                     before={"workflow": wf.name, "cost": before}, after={"workflow": wf.name, "cost": after})
         notify(CostNote(org=locked.pk, workflow=wf.pk))
+        if pools or not isinstance(before, (int, type(None))) or _pools_in_use():
+            notify(SettingsNote())  # what a pair draws on is read with the pools (engine read_config)
+    return row
+
+
+def _pools_in_use() -> bool:
+    return Pool.objects.exists() or WorkflowCost.objects.exclude(pools={}).exists() or OrgPoolLimit.objects.exists()
+
+
+def _cost_text(cost: int, pools: dict | None) -> int | str:
+    """A cost as the audit trail shows it: the number, or what it draws on ("llm 1, gpu 2")."""
+    if pools:
+        return ", ".join(f"{p} {u}" for p, u in sorted(pools.items()))
+    return cost
+
+
+def org_pool_limit_set(*, org: Org | int, pool: str, max: int | None = None, min: int = 0,
+                       actor: Any = None) -> OrgPoolLimit | None:
+    """An org's ceiling (``max``, None: none) and guaranteed minimum (``min``) in ``pool``
+    (docs/scheduling.md, "Pools"); neither (None and 0) removes the limit. Audited; the
+    scheduler applies it at once, and running charts are never stopped."""
+    if pool not in known_pools():
+        raise ValidationError({"pool": f"unknown pool {pool!r}."})
+    mx = None if max is None or max == "" else require_int("max", max, minimum=0, maximum=MAX_COST * 1000)
+    mn = require_int("min", min or 0, minimum=0, maximum=MAX_COST * 1000)
+    if mx is not None and mn > mx:
+        raise ValidationError({"min": f"min ({mn}) must be at most max ({mx})."})
+    with transaction.atomic():
+        locked = _locked_org(org)
+        row = OrgPoolLimit.objects.filter(org=locked, pool=pool).first()
+        before = None if row is None else {"pool": pool, "max": row.max, "min": row.min}
+        after = None if mx is None and mn == 0 else {"pool": pool, "max": mx, "min": mn}
+        if before == after:
+            return row
+        if after is None:
+            row.delete()
+            row = None
+        elif row is None:
+            row = OrgPoolLimit.objects.create(org=locked, pool=pool, max=mx, min=mn)
+        else:
+            row.max, row.min = mx, mn
+            row.save(update_fields=["max", "min"])
+        shown = (lambda v: "none" if v is None else f"max {v['max'] if v['max'] is not None else '-'}, min {v['min']}")
+        audit.record(actor=actor, action="limit", org=locked,
+                     summary=f"Set {locked.name}'s limit in pool {pool} to {shown(after)} (was {shown(before)})",
+                     before=before, after=after)
+        notify(SettingsNote())
     return row
 
 
@@ -404,3 +474,5 @@ def workflow_cost_delete(*, org: Org | int, workflow: Workflow | int, actor: Any
                      before={"workflow": row.workflow.name, "cost": row.cost},
                      after={"workflow": row.workflow.name, "cost": None})
         notify(CostNote(org=row.org_id, workflow=row.workflow_id))
+        if row.pools or _pools_in_use():
+            notify(SettingsNote())

@@ -29,9 +29,11 @@ class InFlight:
     cancel_sent: bool = False
     closing: bool = False  # the row is final; waiting for Temporal to confirm the close
     created_at: float = 0.0  # its due time may be created_at + its org's turnaround
+    # with pools, what it draws on since it started (None: its pair's now, as after a restart)
+    demand: tuple | None = None
 
     def core(self) -> RunningChart:
-        return RunningChart(str(self.id), str(self.org), self.workflow, self.started_at, self.cost)
+        return RunningChart(str(self.id), str(self.org), self.workflow, self.started_at, self.cost, self.demand)
 
 
 @dataclass(slots=True)
@@ -86,7 +88,8 @@ class PassInput:
     def eta_report(self, now: float) -> EtaReport:
         """The ETA pass of the configured model, on this copy (the only one: a pass reads a
         copy, :meth:`LiveState.capture`)."""
-        if self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy is not Dispatch.BACKFILL:
+        if (self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy is not Dispatch.BACKFILL
+                and self.queue.pools is None):  # with pools: the pools' pass (the forecast's is one budget's)
             return self.forecast.etas(self.queue, self.running_charts(), now)
         # lanes, and always under backfill: the reservations dispatch makes, same depth and
         # durations (docs/scheduling.md, "Backfill": ETA and dispatch agree)

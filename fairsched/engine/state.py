@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from common import live_updates as lu
+from scheduling.pools import Usage
 from scheduling import Durations, Eta, QueuedChart, RunningChart, is_held
 from scheduling.queue import FairQueue
 from scheduling.forecast import Forecaster
@@ -82,7 +83,7 @@ class LiveState:
         self.queued_by_org: Counter[int] = Counter(queued.org)
         # the policies; under Share.WORK a chart's work is its cost x this estimate when it
         # arrives (then fixed: persisted as Chart.fair_est_s); backfill reserves by it too
-        policies = dict(world.config.policies, estimate=self._estimate)
+        policies = dict(world.config.policies, estimate=self._estimate, pools=world.config.pools)
         if world.rounds is not None:
             # A restart or a takeover: resume the persisted rounds, never head = 0.
             self.queue = FairQueue.restore(
@@ -229,7 +230,25 @@ class LiveState:
             "budget": self.budget, "used": self.used,
             "orgs": {str(o): {"queued": self.queued_by_org.get(o, 0), "running": running_by_org.get(o, 0),
                               "used_cost": used_by_org.get(o, 0)} for o in self.orgs},
+            **self._pool_counters(),
         }
+
+    def _pool_counters(self) -> dict:
+        """With pools: ``pools`` (each pool's capacity and units in use) and ``org_pools``
+        (each org's units in use per pool, and its ceiling there); nothing without."""
+        pools = self.queue.pools
+        if pools is None:
+            return {}
+        use = Usage()
+        for r in self.running.values():
+            use.take(str(r.org), r.demand if r.demand is not None else pools.demand(str(r.org), r.workflow))
+        org_pools: dict[str, dict] = {}
+        for (org, pool), units in use.org.items():
+            org_pools.setdefault(org, {})[pool] = {"in_use": units, "max": pools.ceiling(org, pool)}
+        for (org, pool), lim in pools.limits.items():
+            org_pools.setdefault(org, {}).setdefault(pool, {"in_use": 0, "max": lim.max})
+        return {"pools": {p: {"capacity": c, "in_use": use.pool.get(p, 0)} for p, c in pools.capacity.items()},
+                "org_pools": org_pools}
 
     # ------------------------------------------------------------- settings and orgs
     def apply_config(self, config: Config) -> Effects:
@@ -241,6 +260,10 @@ class LiveState:
             log.info("budget set to %d (running cost %d; running work is never stopped)", config.budget, self.used)
             fx.eta_now = True
             fx.events.append(lu.Budget(budget=config.budget).to_wire())
+        if self.queue.set_pools(config.pools):  # pools, what pairs draw on, limits (docs/scheduling.md, "Pools")
+            log.info("capacity pools set to %s", "none (the budget alone)" if config.pools is None
+                     else ", ".join(f"{p} {c}" for p, c in config.pools.capacity.items()))
+            fx.eta_now = True
         if self.queue.set_policies(**config.policies):  # a share or quantum change re-ranks every org
             log.info("policies set to share %s (quantum %gs), dispatch %s", config.share, config.quantum_s,
                      config.dispatch)
@@ -449,6 +472,8 @@ class LiveState:
         ``strict`` the head of the order that fits; under ``backfill`` the charts whose
         reservation is now, given the running charts' estimated finishes from ``now`` (epoch
         seconds) by the durations in force, the ETA pass's (docs/scheduling.md, "Backfill")."""
+        if self.queue.pools is not None:  # the pools' walk: each pool's room, not the budget's
+            return self.queue.peek(0, self.running_charts())
         free = self.free
         if free <= 0:
             return []
@@ -471,13 +496,14 @@ class LiveState:
             q = self.queue.get(cid)
             prefix_cost += self.queue.cost_of(q.org, q.workflow)
             prefix += 1
-        costs = {cid: self.queue.cost_of(q.org, q.workflow)
-                 for cid in started if (q := self.queue.get(cid)) is not None}
-        if self.queue.dispatch_policy is Dispatch.BACKFILL:  # not a prefix of the order: exactly what started
+        costs, demands = self._held_by(started)
+        pools = self.queue.pools
+        out_of_order = pools is not None or self.queue.dispatch_policy is Dispatch.BACKFILL
+        if out_of_order:  # not a prefix of the order: exactly what started
             charts = {c.id: c for c in self.queue.dispatch_ids([cid for cid in planned if cid in started])}
         else:
             charts = {c.id: c for c in self.queue.dispatch(prefix_cost)} if prefix else {}
-        if self.queue.dispatch_policy is not Dispatch.BACKFILL and list(charts) != planned[:prefix]:  # never expected: the order did not change in between
+        if not out_of_order and list(charts) != planned[:prefix]:  # never expected: the order did not change in between
             log.error("dispatch mismatch: planned %s, core dispatched %s", planned[:prefix], list(charts))
         for cid in started:
             if cid not in charts:
@@ -490,10 +516,19 @@ class LiveState:
             self.queued_by_org[int(q.org)] -= 1
             run_id, at = started.get(cid, ("", 0.0))
             r = InFlight(chart_id, int(q.org), q.workflow, at, costs.get(cid, 1),
-                        self.external_ids.pop(chart_id, None), run_id, created_at=q.created_at)
+                        self.external_ids.pop(chart_id, None), run_id, created_at=q.created_at,
+                        demand=demands.get(cid))
             self.running[chart_id] = r
             out.append(r)
         return out
+
+    def _held_by(self, started) -> tuple[dict[str, int], dict[str, tuple]]:
+        """What each started chart holds from now on: its cost, and with pools its demand
+        (a later change of either never touches in-flight work)."""
+        charts = {cid: q for cid in started if (q := self.queue.get(cid)) is not None}
+        costs = {cid: self.queue.cost_of(q.org, q.workflow) for cid, q in charts.items()}
+        pools = self.queue.pools
+        return costs, ({} if pools is None else {cid: pools.demand(q.org, q.workflow) for cid, q in charts.items()})
 
     def hold_closing(self, row: ChartRow) -> Effects:
         """A final ``row`` whose workflow Temporal still runs (found by the reconciliation

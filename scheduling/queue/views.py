@@ -35,6 +35,12 @@ class QueueViews:
         return dict(self._weights)
 
     @property
+    def pools(self):
+        """The capacity pools the queue dispatches by (a :class:`scheduling.pools.Pools`,
+        ``default`` the budget), None: the one budget. Never change it: :meth:`set_pools`."""
+        return self._pools
+
+    @property
     def costs(self) -> dict:
         """Copy of the (org, workflow) -> cost table."""
         return dict(self._costs)

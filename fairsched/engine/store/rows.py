@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from scheduling import Durations, QueuedChart, RoundState
+from scheduling.pools import Pools
 from scheduling.modes import Dispatch, EtaModel, Share, check_policies
 from scheduling.share import DEFAULT_QUANTUM_S
 
@@ -80,6 +81,9 @@ class Config:
     share: Share = Share.CHARTS
     quantum_s: float = DEFAULT_QUANTUM_S
     dispatch: Dispatch = Dispatch.STRICT
+    # capacity pools (docs/scheduling.md, "Pools"): None while none is set up (no pool, no
+    # cost drawing on one, no limit): the one budget, exactly as before
+    pools: Pools | None = None
 
     @property
     def policies(self) -> dict:

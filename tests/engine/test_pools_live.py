@@ -1,0 +1,109 @@
+"""Capacity pools in the live scheduler's state (docs/scheduling.md, "Pools"): the state
+dispatches by the pools its settings carry, a running chart holds what it started with,
+a change applies live, and the database's pools, costs and limits are read as the
+contract reads a scenario's."""
+from __future__ import annotations
+
+
+import pytest
+
+from fairsched.engine.state import LiveState
+from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
+from scheduling.pools import Limit, Pools
+
+T0 = 1_800_000_000.0
+
+
+def q(pk: int, org: int, workflow: str) -> ChartRow:
+    return ChartRow(pk, org, workflow, "queued", T0 + pk)
+
+
+def pools(gpu: int = 1, a_max: int | None = None) -> Pools:
+    # org 1's audits draw llm 1 + gpu 1, org 2's reviews llm 1; the budget is default (unused)
+    limits = {("1", "llm"): Limit(max=a_max)} if a_max is not None else {}
+    return Pools({"default": 4, "llm": 2, "gpu": gpu}, {("1", "audit"): (("gpu", 1), ("llm", 1)),
+                                                         ("2", "review"): (("llm", 1),)}, limits)
+
+
+def state(p: Pools | None, charts) -> LiveState:
+    orgs = [OrgRow(1, "A", "a", 1), OrgRow(2, "B", "b", 1)]
+    return LiveState(World(Config(4, 1.0, 2.0, pools=p), orgs, {}, {}, list(charts)))
+
+
+def test_dispatch_walks_the_pools_and_a_running_chart_holds_its_demand():
+    s = state(pools(), [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review"), q(4, 2, "review")])
+    assert s.queue.order() == ["1", "3", "2", "4"]
+    planned = s.to_start()
+    assert planned == ["1", "3"]  # gpu 1: the second audit waits, and blocks llm for the review behind it
+    new = s.commit_dispatch(planned, {c: ("run", T0) for c in planned})
+    assert {r.id: r.demand for r in new} == {1: (("gpu", 1), ("llm", 1)), 3: (("llm", 1),)}
+    assert s.to_start() == []
+    c = s.counters()
+    assert c["pools"]["llm"] == {"capacity": 2, "in_use": 2} and c["pools"]["gpu"] == {"capacity": 1, "in_use": 1}
+    assert c["org_pools"]["1"]["gpu"] == {"in_use": 1, "max": None}
+
+
+def test_a_change_of_pools_applies_live_and_a_ceiling_holds_only_its_org():
+    s = state(pools(gpu=0), [q(1, 1, "audit"), q(3, 2, "review")])
+    assert s.queue.blocked == ["1"] and s.to_start() == ["3"]  # gpu at 0: the audit can never start
+    fx = s.apply_config(Config(4, 1.0, 2.0, pools=pools(gpu=2, a_max=0)))
+    assert fx.eta_now and s.queue.blocked == ["1"]  # now a's ceiling of 0 in llm blocks it
+    s.apply_config(Config(4, 1.0, 2.0, pools=pools(gpu=2)))
+    assert s.queue.blocked == [] and s.to_start() == ["1", "3"]
+    s.apply_config(Config(4, 1.0, 2.0, pools=None))  # no pools: the budget alone, every cost 1
+    assert s.queue.pools is None and s.to_start() == ["1", "3"]
+
+
+def test_the_etas_account_for_every_pool():
+    s = state(pools(), [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review")])
+    planned = s.to_start()
+    s.commit_dispatch(planned, {c: ("run", T0) for c in planned})
+    rep = s.capture().eta_report(T0)
+    # estimates are the default 600 s: the second audit waits for the gpu until the first ends
+    assert rep.etas["2"] == (600.0, 1200.0)
+
+
+@pytest.mark.django_db
+def test_the_database_pools_costs_and_limits_are_read_as_the_scheduler_needs_them():
+    from control import services as control
+    from fairsched.engine.store import db
+    from orgs import services as orgs
+    from tests.factories import make_org, make_workflow
+
+    assert db.read_config().pools is None  # nothing set up: the budget alone
+    a = make_org("A")
+    audit = make_workflow("audit")
+    control.pool_set(name="llm", capacity=8)
+    control.pool_set(name="gpu", capacity=4)
+    orgs.workflow_cost_set(org=a, workflow=audit, cost=1, pools={"llm": 1, "gpu": 2})
+    orgs.org_pool_limit_set(org=a, pool="llm", max=3, min=1)
+    p = db.read_config().pools
+    assert p.capacity == {"default": db.read_config().budget, "gpu": 4, "llm": 8}
+    assert p.demand(str(a.pk), "audit") == (("gpu", 2), ("llm", 1))
+    assert p.limits == {(str(a.pk), "llm"): Limit(max=3, min=1)}
+    from control.models import AuditEntry
+    assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True))[-4:] == ["pool", "pool", "cost",
+                                                                                              "limit"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("call, message", [
+    (lambda a, wf: __import__("orgs.services").services.workflow_cost_set(org=a, workflow=wf, cost=1,
+                                                                          pools={"tpu": 1}), "unknown pool 'tpu'"),
+    (lambda a, wf: __import__("orgs.services").services.org_pool_limit_set(org=a, pool="llm", max=1, min=2),
+     "must be at most max"),
+    (lambda a, wf: __import__("control.services").services.pool_set(name="default", capacity=3),
+     "the budget's pool"),
+])
+def test_bad_pool_settings_are_refused_naming_the_field(call, message):
+    from django.core.exceptions import ValidationError
+
+    from control import services as control
+    from tests.factories import make_org, make_workflow
+
+    control.pool_set(name="llm", capacity=2)
+    with pytest.raises(ValidationError) as e:
+        call(make_org("A"), make_workflow("audit"))
+    assert message in str(e.value)
+
+
