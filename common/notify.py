@@ -237,6 +237,18 @@ def redis_client() -> redis.Redis:
         return _client
 
 
+@contextmanager
+def client_busy() -> Iterator[None]:
+    """Test hook: hold the shared client's lock, as a thread inside :func:`redis_client` does
+    (a fork meanwhile leaves it held in the child for ever)."""
+    if not _client_lock.acquire(timeout=1):
+        raise TimeoutError("the shared Redis client's lock is held")
+    try:
+        yield
+    finally:
+        _client_lock.release()
+
+
 def publish(note: Note) -> None:
     """Publish ``note`` now (outside any transaction), or hand it to this process's sender
     thread once :func:`send_in_background` was called (the web). Never raises."""
