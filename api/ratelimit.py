@@ -65,6 +65,22 @@ def lease_size(rate: float, burst: int) -> int:
     return max(1, min(burst, int(rate * LEASE_S)))
 
 
+def leased(key_id: int) -> int:
+    """The tokens of key ``key_id``'s bucket (at the current rate and burst) this process
+    holds and spends without asking Redis: 0 when it holds none or its lease's time is over."""
+    held = (key_id, float(settings.FAIRSCHED_API_RATE), int(settings.FAIRSCHED_API_BURST))
+    with _leases_lock:
+        tokens, until = _leases.get(held, (0, 0.0))
+    return tokens if until > time.monotonic() else 0
+
+
+def drop_leases() -> None:
+    """Forget every lease this process holds (their tokens are lost to the buckets, as when
+    a web process exits): what another web process, which holds none, sees."""
+    with _leases_lock:
+        _leases.clear()
+
+
 def _spend_lease(held: tuple[int, float, int]) -> bool:
     with _leases_lock:
         tokens, until = _leases.get(held, (0, 0.0))

@@ -125,7 +125,7 @@ if pid == 0:
             client.delete(snapshot_store.PAGES_KEY.format(seq), snapshot_store.SNAPSHOT_KEY)
         peak[0] = 0
         del snapshot  # stored: freed before the first ETAs are gathered, as the scheduler's child does
-        forked._send_result(to_parent, (EtaColumns.of(report.etas, captured.unpromised), due.levels, due.rose))
+        forked.send_result(to_parent, (EtaColumns.of(report.etas, captured.unpromised), due.levels, due.rose))
         done.set()
         sampler.join()
         stages["result sent (peak)"] = max(peak[0], uss())
@@ -145,7 +145,7 @@ def sample_parent():
 sampler = threading.Thread(target=sample_parent)
 sampler.start()
 if not walk_only:
-    got = forked._receive(from_child, [])  # the child's result, read as the scheduler reads it
+    got = forked.receive_result(from_child, [])  # the child's result, read as the scheduler reads it
 receiving.set()
 sampler.join()
 out = b""

@@ -88,6 +88,12 @@ def clear_caches() -> None:
 _interval_cache: dict[str, float] = {"at": -1e9, "value": 3.0}
 
 
+def forget_interval() -> None:
+    """Read the ETA interval again at the next :func:`stale_after_s` (it is kept 5 s): a
+    settings change seen at once (tests)."""
+    _interval_cache["at"] = -1e9
+
+
 def stale_after_s() -> float:
     """How old a snapshot may be before it is stale: a few ETA intervals (the scheduler
     publishes one per pass), never less than ``FAIRSCHED_STALE_MIN_S``."""

@@ -44,7 +44,8 @@ import enum
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -197,9 +198,31 @@ _client_lock = threading.Lock()
 _client: redis.Redis | None = None
 _client_url: str | None = None
 
-# Test seam: when set, notes go here, in their wire form, instead of Redis (tests'
-# capture_notifications).
+# Test seam: when set, notes go here, in their wire form, instead of Redis (:func:`capture`).
 _capture: list[Callable[[dict[str, Any]], None]] = []
+
+
+@contextmanager
+def capture(sink: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    """Test hook: inside it, each note published goes to ``sink`` (and to every other
+    capture's) in its wire form, instead of Redis; after it, as before."""
+    _capture.append(sink)
+    try:
+        yield
+    finally:
+        _capture.remove(sink)
+
+
+@contextmanager
+def uncaptured() -> Iterator[None]:
+    """Test hook: inside it, notes go to Redis (or the sender thread) even where a
+    :func:`capture` is open; the captures resume after it."""
+    sinks = _capture[:]
+    _capture.clear()
+    try:
+        yield
+    finally:
+        _capture[:] = sinks
 
 
 def redis_client() -> redis.Redis:
@@ -212,6 +235,18 @@ def redis_client() -> redis.Redis:
             )
             _client_url = settings.REDIS_URL
         return _client
+
+
+@contextmanager
+def client_busy() -> Iterator[None]:
+    """Test hook: hold the shared client's lock, as a thread inside :func:`redis_client` does
+    (a fork meanwhile leaves it held in the child for ever)."""
+    if not _client_lock.acquire(timeout=1):
+        raise TimeoutError("the shared Redis client's lock is held")
+    try:
+        yield
+    finally:
+        _client_lock.release()
 
 
 def publish(note: Note) -> None:

@@ -200,10 +200,16 @@ def current_value(seq: int, at: float) -> str:
     return _dumps({"seq": seq, "at": at})
 
 
+def read_current() -> dict[str, Any] | None:
+    """The live scheduler's last confirmation, ``{"seq", "at"}`` (:func:`current_value`),
+    or None (never written, expired, or Redis unreachable)."""
+    return _get_json(CURRENT_KEY)
+
+
 def confirmed_at(snapshot: dict[str, Any]) -> float | None:
     """Epoch seconds the scheduler last confirmed ``snapshot`` still current (its ``now``
     if never)."""
-    got = _get_json(CURRENT_KEY)
+    got = read_current()
     base = snapshot.get("now")
     if isinstance(got, dict) and got.get("seq") == snapshot.get("seq") and isinstance(got.get("at"), (int, float)):
         return max(float(base or 0.0), float(got["at"]))

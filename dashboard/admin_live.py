@@ -23,6 +23,11 @@ _SNAP_TTL_S = 1.0
 _snap: dict[str, Any] = {"at": 0.0, "value": None}
 
 
+def forget_snapshot() -> None:
+    """Read the snapshot again at the next row (it is kept a second): a new one seen at once (tests)."""
+    _snap.update(at=0.0, value=None)
+
+
 def _snapshot() -> dict[str, Any] | None:
     """The latest snapshot, read at most once a second (a changelist asks once per row)."""
     if time.monotonic() - _snap["at"] > _SNAP_TTL_S:

@@ -204,7 +204,7 @@ class Profile:
         """The budget free now (step 0)."""
         return self.free[0]
 
-    def _guarded(self) -> tuple[list[float], list[int]]:
+    def guarded_steps(self) -> tuple[list[float], list[int]]:
         """The profile with each guarded reservation held until its bound."""
         if not self.guards:
             return self.times, self.free
@@ -232,13 +232,13 @@ class Profile:
     def free_for_good(self) -> int:
         """The budget free from now on, for good (the guards' windows held): what the
         strict walk after the reserved charts may start now."""
-        return min(self._guarded()[1])
+        return min(self.guarded_steps()[1])
 
     def lanes(self, cap: int) -> list[float]:
         """The lanes the reservations leave, sorted (a heap): for each unit k = 1..cap
         of the budget, the time from which at least k units are free for good (a guarded
         reservation's units from its bound's end)."""
-        times, free = self._guarded()
+        times, free = self.guarded_steps()
         out: list[float] = []
         k = 1
         # suffix minima, from the end: the free budget for good from each step

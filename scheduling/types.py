@@ -108,6 +108,12 @@ class ById(Mapping):
         self._index: dict | None = None
         self._columns = columns
 
+    @property
+    def indexed(self) -> bool:
+        """True once a lookup by id has built the index of every id (walking, ``items()``
+        and ``values()`` never build it)."""
+        return self._index is not None
+
     def parts(self) -> tuple[dict, list, tuple] | None:
         """``(head, ids, columns)`` when built with columns, else None."""
         return None if self._columns is None else (self._head, self._ids, self._columns)
@@ -156,6 +162,12 @@ class WalkEtas(Mapping):
         self.head, self.ids, self.start, self.finish = head, ids, start, finish
         self._index: dict | None = None
         self._n: int | None = None
+
+    @property
+    def indexed(self) -> bool:
+        """True once a lookup by id has built the index of every chart (a reader by
+        place, :meth:`at` at the walk's own place, never builds it)."""
+        return self._index is not None
 
     def at(self, pos: int, chart_id: str) -> Eta | None:
         """The ETA of ``chart_id``, at place ``pos`` of the walk this pass made (if it is

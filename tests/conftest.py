@@ -131,12 +131,8 @@ def _gc_unfrozen_after_the_test() -> Iterator[None]:
 def capture_notifications(django_capture_on_commit_callbacks) -> Iterator[list[dict]]:
     """Scheduler notifications sent on commit, as a list of dicts (Zulip's capture_send_event_calls)."""
     sent: list[dict] = []
-    notify._capture.append(sent.append)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            yield sent
-    finally:
-        notify._capture.remove(sent.append)
+    with notify.capture(sent.append), django_capture_on_commit_callbacks(execute=True):
+        yield sent
 
 
 @pytest.fixture(autouse=True)
@@ -188,12 +184,8 @@ def _no_real_notifications(request) -> Iterator[None]:
     if request.node.get_closest_marker("integration"):
         yield
         return
-    sink: list[dict] = []
-    notify._capture.append(sink.append)
-    try:
+    with notify.capture([].append):
         yield
-    finally:
-        notify._capture.remove(sink.append)
 
 
 @pytest.fixture(scope="session")

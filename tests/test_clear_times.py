@@ -104,7 +104,7 @@ def test_admin_org_list_names_the_unplanned_charts(world, client):
     from dashboard import admin_live
 
     publish()
-    admin_live._snap["at"] = 0.0  # the admin caches the snapshot for a second
+    admin_live.forget_snapshot()  # the admin caches the snapshot for a second
     client.force_login(make_user("root", superuser=True))
     html = client.get("/admin/orgs/org/").content.decode()
     assert "held: no ETA" in html and "3 paused: no ETA until resumed" in html

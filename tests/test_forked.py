@@ -81,7 +81,7 @@ def test_a_result_s_columns_come_back_out_of_band_into_arrays_of_their_own():
     assert isinstance(got_levels.level, bytearray)
 
     recv, send = multiprocessing.Pipe(duplex=False)  # what the child sends, read by hand
-    sender = threading.Thread(target=forked._send_result, args=(send, (eta_cols, levels, {"seq": 7})))
+    sender = threading.Thread(target=forked.send_result, args=(send, (eta_cols, levels, {"seq": 7})))
     sender.start()
     status, sizes = recv.recv()
     head = recv.recv_bytes()
@@ -89,7 +89,7 @@ def test_a_result_s_columns_come_back_out_of_band_into_arrays_of_their_own():
     assert sizes == [("q", 400_000), ("d", 400_000), ("d", 400_000), ("q", 400_000), ("B", 50_000)]
     assert len(head) < 1_000  # the pickle of the rest: the columns are not in it
     for fmt, nbytes in sizes:
-        forked._read_buffer(recv, fmt, nbytes)
+        forked.read_buffer(recv, fmt, nbytes)
     sender.join()
 
 
@@ -111,7 +111,7 @@ def test_a_child_that_dies_while_it_sends_its_columns_is_a_clear_error():
     os.write(send.fileno(), b"x" * 100)
     send.close()
     with pytest.raises(EOFError):
-        forked._receive(recv, [])
+        forked.receive_result(recv, [])
 
 
 def test_a_fork_that_held_the_loop_long_is_logged(monkeypatch, caplog):
@@ -313,7 +313,7 @@ async def a_pass(r) -> float:
 def confirmed_seq() -> int | None:
     from common import snapshot
 
-    current = snapshot._get_json(snapshot.CURRENT_KEY)
+    current = snapshot.read_current()
     return current["seq"] if current else None
 
 
@@ -328,11 +328,8 @@ async def test_the_child_publishes_with_its_own_redis_client_even_if_a_thread_he
     r = forked_rig
     await r.lead()
     notify.redis_client()  # the shared client exists, as in the scheduler
-    assert notify._client_lock.acquire(timeout=1)  # "the database thread" holds it at the fork
-    try:
+    with notify.client_busy():  # "the database thread" holds it at the fork
         took = await a_pass(r)
-    finally:
-        notify._client_lock.release()
     assert "ETA pass failed" not in caplog.text and "took more than" not in caplog.text
     assert took < 10
     published = snapshot.read_snapshot()
@@ -444,7 +441,7 @@ def test_an_eta_pass_in_a_child_imports_nothing(redis_url):
         def fn():
             before = set(sys.modules)
             recv, send = multiprocessing.Pipe(duplex=False)
-            forked._send_result(send, passes._pass_in_child(state, time.time()))  # as the child sends it
+            forked.send_result(send, passes.pass_in_child(state, time.time()))  # as the child sends it
             return sorted(set(sys.modules) - before)
 
         print(asyncio.run(forked.run_forked(fn, name="ETA pass", timeout_s=30)))
@@ -455,7 +452,7 @@ def test_an_eta_pass_in_a_child_imports_nothing(redis_url):
 def test_a_child_connects_even_if_a_parent_thread_was_importing_the_idna_codec_at_the_fork(redis_url):
     """The hang itself: a parent thread holds ``encodings.idna``'s import lock at the fork
     (as while it imports it); the child's first ``getaddrinfo`` would wait for it for ever.
-    The parent imported the codec before any fork (``forked._import_before_forks``), so the
+    The parent imported the codec before any fork (``fairsched.engine.forked`` does at its import), so the
     child never asks for the lock."""
     host, port = redis_url.split("//")[1].split("/")[0].rsplit(":", 1)
     out = _fresh(f"""

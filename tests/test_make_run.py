@@ -277,7 +277,7 @@ class System:
     def stop(self) -> list[psutil.Process]:
         """SIGTERM to make (as a service manager would); returns what is still alive after it exits."""
         self.watch()
-        ours = self._ours()
+        ours = self.our_processes()
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(90)
@@ -286,9 +286,9 @@ class System:
             pytest.fail(f"make run did not stop within 90 s after SIGTERM:\n{self.output()[-3000:]}")
         candidates = list({p.pid: p for p in [*self.seen.values(), *ours]}.values())
         _, alive = psutil.wait_procs(candidates, timeout=3)
-        return alive + [p for p in self._ours() if p.pid not in {a.pid for a in alive}]
+        return alive + [p for p in self.our_processes() if p.pid not in {a.pid for a in alive}]
 
-    def _ours(self) -> list[psutil.Process]:
+    def our_processes(self) -> list[psutil.Process]:
         """Every process whose environment points at this run's data directory."""
         found = []
         for p in psutil.process_iter():
@@ -306,7 +306,7 @@ class System:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-        for p in [*self.seen.values(), *self._ours()]:
+        for p in [*self.seen.values(), *self.our_processes()]:
             try:
                 p.kill()
             except psutil.Error:

@@ -26,7 +26,7 @@ async def test_a_scheduler_whose_passes_fail_lets_its_snapshot_turn_stale_on_the
     older than the staleness bound (max(3 ETA intervals, 10 s)), and live again after
     the next pass that succeeds."""
     settings.FAIRSCHED_STALE_MIN_S, settings.FAIRSCHED_STALE_INTERVALS = 10, 3
-    chart_selectors._interval_cache["at"] = -1e9
+    chart_selectors.forget_interval()
     r = rig(budget=1, charts=2)
     r.clock.wall = time.time()
     monkeypatch.setattr(chart_selectors, "time", SimpleNamespace(time=r.clock.time, monotonic=time.monotonic))

@@ -174,17 +174,25 @@ def test_an_open_transaction_is_rolled_back_before_its_connection_is_kept():
 
 @pytest.mark.skipif(not connection.settings_dict["ENGINE"].endswith("sqlite3"), reason="SQLite's backend")
 def test_a_connection_to_a_replaced_file_is_never_handed_out(tmp_path):
-    from common.pooled_sqlite3 import base
+    from common.pooled_sqlite3.base import DatabaseWrapper, idle_connections
 
     path = tmp_path / "db.sqlite3"
     sqlite3.connect(path).close()
-    old = sqlite3.connect(path, check_same_thread=False)
-    assert base._give(base._file_key(str(path)), old)
+    db = DatabaseWrapper({**connection.settings_dict, "NAME": str(path)}, alias="replaced")
+    db.ensure_connection()
+    old = db.connection
+    before = idle_connections()
+    db.close()
+    assert idle_connections() == before + 1  # kept for the next connect
     os.remove(path)
     sqlite3.connect(path).close()  # a new file at the same path
-    assert base._take(base._file_key(str(path))) is None
-    with pytest.raises(sqlite3.ProgrammingError):  # and the old one was closed
-        old.execute("SELECT 1")
+    db.ensure_connection()
+    try:
+        assert db.connection is not old
+        with pytest.raises(sqlite3.ProgrammingError):  # and the old one was closed
+            old.execute("SELECT 1")
+    finally:
+        db.close()
 
 
 # --- the web's sender thread -------------------------------------------------------------------
@@ -192,33 +200,32 @@ def test_a_connection_to_a_replaced_file_is_never_handed_out(tmp_path):
 
 @pytest.fixture
 def in_background():
-    sinks = list(notify._capture)
-    notify._capture.clear()  # these notes go to Redis, as in the web
-    notify.send_in_background()
-    try:
-        yield
-    finally:
-        notify.flush()
-        notify.send_in_background(False)
-        notify._capture[:] = sinks
+    with notify.uncaptured():  # these notes go to Redis, as in the web
+        notify.send_in_background()
+        try:
+            yield
+        finally:
+            notify.flush()
+            notify.send_in_background(False)
 
 
-def test_in_the_web_notes_go_after_commit_in_order_from_a_thread_of_their_own(redis_url, in_background):
+def test_in_the_web_notes_go_after_commit_in_order_from_a_thread_of_their_own(redis_url, in_background,
+                                                                                 monkeypatch):
     sub = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
     sub.subscribe(notify.CHANNEL)
     sent_from: list[str] = []
-    real_send = notify._send
-    notify._send = lambda wires: (sent_from.append(threading.current_thread().name), real_send(wires))
-    try:
-        org, wf = make_org(), make_workflow()
-        first = services.chart_submit(org=org, workflow=wf.name)
-        with pytest.raises(RuntimeError), transaction.atomic():
-            services.chart_submit(org=org, workflow=wf.name)
-            raise RuntimeError("rolled back: no note")
-        second = services.chart_submit(org=org, workflow=wf.name)
-        assert notify.flush()
-    finally:
-        notify._send = real_send
+    shared_client = notify.redis_client
+    # each send takes the shared client once, on the thread that sends
+    monkeypatch.setattr(notify, "redis_client",
+                        lambda: (sent_from.append(threading.current_thread().name), shared_client())[1])
+    org, wf = make_org(), make_workflow()
+    first = services.chart_submit(org=org, workflow=wf.name)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.chart_submit(org=org, workflow=wf.name)
+        raise RuntimeError("rolled back: no note")
+    second = services.chart_submit(org=org, workflow=wf.name)
+    assert notify.flush()
+    monkeypatch.setattr(notify, "redis_client", shared_client)
     got, deadline = [], time.monotonic() + 10
     while len(got) < 2 and time.monotonic() < deadline:
         message = sub.get_message(timeout=1)
@@ -249,7 +256,7 @@ def _evalsha_calls(client: redis.Redis) -> int:
 
 def test_a_web_process_takes_a_leases_worth_of_tokens_in_one_round_trip(redis_url, settings):
     settings.FAIRSCHED_API_RATE, settings.FAIRSCHED_API_BURST = 1000.0, 2000
-    ratelimit._leases.clear()
+    ratelimit.drop_leases()
     client = redis.Redis.from_url(redis_url)
     assert ratelimit.take(7) is None  # registers the script
     client.config_resetstat()
@@ -261,21 +268,22 @@ def test_a_web_process_takes_a_leases_worth_of_tokens_in_one_round_trip(redis_ur
 def test_leases_never_overdraw_the_bucket_whichever_process_spends_them(redis_url, settings, monkeypatch):
     monkeypatch.setattr(ratelimit, "LEASE_S", 10.0)  # 0.5/s x 10 s: a lease of the whole burst of 4
     settings.FAIRSCHED_API_RATE, settings.FAIRSCHED_API_BURST = 0.5, 4
-    ratelimit._leases.clear()
+    ratelimit.drop_leases()
     assert [ratelimit.take(8) for _ in range(4)] == [None] * 4  # one round trip, three spent here
-    ratelimit._leases.clear()  # another web process: the bucket is empty for it
+    ratelimit.drop_leases()  # another web process: the bucket is empty for it
     wait = ratelimit.take(8)
     assert wait is not None and wait > 1
 
 
 def test_an_unspent_lease_is_dropped_after_its_time(redis_url, settings, monkeypatch):
     settings.FAIRSCHED_API_RATE, settings.FAIRSCHED_API_BURST = 1000.0, 2000
-    ratelimit._leases.clear()
+    ratelimit.drop_leases()
     assert ratelimit.take(9) is None
-    held = (9, 1000.0, 2000)
-    assert ratelimit._leases[held][0] == 49
+    assert ratelimit.leased(9) == 49
     monkeypatch.setattr(ratelimit.time, "monotonic", lambda: time.monotonic_ns() / 1e9 + ratelimit.LEASE_TTL_S + 1)
-    assert not ratelimit._spend_lease(held) and held not in ratelimit._leases
+    assert ratelimit.leased(9) == 0
+    assert ratelimit.take(9) is None
+    assert ratelimit.leased(9) == 49  # a new lease: the old one's token not spent, its 49 dropped
 
 
 # --- SQLite: the writer's turn, a queue instead of the busy handler's sleeps --------------------
@@ -446,19 +454,16 @@ def test_close_idle_closes_the_kept_connections_so_the_database_can_be_taken_alo
     ``locking_mode=EXCLUSIVE`` from being had). Checked on the connections themselves: a
     lock taken on the file would also meet the other processes of the suite that keep the
     test database open (the shared worker), whatever this process does."""
-    from common.pooled_sqlite3 import base
     from common.pooled_sqlite3.base import close_idle, idle_connections
 
     make_org()
+    kept = connection.connection
     connection.close()
-    assert idle_connections() >= 1
-    with base._lock:
-        kept = [conn for free in base._idle.values() for conn in free]
-    assert kept
-    assert close_idle() >= len(kept) and idle_connections() == 0
-    for conn in kept:
-        with pytest.raises(sqlite3.ProgrammingError):
-            conn.execute("SELECT 1")
+    n = idle_connections()
+    assert n >= 1  # this one among them
+    assert close_idle() >= n and idle_connections() == 0
+    with pytest.raises(sqlite3.ProgrammingError):
+        kept.execute("SELECT 1")
 
 
 @sqlite_only

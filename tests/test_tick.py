@@ -105,11 +105,11 @@ class FakeStore:
     def set(self, pk: int, **kw) -> None:
         self.rows[pk] = dataclasses.replace(self.rows[pk], **kw)
 
-    def _active(self) -> list[ChartRow]:
+    def active_rows(self) -> list[ChartRow]:
         return [r for r in self.rows.values() if r.state not in FINAL]
 
     async def read_world(self) -> World:
-        return World(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages), self._active(),
+        return World(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages), self.active_rows(),
                      rounds=self.saved, read_at=datetime.now(UTC))
 
     async def read_streamed(self, per_org, on_head):
@@ -183,7 +183,7 @@ class FakeStore:
                           datetime.now(UTC), more)
 
     async def read_active_chunk(self, after_pk, limit):
-        return sorted((r for r in self._active() if r.id > after_pk), key=lambda r: r.id)[:limit]
+        return sorted((r for r in self.active_rows() if r.id > after_pk), key=lambda r: r.id)[:limit]
 
     def start_vacuum_after_backfill(self) -> None:
         self.vacuums += 1

@@ -291,7 +291,7 @@ class EtaPasses(Part):
                           self.ETA_PASS_TIMEOUT_PER_CHART_S * (len(state.queue) + len(state.running)))
             self._pass_mark = whatif.state_mark(state, self._eta_changes)  # the fork below, with no await before it
             try:
-                out = await forked.run_forked(lambda: self._pass_in_child(state, now), name="ETA pass",
+                out = await forked.run_forked(lambda: self.pass_in_child(state, now), name="ETA pass",
                                               timeout_s=timeout, nice=self.ETA_PASS_NICE, clock=self.clock)
             except forked.ChildFailed as exc:
                 if exc.reports and self.state is not None:
@@ -323,7 +323,7 @@ class EtaPasses(Part):
         await self.record_first_etas(out.first, now)
         return True
 
-    def _pass_in_child(self, state: LiveState, now: float) -> PassOut:
+    def pass_in_child(self, state: LiveState, now: float) -> PassOut:
         """The pass in the forked child: the state as it was at the fork is its own, so the
         pass reads it as it is (``capture(copy=False)``: a copy here was 144 MB more at
         1M queued, of the child's 942 MB peak: bench/child_memory.py)."""

@@ -161,13 +161,13 @@ def _child(send: Any, fn: Callable[[], Any], parent: int, nice: int, timeout_s: 
         send.send(("error", traceback.format_exc()))
     else:
         try:
-            _send_result(send, value)
+            send_result(send, value)
         except Exception:  # noqa: BLE001 - an unpicklable result: say so rather than hang
             send.send(("error", traceback.format_exc()))
     send.close()
 
 
-def _send_result(send: Any, value: Any) -> None:
+def send_result(send: Any, value: Any) -> None:
     """``value`` to the parent: pickled (protocol 5), with the buffers that its objects give
     out of band (:func:`columns_reduce`: a pass's first ETAs, a million charts' columns)
     written to the pipe as they lie in memory, after a message that says their formats and
@@ -210,7 +210,7 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
     reports: list[Any] = []
     try:
         try:
-            status, value = await _wait_for(clock)(asyncio.to_thread(_receive, recv, reports), timeout_s)
+            status, value = await _wait_for(clock)(asyncio.to_thread(receive_result, recv, reports), timeout_s)
         except asyncio.TimeoutError:
             raise ChildFailed(f"{name} took more than {timeout_s:.0f} s: killed", reports) from None
         except EOFError:
@@ -236,21 +236,21 @@ def _wait_for(clock: Any) -> Callable[[Any, float], Any]:
     return asyncio.wait_for if clock is None else clock.wait_for
 
 
-def _receive(recv: Any, reports: list[Any]) -> tuple[str, Any]:
+def receive_result(recv: Any, reports: list[Any]) -> tuple[str, Any]:
     """The child's result; what it reports before is appended to ``reports``."""
     while True:
         status, value = recv.recv()
         if status == "report":
             reports.append(value)
-        elif status == "ok":  # then the value's pickle, then its buffers (_send_result)
+        elif status == "ok":  # then the value's pickle, then its buffers (send_result)
             head = recv.recv_bytes()
-            return status, pickle.loads(head, buffers=[_read_buffer(recv, f, n) for f, n in value])
+            return status, pickle.loads(head, buffers=[read_buffer(recv, f, n) for f, n in value])
         else:
             return status, value
 
 
-def _read_buffer(recv: Any, fmt: str, nbytes: int) -> Any:
-    """A buffer :func:`_send_result` wrote, read straight into its own column: an array of
+def read_buffer(recv: Any, fmt: str, nbytes: int) -> Any:
+    """A buffer :func:`send_result` wrote, read straight into its own column: an array of
     its format (a bytearray for bytes or a format that has no array), never through a copy."""
     if fmt in ("B", "b", "c") or len(fmt) != 1 or fmt not in "bBuhHiIlLqQfd":
         out: Any = bytearray(nbytes)
@@ -270,7 +270,7 @@ def _read_buffer(recv: Any, fmt: str, nbytes: int) -> Any:
 def columns_reduce(obj: Any, protocol: int, rebuild: Callable[..., Any], *args: Any) -> tuple:
     """A ``__reduce_ex__`` for an object made of arrays (``args``, with plain values between):
     from protocol 5 on, each array goes as a :class:`pickle.PickleBuffer` (out of band to a
-    forked child's parent, :func:`_send_result`; in band, as bytes, elsewhere); ``rebuild``
+    forked child's parent, :func:`send_result`; in band, as bytes, elsewhere); ``rebuild``
     takes each back as an array or a bytes-like object (:func:`as_array` makes it an array)."""
     if protocol < 5:
         return rebuild, args
@@ -300,7 +300,7 @@ async def run_forked_pair(fa: Callable[[], T], fb: Callable[[], Any], *, name: s
             pipes.append(recv)
             procs.append(proc)
     try:
-        got = await _wait_for(clock)(asyncio.gather(*(asyncio.to_thread(_receive, r, []) for r in pipes)),
+        got = await _wait_for(clock)(asyncio.gather(*(asyncio.to_thread(receive_result, r, []) for r in pipes)),
                                      timeout_s)
     except asyncio.TimeoutError:
         raise ChildFailed(f"{name} took more than {timeout_s:.1f} s: killed") from None

@@ -33,7 +33,7 @@ says whether we may dispatch. Each :meth:`Scheduler.tick` then, in order:
    tick: the full resync, everything every ``FULL_RESYNC_S`` (raw SQL and
    ``QuerySet.update()`` calls that leave ``updated_at`` alone), and a first start's
    rounds (:mod:`scheduling.backfill`; written aside while the loop goes on, see
-   :meth:`Scheduler._backfill_step`),
+   :meth:`Scheduler.backfill_step`),
 8. starts the ETA pass soon after a change (at once after a budget, weight or cost
    change; with nothing changing, every ``eta_interval_s`` or ``ETA_IDLE_COST_FACTOR``
    times its cost): the pass, the snapshot and its publication run in a forked child
@@ -441,7 +441,7 @@ class Scheduler:
             ("resync", lambda now: not self.state.partial and self.sync.full_resync_wanted(now),
              self.sync.full_resync_step, None),
             ("rounds", lambda now: bool(self.rounds.backfilling) and self.leading and self._backfill_chunk is None
-             and not self.etas.first_pass_running, self._backfill_step, None),  # (the first ETAs' CPU first)
+             and not self.etas.first_pass_running, self.backfill_step, None),  # (the first ETAs' CPU first)
         )
 
     def _cancel_steps(self) -> tuple[Step, ...]:
@@ -518,13 +518,14 @@ class Scheduler:
             await self.sync.cancel(chart_id)
 
     # ================================================================ round state
-    async def _backfill_step(self) -> Effects:
+    async def backfill_step(self) -> Effects:
         """One chunk of the backfill (:mod:`scheduling.backfill`): the next charts in
         round order, with each org's cursor after them, in one transaction, written aside
         (a thread and connection of their own, :meth:`_write_chunk`) while the loop goes
         on: a chart whose turn comes meanwhile reads and starts at once (its commit, which
         carries the round state, is chained after the chunk: ``Dispatcher._commit_later``).
-        A chunk made while a dispatch's commit is in flight is chained after it."""
+        A chunk made while a dispatch's commit is in flight is chained after it. Public: the
+        fault harness of the integration tests holds it back (tests/integration/faulty_scheduler.py)."""
         before = self.loop.chunk
         self.rounds.chunk(self.BACKFILL_CHUNK)
         save = self.rounds.next(self.state.queue)

@@ -4,7 +4,7 @@
 the head of the order first"): at a restart the head of the saved order
 (:func:`fairsched.engine.store.db.read_head`), at a very first start the head of the backlog;
 the loop dispatches from that partial state while the whole backlog is read in the same
-snapshot and built in a thread (:meth:`Startup._load_whole`, :meth:`Startup._build`);
+snapshot and built in a thread (:meth:`Startup._load_whole`, :meth:`Startup.build_whole`);
 then, in a tick, :meth:`Startup.take_over_whole` replays onto the whole what the head
 dispatched or removed. What it builds (the state, the round saver) it hands to the host
 (``host.install``), which owns them.
@@ -131,7 +131,7 @@ class Startup(Part):
                 had = lambda: charts.ids_with_round(QUEUED)  # noqa: E731
                 prepare = lambda state: RoundSaver.prepare(state.queue, had, self.BACKFILL_MIN,  # noqa: E731
                                                            written, saved)
-            self._whole_ready = (*(await self._build(world, prepare)), world, True)
+            self._whole_ready = (*(await self.build_whole(world, prepare)), world, True)
         except Exception as exc:  # noqa: BLE001 - database down: a plain load, without the head
             log.warning("cannot read the whole backlog (%s): dispatch waits for a plain load", exc)
             self.state.queue.close_horizon(everything=True)
@@ -139,7 +139,7 @@ class Startup(Part):
             while not self.host.loop.stop.is_set():
                 try:
                     world = await self.store.read_world()
-                    self._whole_ready = (*(await self._build(world)), world, False)
+                    self._whole_ready = (*(await self.build_whole(world)), world, False)
                     break
                 except Exception as exc2:  # noqa: BLE001
                     delay = backoff.fail(self.clock.monotonic())
@@ -148,9 +148,10 @@ class Startup(Part):
         self.host.loop.wake.set()
 
     @staticmethod
-    async def _build(world: World, prepare: Callable[[LiveState], Any] | None = None) -> tuple[LiveState, Any]:
+    async def build_whole(world: World, prepare: Callable[[LiveState], Any] | None = None) -> tuple[LiveState, Any]:
         """The whole backlog's state, built in a thread while the loop dispatches from the
-        head, and what ``prepare`` makes of it there (None without)."""
+        head, and what ``prepare`` makes of it there (None without). Public: the fault
+        harness of the integration tests holds it back (tests/integration/faulty_scheduler.py)."""
         def build() -> tuple[LiveState, Any]:
             state = LiveState(world, observe_arrivals=False)
             return state, (prepare(state) if prepare is not None else None)

@@ -28,7 +28,7 @@ from scheduling.contract.simulator import ETA_MODELS, POLICIES, Arrival, Event, 
 from scheduling.contract.simulator import simulate as core_simulate, simulate_pools
 
 __all__ = [
-    "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_trace", "plan",
+    "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_queued_chart", "parse_trace", "plan",
     "plan_to_json", "simulate", "sim_to_json", "dump_scenario",
 ]
 
@@ -162,7 +162,7 @@ def parse_columns(d: Any, *, unique_ids: bool = True) -> tuple[Scenario, Columns
     queued = as_list(d.get("queued", []), "queued")
     cols = _plain_columns(queued, weights, ids, unique_ids)
     if cols is None:  # every chart checked field by field: the first error, named
-        cols = columns([_queued_chart(c, i, new_id, weights) for i, c in enumerate(queued)])
+        cols = columns([parse_queued_chart(c, i, new_id, weights) for i, c in enumerate(queued)])
     return Scenario(now, budget, weights, costs, durations, running, [], parse_policies(d)), cols
 
 
@@ -175,10 +175,10 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set,
                    unique_ids: bool = True) -> Columns | None:
     """The queued charts as columns when they are plainly valid, a column at a time (the
     loops in C); None as soon as anything is not (then every chart goes through
-    :func:`_queued_chart`, which names the first wrong field). Plainly valid: each chart a
+    :func:`parse_queued_chart`, which names the first wrong field). Plainly valid: each chart a
     dict with a unique string id, a known org, a string or null workflow and a
     created_at with an offset; a chart with more fields is checked whole by
-    :func:`_queued_chart` (and is special if it has a flag or time set)."""
+    :func:`parse_queued_chart` (and is special if it has a flag or time set)."""
     n = len(queued)
     if n == 0:
         return Columns([], [], [], [], {})
@@ -208,7 +208,7 @@ def _plain_columns(queued: list, weights: Mapping[str, int], running_ids: set,
                     and c.get("prioritized_at") is None and c.get("front_at") is None and c.get("round") is None):
                 continue
             try:
-                special[i] = _queued_chart(c, i, as_str, weights)
+                special[i] = parse_queued_chart(c, i, as_str, weights)
             except ScenarioError:
                 return None
     return Columns(ids, orgs, wfs, list(map(_timestamp, dts)), special)
@@ -237,8 +237,10 @@ def _other_than(values: list, common, dense: int = 16) -> Iterable[int]:
     return sorted(found)
 
 
-def _queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedChart:
-    """``queued[i]``, every field checked (the slow path: errors name the field)."""
+def parse_queued_chart(c: Any, i: int, new_id, weights: Mapping[str, int]) -> QueuedChart:
+    """``queued[i]``, every field checked (the slow path: errors name the field);
+    ``new_id(value, path)`` reads the id (and refuses a duplicate). What
+    :func:`parse_scenario` gives each chart its fast path does not take."""
     p = f"queued[{i}]"
     c = as_obj(c, p)
     cid = new_id(need(c, "id", p), f"{p}.id")

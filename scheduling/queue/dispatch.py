@@ -56,6 +56,12 @@ class QueueDispatch:
         """True for the head of the order restored alone (:meth:`restore` with a horizon)."""
         return self._horizon is not None
 
+    @property
+    def horizon(self) -> tuple | None:
+        """A partial queue's horizon: it dispatches no chart whose key's first four fields
+        (``key[:4]``, :class:`~.keys.QueueKey`) pass it; None for a whole queue."""
+        return self._horizon
+
     def close_horizon(self, everything: bool = False) -> None:
         """Dispatch nothing more of the normal tier (``everything``: nothing at all):
         something changed that the head alone cannot place."""

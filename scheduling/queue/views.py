@@ -3,11 +3,11 @@ views of the order (a mixin; the state is the queue's)."""
 from __future__ import annotations
 
 from itertools import chain
-from typing import Iterator
+from typing import Iterator, KeysView
 
 from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey, org_rank_key
 from ..rules import BLOCKED, HELD, ORDERED, PAUSED
-from ..types import QueuedChart
+from ..types import Estimate, QueuedChart
 
 
 class QueueViews:
@@ -28,6 +28,12 @@ class QueueViews:
     @property
     def budget(self) -> int:
         return self._budget
+
+    @property
+    def estimate(self) -> Estimate:
+        """The duration estimate the queue was made with (``estimate``): a chart's work
+        under the share "work", and what backfill reserves by unless given another."""
+        return self._estimate
 
     @property
     def weights(self) -> dict[str, int]:
@@ -59,6 +65,11 @@ class QueueViews:
 
     def __contains__(self, chart_id: str) -> bool:
         return chart_id in self._entries
+
+    def queued_ids(self) -> KeysView[str]:
+        """The ids of every queued chart (ordered, held, paused and blocked), in no
+        particular order: a read-only view, O(1) (do not change the queue while iterating)."""
+        return self._entries.keys()
 
     def get(self, chart_id: str) -> QueuedChart | None:
         """The queued chart (with its current round), None if not queued."""

@@ -32,7 +32,7 @@ class BackfillMachine(TwinQueues):
         self.t = 0.0
         self.restarts = 0
 
-    def _chart(self, org, wf="w", priority=False, paused=False) -> QueuedChart:
+    def new_chart(self, org, wf="w", priority=False, paused=False) -> QueuedChart:
         c = QueuedChart(f"c{self.seq}", org, wf, self.t, self.seq, priority=priority, paused=paused)
         self.seq += 1
         return c
@@ -46,7 +46,7 @@ class BackfillMachine(TwinQueues):
         charts = []
         for org, f in zip(orgs, flags):
             self.t += f % 2
-            charts.append(self._chart(org, "big" if f == 3 else "w", priority=f == 0, paused=f == 1))
+            charts.append(self.new_chart(org, "big" if f == 3 else "w", priority=f == 0, paused=f == 1))
         self.budget = budget
         self.ref = self.Q(budget=budget, weights=self.weights, costs=self.costs)
         earlier = self.Q(budget=budget, weights=self.weights, costs=self.costs, track_rounds=True)
@@ -71,9 +71,9 @@ class BackfillMachine(TwinQueues):
         else:
             self.live = self.Q.restore(backlog, state=self.saved, budget=budget, weights=self.weights,
                                           costs=self.costs)
-        self._start()
+        self.start_saver()
 
-    def _start(self):
+    def start_saver(self):
         self.saver = RoundSaver(self.saved)
         self.saver.start_backfill(self.live, lambda: {c for c, r in self.rows.items() if r is not None}, minimum=1)
 
@@ -99,21 +99,21 @@ class BackfillMachine(TwinQueues):
     def restart(self):
         """kill -9 right after a save; a new scheduler reads the rows back."""
         self.save()
-        self.live = self.Q.restore(self._read_back(self.rows), state=self.saved, budget=self.live.budget,
+        self.live = self.Q.restore(self.read_back(self.rows), state=self.saved, budget=self.live.budget,
                                       weights=self.live.weights, costs=self.live.costs)
-        self._start()
+        self.start_saver()
         self.restarts += 1
 
     # ------------------------------------------------------- what happens meanwhile
     @rule(org=st.sampled_from(ORGS), dt=st.integers(0, 2), flag=st.integers(0, 6))
     def arrive(self, org, dt, flag):
         self.t += dt
-        self._both("add", self._chart(org, priority=flag == 0, paused=flag == 1))
+        self.both("add", self.new_chart(org, priority=flag == 0, paused=flag == 1))
         self.save()
 
     @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3))
     def set_weight(self, org, w):
-        self._both("set_weight", org, w)
+        self.both("set_weight", org, w)
         self.save()
 
     @invariant()

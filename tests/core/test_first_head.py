@@ -98,7 +98,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.running: dict[str, int] = {}
         self.logged = 0
 
-    def _save(self):
+    def commit_save(self):
         save = self.saver.next(self.live)
         if save is not None:
             self.saved = save[0]
@@ -119,7 +119,7 @@ class FirstStartMachine(RuleBasedStateMachine):
             assert [c.id for c in started] == [c.id for c in self.ref.dispatch(free)]
         for c in started:
             self.running[c.id] = self.ref.cost_of(c.org, c.workflow)
-        self._save()  # the dispatch's commit carries the round state
+        self.commit_save()  # the dispatch's commit carries the round state
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
@@ -129,7 +129,7 @@ class FirstStartMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 8))
     def chunk(self, n):
         self.saver.chunk(n)
-        self._save()
+        self.commit_save()
 
     snapshot = None  # a restart's read: (queued charts with their saved rounds, saved state, had a round)
 
@@ -165,7 +165,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.live = whole
         self.head_phase = False
         self.snapshot = None
-        self._save()
+        self.commit_save()
 
     @precondition(lambda self: not self.head_phase)
     @rule(org=st.sampled_from(ORGS), dt=st.integers(0, 2), flag=st.integers(0, 6))
@@ -175,34 +175,34 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.seq += 1
         self.ref.add(c)
         self.live.add(c)
-        self._save()
+        self.commit_save()
 
-    @precondition(lambda self: not self.head_phase and self.ref._entries)
+    @precondition(lambda self: not self.head_phase and len(self.ref))
     @rule(data=st.data(), action=st.sampled_from(["pause", "resume", "remove"]))
     def chart_action(self, data, action):
-        cid = data.draw(st.sampled_from(sorted(self.ref._entries)))
+        cid = data.draw(st.sampled_from(sorted(self.ref.queued_ids())))
         assert getattr(self.ref, action)(cid) == getattr(self.live, action)(cid)
-        self._save()
+        self.commit_save()
 
     @rule()
     def kill_9(self):
         """A new scheduler reads back what was committed: the order must be ``ref``'s."""
         if self.saved is None:  # nothing committed: a first start again
-            restored = whole_of([replace(c) for c in self.charts if c.id in self.ref._entries], self.Q)
+            restored = whole_of([replace(c) for c in self.charts if c.id in self.ref.queued_ids()], self.Q)
             assert not self.running
         else:
             queued = [replace(self.ref.get(cid), round=self.rows.get(cid))
-                      for cid in sorted(self.ref._entries, key=lambda c: int(c[1:]))]
+                      for cid in sorted(self.ref.queued_ids(), key=lambda c: int(c[1:]))]
             restored = self.Q.restore(queued, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS)
         assert restored.order() == self.ref.order()
-        assert {cid: restored.round_of(cid) for cid in self.ref._entries} == \
-               {cid: self.ref.round_of(cid) for cid in self.ref._entries}
+        assert {cid: restored.round_of(cid) for cid in self.ref.queued_ids()} == \
+               {cid: self.ref.round_of(cid) for cid in self.ref.queued_ids()}
         self.live = restored
         self.head_phase = False
         self.whole = self.snapshot = None
         self.saver = RoundSaver(self.saved)
         self.saver.start_backfill(restored, lambda: {c for c, r in self.rows.items() if r is not None}, 1)
-        self._save()
+        self.commit_save()
 
     @rule(k=st.integers(1, 4))
     def kill_9_then_head_first(self, k):
@@ -213,7 +213,7 @@ class FirstStartMachine(RuleBasedStateMachine):
         if self.saved is None:
             return self.kill_9()
         queued = [replace(self.ref.get(cid), round=self.rows.get(cid))
-                  for cid in sorted(self.ref._entries, key=lambda c: int(c[1:]))]
+                  for cid in sorted(self.ref.queued_ids(), key=lambda c: int(c[1:]))]
         head, horizon, truncated = head_of_backlog(queued, k)
         try:
             live = self.Q.restore(head, state=self.saved, budget=3, weights=WEIGHTS, costs=COSTS, horizon=horizon,
@@ -229,13 +229,13 @@ class FirstStartMachine(RuleBasedStateMachine):
         self.saver = RoundSaver(self.saved)
         if truncated:  # the engine's _start_from_head
             self.saver.start_backfill(live, tuple, 1, keep_written=True)
-        self._save()
+        self.commit_save()
 
     @invariant()
     def the_dispatchable_head_is_the_whole_order(self):
         if getattr(self, "head_phase", False):
-            h = self.live._horizon
-            below = [k[4] for k in self.live._order if k[:4] <= h]
+            h = self.live.horizon
+            below = [k[4] for k in self.live.keys() if k[:4] <= h]
             assert below == self.ref.order()[:len(below)]
 
 

@@ -139,9 +139,9 @@ def test_plan_etas_and_rounds_read_like_dicts_without_building_them_up_front():
     queued = [QueuedChart(c, "A" if c.startswith("a") else "B", "wf", float(i), i)
               for i, c in enumerate(["a0", "a1", "b0", "a2"])]
     p = plan(queued, running, budget=2, weights={"A": 1, "B": 1}, estimate=Durations({}, 10.0), now=0.0)
-    assert isinstance(p.etas, ById) and p.etas._index is None          # nothing hashed yet
+    assert isinstance(p.etas, ById) and not p.etas.indexed          # nothing hashed yet
     assert list(p.etas) == ["r1", *p.order]                             # running first, then the order
-    assert [k for k, _ in p.etas.items()] == ["r1", *p.order] and p.etas._index is None
+    assert [k for k, _ in p.etas.items()] == ["r1", *p.order] and not p.etas.indexed
     assert p.etas["a0"] == Eta(0.0, 10.0) and p.etas["b0"] == Eta(10.0, 20.0) and p.etas["r1"] == Eta(0.0, 10.0)
     assert "a2" in p.etas and "nope" not in p.etas and p.etas.get("nope") is None
     with pytest.raises(KeyError):

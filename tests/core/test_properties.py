@@ -229,8 +229,8 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.seq = 0
         self.t = 1_800_000_000.0  # realistic epoch seconds: the dump's ISO round trip
 
-    def _ids(self):
-        return sorted(self.q._entries)  # white-box: every queued chart
+    def queued_ids(self):
+        return sorted(self.q.queued_ids())
 
     @rule(org=st.sampled_from(["o1", "o2", "o3"]), wf=st.sampled_from(["w", "big"]),
           dt=st.integers(0, 3), prio=st.integers(0, 5), paused=st.integers(0, 7))
@@ -268,11 +268,11 @@ class FairQueueMachine(RuleBasedStateMachine):
         cid = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[cid]
 
-    @precondition(lambda self: self.q._entries)
+    @precondition(lambda self: len(self.q))
     @rule(data=st.data(), action=st.sampled_from(
         ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
     def chart_action(self, data, action):
-        cid = data.draw(st.sampled_from(self._ids()))
+        cid = data.draw(st.sampled_from(self.queued_ids()))
         if action == "remove":
             self.q.remove(cid)
         elif action == "prioritize":
@@ -365,18 +365,18 @@ class RestartMachine(TwinQueues):
           prio=st.integers(0, 6), paused=st.integers(0, 6))
     def arrive(self, org, wf, dt, prio, paused):
         self.t += dt
-        self._both("add", QueuedChart(f"c{self.seq}", org, wf, self.t, self.seq,
+        self.both("add", QueuedChart(f"c{self.seq}", org, wf, self.t, self.seq,
                                       priority=prio == 0, paused=paused == 0))
         self.seq += 1
 
     @rule(org=st.sampled_from(ORGS), w=st.integers(0, 3))
     def set_weight(self, org, w):
         self.weights[org] = w
-        self._both("set_weight", org, w)
+        self.both("set_weight", org, w)
 
     @rule(org=st.sampled_from(ORGS), c=st.integers(1, 4))
     def set_cost(self, org, c):
-        self._both("set_cost", org, "big", c)
+        self.both("set_cost", org, "big", c)
 
     @rule()
     def save(self):
@@ -388,7 +388,7 @@ class RestartMachine(TwinQueues):
     def restart(self):
         """kill -9 right after a save, and a new scheduler reads the rows back."""
         self.save()
-        rows = self._read_back(self.saved_rounds)
+        rows = self.read_back(self.saved_rounds)
         self.live = self.Q.restore(rows, state=self.saved_state, budget=self.live.budget,
                                       weights=self.live.weights, costs=self.live.costs)
         self.restarts += 1
@@ -402,7 +402,7 @@ class RestartMachine(TwinQueues):
         and replays what the head dispatched: every decision agrees with ``ref`` (which
         never restarts), in between and after."""
         self.save()
-        rows = self._read_back(self.saved_rounds)
+        rows = self.read_back(self.saved_rounds)
         head, horizon, truncated = head_of_backlog(rows, k)
         arrived = []
         try:
@@ -433,7 +433,7 @@ class RestartMachine(TwinQueues):
                                   weights=self.live.weights, costs=self.live.costs)
         whole.replay(part.start_log)
         for c in arrived:  # newer than the whole backlog's read: the resync after the swap
-            if c.id in part._entries:
+            if c.id in part:
                 whole.add(c)
         assert same_rounds(whole.export_rounds(), part.export_rounds(), truncated)
         self.live = whole
@@ -445,7 +445,7 @@ class RestartMachine(TwinQueues):
         re-ranks as the live changes would have (the saved state names the weights and
         budget it was computed under)."""
         self.save()
-        rows = self._read_back(self.saved_rounds)
+        rows = self.read_back(self.saved_rounds)
         self.weights[org] = w
         self.ref.set_weight(org, w)
         self.ref.set_budget(b)

@@ -42,7 +42,7 @@ def test_the_guards_windows_held_are_the_definitions(budget, running, items, hol
     profile.hold([(-30.0, 100.0 + e, 100.0 + e + extra, c) for e, extra, c in holds], 100.0)
     reserve_walk([(c, d, d + extra) for c, d, extra in items], profile)
     times, free = held_by_definition(profile)
-    assert profile._guarded() == (times, free)
+    assert profile.guarded_steps() == (times, free)
     assert profile.free_for_good() == min(free)
     for cap in (1, budget):
         assert profile.lanes(cap) == Profile.lanes(_Fixed(times, free), cap)

@@ -34,13 +34,13 @@ class RestartMachineBackfill(RestartMachine):
         self.saved_state = self.live.export_rounds()
         self.started: dict[str, RunningChart] = {}
 
-    def _running(self) -> list[RunningChart]:
+    def running_charts(self) -> list[RunningChart]:
         return [self.started[cid] for cid in sorted(self.running)]
 
-    def _free(self) -> int:
+    def free_budget(self) -> int:
         return self.ref.budget - sum(self.running.values())
 
-    def _note_started(self, charts, order_before) -> None:
+    def note_started(self, charts, order_before) -> None:
         ids = [c.id for c in charts]
         if ids and ids != order_before[:len(ids)]:
             event("backfilled: a chart started ahead of an earlier one")
@@ -54,11 +54,11 @@ class RestartMachineBackfill(RestartMachine):
         """Time passes (see :meth:`wait`), then both dispatch."""
         self.wait(dt, overrun)
         before = self.ref.order()
-        run = self._running()
-        a = self.ref.dispatch(self._free(), run, self.t)
-        b = self.live.dispatch(self._free(), run, self.t)
+        run = self.running_charts()
+        a = self.ref.dispatch(self.free_budget(), run, self.t)
+        b = self.live.dispatch(self.free_budget(), run, self.t)
         assert a == b
-        self._note_started(a, before)
+        self.note_started(a, before)
 
     @initialize(charts=st.lists(st.tuples(st.sampled_from(["o1", "o2", "o3"]), st.sampled_from(["w", "big"])),
                                 min_size=10, max_size=30))
@@ -80,7 +80,7 @@ class RestartMachineBackfill(RestartMachine):
         past it finish (unless they ``overrun``: they run on past their estimate)."""
         self.t += dt
         if not overrun:
-            est = self.ref._estimate  # white-box: the estimate both queues reserve by
+            est = self.ref.estimate  # the estimate both queues reserve by
             for cid in [c for c in self.running
                         if self.started[c].started_at + est(self.started[c].org, self.started[c].workflow) <= self.t]:
                 del self.running[cid]
@@ -93,7 +93,7 @@ class RestartMachineBackfill(RestartMachine):
         first ``depth`` charts (the reservations of the charts before them are the same);
         then the whole backlog, restored from the same save, replays what the head did."""
         self.save()
-        rows = self._read_back(self.saved_rounds)
+        rows = self.read_back(self.saved_rounds)
         head, horizon, truncated = head_of_backlog(rows, k)
         arrived = []
         kw = dict(state=self.saved_state, budget=self.live.budget, weights=self.live.weights,
@@ -104,14 +104,14 @@ class RestartMachineBackfill(RestartMachine):
             return self.restart()
         for step in steps:
             if step == "dispatch":
-                run, free = self._running(), self._free()
-                h = part._horizon  # white-box: what the partial queue may reserve
-                seen = [key.id for key in list(part._order)[:part.depth] if key[:4] <= h]
+                run, free = self.running_charts(), self.free_budget()
+                h = part.horizon  # what the partial queue may reserve
+                seen = [key.id for key in list(part.keys())[:part.depth] if key[:4] <= h]
                 want = [cid for cid in self.ref.peek(free, run, self.t) if cid in seen]
                 before = self.ref.order()
                 started = part.dispatch(free, run, self.t)
                 assert [c.id for c in started] == want
-                self._note_started(self.ref.dispatch_ids(want), before)
+                self.note_started(self.ref.dispatch_ids(want), before)
             elif step == "finish" and self.running:
                 del self.running[sorted(self.running)[0]]
             elif step == "arrive_priority":
@@ -121,9 +121,9 @@ class RestartMachineBackfill(RestartMachine):
                 part.add(c)
                 arrived.append(c)
         whole = self.Q.restore(rows, **kw)
-        whole.replay(part.start_log, part._guard_holds)
+        whole.replay(part.start_log, part.export_rounds().holds)
         for c in arrived:
-            if c.id in part._entries:
+            if c.id in part:
                 whole.add(c)
         assert same_rounds(whole.export_rounds(), part.export_rounds(), truncated)
         self.live = whole
@@ -131,8 +131,8 @@ class RestartMachineBackfill(RestartMachine):
 
     @invariant()
     def backfill_dispatch_agrees(self):
-        run = self._running()
-        for free in {self._free(), self.ref.budget}:
+        run = self.running_charts()
+        for free in {self.free_budget(), self.ref.budget}:
             assert self.live.peek(free, run, self.t) == self.ref.peek(free, run, self.t)
 
 

@@ -218,7 +218,7 @@ def _slow_only(d: dict):
         return v
 
     weights = {o["id"]: o["weight"] for o in d["orgs"]}
-    return [sc._queued_chart(c, i, new_id, weights) for i, c in enumerate(d["queued"])]
+    return [sc.parse_queued_chart(c, i, new_id, weights) for i, c in enumerate(d["queued"])]
 
 
 _OK = {"id": "a", "org": "A", "workflow": "code", "created_at": "2026-01-01T00:00:00+00:00"}

@@ -39,24 +39,24 @@ class TwinQueues(RuleBasedStateMachine):
     def changed(self) -> None:
         """After each operation of both queues (the backfill machine saves here)."""
 
-    def _both(self, name, *args):
+    def both(self, name, *args):
         a = getattr(self.ref, name)(*args)
         b = getattr(self.live, name)(*args)
         assert a == b
         return a
 
-    def _queued(self):
-        return sorted(self.ref._entries)  # white-box: every queued chart
+    def queued_ids(self):
+        return sorted(self.ref.queued_ids())
 
-    def _read_back(self, rounds: dict[str, int | None]) -> list:
+    def read_back(self, rounds: dict[str, int | None]) -> list:
         """``live``'s queued charts as a restarted scheduler reads them: each with its saved round."""
         return [replace(self.live.get(cid), round=rounds.get(cid))
-                for cid in sorted(self.live._entries, key=lambda c: int(c[1:]))]
+                for cid in sorted(self.live.queued_ids(), key=lambda c: int(c[1:]))]
 
     @rule()
     def dispatch(self):
         free = self.ref.budget - sum(self.running.values())
-        for c in self._both("dispatch", free):
+        for c in self.both("dispatch", free):
             self.running[c.id] = self.ref.cost_of(c.org, c.workflow)
         self.changed()
 
@@ -65,20 +65,20 @@ class TwinQueues(RuleBasedStateMachine):
     def finish(self, data):
         del self.running[data.draw(st.sampled_from(sorted(self.running)))]
 
-    @precondition(lambda self: self.ref._entries)
+    @precondition(lambda self: len(self.ref))
     @rule(data=st.data(), action=st.sampled_from(
         ["pause", "resume", "prioritize", "unprioritize", "remove", "move_to_front"]))
     def chart_action(self, data, action):
-        cid = data.draw(st.sampled_from(self._queued()))
+        cid = data.draw(st.sampled_from(self.queued_ids()))
         if action in ("prioritize", "move_to_front"):
-            self._both(action, cid, self.t)
+            self.both(action, cid, self.t)
         else:
-            self._both(action, cid)
+            self.both(action, cid)
         self.changed()
 
     @rule(b=st.integers(0, 5))
     def set_budget(self, b):
-        self._both("set_budget", b)
+        self.both("set_budget", b)
         self.changed()
 
     @invariant()
@@ -87,7 +87,7 @@ class TwinQueues(RuleBasedStateMachine):
         assert live.order() == ref.order()
         assert live.head == ref.head
         assert (live.held, live.paused, live.blocked) == (ref.held, ref.paused, ref.blocked)
-        assert {c: live.round_of(c) for c in ref._entries} == {c: ref.round_of(c) for c in ref._entries}
+        assert {c: live.round_of(c) for c in ref.queued_ids()} == {c: ref.round_of(c) for c in ref.queued_ids()}
         assert live.export_rounds() == ref.export_rounds()
         free = ref.budget - sum(self.running.values())
         assert live.peek(free) == ref.peek(free)

@@ -9,10 +9,10 @@ from tests.factories import make_chart, make_org, make_user, make_workflow
 @pytest.fixture(autouse=True)
 def _fresh_caches():
     selectors.clear_caches()
-    admin_live._snap.update(at=0.0, value=None)
+    admin_live.forget_snapshot()
     yield
     selectors.clear_caches()
-    admin_live._snap.update(at=0.0, value=None)
+    admin_live.forget_snapshot()
 
 
 @pytest.fixture

@@ -251,7 +251,7 @@ async def test_a_live_snapshot_that_is_not_followed_turns_stale_on_the_open_sock
 
     settings.FAIRSCHED_STALE_MIN_S = 1
     settings.FAIRSCHED_STALE_INTERVALS = 0
-    selectors._interval_cache["at"] = -1e9
+    selectors.forget_interval()
     await database_sync_to_async(publish_from_db)()
     comm, first = await _open(viewer)
     try:

@@ -234,7 +234,7 @@ def test_stale_means_older_than_a_few_eta_intervals(two_orgs, viewer, redis_url,
 
     SchedulerSettings.get()
     SchedulerSettings.objects.update(eta_interval_s=20.0)
-    selectors._interval_cache["at"] = -1e9
+    selectors.forget_interval()
     publish_from_db(now=time.time() - 45)  # younger than 3 x 20 s
     assert _client(viewer).get("/dashboard/state.json").json()["stale"] is False
     publish_from_db(now=time.time() - 75)  # older

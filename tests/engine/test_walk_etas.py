@@ -35,7 +35,7 @@ def test_the_walks_etas_read_by_place_are_the_etas_read_by_id(spec, budget, disp
     risky = whatif.at_risk_counts(cap, walked, T, p90)
     snap, rows, per_org = build_snapshot(cap, report, T, p90=p90, due=due)
     first = EtaColumns.of(walked, some)
-    assert walked._index is None  # none of them looked a chart up by id (an index of every chart)
+    assert not walked.indexed  # none of them looked a chart up by id (an index of every chart)
 
     plain = dict(walked.items())
     assert len(walked) == len(plain) and list(walked) == list(plain)

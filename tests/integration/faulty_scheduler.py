@@ -91,19 +91,19 @@ def main(argv: list[str]) -> None:
             if faults.backfill_min is not None:
                 scheduler.BACKFILL_MIN = faults.backfill_min
             if faults.backfill_gate:
-                gate, chunk = Path(faults.backfill_gate), scheduler._backfill_step
+                gate, chunk = Path(faults.backfill_gate), scheduler.backfill_step
 
                 async def gated_chunk():
                     return Effects() if gate.exists() else await chunk()
-                scheduler._backfill_step = gated_chunk
+                scheduler.backfill_step = gated_chunk
             if faults.whole_gate:
-                whole_gate, build = Path(faults.whole_gate), scheduler.startup._build
+                whole_gate, build = Path(faults.whole_gate), scheduler.startup.build_whole
 
                 async def gated_build(*args):
                     while whole_gate.exists():
                         await asyncio.sleep(0.05)
                     return await build(*args)
-                scheduler.startup._build = gated_build
+                scheduler.startup.build_whole = gated_build
             return scheduler
 
     FaultyCommand().run_from_argv(["manage.py", "runscheduler", *rest])

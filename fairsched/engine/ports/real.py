@@ -89,7 +89,7 @@ def _background_db() -> ThreadPoolExecutor:
 
 def _rounds_db() -> ThreadPoolExecutor:
     """One thread (so one database connection) for the backfill's chunks, which the loop
-    does not wait for (``Scheduler._backfill_step``); one at a time."""
+    does not wait for (``Scheduler.backfill_step``); one at a time."""
     if not _ROUNDS_DB:
         _ROUNDS_DB.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairsched-db-rounds"))
     return _ROUNDS_DB[0]
