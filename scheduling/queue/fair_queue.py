@@ -488,16 +488,18 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
     def _convert_dispatched(self, old_key: tuple) -> None:
         """What each org dispatched in its current round, counted under ``old_key``'s share
         (charts, or budget-seconds under work), in the share now in force. Charts to work:
-        nothing (every org starts afresh at the head, at its virtual start: none is handed a
-        debt, or a burst, by the switch); work to charts: one chart if it dispatched any
+        nothing (every org starts afresh at the head, its first chart's round its virtual
+        start: none is handed a debt, or a burst, by the switch); work to charts: one chart if it dispatched any
         there (a round of work is a tick: it rarely holds two of an org's charts). A new
         quantum under work keeps the budget-seconds (the order does not depend on it)."""
         old_share = old_key[0]
         new_work = self.share is Share.WORK
+        if old_share != Share.WORK and new_work:
+            self._disp_round.clear()
+            self._disp_count.clear()
+            return
         for org, n in self._disp_count.items():
-            if old_share != Share.WORK and new_work:
-                self._disp_count[org] = 0.0
-            elif old_share == Share.WORK and not new_work:
+            if old_share == Share.WORK and not new_work:
                 self._disp_count[org] = 1 if n > 0 else 0
 
     def _rerank(self, org: str) -> None:

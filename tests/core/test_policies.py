@@ -431,9 +431,8 @@ def test_simulate_reports_the_policy_figures():
 def test_a_switch_of_share_counts_what_was_dispatched_in_the_new_unit(restart):
     """A switch of share hands no org a debt or a burst. Charts, A and B of weight 1: a0
     starts and fills A's round 0. Switched to work (every chart 600 s): what A dispatched
-    counts nothing (every org starts at the head); A, at the head and not behind it, puts a1
-    at its midpoint 300, B (no round) puts b0 at its start 0; then a2 and b1 at 900, b2 at
-    1,500: b0 a1 b1 a2 b2. Back to charts: A dispatched nothing under work, so a1 takes round
+    counts nothing: every org starts afresh at the head, its first chart at its start 0 (b0,
+    a1), the next at its midpoint 900 (b1, a2), then b2 at 1,500: b0 a1 b1 a2 b2. Back to charts: A dispatched nothing under work, so a1 takes round
     0 beside b0: the same order. The same across a restart under the other share."""
     from scheduling import RoundState
 
@@ -452,7 +451,7 @@ def test_a_switch_of_share_counts_what_was_dispatched_in_the_new_unit(restart):
 
     w = switched(q, share="work", quantum_s=1200.0)
     rounds = {c: w.round_of(c) for c in w.order()}
-    assert rounds == {"b0": 0, "a1": 300, "b1": 900, "a2": 900, "b2": 1500}, rounds
+    assert rounds == {"b0": 0, "a1": 0, "b1": 900, "a2": 900, "b2": 1500}, rounds
     assert w.order() == ["b0", "a1", "b1", "a2", "b2"]
     back = switched(w, share="charts")
     assert {c: back.round_of(c) for c in back.order()} == {"b0": 0, "a1": 0, "b1": 1, "a2": 1, "b2": 2}
