@@ -46,7 +46,7 @@ Ordering keys (:mod:`scheduling.keys`): every key, tie-breaks numbered.
 The rules, each one function that every path above calls: in :mod:`scheduling.rules`
     ``is_held(weight)`` (auto-hold), ``classify(weight, paused, cost, budget)``,
     ``head_of_line(costs, free)`` (the head-of-line stop); in :mod:`scheduling.share`
-    ``arrival_round(head, last, used, weight)`` and ``arrival_turn`` (the arrival rules);
+    ``arrival_round(head, last, used, weight)`` and ``arrival_tag`` (the arrival rules);
     in :mod:`scheduling.lanes` ``Durations`` (the duration estimate), ``initial_lanes``
     and ``lane_pass(cost_est, lanes)`` (the lane walk). The map of rule to function is
     docs/scheduling.md, "Where each rule lives in the code".

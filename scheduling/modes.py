@@ -27,7 +27,7 @@ class Share(enum.StrEnum):
     """How a round's turn is counted (docs/scheduling.md, "Share by work")."""
 
     CHARTS = "charts"  # a turn is weight charts
-    WORK = "work"      # a turn is weight x quantum_s budget-seconds (a chart's work: cost x estimate)
+    WORK = "work"      # DRF by virtual tags: a chart's work is its dominant share x the budget x its estimate
 
 
 class Dispatch(enum.StrEnum):

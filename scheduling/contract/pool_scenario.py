@@ -124,7 +124,8 @@ def order_of(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Run
         return core.plan(cols, running, budget=1, weights=weights, costs=costs, estimate=estimate, now=now)
     if policies["dispatch"] is Dispatch.BACKFILL:
         raise ScenarioError("dispatch", "backfill is not defined with pools yet (use strict)")
-    q = FairQueue.from_backlog(list(queued), budget=1, weights=weights, costs=costs, estimate=estimate, **policies)
+    q = FairQueue.from_backlog(list(queued), budget=pools.capacity[DEFAULT_POOL], weights=weights, estimate=estimate,
+                               pools=pools, **policies)  # blocked by the pools, DRF under work
     return q.plan(running, now, estimate)
 
 

@@ -139,7 +139,7 @@ class _Sim:
                  weights: Mapping[str, int], costs, estimate: Callable, policy: Policy | str,
                  forecaster: Forecaster | None, share: Share | str = Share.CHARTS,
                  quantum_s: float = DEFAULT_QUANTUM_S, dispatch: Dispatch | str = Dispatch.STRICT,
-                 depth: int = DEFAULT_DEPTH) -> None:
+                 depth: int = DEFAULT_DEPTH, pools: Pools | None = None) -> None:
         self.arrivals, self.events = arrivals, events
         # The enum a name names ("wrr" is Policy.WRR): every test below is by identity, and
         # a caller's string once made every one of them false, so that bench/due.py's "wrr"
@@ -149,7 +149,7 @@ class _Sim:
         self.by_id = {a.id: a for a in arrivals}
         self.q = FairQueue(budget=budget, weights=weights, costs=costs,
                            policy=Policy.WRR if policy is Policy.WRR else Policy.FIFO, share=share, quantum_s=quantum_s,
-                           dispatch=dispatch, estimate=estimate, depth=depth)
+                           dispatch=dispatch, estimate=estimate, depth=depth, pools=pools)
         self.weights = dict(weights)
         self.arr_order = sorted(range(len(arrivals)), key=lambda i: arrivals[i].at_s)  # stable
         self.ev_order = sorted(range(len(events)), key=lambda i: events[i].at_s)
@@ -502,22 +502,18 @@ def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *,
 
 
 class _PoolSim(_Sim):
-    """A :func:`simulate_pools` run: the queue orders (its budget 1, a pair's cost 2 when
-    it can never start under the pools: blocked), the pools decide what starts."""
+    """A :func:`simulate_pools` run: the queue orders and classifies by the pools
+    (``FairQueue(pools=...)``: blocked by :meth:`.pools.Pools.never`; under the share
+    ``work`` a chart's work is its dominant share, DRF), the pools' walk decides what starts."""
 
     def __init__(self, arrivals, events, *, pools: Pools, weights, estimate, share, quantum_s) -> None:
         self.pools = Pools(dict(pools.capacity), dict(pools.demands), dict(pools.limits))
-        self.pairs = sorted({(a.org, a.workflow) for a in arrivals}, key=repr)
-        super().__init__(arrivals, events, budget=1, weights=weights, costs=self._fake_costs(), estimate=estimate,
-                         policy=Policy.WRR, forecaster=None, share=share, quantum_s=quantum_s)
-        self.q.out_of_order = True
+        super().__init__(arrivals, events, budget=self.pools.capacity[DEFAULT_POOL], weights=weights, costs={},
+                         estimate=estimate, policy=Policy.WRR, forecaster=None, share=share, quantum_s=quantum_s,
+                         pools=self.pools)
         self.use = Usage()
         self.peak: dict[str, int] = {}
         self.demand: dict[str, tuple] = {}
-
-    def _fake_costs(self) -> dict:
-        p = self.pools
-        return {pr: 2 if p.never(pr[0], p.demand(*pr)) else 1 for pr in self.pairs}
 
     def finish(self, t: float) -> None:
         while self.finishing and self.finishing[0][0] <= t:
@@ -532,9 +528,8 @@ class _PoolSim(_Sim):
             self.ei += 1
             if ev.kind in ("set_budget", "set_pool"):
                 self.pools.capacity[DEFAULT_POOL if ev.kind == "set_budget" else ev.org] = ev.value
-                for pr, c in self._fake_costs().items():
-                    if self.q.cost_of(*pr) != c:
-                        self.q.set_cost(pr[0], pr[1], c)
+                self.q.set_budget(self.pools.capacity[DEFAULT_POOL])
+                self.q.set_pools(self.pools)  # what is blocked, and under work every dominant share, moved
             elif ev.kind == "set_weight":
                 self.weights[ev.org] = ev.value
                 self.q.set_weight(ev.org, ev.value)

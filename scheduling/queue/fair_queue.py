@@ -19,7 +19,6 @@ Complexity (n queued charts, k of one org, B the budget):
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable, Mapping
 
 from .entry import _UNTRACKED, _Entry, _Untracked
@@ -32,12 +31,11 @@ from .views import QueueViews
 from ..reserve import DEFAULT_DEPTH
 from ..modes import Dispatch, Share, check_policies
 from ..rules import BLOCKED, HELD, ORDERED, PAUSED, classify
-from ..share import DEFAULT_QUANTUM_S, MIN_EST_S, arrival_round, arrival_turn
+from ..share import DEFAULT_QUANTUM_S, MIN_EST_S, TICK_S, arrival_round, arrival_tag
 from ..sortedkeys import SortedKeys
 from ..lanes import Durations
-from ..types import Estimate
 from ..pools import DEFAULT_POOL, Pools
-from ..types import OrgRounds, QueuedChart, RoundState
+from ..types import Estimate, OrgRounds, QueuedChart, RoundState
 
 __all__ = ["FairQueue", "POLICIES"]
 
@@ -61,9 +59,11 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
     eligible. Dispatched charts keep counting for their round.
 
     The policies (docs/scheduling.md; given as the members or their text, kept as the
-    members): ``share`` ``Share.CHARTS`` (a turn is ``weight`` charts) or ``Share.WORK`` (a
-    turn is ``weight x quantum_s`` budget-seconds, a chart's work its cost x ``estimate`` at
-    arrival: ``used`` counts budget-seconds); ``dispatch`` ``Dispatch.STRICT`` (head-of-line)
+    members): ``share`` ``Share.CHARTS`` (a turn is ``weight`` charts) or ``Share.WORK``
+    (dominant-resource fairness by virtual tags, :func:`.share.arrival_tag`: a chart's work
+    is its cost x ``estimate`` at arrival, or with ``pools`` its dominant share x the
+    ``default`` pool's capacity x ``estimate``; rounds are ticks of virtual time and
+    ``used`` counts budget-seconds); ``dispatch`` ``Dispatch.STRICT`` (head-of-line)
     or ``Dispatch.BACKFILL`` (conservative backfill over the first ``depth`` charts,
     :mod:`.reserve`; ``bound`` gives a chart's 90% bound).
     """
@@ -433,7 +433,7 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         if self.policy == "wrr" and not e.priority and (arrive or e.round is None):
             # the arrival rule: e takes its org's next round
             if self._work:
-                r, self._used[org], e.share = arrival_turn(
+                r, self._used[org], e.share = arrival_tag(
                     self._head, self._last.get(org), self._used.get(org, 0), self._turn(org), self._work_of(e, cost))
             else:
                 r, self._used[org] = arrival_round(self._head, self._last.get(org), self._used.get(org, 0),
@@ -474,15 +474,23 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         return keys
 
     def _turn(self, org: str) -> float:
-        """An org's turn in a round: its weight (charts), or weight x quantum_s (work)."""
+        """An org's turn in a round: its weight (charts), or weight x TICK_S budget-seconds
+        (work: a round is TICK_S of virtual time)."""
         w = self._weights[org]
-        return w * self.quantum_s if self._work else w
+        return w * TICK_S if self._work else w
 
     def _work_of(self, e: _Entry, cost: int) -> float:
-        """A chart's work: its cost x its estimate at arrival, budget-seconds."""
+        """A chart's work in budget-seconds: its cost x its estimate at arrival; with pools
+        (DRF) its dominant share x the ``default`` pool's capacity (1 if none) x its
+        estimate, which is cost x estimate with the one pool ``default``."""
         if e.est is None:
             e.est = float(self._estimate(e.org, e.workflow))
-        return cost * (e.est if e.est > MIN_EST_S else MIN_EST_S)
+        est = e.est if e.est > MIN_EST_S else MIN_EST_S
+        pools = self._pools
+        if pools is None:
+            return cost * est
+        scale = pools.capacity.get(DEFAULT_POOL, 0) or 1
+        return pools.dominant_share(pools.demand(e.org, e.workflow)) * scale * est
 
     @property
     def share_key(self) -> tuple:
@@ -510,18 +518,20 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
 
     def _convert_dispatched(self, old_key: tuple) -> None:
         """What each org dispatched in its current round, counted under ``old_key``'s share
-        (charts, or budget-seconds under work), in the share now in force, keeping the part of
-        the org's turn it used: one chart is one quantum (a turn is ``weight`` charts or
-        ``weight x quantum_s``), and budget-seconds to charts round up (a part-used chart's
-        worth counts as used). Under work a new quantum keeps the budget-seconds: they are
-        the work really dispatched."""
-        old_share, old_q = old_key[0], old_key[1]
+        (charts, or budget-seconds under work), in the share now in force. Charts to work:
+        nothing (every org starts afresh at the head, its first chart's round its virtual
+        start: none is handed a debt, or a burst, by the switch); work to charts: one chart if it dispatched any
+        there (a round of work is a tick: it rarely holds two of an org's charts). A new
+        quantum under work keeps the budget-seconds (the order does not depend on it)."""
+        old_share = old_key[0]
         new_work = self.share is Share.WORK
+        if old_share != Share.WORK and new_work:
+            self._disp_round.clear()
+            self._disp_count.clear()
+            return
         for org, n in self._disp_count.items():
-            if old_share != Share.WORK and new_work:
-                self._disp_count[org] = n * self.quantum_s
-            elif old_share == Share.WORK and not new_work:
-                self._disp_count[org] = math.ceil(n / old_q - 1e-9)
+            if old_share == Share.WORK and not new_work:
+                self._disp_count[org] = 1 if n > 0 else 0
 
     def _rerank(self, org: str) -> None:
         for e in self._by_org[org].values():

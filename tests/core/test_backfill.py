@@ -212,11 +212,12 @@ def test_a_paused_chart_not_yet_written_has_its_org_written_whole():
 
 
 def _work_backlog(n):
-    """Org o2 (weight 1, turn 450 s) with ``n`` charts of 300 s: x0 round 0; x1 round 1,
-    carrying 300 s from round 0 (its share 150); x2 round 1 (share 300); x3 round 2..."""
+    """Org o2 (weight 1) with ``n`` charts of 300 s under "work" (virtual tags, a round a
+    tick): x0 round 0 (afresh at the head, its start), finishing at 300; x1 at the midpoint
+    450 (its share 150, the part of its finish 600 past its round); x2 750 (share 150)..."""
     charts = [QueuedChart(f"x{i}", "o2", "w", float(i), i) for i in range(n)]
     q = WorkFairQueue.from_backlog(charts, budget=1, weights={"o2": 1}, track_rounds=True)
-    assert [(q.round_of(c.id), q.share_of(c.id)) for c in charts[:3]] == [(0, 300), (1, 150), (1, 300)]
+    assert [(q.round_of(c.id), q.share_of(c.id)) for c in charts[:3]] == [(0, 300), (450, 150), (750, 150)]
     return charts, q
 
 
@@ -228,21 +229,22 @@ def _save(saver, queue, rows):
 
 
 def test_under_work_a_chunk_is_a_prefix_in_rank_order_inside_a_round():
-    """x1 carries work from round 0 and x2 does not: a chunk that ends inside round 1
-    writes x1 (the rank order), with the cursor after it, never x2 alone."""
+    """A chunk of two writes x0 and x1 (the rank order), with the cursor after x1: its round
+    and the part of its finish past it."""
     charts, live = _work_backlog(4)
     saver = RoundSaver(None)
     saver.start_backfill(live, set, minimum=1)
     saver.chunk(2)
     rows: dict[str, int | None] = {}
     state = _save(saver, live, rows)
-    assert rows == {"x0": 0, "x1": 1} and state.orgs["o2"].last == 1 and state.orgs["o2"].used == 150
+    assert rows == {"x0": 0, "x1": 450} and state.orgs["o2"].last == 450 and state.orgs["o2"].used == 150
 
 
 def test_under_work_the_head_passing_a_written_part_writes_the_next_round():
-    """Org o1 (weight 1) has y0 (round 0) and y1 (round 1), older than o2's: dispatching
-    y0, x0 and y1 moves the head to round 1, past o2's written part (x0). A restart would
-    count x1 afresh from the head (share 300, not 150), so x1's round is written too."""
+    """Org o1 (weight 1) has y0 (round 0) and y1 (round 450), older than o2's: dispatching
+    y0, x0 and y1 moves the head to round 450, past o2's written part (x0). A restart would
+    count x1 afresh from the head (its start 450: share 300, not 150), so x1's round is
+    written too."""
     ys = [QueuedChart(f"y{i}", "o1", "w", -2.0 + i, 100 + i) for i in range(2)]
     xs = [QueuedChart(f"x{i}", "o2", "w", float(i), i) for i in range(3)]
     weights = {"o1": 1, "o2": 1}
@@ -250,12 +252,12 @@ def test_under_work_the_head_passing_a_written_part_writes_the_next_round():
     saver = RoundSaver(None)
     saver.start_backfill(live, set, minimum=1)
     rows: dict[str, int | None] = {}
-    assert [c.id for c in live.dispatch(3)] == ["y0", "x0", "y1"] and live.head == 1
+    assert [c.id for c in live.dispatch(3)] == ["y0", "x0", "y1"] and live.head == 450
     state = _save(saver, live, rows)
-    assert rows["x1"] == 1
+    assert rows["x1"] == 450
     again = WorkFairQueue.restore([replace(live.get(c.id), round=rows.get(c.id)) for c in xs[1:]],
                                   state=state, budget=3, weights=weights)
-    assert [(again.round_of(c), again.share_of(c)) for c in ("x1", "x2")] == [(1, 150), (1, 300)]
+    assert [(again.round_of(c), again.share_of(c)) for c in ("x1", "x2")] == [(450, 150), (750, 150)]
     assert again.export_rounds() == live.export_rounds()
 
 
