@@ -64,6 +64,38 @@ def _histogram(h: metrics.Histogram, per: dict[str, tuple[list[int], float]], la
     return fam
 
 
+def _pools(r: sources.Reading, label: Labels) -> Iterator[Metric]:
+    """The capacity pools (docs/scheduling.md, "Pools"), from the live snapshot: each pool's
+    capacity, units in use and blocked head, each org's units in use per pool. Without pools
+    the budget is the one pool, ``default``."""
+    pools = r.pools or ([{"name": "default", "capacity": r.budget, "in_use": r.in_use or 0, "blocked_by": None}]
+                        if r.budget is not None else [])
+    if not pools:
+        return
+    cap = GaugeMetricFamily("fairsched_pool_capacity_units", "A pool's capacity in units (default: the budget).",
+                            labels=["pool"])
+    used = GaugeMetricFamily("fairsched_pool_in_use_units", "The units of a pool the running charts hold.",
+                             labels=["pool"])
+    heads = GaugeMetricFamily("fairsched_pool_blocked_heads", "1 while a chart at the head of the order waits for "
+                              "room in this pool (it holds back the charts behind it that draw on it), else 0.",
+                              labels=["pool"])
+    for p in pools:
+        cap.add_metric([p["name"]], p["capacity"])
+        used.add_metric([p["name"]], p["in_use"])
+        heads.add_metric([p["name"]], 0 if p.get("blocked_by") is None else 1)
+    yield from (cap, used, heads)
+    per_org = GaugeMetricFamily("fairsched_org_pool_in_use_units", "The units of a pool an org's running charts "
+                                "hold.", labels=["org", "pool"])
+    grouped: dict[tuple[str, str], int] = {}
+    for org_id, per in r.org_pools.items():
+        for pool, row in per.items():
+            key = (label(org_id), pool)
+            grouped[key] = grouped.get(key, 0) + int(row.get("in_use", 0))
+    for (org, pool) in sorted(grouped):
+        per_org.add_metric([org, pool], grouped[(org, pool)])
+    yield per_org
+
+
 class FairschedCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         r = sources.read()
@@ -89,6 +121,8 @@ class FairschedCollector(Collector):
         if r.in_use is not None:
             yield GaugeMetricFamily("fairsched_budget_in_use_units", "The cost the running charts hold.",
                                     value=r.in_use)
+
+        yield from _pools(r, label)
 
         clear = GaugeMetricFamily(
             "fairsched_org_clear_seconds", "Seconds until the org's planned work is done (its clear-time); "

@@ -41,6 +41,8 @@ class Reading:
     finished: dict[tuple[int, str], int] = field(default_factory=dict)
     histograms: dict[str, dict[str, tuple[list[int], float]]] = field(default_factory=dict)
     api: dict[tuple[str, str], int] = field(default_factory=dict)
+    pools: list[dict[str, Any]] = field(default_factory=list)    # the snapshot's (publish.pool_summary)
+    org_pools: dict[int, dict[str, dict]] = field(default_factory=dict)  # org id -> pool -> in_use, max
 
 
 def read() -> Reading:
@@ -100,8 +102,9 @@ def _from_snapshot(orgs: list[tuple[int, str]], s: dict[str, Any]) -> Reading:
         nothing_planned = held + paused + blocked and not counts["queued"] and not counts["running"]
         if row.get("clear_s") is not None and not nothing_planned:  # scenario contract v2 (common.clear_notes)
             clear[int(row["id"])] = max(0.0, base + float(row["clear_s"]) - time.time())
+    org_pools = {int(o): per for o, per in (s.get("org_pools") or {}).items()}
     return Reading(orgs=orgs, source="scheduler", charts=charts, budget=s.get("budget"), in_use=s.get("used"),
-                   clear_s=clear)
+                   clear_s=clear, pools=list(s.get("pools") or []), org_pools=org_pools)
 
 
 def _from_db(orgs: list[tuple[int, str]], held: set[int]) -> Reading:

@@ -32,6 +32,8 @@ from tests.factories import make_chart, make_org, make_workflow
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = {  # the interface (issue 25): name -> type
     "fairsched_charts": "gauge", "fairsched_budget_units": "gauge", "fairsched_budget_in_use_units": "gauge",
+    "fairsched_pool_capacity_units": "gauge", "fairsched_pool_in_use_units": "gauge",
+    "fairsched_pool_blocked_heads": "gauge", "fairsched_org_pool_in_use_units": "gauge",
     "fairsched_org_clear_seconds": "gauge", "fairsched_chart_wait_seconds": "histogram",
     "fairsched_dispatch_delay_seconds": "histogram", "fairsched_charts_finished": "counter",
     "fairsched_eta_error_seconds": "histogram", "fairsched_eta_pass_seconds": "histogram",

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from common.clear_notes import no_eta_note
 from scheduling import BLOCKED, HELD, PAUSED, Eta, EtaReport, eta_reader
 from scheduling.due import AT_RISK, LATE
+from scheduling.pools import CEILING, POOL, Usage, dispatch_walk
 from scheduling.rules import is_held
 from fairsched.engine.due_states import DueResult, Flagged, due_pass
 from fairsched.engine.order_rows import NAN, NO_ROUND, LookedUp, Rows
@@ -174,6 +175,53 @@ def _snapshot(state: PassInput, report: EtaReport, now: float, used: int,
         "rounds": {org: list(lu) for org, lu in queue.round_state().items()},
         "no_eta": no_eta_note({k: len(state.aside[k]) for k in (HELD, PAUSED, BLOCKED)}),
         "waiting": waiting(state),
+        **pool_summary(state),
+    }
+
+
+def pool_summary(state: PassInput) -> dict[str, Any]:
+    """With capacity pools (docs/scheduling.md, "Pools"): ``pools``, each pool's capacity,
+    units in use and the chart at the head that waits for it (``blocked_by``: the dispatch
+    walk's first chart with no room there, null if none), and ``org_pools``, each org's
+    units in use per pool against its ceiling and minimum, and its first chart waiting at
+    that ceiling. Nothing without pools."""
+    pools = state.queue.pools
+    if pools is None:
+        return {}
+    use = Usage()
+    for r in state.running:
+        use.take(str(r.org), r.demand if r.demand is not None else pools.demand(str(r.org), r.workflow))
+    held = {"pool": dict(use.pool), "org": dict(use.org)}
+    walked: list = []
+
+    def charts():
+        for cid, (org, wf), _ in state.queue.walk():
+            d = pools.demand(org, wf)
+            walked.append((cid, org, d))
+            yield org, d
+
+    _, waits = dispatch_walk(charts(), pools, use)
+    blocked_by: dict[str, str] = {}
+    at_ceiling: dict[tuple[str, str], str] = {}
+    for i, w in sorted(waits.items()):
+        cid, org, d = walked[i]
+        if w.reason == POOL:
+            for p, _ in d:
+                blocked_by.setdefault(p, cid)
+        elif w.reason == CEILING:
+            at_ceiling.setdefault((org, w.pool), cid)
+    orgs: dict[str, dict] = {}
+    for (org, p), units in held["org"].items():
+        orgs.setdefault(org, {})[p] = units
+    for (org, p) in pools.limits:
+        orgs.setdefault(org, {}).setdefault(p, 0)
+    return {
+        "pools": [{"name": p, "capacity": c, "in_use": held["pool"].get(p, 0),
+                   "blocked_by": int(blocked_by[p]) if p in blocked_by else None} for p, c in pools.capacity.items()],
+        "org_pools": {org: {p: {"in_use": units, "max": pools.ceiling(org, p),
+                                "min": (pools.limits.get((org, p)).min if (org, p) in pools.limits else 0),
+                                "waiting_at_ceiling": int(at_ceiling[(org, p)]) if (org, p) in at_ceiling else None}
+                            for p, units in sorted(per.items())} for org, per in orgs.items()},
     }
 
 

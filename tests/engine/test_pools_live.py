@@ -107,3 +107,36 @@ def test_bad_pool_settings_are_refused_naming_the_field(call, message):
     assert message in str(e.value)
 
 
+
+
+def test_the_snapshot_names_each_pool_its_use_and_its_blocked_head():
+    from fairsched.engine.publish import pool_summary
+
+    s = state(pools(a_max=1), [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review"), q(4, 2, "review")])
+    planned = s.to_start()
+    s.commit_dispatch(planned, {c: ("run", T0) for c in planned})
+    got = pool_summary(s.capture())
+    assert got["pools"] == [{"name": "default", "capacity": 4, "in_use": 0, "blocked_by": None},
+                            {"name": "llm", "capacity": 2, "in_use": 2, "blocked_by": 4},
+                            {"name": "gpu", "capacity": 1, "in_use": 1, "blocked_by": None}]
+    # org 1 holds 1 of its ceiling of 1 in llm: its second audit waits there (and blocks no pool),
+    # so org 2's second review is the head that waits for llm
+    assert got["org_pools"]["1"]["llm"] == {"in_use": 1, "max": 1, "min": 0, "waiting_at_ceiling": 2}
+    assert pool_summary(state(None, [q(1, 1, "audit")]).capture()) == {}
+
+
+def test_the_metrics_carry_each_pool(monkeypatch):
+    from monitoring import collector, sources
+
+    reading = sources.Reading(orgs=[(1, "acme")], source="scheduler", charts={}, budget=4, in_use=1,
+                              pools=[{"name": "default", "capacity": 4, "in_use": 1, "blocked_by": None},
+                                     {"name": "llm", "capacity": 8, "in_use": 8, "blocked_by": 12}],
+                              org_pools={1: {"llm": {"in_use": 8, "max": None}}})
+    monkeypatch.setattr(sources, "read", lambda: reading)
+    got = {(m.name, s.labels.get("pool"), s.labels.get("org")): s.value
+           for m in collector.FairschedCollector().collect() for s in m.samples if "pool" in m.name}
+    assert got[("fairsched_pool_capacity_units", "llm", None)] == 8
+    assert got[("fairsched_pool_in_use_units", "llm", None)] == 8
+    assert got[("fairsched_pool_blocked_heads", "llm", None)] == 1
+    assert got[("fairsched_pool_blocked_heads", "default", None)] == 0
+    assert got[("fairsched_org_pool_in_use_units", "llm", "acme")] == 8
