@@ -32,6 +32,15 @@ def test_seed_demo_builds_the_write_ups_situation(capture_notifications):
     assert WorkflowCost.objects.filter(cost__gt=1).count() >= 12
     assert sorted(set(WorkflowCost.objects.values_list("cost", flat=True))) == [2, 3, 4]
     assert SchedulerSettings.get().budget == 12
+    # two pools beside the budget: coding draws on llm, auditing on both; Acme's ceiling in llm
+    from control.models import Pool
+    from orgs.models import OrgPoolLimit
+    assert dict(Pool.objects.values_list("name", "capacity")) == {"llm": 8, "gpu": 4}
+    drawn = {(o, w): p for o, w, p in WorkflowCost.objects.values_list("org__name", "workflow__name", "pools")}
+    assert drawn[("Acme Health", "audit")] == {"default": 3, "gpu": 1, "llm": 2}
+    assert drawn[("Cedar Labs", "code")] == {"default": 3, "llm": 1}
+    assert ("Acme Health", "review") not in drawn  # cost 1 on the budget: no row
+    assert list(OrgPoolLimit.objects.values_list("org__name", "pool", "max", "min")) == [("Acme Health", "llm", 4, 0)]
 
     ranges = {w.name: w.seconds for w in WORKFLOWS}
     used = Counter()

@@ -369,6 +369,18 @@ def test_make_run_serves_runs_the_demo_on_temporal_resumes_and_stops_without_lef
             first.wait_for(lambda: _workflow_status(f"127.0.0.1:{first.temporal_port}", done[0][0]) == "COMPLETED",
                            15, "the chart's workflow to close as completed")
             assert first.db("SELECT count(*) FROM charts_chart WHERE state = 'running'")[0][0] > 0
+            # The demo's pools at work: coding draws 1 of llm (8), auditing 2 of llm and 1 of gpu (4), and
+            # Acme's ceiling in llm is 4. Sampled while the demo runs, no pool and no ceiling is ever over.
+            assert "pools llm 8, gpu 4." in out
+            for _ in range(10):
+                llm, gpu, acme = first.db(
+                    "SELECT sum(CASE w.name WHEN 'code' THEN 1 WHEN 'audit' THEN 2 ELSE 0 END), "
+                    "sum(w.name = 'audit'), sum(CASE WHEN o.name = 'Acme Health' THEN "
+                    "CASE w.name WHEN 'code' THEN 1 WHEN 'audit' THEN 2 ELSE 0 END ELSE 0 END) "
+                    "FROM charts_chart c JOIN orgs_workflow w ON w.id = c.workflow_id JOIN orgs_org o ON o.id = c.org_id "
+                    "WHERE c.state = 'running'")[0]
+                assert (llm or 0) <= 8 and (gpu or 0) <= 4 and (acme or 0) <= 4, (llm, gpu, acme)
+                time.sleep(0.5)
         # demo_load is submitting through chart_submit
         first.wait_for(lambda: first.db("SELECT count(*) FROM charts_chart WHERE external_id LIKE 'load-%'")[0][0],
                        60, "a chart from demo_load")

@@ -2,7 +2,10 @@
 
 One large tenant with about a thousand charts waiting, several small ones, three
 workflow types of different cost and duration (seconds to a few minutes, so the
-demo moves), one org held, a few priority charts. Everything goes through the
+demo moves), one org held, a few priority charts, and two capacity pools beside the
+budget (docs/scheduling.md, "Pools"): ``llm`` (8 concurrent calls of a model) and ``gpu``
+(4): coding draws on ``llm``, auditing on both, and the large tenant has a ceiling of 4 in
+``llm``, so it can never hold the whole model. Everything goes through the
 services (``org_create``, ``workflow_cost_set``, ``chart_submit_many``, ...), so
 the scheduler hears about it like any other write.
 """
@@ -16,7 +19,7 @@ from django.db import transaction
 
 from charts.models import Chart
 from charts.services import chart_submit_many
-from control.services import budget_set
+from control.services import budget_set, pool_set
 from orgs import services as org_services
 from orgs.models import Org, Workflow
 
@@ -27,6 +30,7 @@ class DemoWorkflow:
     description: str
     seconds: tuple[float, float]  # DemoChart runs this long (payload["seconds"]), uniformly drawn
     cost: int  # per (org, workflow) pair; a few orgs pay more, see ORGS
+    pools: tuple[tuple[str, int], ...] = ()  # what else it draws on beside the budget (DEMO_POOLS)
 
     @property
     def expected_s(self) -> int:
@@ -47,9 +51,12 @@ class DemoOrg:
 
 WORKFLOWS = (
     DemoWorkflow("review", "Quick second look at a coded chart (seconds).", (5.0, 20.0), 1),
-    DemoWorkflow("code", "An agent codes a medical chart (under a minute).", (20.0, 60.0), 2),
-    DemoWorkflow("audit", "Full audit trail with several tool calls (minutes).", (60.0, 180.0), 3),
+    DemoWorkflow("code", "An agent codes a medical chart (under a minute).", (20.0, 60.0), 2, (("llm", 1),)),
+    DemoWorkflow("audit", "Full audit trail with several tool calls (minutes).", (60.0, 180.0), 3,
+                 (("llm", 2), ("gpu", 1))),
 )
+DEMO_POOLS = (("llm", 8), ("gpu", 4))  # one model's concurrent calls, a GPU fleet
+DEMO_CEILINGS = (("Acme Health", "llm", 4),)  # the large tenant never holds more than half the model
 
 ORGS = (
     DemoOrg("Acme Health", weight=2, charts=1000, mix=(0.5, 0.4, 0.1)),
@@ -100,6 +107,8 @@ class Command(BaseCommand):
             raise CommandError("--scale must be above 0.")
         rng = random.Random(opts["seed"])
         with transaction.atomic():
+            for name, capacity in DEMO_POOLS:
+                pool_set(name=name, capacity=capacity)
             for wf in WORKFLOWS:  # each declares what it runs, so the first ETAs are right before any history
                 expected = round(sum(SHORT_SECONDS) / 2) if opts["short"] else wf.expected_s
                 org_services.workflow_create(name=wf.name, temporal_type="DemoChart", description=wf.description,
@@ -109,9 +118,12 @@ class Command(BaseCommand):
                 org = org_services.org_create(name=spec.name, weight=spec.weight)
                 for wf in WORKFLOWS:
                     cost = wf.cost + spec.cost_bump
-                    if cost != 1:
+                    if cost != 1 or wf.pools:  # the budget's units (default) and the pools' (llm, gpu)
                         org_services.workflow_cost_set(org=org, workflow=Workflow.objects.get(name=wf.name),
-                                                       cost=cost)
+                                                       cost=cost, pools=dict(wf.pools, default=cost) if wf.pools else None)
+                for org_name, pool, ceiling in DEMO_CEILINGS:
+                    if org_name == spec.name:
+                        org_services.org_pool_limit_set(org=org, pool=pool, max=ceiling)
                 n = max(1, round(spec.charts * opts["scale"]))
                 prefix = "".join(w[0] for w in spec.name.lower().split())
                 items = [demo_chart(rng, org.slug, spec.mix, f"{prefix}-{i:05d}", priority=i < spec.priority)
@@ -126,5 +138,6 @@ class Command(BaseCommand):
             budget_set(budget=DEMO_BUDGET)
         self.stdout.write(self.style.SUCCESS(
             f"Demo seeded: {len(ORGS)} orgs ({sum(o.held for o in ORGS)} held), {len(WORKFLOWS)} workflows, "
-            f"{total} charts ({Chart.objects.filter(priority=True).count()} priority), budget {DEMO_BUDGET}."
+            f"{total} charts ({Chart.objects.filter(priority=True).count()} priority), budget {DEMO_BUDGET}, "
+            f"pools {', '.join(f'{p} {c}' for p, c in DEMO_POOLS)}."
         ))
