@@ -204,6 +204,8 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
     indices, in order, and why each other chart walked did not start. The walk stops once
     every pool is blocked (nothing after can start), unless ``whole``: then every chart
     gets its reason. See the module's docstring for the rule."""
+    if not pools.limits:
+        return _walk_free(charts, pools, use, whole)
     w = _Walk(pools, use)
     started: list[int] = []
     waits: dict[int, Wait] = {}
@@ -235,6 +237,68 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
             started.append(i)
         else:
             waits[i] = why
+    return started, waits
+
+
+_WAITS: dict[str, dict[str, Wait]] = {CEILING: {}, BEHIND: {}, POOL: {}}
+"""One :class:`Wait` per reason and pool, shared (a tuple: immutable): a walk of a few
+charts would spend more building its reasons than walking."""
+
+
+def _wait(reason: str, pool: str) -> Wait:
+    w = _WAITS[reason].get(pool)
+    if w is None:
+        w = _WAITS[reason][pool] = Wait(reason, pool)
+    return w
+
+
+def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
+    """:func:`dispatch_walk` without limits (no ceiling to meet, no minimum to serve
+    first): steps 2 to 4 inline, a demand of one pool without a loop. The same result as
+    :meth:`_Walk.step` chart by chart (the Hypothesis property of tests/core/test_pools.py)."""
+    pool_use, org_use = use.pool, use.org
+    free = {p: c - pool_use.get(p, 0) for p, c in pools.capacity.items()}
+    stop = math.inf if whole else len(free)  # every pool blocked: nothing after can start
+    blocked: set[str] = set()
+    started: list[int] = []
+    waits: dict[int, Wait] = {}
+    behind, short = _WAITS[BEHIND], _WAITS[POOL]
+    for i, (org, d) in enumerate(charts):
+        if len(blocked) >= stop:
+            break
+        if len(d) == 1:
+            p, u = d[0]
+            if p in blocked:
+                waits[i] = behind.get(p) or _wait(BEHIND, p)
+                continue
+            if free.get(p, 0) < u:
+                blocked.add(p)
+                waits[i] = short.get(p) or _wait(POOL, p)
+                continue
+            free[p] -= u
+            pool_use[p] = pool_use.get(p, 0) + u
+            k = (org, p)
+            org_use[k] = org_use.get(k, 0) + u
+            started.append(i)
+            continue
+        wait = None
+        for p, u in d:
+            if p in blocked:
+                wait = behind.get(p) or _wait(BEHIND, p)
+                break
+            if wait is None and free.get(p, 0) < u:
+                wait = short.get(p) or _wait(POOL, p)
+        if wait is not None:
+            for p, _ in d:
+                blocked.add(p)
+            waits[i] = wait
+            continue
+        for p, u in d:
+            free[p] -= u
+            pool_use[p] = pool_use.get(p, 0) + u
+            k = (org, p)
+            org_use[k] = org_use.get(k, 0) + u
+        started.append(i)
     return started, waits
 
 
