@@ -33,7 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from heapq import heappop, heappush, heapreplace
+from operator import itemgetter
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+
+from .lanes import lane_pass
 
 DEFAULT_POOL = "default"
 """The pool of a plain cost: the budget."""
@@ -329,7 +332,31 @@ def _lane_walk(order, running, pools: Pools):
     a chart that drew on it. A chart starts at the latest of its pools' floors and of the
     time the ``u``-th earliest lane of each pool frees, finishes its estimate later, and
     takes those lanes until then; its start becomes the floor of every pool it draws on.
-    The exact equivalent of :func:`_event_walk` with no limits (a Hypothesis property)."""
+    The exact equivalent of :func:`_event_walk` with no limits (a Hypothesis property).
+
+    Each distinct demand is read once into its pools' lanes (:func:`_parts`), and the
+    walk (:func:`_walk_parts`) reads those per chart. When every chart draws 1 unit or
+    more of one and the same pool and no estimate is negative, this is
+    :func:`.lanes.lane_pass` on that pool's lanes, which is called: then a start is never
+    below that pool's floor (each chart takes the earliest lanes and holds them past its
+    start), so the floor changes nothing."""
+    lanes = _pool_lanes(running, pools)
+    if not isinstance(order, (list, tuple)):
+        order = list(order)
+    dems = set(map(itemgetter(1), order))
+    if all(len(d) == 1 for d in dems):
+        one = _one_pool(order, dems, lanes)
+        if one is not None:
+            return one
+    index = {p: k for k, p in enumerate(lanes)}
+    table = {d: _parts(d, lanes, index) for d in dems}
+    return _walk_parts(map(table.__getitem__, map(itemgetter(1), order)), map(itemgetter(2), order),
+                       [0.0] * len(index))
+
+
+def _pool_lanes(running, pools: Pools) -> dict[str, list[float]]:
+    """Each pool's lanes at now (a sorted list, so a heap): the running charts' remaining
+    seconds, the ``capacity`` largest kept if there are more, else padded with zeros."""
     busy: dict[str, list[float]] = {p: [] for p in pools.capacity}
     for r in running:
         rem = r.remaining_s if r.remaining_s > 0.0 else 0.0
@@ -341,42 +368,124 @@ def _lane_walk(order, running, pools: Pools):
         lanes[p] = b[len(b) - cap:] if len(b) > cap else [0.0] * (cap - len(b)) + b
         if cap <= 0:
             lanes[p] = []
-    floor = dict.fromkeys(lanes, 0.0)
+    return lanes
+
+
+def _one_pool(order, dems, lanes):
+    """:func:`.lanes.lane_pass` on the lanes of the one pool every chart draws on, if they
+    all draw on the same one, 1 unit or more, and no estimate is negative (else None)."""
+    pool = {d[0][0] for d in dems}
+    if len(pool) != 1 or min(d[0][1] for d in dems) < 1:
+        return None
+    ests = list(map(itemgetter(2), order))
+    total = sum(ests)
+    if ests and not (min(ests) >= 0.0 and total == total):  # (a NaN fails the second)
+        return None
+    ln = lanes.get(pool.pop())
+    if ln is None:
+        return [None] * len(ests), [None] * len(ests)
+    units = {d: d[0][1] for d in dems}
+    return lane_pass(zip(map(units.__getitem__, map(itemgetter(1), order)), ests), ln)
+
+
+_ONE, _UNITS, _SEVERAL = 1, 2, 3  # a demand's parts: 1 unit of one pool, u of one, several pools
+
+
+def _parts(demand, lanes, index):
+    """A demand as the walk reads it: None if it never fits (a pool unknown or smaller
+    than its units), else ``(_ONE, lanes, k)``, ``(_UNITS, lanes, k, u)`` or
+    ``(_SEVERAL, ((lanes, k, u), ...))``, ``k`` the pool's floor in the list of floors."""
+    parts = []
+    for p, u in demand:
+        ln = lanes.get(p)
+        if ln is None or u > len(ln):
+            return None
+        parts.append((ln, index[p], u))
+    if len(parts) != 1:
+        return (_SEVERAL, tuple(parts))
+    ln, k, u = parts[0]
+    return (_ONE, ln, k) if u == 1 else (_UNITS, ln, k, u)
+
+
+def _walk_parts(parts_of, ests, floor: list[float]):
+    """The lane walk per pool with floors over the charts' parts (:func:`_parts`) and
+    estimates: see :func:`_lane_walk`."""
     starts: list = []
     fins: list = []
-    for _org, demand, est in order:
-        s = 0.0
-        ok = True
-        for p, u in demand:
-            ln = lanes.get(p)
-            if ln is None or u > len(ln):
-                ok = False
-                break
-            f = floor[p]
+    sa, fa = starts.append, fins.append
+    hreplace, nth = heapreplace, _nth_earliest
+    for sp, est in zip(parts_of, ests):
+        if sp is None:
+            sa(None)
+            fa(None)
+            continue
+        kind = sp[0]
+        if kind == _ONE:
+            _, ln, k = sp
+            s = ln[0]
+            f = floor[k]
             if f > s:
                 s = f
-            t = _nth_earliest(ln, u)
-            if t > s:
-                s = t
-        if not ok:
-            starts.append(None)
-            fins.append(None)
-            continue
-        fin = s + est
-        for p, u in demand:
-            ln = lanes[p]
+            fin = s + est
+            hreplace(ln, fin)
+            floor[k] = s
+        elif kind == _UNITS:
+            _, ln, k, u = sp
+            s = nth(ln, u)
+            f = floor[k]
+            if f > s:
+                s = f
+            fin = s + est
             for _ in range(u):
-                heapreplace(ln, fin)
-            floor[p] = s
-        starts.append(s)
-        fins.append(fin)
+                hreplace(ln, fin)
+            floor[k] = s
+        else:
+            s = 0.0
+            for ln, k, u in sp[1]:
+                f = floor[k]
+                if f > s:
+                    s = f
+                if u == 1:
+                    t = ln[0]
+                elif u == 2 and len(ln) >= 3:
+                    t = ln[1]
+                    a = ln[2]
+                    if a < t:
+                        t = a
+                else:
+                    t = nth(ln, u)
+                if t > s:
+                    s = t
+            fin = s + est
+            for ln, k, u in sp[1]:
+                if u == 1:
+                    hreplace(ln, fin)
+                else:
+                    for _ in range(u):
+                        hreplace(ln, fin)
+                floor[k] = s
+        sa(s)
+        fa(fin)
     return starts, fins
 
 
 def _nth_earliest(heap: list[float], n: int) -> float:
-    """The ``n``-th smallest of a heap (1-based), leaving the heap as it was."""
-    if n == 1:
+    """The ``n``-th smallest of a heap (1-based), leaving the heap as it was: for n <= 3
+    read off the heap's top levels (as :func:`.lanes.lane_pass` does), else popped and
+    pushed back."""
+    if n <= 1:
         return heap[0]
+    size = len(heap)
+    if n == 2 and size >= 3:
+        a, b = heap[1], heap[2]
+        return a if a < b else b
+    if n == 3 and size >= 7:
+        a, b = heap[1], heap[2]
+        if a <= b:  # the second earliest is heap[1]; the third: heap[2] or heap[1]'s children
+            t, x, y = b, heap[3], heap[4]
+        else:
+            t, x, y = a, heap[5], heap[6]
+        return min(t, x, y)
     popped = [heappop(heap) for _ in range(n - 1)]
     t = heap[0]
     for x in popped:
