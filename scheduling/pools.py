@@ -377,39 +377,36 @@ def _one_pool(order, dems, lanes):
     pool = {d[0][0] for d in dems}
     if len(pool) != 1 or min(d[0][1] for d in dems) < 1:
         return None
-    ests = list(map(itemgetter(2), order))
-    total = sum(ests)
-    if ests and not (min(ests) >= 0.0 and total == total):  # (a NaN fails the second)
+    est = itemgetter(2)
+    total = sum(map(est, order))
+    if not (min(map(est, order), default=0.0) >= 0.0 and total == total):  # (a NaN fails the second)
         return None
     ln = lanes.get(pool.pop())
     if ln is None:
-        return [None] * len(ests), [None] * len(ests)
-    units = {d: d[0][1] for d in dems}
-    return lane_pass(zip(map(units.__getitem__, map(itemgetter(1), order)), ests), ln)
-
-
-_ONE, _UNITS, _SEVERAL = 1, 2, 3  # a demand's parts: 1 unit of one pool, u of one, several pools
+        return [None] * len(order), [None] * len(order)
+    units = map(itemgetter(1), map(itemgetter(0), map(itemgetter(1), order)))  # each demand's ((pool, u),)
+    return lane_pass(zip(units, map(est, order)), ln)
 
 
 def _parts(demand, lanes, index):
     """A demand as the walk reads it: None if it never fits (a pool unknown or smaller
-    than its units), else ``(_ONE, lanes, k)``, ``(_UNITS, lanes, k, u)`` or
-    ``(_SEVERAL, ((lanes, k, u), ...))``, ``k`` the pool's floor in the list of floors."""
+    than its units), else per pool it draws on ``(lanes, k, u, (None,) * u)``: its lanes,
+    its floor's place ``k`` in the list of floors, its units, and a tuple of ``u`` to loop
+    over (no ``range`` to build per chart)."""
     parts = []
     for p, u in demand:
         ln = lanes.get(p)
         if ln is None or u > len(ln):
             return None
-        parts.append((ln, index[p], u))
-    if len(parts) != 1:
-        return (_SEVERAL, tuple(parts))
-    ln, k, u = parts[0]
-    return (_ONE, ln, k) if u == 1 else (_UNITS, ln, k, u)
+        parts.append((ln, index[p], u, (None,) * u))
+    return tuple(parts)
 
 
 def _walk_parts(parts_of, ests, floor: list[float]):
     """The lane walk per pool with floors over the charts' parts (:func:`_parts`) and
-    estimates: see :func:`_lane_walk`."""
+    estimates (see :func:`_lane_walk`); a demand of one pool without a loop to find its
+    start. The ``u``-th earliest lane is read off the heap's top for u <= 2 (the second is a
+    child of the root), by :func:`_nth_earliest` else."""
     starts: list = []
     fins: list = []
     sa, fa = starts.append, fins.append
@@ -419,29 +416,27 @@ def _walk_parts(parts_of, ests, floor: list[float]):
             sa(None)
             fa(None)
             continue
-        kind = sp[0]
-        if kind == _ONE:
-            _, ln, k = sp
-            s = ln[0]
-            f = floor[k]
+        if len(sp) == 1:
+            ln, k, u, reps = sp[0]
+            if u == 1:
+                s = ln[0]
+            elif u == 2 and len(ln) >= 3:
+                s = ln[1]
+                a = ln[2]
+                if a < s:
+                    s = a
+            else:
+                s = nth(ln, u)
+            f = floor[k]  # >= 0, so s is not below 0 either (as the loop below starting at 0)
             if f > s:
                 s = f
             fin = s + est
-            hreplace(ln, fin)
-            floor[k] = s
-        elif kind == _UNITS:
-            _, ln, k, u = sp
-            s = nth(ln, u)
-            f = floor[k]
-            if f > s:
-                s = f
-            fin = s + est
-            for _ in range(u):
+            for _ in reps:
                 hreplace(ln, fin)
             floor[k] = s
         else:
             s = 0.0
-            for ln, k, u in sp[1]:
+            for ln, k, u, _ in sp:
                 f = floor[k]
                 if f > s:
                     s = f
@@ -457,12 +452,9 @@ def _walk_parts(parts_of, ests, floor: list[float]):
                 if t > s:
                     s = t
             fin = s + est
-            for ln, k, u in sp[1]:
-                if u == 1:
+            for ln, k, _, reps in sp:
+                for _ in reps:
                     hreplace(ln, fin)
-                else:
-                    for _ in range(u):
-                        hreplace(ln, fin)
                 floor[k] = s
         sa(s)
         fa(fin)
