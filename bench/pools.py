@@ -15,9 +15,11 @@ pair's demand is one shared tuple, as ``Pools.demand`` hands it out.
   timer's); the usage each call takes is built before the clock starts. It also prints
   how many charts each walk reads: one pool stops at the first chart that does not fit,
   five pools only once every pool is blocked;
-- the ETA pass: every chart's start and finish; and the floor of the five pools' walk,
-  the heap replaces alone (one per unit a chart draws, no read, no floor, no result)
-  against the same on one pool;
+- the ETA pass: every chart's start and finish; ``lane_pass`` again with each chart's
+  cost the sum of its five-pool units (the same units, in one pool: what touching several
+  heaps costs beyond drawing more units); and the floor of the five pools' walk, the heap
+  replaces alone (one per unit a chart draws, no read, no floor, no result) against the
+  same on one pool;
 - the memory per queued chart (``tracemalloc``): the items each pass walks, (cost,
   estimate) for ``lane_pass`` and (org, demand, estimate) for ``pool_etas``, and those
   items plus the pass's peak (its starts and finishes, its lanes).
@@ -133,9 +135,15 @@ def main() -> None:
         return lane_pass(cost_est, lanes)
 
     run = [RunningUse("running", ((p, busy[p]),), 300.0) for p in POOLS]
+    units_est = [(sum(u for _, u in d), e) for _, d, e in items5]  # one pool, each chart's units all in it
+
+    def lanes_units(_i=0):
+        lanes = [0.0] * POOLS["default"]
+        return lane_pass(units_est, lanes)
+
     t = best({"lanes": lanes_today, "eta1": lambda i: pool_etas(items1, run[:1], one),
-              "eta5": lambda i: pool_etas(items5, run, five)}, a.repeat)
-    t_lanes, t_eta1, t_eta5 = t["lanes"], t["eta1"], t["eta5"]
+              "eta5": lambda i: pool_etas(items5, run, five), "units": lanes_units}, a.repeat)
+    t_lanes, t_eta1, t_eta5, t_units = t["lanes"], t["eta1"], t["eta5"], t["units"]
 
     def heaps(parts_of, caps):  # the heap replaces alone: one per unit a chart draws
         def go(_i=0):
@@ -169,6 +177,8 @@ def main() -> None:
           f"{t_eta1 / t_lanes:.2f}x)")
     u1 = sum(c for c, _ in cost_est) / a.n
     u5 = sum(sum(u for _, u in d) for _, d, _ in items5) / a.n
+    print(f"  lane_pass with each chart's cost its five-pool units (all in one pool) {t_units * 1e3:7.1f} ms "
+          f"(five / that {t_eta5 / t_units:.2f}x)")
     print(f"  its floor, the heap replaces alone: one pool {t_heaps1 * 1e3:7.1f} ms ({u1:.2f} units a chart), "
           f"five pools {t_heaps5 * 1e3:7.1f} ms ({u5:.2f} units over "
           f"{sum(len(d) for _, d, _ in items5) / a.n:.2f} pools a chart)  (five / one {t_heaps5 / t_heaps1:.2f}x, "
