@@ -342,10 +342,15 @@ def _lane_walk(order, running, pools: Pools):
     :func:`.lanes.lane_pass` on that pool's lanes, which is called: then a start is never
     below that pool's floor (each chart takes the earliest lanes and holds them past its
     start), so the floor changes nothing."""
-    lanes = _pool_lanes(running, pools)
     if not isinstance(order, (list, tuple)):
         order = list(order)
     dems = set(map(itemgetter(1), order))
+    most: dict[str, int] = {}  # per pool, the most units a chart draws on it
+    for d in dems:
+        for p, u in d:
+            if u > most.get(p, 0):
+                most[p] = u
+    lanes = _pool_lanes(running, pools, {p: len(order) * u for p, u in most.items()})
     if all(len(d) == 1 for d in dems):
         one = _one_pool(order, dems, lanes)
         if one is not None:
@@ -356,9 +361,13 @@ def _lane_walk(order, running, pools: Pools):
                        [0.0] * len(index))
 
 
-def _pool_lanes(running, pools: Pools) -> dict[str, list[float]]:
+def _pool_lanes(running, pools: Pools, drawn: Mapping[str, int]) -> dict[str, list[float]]:
     """Each pool's lanes at now (a sorted list, so a heap): the running charts' remaining
-    seconds, the ``capacity`` largest kept if there are more, else padded with zeros."""
+    seconds, the ``capacity`` largest kept if there are more, else padded with zeros, but
+    to no more lanes than the running units and ``drawn[pool]`` (at least the units the
+    order draws on it) together: as in :func:`.lanes.lane_count`, the zero lanes left out
+    are never reached (there are always enough untouched ones left for each chart), so the
+    results are the same, and a pool of capacity 10**9 builds a few lanes, not 10**9."""
     busy: dict[str, list[float]] = {p: [] for p in pools.capacity}
     for r in running:
         rem = r.remaining_s if r.remaining_s > 0.0 else 0.0
@@ -367,7 +376,8 @@ def _pool_lanes(running, pools: Pools) -> dict[str, list[float]]:
     lanes: dict[str, list[float]] = {}
     for p, cap in pools.capacity.items():
         b = sorted(busy.get(p, ()))
-        lanes[p] = b[len(b) - cap:] if len(b) > cap else [0.0] * (cap - len(b)) + b
+        pad = min(cap, len(b) + drawn.get(p, 0)) - len(b)
+        lanes[p] = b[len(b) - cap:] if len(b) > cap else [0.0] * pad + b
         if cap <= 0:
             lanes[p] = []
     return lanes
