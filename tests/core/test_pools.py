@@ -155,7 +155,8 @@ def test_pool_etas_are_the_event_model(capacity, order, running, with_limits, da
 @given(st.integers(0, 8), st.lists(st.tuples(st.integers(1, 4), st.sampled_from([0.0, 3.0, 10.0])), max_size=12),
        st.lists(st.tuples(st.integers(1, 3), st.floats(-5, 20)), max_size=4))
 def test_one_pool_is_todays_budget(budget, order, running):
-    """One pool and no limits: the head-of-line stop and the lane walk of today exactly."""
+    """One pool and no limits: the head-of-line stop and the lane walk of today exactly,
+    whether the pass hands the order to ``lane_pass`` or walks it per pool."""
     order = [(c, e) for c, e in order if c <= budget]
     pools = Pools({DEFAULT_POOL: budget})
     use = Usage()
@@ -172,6 +173,12 @@ def test_one_pool_is_todays_budget(budget, order, running):
     starts, _ = pool_etas([("a", ((DEFAULT_POOL, c),), e) for c, e in order],
                           [RunningUse("a", ((DEFAULT_POOL, c),), r) for c, r in running], pools)
     assert starts == want
+    # the same through the walk per pool (pool_etas hands an order of one pool to lane_pass):
+    # a last chart on another pool changes no earlier start
+    two = Pools({DEFAULT_POOL: budget, "gpu": 1})
+    starts, _ = pool_etas([("a", ((DEFAULT_POOL, c),), e) for c, e in order] + [("a", (("gpu", 1),), 1.0)],
+                          [RunningUse("a", ((DEFAULT_POOL, c),), r) for c, r in running], two)
+    assert starts[:-1] == want
 
 
 def test_the_worked_example_of_two_pools():

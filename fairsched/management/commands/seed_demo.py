@@ -113,31 +113,35 @@ class Command(BaseCommand):
                 expected = round(sum(SHORT_SECONDS) / 2) if opts["short"] else wf.expected_s
                 org_services.workflow_create(name=wf.name, temporal_type="DemoChart", description=wf.description,
                                              expected_duration_s=expected)
-            total = 0
-            for spec in ORGS:
-                org = org_services.org_create(name=spec.name, weight=spec.weight)
-                for wf in WORKFLOWS:
-                    cost = wf.cost + spec.cost_bump
-                    if cost != 1 or wf.pools:  # the budget's units (default) and the pools' (llm, gpu)
-                        org_services.workflow_cost_set(org=org, workflow=Workflow.objects.get(name=wf.name),
-                                                       cost=cost, pools=dict(wf.pools, default=cost) if wf.pools else None)
-                for org_name, pool, ceiling in DEMO_CEILINGS:
-                    if org_name == spec.name:
-                        org_services.org_pool_limit_set(org=org, pool=pool, max=ceiling)
-                n = max(1, round(spec.charts * opts["scale"]))
-                prefix = "".join(w[0] for w in spec.name.lower().split())
-                items = [demo_chart(rng, org.slug, spec.mix, f"{prefix}-{i:05d}", priority=i < spec.priority)
-                         for i in range(n)]
-                if opts["short"]:
-                    for item in items:
-                        item["payload"] = {"seconds": round(rng.uniform(*SHORT_SECONDS), 1)}
-                chart_submit_many(charts=items)
-                total += n
-                if spec.held:
-                    org_services.org_hold(org=org)
+            total = sum(self._seed_org(spec, rng, opts) for spec in ORGS)
             budget_set(budget=DEMO_BUDGET)
         self.stdout.write(self.style.SUCCESS(
             f"Demo seeded: {len(ORGS)} orgs ({sum(o.held for o in ORGS)} held), {len(WORKFLOWS)} workflows, "
             f"{total} charts ({Chart.objects.filter(priority=True).count()} priority), budget {DEMO_BUDGET}, "
             f"pools {', '.join(f'{p} {c}' for p, c in DEMO_POOLS)}."
         ))
+
+    @staticmethod
+    def _seed_org(spec: DemoOrg, rng: random.Random, opts: dict) -> int:
+        """One demo org: its costs (and what its pairs draw on), its ceilings, its charts;
+        held if the demo holds it. Returns how many charts it submitted."""
+        org = org_services.org_create(name=spec.name, weight=spec.weight)
+        for wf in WORKFLOWS:
+            cost = wf.cost + spec.cost_bump
+            if cost != 1 or wf.pools:  # the budget's units (default) and the pools' (llm, gpu)
+                org_services.workflow_cost_set(org=org, workflow=Workflow.objects.get(name=wf.name),
+                                               cost=cost, pools=dict(wf.pools, default=cost) if wf.pools else None)
+        for org_name, pool, ceiling in DEMO_CEILINGS:
+            if org_name == spec.name:
+                org_services.org_pool_limit_set(org=org, pool=pool, max=ceiling)
+        n = max(1, round(spec.charts * opts["scale"]))
+        prefix = "".join(w[0] for w in spec.name.lower().split())
+        items = [demo_chart(rng, org.slug, spec.mix, f"{prefix}-{i:05d}", priority=i < spec.priority)
+                 for i in range(n)]
+        if opts["short"]:
+            for item in items:
+                item["payload"] = {"seconds": round(rng.uniform(*SHORT_SECONDS), 1)}
+        chart_submit_many(charts=items)
+        if spec.held:
+            org_services.org_hold(org=org)
+        return n
