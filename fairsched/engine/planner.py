@@ -46,6 +46,7 @@ from typing import Any
 from common.validation import MAX_BUDGET
 from scheduling.modes import Dispatch, EtaModel
 from scheduling.plan import gc_paused
+from scheduling.pools import DEFAULT_POOL, Pools
 from fairsched.engine import whatif
 from fairsched.engine.state import LiveState
 from fairsched.engine.live_types import PassInput
@@ -63,11 +64,15 @@ class PlanAnswer:
     late: int                 # charts with a due time whose ETA is after it, at that budget (or at MAX_BUDGET)
     set_aside: int            # held and paused charts: no budget runs them
     why: str                  # in words
+    pool: str | None = None   # the pool whose capacity ``budget`` is (None: the budget itself)
 
     def to_json(self, now: float) -> dict[str, Any]:
-        return {"goal": self.goal, "budget": self.budget, "current": self.current, "probes": self.probes,
-                "clear_after": whatif._iso(now, self.clear_s), "late": self.late, "set_aside": self.set_aside,
-                "message": self.why}
+        out = {"goal": self.goal, "budget": self.budget, "current": self.current, "probes": self.probes,
+               "clear_after": whatif._iso(now, self.clear_s), "late": self.late, "set_aside": self.set_aside,
+               "message": self.why}
+        if self.pool is not None:
+            out["pool"] = self.pool
+        return out
 
 
 def _due_times(captured: PassInput, now: float) -> list[tuple[str, float]]:
@@ -218,30 +223,62 @@ def _secant(p: tuple[int, float], q: tuple[int, float]) -> float:
 
 
 def plan_budget(state: LiveState, now: float, *, clear_by: float | None = None, meet_due: bool = False,
-                bound: int = MAX_BUDGET, hint: tuple[int, float] | None = None) -> PlanAnswer:
+                bound: int = MAX_BUDGET, hint: tuple[int, float] | None = None, pool: str | None = None) -> PlanAnswer:
     """The smallest budget that clears the ordered backlog by ``clear_by`` (absolute time), or
     (``meet_due``) leaves no chart's ETA after its due time. Spoils ``state``. Without the
     cyclic collector: the re-rank and each pass allocate several objects per chart.
     ``hint``: (a budget, the clear-time an ETA pass found at it, absolute): the scheduler's
     last pass, a first guess for ``clear_by`` that already holds what the model adds to the
-    work (the forecast's expected arrivals); only a guess, whatever changed since."""
+    work (the forecast's expected arrivals); only a guess, whatever changed since.
+
+    ``pool``: with capacity pools, the smallest capacity of that pool (the others as they
+    are; ``default`` is the budget) that does it, e.g. "how many units of llm clear
+    everything by 17:00?". With several pools the ETAs need not fall as one pool grows
+    (another pool may hold the head back, and list scheduling over several resources has
+    its anomalies): the answer is verified by its own probes (it meets the goal, one unit
+    less does not), and is not proven the smallest."""
     if (clear_by is None) == (not meet_due):
         raise ValueError("give clear_by or meet_due, one of them")
+    pools = state.queue.pools
+    if pool is not None and (pools is None or pool not in pools.capacity):
+        raise ValueError(f"pool: unknown pool {pool!r}")
     with gc_paused():
-        return _plan(state, now, clear_by, meet_due, bound, hint)
+        return _plan(state, now, clear_by, meet_due, bound, hint if pool is None else None, pool)
+
+
+def _set_capacity(q, pool: str | None, b: int) -> None:
+    """Probe capacity ``b`` of ``pool`` (None or ``default``: the budget) on the spoiled
+    queue, without a re-rank: above the search's ``lo`` no chart changes class."""
+    if pool is None or pool == DEFAULT_POOL:
+        q._budget = b
+    p = q.pools
+    if p is not None:
+        q._pools = Pools({**p.capacity, **({} if pool is None else {pool: b}), DEFAULT_POOL: q._budget},
+                         p.demands, p.limits)
+
+
+def _lowest(state: LiveState, pool: str | None) -> int:
+    """The least capacity under which no chart that could run is blocked: the largest cost of
+    one (the budget), or the most units of ``pool`` one draws on."""
+    q = state.queue
+    if pool is None:
+        return max([1, *(q.cost_of(*pair) for pair in _unheld_pairs(state))])
+    p = q.pools
+    return max([1, *(dict(p.demand(*pair)).get(pool, 0) for pair in _unheld_pairs(state))])
 
 
 def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, bound: int,
-          hint: tuple[int, float] | None) -> PlanAnswer:
+          hint: tuple[int, float] | None, pool: str | None = None) -> PlanAnswer:
     goal = "clear_by" if clear_by is not None else "meet_due"
     q = state.queue
-    current = q.budget
+    what = "budget" if pool is None else f"capacity of pool {pool}"
+    current = q.budget if pool is None else q.pools.capacity[pool]
     set_aside = len(q.held) + len(q.paused)
-    lo = max([1, *(q.cost_of(*pair) for pair in _unheld_pairs(state))])
+    lo = _lowest(state, pool)
     if lo > bound:
         return PlanAnswer(goal, None, current, 0, None, 0, set_aside,
-                          f"no budget up to {bound:,} runs every chart: one costs {lo:,}")
-    q._budget = lo
+                          f"no {what} up to {bound:,} runs every chart: one draws {lo:,}", pool)
+    _set_capacity(q, pool, lo)
     whatif.rerank_all(q)  # as a budget change re-ranks; no chart changes class above lo
     captured = state.capture()
     due = _due_times(captured, now) if meet_due else []
@@ -250,7 +287,7 @@ def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, 
     def probe(b: int) -> tuple[bool, float]:
         """An ETA pass at budget ``b``: does it meet the goal, and the budget it points to."""
         if b not in memo:
-            q._budget = b
+            _set_capacity(q, pool, b)
             report = state.capture().eta_report(now)
             late, worst = _lateness(due, report.etas) if meet_due else (0, 0.0)
             if clear_by is not None:
@@ -269,17 +306,17 @@ def _plan(state: LiveState, now: float, clear_by: float | None, meet_due: bool, 
     b = search(probe, lo, bound, first)
     if b is None:
         _, clear_s, late, _ = memo[bound]
-        why = (f"no budget up to {bound:,} clears the backlog by then (at {bound:,}: "
+        why = (f"no {what} up to {bound:,} clears the backlog by then (at {bound:,}: "
                f"{clear_s:.0f} s from now)" if clear_by is not None
-               else f"no budget up to {bound:,} keeps every due time ({late} late even at {bound:,})")
-        return PlanAnswer(goal, None, current, len(memo), clear_s, late, set_aside, why)
+               else f"no {what} up to {bound:,} keeps every due time ({late} late even at {bound:,})")
+        return PlanAnswer(goal, None, current, len(memo), clear_s, late, set_aside, why, pool)
     _, clear_s, late, _ = memo[b]
-    why = (f"budget {b:,} clears the backlog by then" if clear_by is not None
-           else f"budget {b:,} keeps every due time")
+    why = (f"{what} {b:,} clears the backlog by then" if clear_by is not None
+           else f"{what} {b:,} keeps every due time")
     why += f" (now {current:,})"
     if set_aside:
-        why += f"; {set_aside:,} held or paused charts left out (no budget runs them)"
-    return PlanAnswer(goal, b, current, len(memo), clear_s, late, set_aside, why)
+        why += f"; {set_aside:,} held or paused charts left out (no capacity runs them)"
+    return PlanAnswer(goal, b, current, len(memo), clear_s, late, set_aside, why, pool)
 
 
 def _unheld_pairs(state: LiveState) -> set[tuple[str, str | None]]:

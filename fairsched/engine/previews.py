@@ -158,7 +158,8 @@ class Previews(Part):
         return whatif.answer(change, before, after)
 
     async def plan(self, ask: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        """The smallest budget for ``{"kind": "plan", "clear_by": epoch | None, "meet_due": bool}``."""
+        """The smallest budget for ``{"kind": "plan", "clear_by": epoch | None, "meet_due": bool}``; with
+        ``"pool": name``, the smallest capacity of that pool (docs/scheduling.md, "The capacity planner")."""
         state = self.state
         if state is None or state.partial:
             return {"error": "the scheduler is still loading the backlog", "unavailable": True}
@@ -168,6 +169,10 @@ class Previews(Part):
         meet_due = bool(ask.get("meet_due"))
         if (clear_by is None) == (not meet_due) or not (clear_by is None or isinstance(clear_by, (int, float))):
             return {"error": "clear_by: a time, or meet_due=1", "param": "clear_by"}
+        pool = ask.get("pool")
+        pools = state.queue.pools
+        if pool is not None and (not isinstance(pool, str) or pools is None or pool not in pools.capacity):
+            return {"error": f"pool: unknown pool {pool!r}", "param": "pool"}
         now = self.clock.time()
         timeout_s = self.MAX_WAIT_S if timeout_s is None else timeout_s
         etas = getattr(self.host, "etas", None)
@@ -175,7 +180,8 @@ class Previews(Part):
         hint = (last.budget, last.now + last.clear_s) if last is not None and last.clear_s is not None else None
         try:
             out = await forked.run_forked(
-                lambda: planner.plan_budget(state, now, clear_by=clear_by, meet_due=meet_due, hint=hint).to_json(now),
+                lambda: planner.plan_budget(state, now, clear_by=clear_by, meet_due=meet_due, hint=hint,
+                                            pool=pool).to_json(now),
                 name="capacity planner", timeout_s=timeout_s, nice=self.host.ETA_PASS_NICE,
                 clock=self.clock)
         except forked.ChildFailed as exc:

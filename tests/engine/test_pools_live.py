@@ -140,3 +140,27 @@ def test_the_metrics_carry_each_pool(monkeypatch):
     assert got[("fairsched_pool_blocked_heads", "llm", None)] == 1
     assert got[("fairsched_pool_blocked_heads", "default", None)] == 0
     assert got[("fairsched_org_pool_in_use_units", "llm", "acme")] == 8
+
+
+def test_the_planner_finds_the_capacity_of_one_pool_that_clears_by_a_time():
+    """'How many units of llm clear everything by then?': the answer meets the goal, one unit
+    less does not (each checked by an ETA pass of its own here), and the budget is untouched."""
+    from copy import deepcopy
+
+    from fairsched.engine.planner import plan_budget
+
+    charts = [q(i, 2, "review") for i in range(1, 13)]  # 12 reviews of 600 s, llm 1 each
+    base = pools(gpu=1)
+    got = plan_budget(state(base, charts), T0, clear_by=T0 + 1900, pool="llm")
+    assert got.pool == "llm" and got.current == 2 and got.budget is not None
+
+    def clear_at(llm: int) -> float:
+        p = deepcopy(base)
+        p.capacity["llm"] = llm
+        return state(p, charts).capture().eta_report(T0).clear_s
+
+    assert clear_at(got.budget) <= 1900 < clear_at(got.budget - 1)
+    assert got.budget == 4  # 12 charts of 600 s in 1,900 s: 3 rounds of 4
+    assert "capacity of pool llm 4 clears the backlog by then (now 2)" in got.why
+    with pytest.raises(ValueError, match="unknown pool"):
+        plan_budget(state(base, charts), T0, clear_by=T0 + 1900, pool="tpu")

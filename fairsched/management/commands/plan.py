@@ -125,6 +125,8 @@ class Command(BaseCommand):
                             help="with --live: the smallest budget that clears the backlog by this time")
         parser.add_argument("--meet-due", action="store_true",
                             help="with --live: the smallest budget that keeps every due time")
+        parser.add_argument("--pool", metavar="NAME",
+                            help="with --clear-by/--meet-due: the smallest capacity of this pool instead of the budget")
 
     def handle(self, *args, **opts) -> None:
         from django.db import DatabaseError
@@ -184,5 +186,10 @@ class Command(BaseCommand):
         now = _time.time()
         if clear_by is not None and clear_by <= now:
             raise CommandError(f"--clear-by: {opts['clear_by']} is not in the future", returncode=2)
-        answer = plan_budget(read_state(), now, clear_by=clear_by, meet_due=bool(opts.get("meet_due")))
+        try:
+            answer = plan_budget(read_state(), now, clear_by=clear_by, meet_due=bool(opts.get("meet_due")),
+                                 pool=opts.get("pool"))
+        except ValueError as exc:  # an unknown pool
+            raise CommandError(f"--pool: unknown pool {opts['pool']!r}" if opts.get("pool") else str(exc),
+                               returncode=2) from None
         self.stdout.write(json.dumps(answer.to_json(now), indent=2))
