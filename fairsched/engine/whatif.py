@@ -23,12 +23,14 @@ from typing import Any
 from scheduling import eta_reader
 from scheduling.queue import FairQueue
 from scheduling.plan import gc_paused, unplanned_clear
+from scheduling.pools import DEFAULT_POOL, Limit, Pools
 from scheduling.sortedkeys import SortedKeys
 from fairsched.engine.due_states import due_keys
 from fairsched.engine.state import LiveState
 from fairsched.engine.live_types import PassInput
 
-KINDS = ("budget", "weight", "cost")
+KINDS = ("budget", "weight", "cost", "pool", "ceiling", "minimum")
+POOL_KINDS = ("pool", "ceiling", "minimum")  # with capacity pools (docs/scheduling.md, "Pools")
 
 
 class ChangeError(ValueError):
@@ -38,12 +40,14 @@ class ChangeError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Change:
     """One change: ``budget`` (``value``), an org's ``weight`` (0 holds it) or the ``cost`` of
-    (``org``, ``workflow`` by name)."""
+    (``org``, ``workflow`` by name); with capacity pools, a ``pool``'s capacity, or an org's
+    ``ceiling`` (its max) or ``minimum`` in a ``pool``."""
 
     kind: str
     value: int
     org: int | None = None
     workflow: str | None = None
+    pool: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "value": self.value}
@@ -51,6 +55,8 @@ class Change:
             out["org"] = self.org
         if self.workflow is not None:
             out["workflow"] = self.workflow
+        if self.pool is not None:
+            out["pool"] = self.pool
         return out
 
     @classmethod
@@ -61,12 +67,17 @@ class Change:
         value, org = d.get("value"), d.get("org")
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ChangeError(f"value: a whole number >= 0, not {value!r}")
-        if kind != "budget" and (not isinstance(org, int) or isinstance(org, bool)):
+        needs_org = kind not in ("budget", "pool")
+        if needs_org and (not isinstance(org, int) or isinstance(org, bool)):
             raise ChangeError(f"org: an org id, not {org!r}")
         wf = d.get("workflow")
         if kind == "cost" and (not isinstance(wf, str) or value < 1):
             raise ChangeError("workflow: a workflow name, and a cost of at least 1")
-        return cls(kind, value, org if kind != "budget" else None, wf if kind == "cost" else None)
+        pool = d.get("pool")
+        if kind in POOL_KINDS and (not isinstance(pool, str) or not pool):
+            raise ChangeError(f"pool: a pool's name, not {pool!r}")
+        return cls(kind, value, org if needs_org else None, wf if kind == "cost" else None,
+                   pool if kind in POOL_KINDS else None)
 
 
 def rerank_all(queue: FairQueue) -> None:
@@ -91,6 +102,11 @@ def rerank_all(queue: FairQueue) -> None:
 def apply_change(state: LiveState, change: Change) -> None:
     """Make ``change`` on ``state``'s queue (the caller's own copy), as the live queue would."""
     q = state.queue
+    if change.kind == "pool" and change.pool == DEFAULT_POOL:
+        change = Change("budget", change.value)  # the pool default is the budget
+    elif change.kind in POOL_KINDS:
+        q.set_pools(changed_pools(q, change))
+        return
     if change.kind == "budget":
         if change.value != q.budget:
             q._budget = change.value
@@ -103,6 +119,24 @@ def apply_change(state: LiveState, change: Change) -> None:
         q.set_weight(org, change.value)
     else:
         q.set_cost(org, change.workflow, change.value)
+
+
+def changed_pools(q: FairQueue, change: Change) -> Pools:
+    """The queue's pools with a pool kind of ``change`` made: a pool's capacity (``default``:
+    the budget), an org's ceiling (``value``) or minimum in a pool."""
+    p = q.pools
+    if p is None or change.pool not in p.capacity:
+        raise ChangeError(f"pool: no pool {change.pool!r} in the scheduler's state")
+    if change.kind == "pool":
+        return Pools({**p.capacity, change.pool: change.value}, p.demands, p.limits)
+    org = str(change.org)
+    if org not in q.weights:
+        raise ChangeError(f"org: no org {change.org} in the scheduler's state")
+    old = p.limits.get((org, change.pool), Limit())
+    new = Limit(change.value, old.min) if change.kind == "ceiling" else Limit(old.max, change.value)
+    if new.max is not None and new.min > new.max:
+        raise ChangeError(f"value: a minimum of {new.min} above the ceiling of {new.max}")
+    return Pools(p.capacity, p.demands, {**p.limits, (org, change.pool): new})
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +234,11 @@ def after_of(state: LiveState, change: Change, now: float) -> Measure:
 def changes_nothing(state: LiveState, change: Change) -> bool:
     """``change`` leaves ``state`` as it is: the budget, weight or cost it already has."""
     q = state.queue
+    if change.kind in POOL_KINDS:
+        try:
+            return changed_pools(q, change) == q.pools
+        except ChangeError:
+            return False
     if change.kind == "budget":
         return change.value == q.budget
     org = str(change.org)

@@ -164,3 +164,32 @@ def test_the_planner_finds_the_capacity_of_one_pool_that_clears_by_a_time():
     assert "capacity of pool llm 4 clears the backlog by then (now 2)" in got.why
     with pytest.raises(ValueError, match="unknown pool"):
         plan_budget(state(base, charts), T0, clear_by=T0 + 1900, pool="tpu")
+
+
+def test_what_if_previews_a_pool_a_ceiling_and_a_minimum():
+    """The preview's answer of each pool change equals the state with the change made."""
+    from copy import deepcopy
+
+    from fairsched.engine import whatif
+
+    charts = [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review"), q(4, 2, "review")]
+    now = T0 + 100
+
+    def clear_of(p: Pools) -> float:
+        return state(p, charts).capture().eta_report(now).clear_s
+
+    more_llm = deepcopy(pools(gpu=2))
+    more_llm.capacity["llm"] = 4
+    got = whatif.after_of(state(pools(gpu=2), charts),
+                          whatif.Change.from_json({"kind": "pool", "pool": "llm", "value": 4}), now)
+    assert got.clear_s == clear_of(more_llm) < clear_of(pools(gpu=2))
+    got = whatif.after_of(state(pools(), charts),
+                          whatif.Change.from_json({"kind": "ceiling", "org": 1, "pool": "llm", "value": 0}), now)
+    assert got.orgs["1"][0] is None  # a ceiling of 0: org 1's audits never start, no clear-time
+    assert whatif.changes_nothing(state(pools(), charts),
+                                  whatif.Change.from_json({"kind": "pool", "pool": "llm", "value": 2}))
+    with pytest.raises(whatif.ChangeError, match="pool"):
+        whatif.Change.from_json({"kind": "pool", "value": 2})
+    with pytest.raises(whatif.ChangeError, match="above the ceiling"):
+        whatif.after_of(state(pools(a_max=1), charts),
+                        whatif.Change.from_json({"kind": "minimum", "org": 1, "pool": "llm", "value": 2}), now)
