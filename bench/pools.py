@@ -41,7 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling.lanes import lane_pass  # noqa: E402
-from scheduling.pools import DEFAULT_POOL, Pools, RunningUse, Usage, demand_of, dispatch_walk, pool_etas  # noqa: E402
+from scheduling.pool_lanes import RunningUse, pool_etas  # noqa: E402
+from scheduling.pools import DEFAULT_POOL, Pools, Usage, demand_of, dispatch_walk  # noqa: E402
 from scheduling.rules import head_of_line  # noqa: E402
 
 N_ORGS = 50

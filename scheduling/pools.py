@@ -34,11 +34,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from heapq import heappop, heappush, heapreplace
-from operator import itemgetter
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple
 
-from .lanes import lane_pass
 
 DEFAULT_POOL = "default"
 """The pool of a plain cost: the budget."""
@@ -144,7 +141,7 @@ class Usage:
         return u
 
 
-class _Walk:
+class Walk:
     """One dispatch walk's state: the free units, the blocked pools and the (org, pool)
     ceilings met (see :func:`dispatch_walk`)."""
 
@@ -211,7 +208,7 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
     gets its reason. See the module's docstring for the rule."""
     if not pools.limits:
         return _walk_free(charts, pools, use, whole)
-    w = _Walk(pools, use)
+    w = Walk(pools, use)
     started: list[int] = []
     waits: dict[int, Wait] = {}
     if any(lim.min for lim in pools.limits.values()):
@@ -260,7 +257,7 @@ def _wait(reason: str, pool: str) -> Wait:
 def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
     """:func:`dispatch_walk` without limits (no ceiling to meet, no minimum to serve
     first): steps 2 to 4 inline, a demand of one pool without a loop. The same result as
-    :meth:`_Walk.step` chart by chart (the Hypothesis property of tests/core/test_pools.py)."""
+    :meth:`Walk.step` chart by chart (the Hypothesis property of tests/core/test_pools.py)."""
     pool_use, org_use = use.pool, use.org
     free = {p: c - pool_use.get(p, 0) for p, c in pools.capacity.items()}
     stop = math.inf if whole else len(free)  # every pool blocked: nothing after can start
@@ -307,242 +304,6 @@ def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
     return started, waits
 
 
-# --------------------------------------------------------------------- ETAs
-class RunningUse(NamedTuple):
-    """A running chart as the ETA pass sees it: its org, demand and remaining seconds."""
-
-    org: str
-    demand: Demand
-    remaining_s: float
-
-
-def pool_etas(order: Sequence[tuple[str, Demand, float]], running: Iterable[RunningUse], pools: Pools,
-              ) -> tuple[list[float | None], list[float | None]]:
-    """Each chart's start and finish (seconds from now) when the order (org, demand,
-    estimate) is fast-forwarded through the pools from now, the ``running`` charts
-    freeing their units at their estimated finishes. A chart that never starts gets None
-    (the caller classifies those out first: :meth:`Pools.never`)."""
-    running = list(running)
-    if not pools.has_limits:
-        return _lane_walk(order, running, pools)
-    return _event_walk(order, running, pools)
-
-
-def _lane_walk(order, running, pools: Pools):
-    """Without limits: per pool the lanes at now (each unit free from some time on, the
-    units lowered under running work left out), and a floor per pool, the latest start of
-    a chart that drew on it. A chart starts at the latest of its pools' floors and of the
-    time the ``u``-th earliest lane of each pool frees, finishes its estimate later, and
-    takes those lanes until then; its start becomes the floor of every pool it draws on.
-    The exact equivalent of :func:`_event_walk` with no limits (a Hypothesis property).
-
-    Each distinct demand is read once into its pools' lanes (:func:`_parts`), and the
-    walk (:func:`_walk_parts`) reads those per chart. When every chart draws 1 unit or
-    more of one and the same pool and no estimate is negative, this is
-    :func:`.lanes.lane_pass` on that pool's lanes, which is called: then a start is never
-    below that pool's floor (each chart takes the earliest lanes and holds them past its
-    start), so the floor changes nothing."""
-    if not isinstance(order, (list, tuple)):
-        order = list(order)
-    dems = set(map(itemgetter(1), order))
-    most: dict[str, int] = {}  # per pool, the most units a chart draws on it
-    for d in dems:
-        for p, u in d:
-            if u > most.get(p, 0):
-                most[p] = u
-    lanes = _pool_lanes(running, pools, {p: len(order) * u for p, u in most.items()})
-    if all(len(d) == 1 for d in dems):
-        one = _one_pool(order, dems, lanes)
-        if one is not None:
-            return one
-    index = {p: k for k, p in enumerate(lanes)}
-    table = {d: _parts(d, lanes, index) for d in dems}
-    return _walk_parts(map(table.__getitem__, map(itemgetter(1), order)), map(itemgetter(2), order),
-                       [0.0] * len(index))
-
-
-def _pool_lanes(running, pools: Pools, drawn: Mapping[str, int]) -> dict[str, list[float]]:
-    """Each pool's lanes at now (a sorted list, so a heap): the running charts' remaining
-    seconds, the ``capacity`` largest kept if there are more, else padded with zeros, but
-    to no more lanes than the running units and ``drawn[pool]`` (at least the units the
-    order draws on it) together: as in :func:`.lanes.lane_count`, the zero lanes left out
-    are never reached (there are always enough untouched ones left for each chart), so the
-    results are the same, and a pool of capacity 10**9 builds a few lanes, not 10**9."""
-    busy: dict[str, list[float]] = {p: [] for p in pools.capacity}
-    for r in running:
-        rem = r.remaining_s if r.remaining_s > 0.0 else 0.0
-        for p, u in r.demand:
-            busy.setdefault(p, []).extend([rem] * u)
-    lanes: dict[str, list[float]] = {}
-    for p, cap in pools.capacity.items():
-        b = sorted(busy.get(p, ()))
-        pad = min(cap, len(b) + drawn.get(p, 0)) - len(b)
-        lanes[p] = b[len(b) - cap:] if len(b) > cap else [0.0] * pad + b
-        if cap <= 0:
-            lanes[p] = []
-    return lanes
-
-
-def _one_pool(order, dems, lanes):
-    """:func:`.lanes.lane_pass` on the lanes of the one pool every chart draws on, if they
-    all draw on the same one, 1 unit or more, and no estimate is negative (else None)."""
-    pool = {d[0][0] for d in dems}
-    if len(pool) != 1 or min(d[0][1] for d in dems) < 1:
-        return None
-    est = itemgetter(2)
-    total = sum(map(est, order))
-    if not (min(map(est, order), default=0.0) >= 0.0 and total == total):  # (a NaN fails the second)
-        return None
-    ln = lanes.get(pool.pop())
-    if ln is None:
-        return [None] * len(order), [None] * len(order)
-    units = map(itemgetter(1), map(itemgetter(0), map(itemgetter(1), order)))  # each demand's ((pool, u),)
-    return lane_pass(zip(units, map(est, order)), ln)
-
-
-def _parts(demand, lanes, index):
-    """A demand as the walk reads it: None if it never fits (a pool unknown or smaller
-    than its units), else per pool it draws on ``(lanes, k, u, (None,) * u)``: its lanes,
-    its floor's place ``k`` in the list of floors, its units, and a tuple of ``u`` to loop
-    over (no ``range`` to build per chart)."""
-    parts = []
-    for p, u in demand:
-        ln = lanes.get(p)
-        if ln is None or u > len(ln):
-            return None
-        parts.append((ln, index[p], u, (None,) * u))
-    return tuple(parts)
-
-
-def _walk_parts(parts_of, ests, floor: list[float]):
-    """The lane walk per pool with floors over the charts' parts (:func:`_parts`) and
-    estimates (see :func:`_lane_walk`); a demand of one pool without a loop to find its
-    start. The ``u``-th earliest lane is read off the heap's top for u <= 2 (the second is a
-    child of the root), by :func:`_nth_earliest` else."""
-    starts: list = []
-    fins: list = []
-    sa, fa = starts.append, fins.append
-    hreplace, nth = heapreplace, _nth_earliest
-    for sp, est in zip(parts_of, ests):
-        if sp is None:
-            sa(None)
-            fa(None)
-            continue
-        if len(sp) == 1:
-            ln, k, u, reps = sp[0]
-            if u == 1:
-                s = ln[0]
-            elif u == 2 and len(ln) >= 3:
-                s = ln[1]
-                a = ln[2]
-                if a < s:
-                    s = a
-            else:
-                s = nth(ln, u)
-            f = floor[k]  # >= 0, so s is not below 0 either (as the loop below starting at 0)
-            if f > s:
-                s = f
-            fin = s + est
-            for _ in reps:
-                hreplace(ln, fin)
-            floor[k] = s
-        else:
-            s = 0.0
-            for ln, k, u, _ in sp:
-                f = floor[k]
-                if f > s:
-                    s = f
-                if u == 1:
-                    t = ln[0]
-                elif u == 2 and len(ln) >= 3:
-                    t = ln[1]
-                    a = ln[2]
-                    if a < t:
-                        t = a
-                else:
-                    t = nth(ln, u)
-                if t > s:
-                    s = t
-            fin = s + est
-            for ln, k, _, reps in sp:
-                for _ in reps:
-                    hreplace(ln, fin)
-                floor[k] = s
-        sa(s)
-        fa(fin)
-    return starts, fins
-
-
-def _nth_earliest(heap: list[float], n: int) -> float:
-    """The ``n``-th smallest of a heap (1-based), leaving the heap as it was: for n <= 3
-    read off the heap's top levels (as :func:`.lanes.lane_pass` does), else popped and
-    pushed back."""
-    if n <= 1:
-        return heap[0]
-    size = len(heap)
-    if n == 2 and size >= 3:
-        a, b = heap[1], heap[2]
-        return a if a < b else b
-    if n == 3 and size >= 7:
-        a, b = heap[1], heap[2]
-        if a <= b:  # the second earliest is heap[1]; the third: heap[2] or heap[1]'s children
-            t, x, y = b, heap[3], heap[4]
-        else:
-            t, x, y = a, heap[5], heap[6]
-        return min(t, x, y)
-    popped = [heappop(heap) for _ in range(n - 1)]
-    t = heap[0]
-    for x in popped:
-        heappush(heap, x)
-    return t
-
-
-def _event_walk(order, running, pools: Pools):
-    """With limits: event by event. At each moment (now, then each estimated finish) the
-    walk of :func:`dispatch_walk` over the charts not started yet; the started ones run
-    for their estimates.
-
-    Its cost: O(events x charts walked), the events at most the running charts plus
-    ``n``. A walk stops once every pool is blocked, but walks past the charts waiting at
-    a ceiling, and with a minimum its first pass walks every chart not started yet (and
-    the list of those is rebuilt at each moment something starts): then the pass is
-    quadratic in the order. bench/pools.py's backlog, 5 pools and 50 orgs, 2026-12-07 on a
-    loaded machine: one ceiling 42 us a chart at 1k, 68 us at 4k; one minimum 242 us a
-    chart at 1k, 732 us at 4k (without limits 1.4-2.9 us). Fine for a plan of thousands;
-    at 100k with a minimum, not yet."""
-    n = len(order)
-    use = Usage()
-    heap: list = []
-    seq = 0
-    for r in running:
-        use.take(r.org, r.demand)
-        heappush(heap, (max(0.0, r.remaining_s), seq, r.org, r.demand))
-        seq += 1
-    starts: list = [None] * n
-    fins: list = [None] * n
-    pending = list(range(n))
-    t = 0.0
-    while pending:
-        while heap and heap[0][0] <= t:  # what has finished by t frees its units (at now too)
-            _, _, org, demand = heappop(heap)
-            use.take(org, demand, -1)
-        started, _ = dispatch_walk(((order[i][0], order[i][1]) for i in pending), pools, use)
-        for k in started:
-            i = pending[k]
-            org, demand, est = order[i]
-            starts[i], fins[i] = t, t + est
-            heappush(heap, (t + est, seq, org, demand))
-            seq += 1
-        if started:
-            gone = set(started)
-            pending = [i for k, i in enumerate(pending) if k not in gone]
-        if not heap:
-            break  # nothing runs and nothing can start: the rest never do
-        if heap[0][0] > t:
-            t = heap[0][0]
-    return starts, fins
-
-
-__all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "Demand", "Limit", "Pools", "RunningUse",
-           "Usage", "Wait", "demand_of", "dispatch_walk", "pool_etas"]
+__all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "Demand", "Limit", "Pools", "Usage", "Wait",
+           "Walk", "demand_of", "dispatch_walk"]
 

@@ -16,7 +16,8 @@ from scheduling.lanes import Durations
 from scheduling.modes import Dispatch
 from scheduling.plan import Columns
 from scheduling.queue import FairQueue
-from scheduling.pools import DEFAULT_POOL, Demand, Limit, Pools, RunningUse, Usage, demand_of, dispatch_walk, pool_etas
+from scheduling.pool_lanes import RunningUse, pool_etas
+from scheduling.pools import DEFAULT_POOL, Demand, Limit, Pools, Usage, demand_of, dispatch_walk
 
 
 def is_pooled(d: Any) -> bool:

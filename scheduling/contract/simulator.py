@@ -24,7 +24,8 @@ from ..reserve import DEFAULT_DEPTH
 from ..rules import ORDERED, head_of_line, is_held
 from ..share import DEFAULT_QUANTUM_S
 from ..lanes import Durations
-from ..pools import DEFAULT_POOL, Pools, RunningUse, Usage, dispatch_walk, pool_etas
+from ..pool_lanes import RunningUse, pool_etas
+from ..pools import DEFAULT_POOL, Pools, Usage, dispatch_walk
 from ..types import QueuedChart, RunningChart
 
 POLICIES = tuple(p.value for p in Policy)
@@ -480,7 +481,7 @@ def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *,
                    share: Share | str = Share.CHARTS, quantum_s: float = DEFAULT_QUANTUM_S) -> SimResult:
     """:func:`simulate` with capacity pools (docs/scheduling.md, "Pools"): the order is the
     same :class:`FairQueue`'s, dispatch is :func:`.pools.dispatch_walk` and the ETA at
-    arrival :func:`.pools.pool_etas`. ``set_budget`` sets the pool ``default``, ``set_pool``
+    arrival :func:`.pool_lanes.pool_etas`. ``set_budget`` sets the pool ``default``, ``set_pool``
     (``org`` the pool, ``value`` its capacity) another. The summary adds each pool's
     capacity at the end and its peak units in use (``pools``)."""
     sim = _PoolSim(arrivals, events, pools=pools, weights=weights, estimate=estimate, share=share,

@@ -11,7 +11,7 @@ from ..modes import Dispatch
 from ..lanes import Durations, initial_lanes, lane_count, lane_pass, running_clear
 from ..plan import collect_etas, gc_paused, unplanned_clear
 from ..reserve import P90_RATIO, Profile, reserve_walk
-from ..pools import RunningUse, pool_etas
+from ..pool_lanes import RunningUse, pool_etas
 from ..types import Eta, EtaReport, Plan, RunningChart
 
 # the hot passes gather a field of every key at C speed, by its position in the named tuple
@@ -161,7 +161,7 @@ class QueueEtas:
         return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
 
     def _pool_pass(self, running: list, now: float, estimate) -> EtaReport:
-        """With pools: :func:`.pools.pool_etas` over the running charts and the whole order
+        """With pools: :func:`.pool_lanes.pool_etas` over the running charts and the whole order
         (a full pass: ``budget`` and ``stop_after`` are not read)."""
         pools = self._pools
         etas: dict[str, Eta] = {}

@@ -8,8 +8,9 @@ from heapq import heapify
 from hypothesis import given, settings, strategies as st
 
 from scheduling.lanes import initial_lanes, lane_pass
-from scheduling.pools import (BEHIND, CEILING, DEFAULT_POOL, POOL, Limit, Pools, RunningUse, Usage, Wait,
-                              demand_of, dispatch_walk, pool_etas)
+from scheduling.pool_lanes import RunningUse, pool_etas
+from scheduling.pools import (BEHIND, CEILING, DEFAULT_POOL, POOL, Limit, Pools, Usage, Wait,
+                              demand_of, dispatch_walk)
 from scheduling.rules import head_of_line
 from scheduling.types import RunningChart
 
