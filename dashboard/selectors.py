@@ -29,7 +29,9 @@ from django.utils import timezone
 from charts.models import FINAL_STATES, Chart, ChartState
 from charts import selectors as chart_selectors
 from charts.selectors import read_durations, read_snapshot_with_age, round_age
+from common import clear_notes
 from common import snapshot as snap
+from control.models import DEFAULT_POOL
 from dashboard.permissions import can_view_dashboard
 from control.models import SchedulerSettings
 from common.notify import redis_client
@@ -151,8 +153,44 @@ def dashboard_state() -> dict[str, Any]:
     its age): the counts then come from the database and the order is unknown."""
     s, age, stale = read_snapshot_with_age()
     if s is not None and not stale:
-        return {**s, "source": "scheduler", "stale": False, "age_s": round_age(age)}
+        return {**s, "source": "scheduler", "stale": False, "age_s": round_age(age), **pool_panel(s)}
     return {**db_state(), "stale": s is not None, "age_s": round_age(age)}
+
+
+def pool_panel(s: dict[str, Any]) -> dict[str, Any]:
+    """The Pools panel of snapshot ``s`` (nothing without pools): ``pool_panel.pools``, each pool's
+    ``name``, ``capacity``, ``in_use``, ``blocked_by`` and ``text`` ("waiting for pool llm: 8 of 8
+    in use — chart #123 of Acme at the head"), and ``pool_panel.orgs``, each org's use of the
+    pools against its ceilings (``text``: "Acme: llm 4 of 4 (ceiling)", ``at_ceiling``, and
+    ``waiting``, its first chart that waits at a ceiling); with ``no_eta`` worded for pools."""
+    if not s.get("pools"):
+        return {}
+    heads = chart_selectors.pool_heads(s, chart_selectors.read_pools())
+    pools = []
+    for p in s["pools"]:
+        head = heads.get(p.get("blocked_by")) if p.get("blocked_by") is not None else None
+        who = f"chart #{p['blocked_by']} of {head['org_name']}" if head else (
+            f"chart #{p['blocked_by']}" if p.get("blocked_by") is not None else None)
+        pools.append({**p, "budget": p["name"] == DEFAULT_POOL,
+                      "text": clear_notes.pool_line(p["name"], p["capacity"], p["in_use"], who,
+                                                    head["short_of"] if head else None)})
+    names = {str(o["id"]): o["name"] for o in s.get("orgs") or []}
+    orgs = []
+    for org in sorted(s.get("org_pools") or {}, key=lambda k: (names.get(k, k), k)):
+        uses = chart_selectors.org_pools(s, int(org))
+        name = names.get(org, f"org {org}")
+        waiting = [f"chart #{(s['org_pools'][org][u['pool']] or {}).get('waiting_at_ceiling')} waits {u['waiting']}"
+                   for u in uses if u["waiting"]]
+        orgs.append({"id": int(org), "name": name, "text": clear_notes.org_pools_line(name, [u["text"] for u in uses]),
+                     "at_ceiling": any(u["at_ceiling"] for u in uses), "waiting": "; ".join(waiting) or None})
+    out: dict[str, Any] = {"pool_panel": {"pools": pools, "orgs": orgs}}
+    if (s.get("counters") or {}).get("blocked"):
+        out["no_eta"] = clear_notes.no_eta_note({k: (s.get("counters") or {}).get(k) for k in clear_notes.KINDS},
+                                                pooled=True)
+        out["orgs"] = [{**o, "no_eta": clear_notes.no_eta_note(o.get("unplanned"), org_held=o.get("held", False),
+                                                               pooled=True)}
+                       if (o.get("unplanned") or {}).get("blocked") else o for o in s.get("orgs") or []]
+    return out
 
 
 def _db_orgs() -> list[Org]:
