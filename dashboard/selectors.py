@@ -166,31 +166,40 @@ def pool_panel(s: dict[str, Any]) -> dict[str, Any]:
     if not s.get("pools"):
         return {}
     heads = chart_selectors.pool_heads(s, chart_selectors.read_pools())
-    pools = []
-    for p in s["pools"]:
-        head = heads.get(p.get("blocked_by")) if p.get("blocked_by") is not None else None
-        who = f"chart #{p['blocked_by']} of {head['org_name']}" if head else (
-            f"chart #{p['blocked_by']}" if p.get("blocked_by") is not None else None)
-        pools.append({**p, "budget": p["name"] == DEFAULT_POOL,
-                      "text": clear_notes.pool_line(p["name"], p["capacity"], p["in_use"], who,
-                                                    head["short_of"] if head else None)})
-    names = {str(o["id"]): o["name"] for o in s.get("orgs") or []}
-    orgs = []
-    for org in sorted(s.get("org_pools") or {}, key=lambda k: (names.get(k, k), k)):
-        uses = chart_selectors.org_pools(s, int(org))
-        name = names.get(org, f"org {org}")
-        waiting = [f"chart #{(s['org_pools'][org][u['pool']] or {}).get('waiting_at_ceiling')} waits {u['waiting']}"
-                   for u in uses if u["waiting"]]
-        orgs.append({"id": int(org), "name": name, "text": clear_notes.org_pools_line(name, [u["text"] for u in uses]),
-                     "at_ceiling": any(u["at_ceiling"] for u in uses), "waiting": "; ".join(waiting) or None})
-    out: dict[str, Any] = {"pool_panel": {"pools": pools, "orgs": orgs}}
-    if (s.get("counters") or {}).get("blocked"):
-        out["no_eta"] = clear_notes.no_eta_note({k: (s.get("counters") or {}).get(k) for k in clear_notes.KINDS},
-                                                pooled=True)
-        out["orgs"] = [{**o, "no_eta": clear_notes.no_eta_note(o.get("unplanned"), org_held=o.get("held", False),
+    out: dict[str, Any] = {"pool_panel": {"pools": [_pool_row(p, heads) for p in s["pools"]],
+                                          "orgs": _pool_orgs(s)}}
+    counters = s.get("counters") or {}
+    if counters.get("blocked"):
+        out["no_eta"] = clear_notes.no_eta_note({k: counters.get(k) for k in clear_notes.KINDS}, pooled=True)
+        out["orgs"] = [{**o, "no_eta": clear_notes.no_eta_note(o["unplanned"], org_held=o.get("held", False),
                                                                pooled=True)}
                        if (o.get("unplanned") or {}).get("blocked") else o for o in s.get("orgs") or []]
     return out
+
+
+def _pool_row(p: dict[str, Any], heads: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One pool of the panel, its head named: ``chart #123 of Acme``."""
+    cid = p.get("blocked_by")
+    head = heads.get(cid) if cid is not None else None
+    who = None if cid is None else f"chart #{cid} of {head['org_name']}" if head else f"chart #{cid}"
+    return {**p, "budget": p["name"] == DEFAULT_POOL,
+            "text": clear_notes.pool_line(p["name"], p["capacity"], p["in_use"], who,
+                                          head["short_of"] if head else None)}
+
+
+def _pool_orgs(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each org of ``s["org_pools"]``, by name: its use of each pool in words."""
+    names = {str(o["id"]): o["name"] for o in s.get("orgs") or []}
+    per_org = s.get("org_pools") or {}
+    rows = []
+    for org in sorted(per_org, key=lambda k: (names.get(k, k), k)):
+        uses = chart_selectors.org_pools(s, int(org))
+        name = names.get(org, f"org {org}")
+        waiting = [f"chart #{per_org[org][u['pool']]['waiting_at_ceiling']} waits {u['waiting']}"
+                   for u in uses if u["waiting"]]
+        rows.append({"id": int(org), "name": name, "text": clear_notes.org_pools_line(name, [u["text"] for u in uses]),
+                     "at_ceiling": any(u["at_ceiling"] for u in uses), "waiting": "; ".join(waiting) or None})
+    return rows
 
 
 def _db_orgs() -> list[Org]:
