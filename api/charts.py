@@ -3,7 +3,9 @@
 The place of a queued chart is its own field of the snapshot (``c:<id>``,
 :func:`common.snapshot.read_charts`, one Redis round trip for a whole page of charts),
 never the whole order; a running chart's ETA is its row of the snapshot's ``running``.
-When none is known, ``no_eta`` says why in the words the pages use."""
+When none is known, ``no_eta`` says why in the words the pages use; with capacity pools,
+``waits`` says why a queued chart waits for a pool or at its org's ceiling there, and a
+blocked chart's ``no_eta`` names the pool that has no room for it."""
 from __future__ import annotations
 
 from datetime import datetime, timezone as dt_timezone
@@ -39,18 +41,23 @@ def _at(base: float, seconds: Any) -> str | None:
 def describe(charts: list[Chart], *, placed: bool = True) -> list[dict[str, Any]]:
     """The API's view of each chart. ``placed=False`` skips the snapshot (a chart just
     submitted has no place yet)."""
-    places, running, base = _live_rows(charts, placed)
+    places, running, base, snapshot = _live_rows(charts, placed)
+    waits = selectors.chart_waits(snapshot, [(c.pk, c.org_id, c.workflow.name, places[c.pk].get("state"))
+                                             for c in charts if c.pk in places])
     out = []
     for c in charts:
         if c.state in FINAL_STATES:
             fields = _final_fields(c)
         else:
             fields = _live_fields(c, places.get(c.pk) if c.state == ChartState.QUEUED else running.get(c.pk), base)
+        wait = waits.get(c.pk)
+        if wait and fields["reason"] == ASIDE["blocked"]:  # with pools: which pool has no room for it
+            fields["reason"] = f"blocked: {wait}"
         out.append({
             "id": c.pk, "external_id": c.external_id, "workflow": c.workflow.name, "state": c.state,
             "priority": c.priority, "paused": c.paused, "cancel_requested": c.cancel_requested,
             "position": fields["position"], "eta": fields["eta"], "eta_p90": fields["p90"],
-            "no_eta": fields["reason"],
+            "no_eta": fields["reason"], "waits": wait,
             "created_at": _iso(c.created_at), "started_at": _iso(c.started_at), "finished_at": _iso(c.finished_at),
             "error": c.error or None, "rerun_of": c.rerun_of_id,
             "due_at": _iso(c.due_at), "due_state": fields["due_state"], "slack_s": fields["slack"], "url": url(c.pk),
@@ -58,9 +65,9 @@ def describe(charts: list[Chart], *, placed: bool = True) -> list[dict[str, Any]
     return out
 
 
-def _live_rows(charts: list[Chart], placed: bool) -> tuple[dict[int, dict], dict[int, dict], float]:
+def _live_rows(charts: list[Chart], placed: bool) -> tuple[dict[int, dict], dict[int, dict], float, dict | None]:
     """The snapshot's rows of the queued and the running charts among ``charts`` (read only
-    for those), and the snapshot's ``now`` their seconds count from."""
+    for those), the snapshot's ``now`` their seconds count from, and the snapshot."""
     live = [c for c in charts if c.state in (ChartState.QUEUED, ChartState.RUNNING)]
     snapshot = selectors.read_live_snapshot() if placed and live else None
     places: dict[int, dict[str, Any]] = {}
@@ -71,7 +78,7 @@ def _live_rows(charts: list[Chart], placed: bool) -> tuple[dict[int, dict], dict
             places = snap.read_charts(queued, snapshot=snapshot)
         if any(c.state == ChartState.RUNNING for c in live):
             running = {r.get("id"): r for r in snapshot.get("running", [])}
-    return places, running, float((snapshot or {}).get("now") or 0.0)
+    return places, running, float((snapshot or {}).get("now") or 0.0), snapshot
 
 
 def _final_fields(c: Chart) -> dict[str, Any]:

@@ -60,7 +60,14 @@ class ChartOut(Schema):
     eta_p90: datetime | None = Field(description="The finish it should beat 9 times out of 10.")
     no_eta: str | None = Field(description=(
         "Why position or eta is null, as the pages say it: \"waiting for the scheduler's next pass to place "
-        "it\", \"held: no ETA\", \"paused: no ETA until resumed\", \"blocked: cost above the budget\"."))
+        "it\", \"held: no ETA\", \"paused: no ETA until resumed\", \"blocked: cost above the budget\"; with "
+        "capacity pools a blocked chart says which pool has no room for it, \"blocked: pool gpu has no room for "
+        "it: capacity 0\"."))
+    waits: str | None = Field(description=(
+        "With capacity pools, why a queued chart waits because of a pool or its org's ceiling there: "
+        "\"waiting for pool llm (8 of 8 in use)\" (it is at the head of the pool, waiting for room), \"at its "
+        "ceiling in pool llm (4 of 4)\" (its org holds its ceiling there), or for a blocked chart \"pool gpu has "
+        "no room for it: capacity 0\" (never under the current settings); null otherwise."))
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -18,10 +18,12 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from charts.models import Chart, ChartState, DurationStat
+from common import clear_notes
 from common import snapshot as snap
-from control.models import SchedulerSettings
+from control.models import DEFAULT_POOL, Pool, SchedulerSettings
 from scheduling import Durations
-from orgs.models import Org, Workflow
+from scheduling.pools import CEILING, Limit, Pools, demand_of
+from orgs.models import Org, OrgPoolLimit, Workflow, WorkflowCost
 
 ORG_STATUS_MAX = 5000  # the most charts one org_status page holds
 DURATIONS_TTL_S = 1.0
@@ -80,6 +82,7 @@ def clear_caches() -> None:
     """Forget the estimates (tests; a Redis flushed under a running process)."""
     with _lock:
         _durations_cache["value"] = None
+        _pools_cache.update(key=None, value=None)
 
 
 # --- the snapshot and its age -------------------------------------------------------------
@@ -140,6 +143,127 @@ def round_age(age: float | None) -> float | None:
     return None if age is None else round(age, 1)
 
 
+# --- capacity pools: why a chart waits (docs/scheduling.md, "Pools") -----------------------
+
+
+def read_pools() -> Pools | None:
+    """The pools as the scheduler reads them (``fairsched.engine.store.db.read_pools``): each
+    pool's capacity (``default``: the budget), what each (org id as text, workflow name) draws
+    on and the orgs' limits; None while none is set up."""
+    capacity = dict(Pool.objects.values_list("name", "capacity"))
+    rows = list(WorkflowCost.objects.values_list("org_id", "workflow__name", "cost", "pools"))
+    limits = {(str(o), p): Limit(mx, mn) for o, p, mx, mn in OrgPoolLimit.objects.values_list("org_id", "pool", "max", "min")}
+    if not capacity and not limits and not any(pools for *_, pools in rows):
+        return None
+    demands = {(str(o), w): demand_of(pools) if pools else ((DEFAULT_POOL, c),) for o, w, c, pools in rows}
+    return Pools({DEFAULT_POOL: SchedulerSettings.get().budget, **capacity}, demands, limits)
+
+
+def never_note(pools: Pools, org: int, workflow: str | None) -> str | None:
+    """Why a blocked chart of ``org`` running ``workflow`` never starts under these pools
+    (:meth:`scheduling.pools.Pools.never` in words, :func:`common.clear_notes.never_in_pool`);
+    None if it could start."""
+    demand = pools.demand(str(org), workflow)
+    wait = pools.never(str(org), demand)
+    if wait is None:
+        return None
+    units = dict(demand)[wait.pool]
+    if wait.reason == CEILING:
+        return clear_notes.never_in_pool(wait.pool, units, pools.capacity.get(wait.pool),
+                                         ceiling=pools.ceiling(str(org), wait.pool))
+    return clear_notes.never_in_pool(wait.pool, units, pools.capacity.get(wait.pool))
+
+
+def pool_heads(s: dict[str, Any], pools: Pools | None) -> dict[int, dict[str, Any]]:
+    """The charts at the head of a pool in snapshot ``s`` (each pool's ``blocked_by``): per
+    chart id its ``org`` (id), ``org_name``, ``external_id``, ``pools`` (those it holds the
+    head of) and ``short_of`` (those of them without room for it: the reason it waits; it
+    keeps the others for itself). One query for them all."""
+    rows = {p["name"]: p for p in s.get("pools") or []}
+    heads: dict[int, list[str]] = {}
+    for name, p in rows.items():
+        if p.get("blocked_by") is not None:
+            heads.setdefault(int(p["blocked_by"]), []).append(name)
+    out: dict[int, dict[str, Any]] = {}
+    if not heads:
+        return out
+    for cid, org, org_name, ext, wf in Chart.objects.filter(pk__in=list(heads)).values_list(
+            "pk", "org_id", "org__name", "external_id", "workflow__name"):
+        need = dict(pools.demand(str(org), wf)) if pools is not None else {}
+        names = heads[cid]
+        short = [n for n in names if rows[n]["in_use"] + need.get(n, 1) > rows[n]["capacity"]] or names
+        out[cid] = {"org": org, "org_name": org_name, "external_id": ext, "pools": names, "short_of": short}
+    return out
+
+
+def pool_waits(s: dict[str, Any], heads: dict[int, dict[str, Any]]) -> dict[int, str]:
+    """chart id -> why it waits, for the charts snapshot ``s`` names: the head of a pool without
+    room for it, ``"waiting for pool llm (8 of 8 in use)"``, and an org's first chart at its
+    ceiling, ``"at its ceiling in pool llm (4 of 4)"``. ``heads``: :func:`pool_heads`."""
+    rows = {p["name"]: p for p in s.get("pools") or []}
+    out: dict[int, list[str]] = {}
+    for cid, head in heads.items():
+        out[cid] = [clear_notes.waits_for_pool(n, rows[n]["capacity"], rows[n]["in_use"]) for n in head["short_of"]]
+    for per in (s.get("org_pools") or {}).values():
+        for pool, use in sorted(per.items()):
+            cid = use.get("waiting_at_ceiling")
+            if cid is not None and use.get("max") is not None:
+                out.setdefault(int(cid), []).append(clear_notes.waits_at_ceiling(pool, use["in_use"], use["max"]))
+    return {cid: "; ".join(texts) for cid, texts in out.items()}
+
+
+_pools_cache: dict[str, Any] = {"key": None, "value": None}
+
+
+def _pools_of(s: dict[str, Any]) -> tuple[Pools | None, dict[int, str]]:
+    """:func:`read_pools` and :func:`pool_waits` of snapshot ``s``, read once per snapshot per
+    process (every open org page asks with each snapshot; a change of the pools makes the
+    scheduler publish a new one)."""
+    key = (s.get("seq"), s.get("generated_at"))
+    with _lock:
+        if key[0] is not None and _pools_cache["key"] == key:
+            return _pools_cache["value"]
+    pools = read_pools()
+    value = (pools, pool_waits(s, pool_heads(s, pools)))
+    with _lock:
+        _pools_cache.update(key=key, value=value)
+    return value
+
+
+def chart_waits(s: dict[str, Any] | None, charts: list[tuple[int, int, str | None, str | None]]) -> dict[int, str]:
+    """Why each of ``charts`` (``(id, org id, workflow name, state in the snapshot)``) waits
+    because of a pool or a ceiling, for those that do: a chart of the order named by snapshot
+    ``s`` (:func:`pool_waits`), a blocked chart (:func:`never_note`). Empty without pools."""
+    if not s or not s.get("pools") or not charts:
+        return {}
+    pools, named = _pools_of(s)
+    out = {}
+    for cid, org, workflow, state in charts:
+        if cid in named:
+            out[cid] = named[cid]
+        elif state == "blocked" and pools is not None:
+            note = never_note(pools, org, workflow)
+            if note:
+                out[cid] = note
+    return out
+
+
+def org_pools(s: dict[str, Any], org: Org | int) -> list[dict[str, Any]]:
+    """An org's use of each pool in snapshot ``s`` against its ceiling and minimum, with
+    ``text`` (``"llm 4 of 4 (ceiling)"``), ``at_ceiling`` and, when its charts wait there,
+    ``waiting`` (``"at its ceiling in pool llm (4 of 4)"``)."""
+    pk = org.pk if isinstance(org, Org) else org
+    out = []
+    for pool, use in sorted(((s.get("org_pools") or {}).get(str(pk)) or {}).items()):
+        mx, units = use.get("max"), use.get("in_use") or 0
+        out.append({"pool": pool, "in_use": units, "max": mx, "min": use.get("min") or 0,
+                    "at_ceiling": mx is not None and units >= mx,
+                    "text": clear_notes.org_pool_use(pool, units, mx, use.get("min") or 0),
+                    "waiting": (clear_notes.waits_at_ceiling(pool, units, mx)
+                                if use.get("waiting_at_ceiling") is not None and mx is not None else None)})
+    return out
+
+
 # --- an org's status ------------------------------------------------------------------------
 
 
@@ -185,6 +309,13 @@ def _org_status_from_snapshot(org: Org, s: dict[str, Any], data: dict[str, Any],
         total = len(charts)
         charts = charts[offset:offset + limit]
     row = data.get("org") or {}
+    no_eta = row.get("no_eta")
+    if s.get("pools"):  # why its charts wait for a pool or at a ceiling, and its use of each pool
+        waits = chart_waits(s, [(c["id"], org.pk, c["workflow"], c["state"]) for c in charts])
+        for c in charts:
+            c["waits"] = waits.get(c["id"])
+        if (row.get("unplanned") or {}).get("blocked"):
+            no_eta = clear_notes.no_eta_note(row["unplanned"], org_held=row.get("held", org.is_held), pooled=True)
     return {
         "source": "scheduler", "seq": s.get("seq"), "generated_at": s.get("generated_at"), "now": base,
         "org": {"id": org.pk, "name": org.name, "slug": org.slug, "weight": row.get("weight", org.weight),
@@ -192,10 +323,12 @@ def _org_status_from_snapshot(org: Org, s: dict[str, Any], data: dict[str, Any],
                 "running": row.get("running"), "clear_s": row.get("clear_s"),
                 "clear_at": row.get("clear_at") or _at(base, row.get("clear_s")),
                 # why there is no clear-time, or what it leaves out (held, paused, blocked)
-                "unplanned": row.get("unplanned") or {}, "no_eta": row.get("no_eta"),
+                "unplanned": row.get("unplanned") or {}, "no_eta": no_eta,
                 "turnaround_s": row.get("turnaround_s"),
                 # its charts with a due time per state (on_time, at_risk, late)
-                "due": row.get("due") or {}},
+                "due": row.get("due") or {},
+                # with capacity pools: its use of each against its ceiling (docs/api.md, "Pools")
+                "pools": org_pools(s, org) if s.get("pools") else []},
         "total": total, "offset": offset, "limit": limit, "charts": charts,
     }
 
@@ -215,7 +348,7 @@ def _org_status_from_db(org: Org, offset: int, limit: int, external_id: str | No
         "estimate_source": source(c.workflow.name),
         "state": "running" if c.state == ChartState.RUNNING else ("held" if org.is_held else
                                                                    "paused" if c.paused else "queued"),
-        "position": None, "start_at": None, "eta": None, "eta_s": None,
+        "position": None, "start_at": None, "eta": None, "eta_s": None, "waits": None,
         "created_at": c.created_at.isoformat(), "started_at": c.started_at.isoformat() if c.started_at else None,
     } for c in rows]
     return {"source": "db", "seq": None, "generated_at": now.isoformat(), "now": now.timestamp(),
@@ -246,4 +379,6 @@ def org_chart(r: dict[str, Any], base: float, source: Callable[[str | None], str
         # its due time, its state against it and the slack (due - ETA): docs/scheduling.md, "Due times"
         "due_at": _at(base, r.get("due_s")), "due_state": r.get("due_state"),
         "slack_s": None if r.get("slack_s") is None else round(r["slack_s"], 1),
+        # why it waits for a pool or at its org's ceiling there (with pools; set by org_status)
+        "waits": None,
     }

@@ -102,6 +102,7 @@ class EventKind(str, enum.Enum):
     MOVED_TO_FRONT = "moved_to_front"
     WEIGHT = "weight"
     BUDGET = "budget"
+    POOL = "pool"
     COST = "cost"
     BATCH = "batch"
     CHART = "chart"
@@ -235,6 +236,14 @@ class Budget(_Echo):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PoolChanged(_Echo):
+    """A pool's capacity set from its dial (the pool ``default`` is the budget: :class:`Budget`)."""
+    kind: ClassVar[EventKind] = EventKind.POOL
+    pool: str
+    capacity: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Cost(_Echo):
     kind: ClassVar[EventKind] = EventKind.COST
     org: int
@@ -288,7 +297,7 @@ class SnapshotStored(Event):
 
 EVENTS: dict[EventKind, type[Event]] = {cls.kind: cls for cls in (
     Queued, Running, Dispatched, Finish, Removed, Paused, Resumed, Prioritized, Unprioritized,
-    MovedToFront, Weight, Budget, Cost, Batch, ChartChanged, OrgChanged, Audit, SnapshotStored)}
+    MovedToFront, Weight, Budget, PoolChanged, Cost, Batch, ChartChanged, OrgChanged, Audit, SnapshotStored)}
 assert set(EVENTS) == set(EventKind), "every kind has its event class"
 
 
@@ -366,7 +375,9 @@ MEMBER_KINDS: dict[EventKind, str] = {
     EventKind.REMOVED: "nothing: it names no org", EventKind.PAUSED: "nothing: it names no org",
     EventKind.RESUMED: "nothing: it names no org", EventKind.PRIORITIZED: "nothing: it names no org",
     EventKind.UNPRIORITIZED: "nothing: it names no org", EventKind.MOVED_TO_FRONT: "nothing: it names no org",
-    EventKind.BUDGET: "nothing: the budget is the operators'", EventKind.BATCH: "nothing: a count of every org's events",
+    EventKind.BUDGET: "nothing: the budget is the operators'",
+    EventKind.POOL: "nothing: the pools' dials are the operators' (the org page's next snapshot shows the change)",
+    EventKind.BATCH: "nothing: a count of every org's events",
     EventKind.AUDIT: "nothing: the audit trail names operators",
     EventKind.SNAPSHOT: "nothing: each socket sends its page a snapshot message instead",
 }

@@ -22,6 +22,7 @@ from dashboard import selectors
 from control import audit
 from common import live_updates
 from control import services as control_services
+from control.models import Pool
 from common.validation import MAX_ID, require_int
 from orgs import services as org_services
 from orgs.models import Org
@@ -44,6 +45,7 @@ PERMS = {
     "set_weight": "orgs.change_org",
     "set_cost": "orgs.change_workflowcost",
     "set_budget": "fairsched.change_schedulersettings",
+    "set_pool": "fairsched.change_pool",
     "set_policies": "fairsched.change_schedulersettings",
     "rerun": "charts.add_chart",
     "prioritize_at_risk": "charts.change_chart",
@@ -146,5 +148,13 @@ def _apply(user, action: str, data: Mapping[str, Any]) -> Outcome:
             raise ValidationError({"share": ["Give share, quantum_s or dispatch."]})
         control_services.policies_set(**given, actor=user)
         return Outcome(True, action)
+    if action == "set_pool":  # a pool's dial; the pool default is the budget (set_budget)
+        name = data.get("pool")
+        if not (isinstance(name, str) and Pool.objects.filter(name=name).exists()):  # a dial sets, never creates
+            shown = name if isinstance(name, str) and len(name) <= 50 else type(name).__name__
+            raise ValidationError({"pool": [f"Unknown pool {shown!r}: pools are created in the admin."]})
+        pool = control_services.pool_set(name=name, capacity=data.get("capacity"), actor=user)
+        return Outcome(True, action, event=live_updates.PoolChanged(action=action, pool=pool.name,
+                                                                    capacity=pool.capacity))
     obj = control_services.budget_set(budget=data.get("budget"), actor=user)
     return Outcome(True, action, event=live_updates.Budget(action=action, budget=obj.budget))

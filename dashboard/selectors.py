@@ -29,7 +29,9 @@ from django.utils import timezone
 from charts.models import FINAL_STATES, Chart, ChartState
 from charts import selectors as chart_selectors
 from charts.selectors import read_durations, read_snapshot_with_age, round_age
+from common import clear_notes
 from common import snapshot as snap
+from control.models import DEFAULT_POOL
 from dashboard.permissions import can_view_dashboard
 from control.models import SchedulerSettings
 from common.notify import redis_client
@@ -151,8 +153,53 @@ def dashboard_state() -> dict[str, Any]:
     its age): the counts then come from the database and the order is unknown."""
     s, age, stale = read_snapshot_with_age()
     if s is not None and not stale:
-        return {**s, "source": "scheduler", "stale": False, "age_s": round_age(age)}
+        return {**s, "source": "scheduler", "stale": False, "age_s": round_age(age), **pool_panel(s)}
     return {**db_state(), "stale": s is not None, "age_s": round_age(age)}
+
+
+def pool_panel(s: dict[str, Any]) -> dict[str, Any]:
+    """The Pools panel of snapshot ``s`` (nothing without pools): ``pool_panel.pools``, each pool's
+    ``name``, ``capacity``, ``in_use``, ``blocked_by`` and ``text`` ("waiting for pool llm: 8 of 8
+    in use — chart #123 of Acme at the head"), and ``pool_panel.orgs``, each org's use of the
+    pools against its ceilings (``text``: "Acme: llm 4 of 4 (ceiling)", ``at_ceiling``, and
+    ``waiting``, its first chart that waits at a ceiling); with ``no_eta`` worded for pools."""
+    if not s.get("pools"):
+        return {}
+    heads = chart_selectors.pool_heads(s, chart_selectors.read_pools())
+    out: dict[str, Any] = {"pool_panel": {"pools": [_pool_row(p, heads) for p in s["pools"]],
+                                          "orgs": _pool_orgs(s)}}
+    counters = s.get("counters") or {}
+    if counters.get("blocked"):
+        out["no_eta"] = clear_notes.no_eta_note({k: counters.get(k) for k in clear_notes.KINDS}, pooled=True)
+        out["orgs"] = [{**o, "no_eta": clear_notes.no_eta_note(o["unplanned"], org_held=o.get("held", False),
+                                                               pooled=True)}
+                       if (o.get("unplanned") or {}).get("blocked") else o for o in s.get("orgs") or []]
+    return out
+
+
+def _pool_row(p: dict[str, Any], heads: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One pool of the panel, its head named: ``chart #123 of Acme``."""
+    cid = p.get("blocked_by")
+    head = heads.get(cid) if cid is not None else None
+    who = None if cid is None else f"chart #{cid} of {head['org_name']}" if head else f"chart #{cid}"
+    return {**p, "budget": p["name"] == DEFAULT_POOL,
+            "text": clear_notes.pool_line(p["name"], p["capacity"], p["in_use"], who,
+                                          head["short_of"] if head else None)}
+
+
+def _pool_orgs(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each org of ``s["org_pools"]``, by name: its use of each pool in words."""
+    names = {str(o["id"]): o["name"] for o in s.get("orgs") or []}
+    per_org = s.get("org_pools") or {}
+    rows = []
+    for org in sorted(per_org, key=lambda k: (names.get(k, k), k)):
+        uses = chart_selectors.org_pools(s, int(org))
+        name = names.get(org, f"org {org}")
+        waiting = [f"chart #{per_org[org][u['pool']]['waiting_at_ceiling']} waits {u['waiting']}"
+                   for u in uses if u["waiting"]]
+        rows.append({"id": int(org), "name": name, "text": clear_notes.org_pools_line(name, [u["text"] for u in uses]),
+                     "at_ceiling": any(u["at_ceiling"] for u in uses), "waiting": "; ".join(waiting) or None})
+    return rows
 
 
 def _db_orgs() -> list[Org]:

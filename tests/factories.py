@@ -77,3 +77,32 @@ def make_flagged_backlog() -> tuple[Org, Org, Org]:
         + [Chart(org=cedar, workflow=wf, external_id=f"c-{i}", due_at=now + timedelta(days=1), due_explicit=True)
            for i in range(7)])
     return acme, beta, cedar
+
+
+def make_pooled_world() -> dict:
+    """Capacity pools set up through their services (docs/scheduling.md, "Pools"): ``llm`` of
+    capacity 2 and ``gpu`` of 0; Acme's and Beta's summaries draw llm 1, Beta's renders gpu 1;
+    Acme's ceiling in llm is 1. Acme and Beta each run a summary (llm 2 of 2 in use, Acme at its
+    ceiling). Queued, oldest first: Acme's summary ``a-1`` (waits at its ceiling), Beta's summary
+    ``b-1`` (the head of llm: waits for room) and Beta's render ``b-2`` (blocked: gpu is 0)."""
+    from charts.models import ChartState
+    from control.services import pool_set
+    from orgs.services import org_pool_limit_set, workflow_cost_set
+
+    summary, render = make_workflow("summary"), make_workflow("render")
+    acme, beta = make_org("Acme"), make_org("Beta")
+    pool_set(name="llm", capacity=2)
+    pool_set(name="gpu", capacity=0)
+    for org in (acme, beta):
+        workflow_cost_set(org=org, workflow=summary, cost=1, pools={"llm": 1})
+    workflow_cost_set(org=beta, workflow=render, cost=1, pools={"gpu": 1})
+    org_pool_limit_set(org=acme, pool="llm", max=1)
+    now = timezone.now()
+    running = [make_chart(org, summary, external_id=f"{org.slug[0]}-0", state=ChartState.RUNNING,
+                          created_at=now - timedelta(minutes=10), dispatched_at=now - timedelta(minutes=5),
+                          started_at=now - timedelta(minutes=5), dispatched_cost=1) for org in (acme, beta)]
+    a1 = make_chart(acme, summary, external_id="a-1", created_at=now - timedelta(minutes=3))
+    b1 = make_chart(beta, summary, external_id="b-1", created_at=now - timedelta(minutes=2))
+    b2 = make_chart(beta, render, external_id="b-2", created_at=now - timedelta(minutes=1))
+    return {"acme": acme, "beta": beta, "summary": summary, "render": render, "running": running,
+            "a1": a1, "b1": b1, "b2": b2}

@@ -23,6 +23,7 @@ ONE_OF_EACH = [
     lu.Weight(org=2, weight=0, held=True),
     lu.Budget(budget=4),
     lu.Budget(budget=4, action="set_budget", at=1.5, by="op"),
+    lu.PoolChanged(pool="llm", capacity=8, action="set_pool", at=1.5, by="op"),
     lu.Cost(org=2, workflow="7", cost=2),
     lu.Cost(org=2, workflow=7, cost=2, action="set_cost"),
     lu.Batch(count=600),

@@ -160,8 +160,48 @@ def _member_pages(pages: Pages, page, base: str, demo: dict) -> None:
     pages.check("API docs", "/api/v1/docs", ".opblock")
 
 
-# Four tests, not one: on the suite's xdist workers each part runs beside the others.
-PARTS = {"staff": _staff_pages, "admin": _admin_pages, "admin-forms": _admin_forms, "member": _member_pages}
+def _with_pools(demo: dict) -> None:
+    """The demo with capacity pools (docs/scheduling.md, "Pools"): the running code charts draw
+    on ``llm`` (3 units), which is full, so a review waits at its head; Acme Clinics' ceiling in
+    llm is 2 (it holds 2); Echo Imaging's audits draw on ``gpu``, of capacity 0 (blocked)."""
+    from control.services import pool_set
+    from orgs.models import Workflow
+    from orgs.services import org_pool_limit_set, workflow_cost_set
+
+    pool_set(name="llm", capacity=6)
+    pool_set(name="gpu", capacity=0)
+    code, review, audit = (Workflow.objects.get(name=n) for n in ("code", "review", "audit"))
+    for org in Org.objects.all():
+        workflow_cost_set(org=org, workflow=code, cost=1, pools={"llm": 1})
+        workflow_cost_set(org=org, workflow=review, cost=2, pools={"llm": 1, "default": 2})
+    workflow_cost_set(org=Org.objects.get(name="Echo Imaging"), workflow=audit, cost=3, pools={"gpu": 1})
+    org_pool_limit_set(org=demo["org"], pool="llm", max=2, min=1)
+
+
+def _pools_pages(pages: Pages, page, base: str, demo: dict) -> None:
+    """The pools state: the dashboard with its Pools panel (staff), the org pages with why each
+    chart waits (staff, then a member)."""
+    login(page, base, "root", then="/dashboard/")
+    pages.check("dashboard with pools", "/dashboard/", "#live[data-state=live]", again=True)
+    expect(page.locator("#pools-panel [data-pool-card]")).to_have_count(3)
+    expect(page.locator("#pool-orgs")).to_contain_text("Acme Clinics: llm 2 of 2 (ceiling, min 1)")
+    pages.found["dashboard with pools (staff)"] = axe.violations(page, tags=axe.ALL)
+    pages.check("org page with pools", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]")
+    pages.check("org page with pools Echo Imaging", f"/orgs/{Org.objects.get(name='Echo Imaging').slug}/",
+                "[data-live][data-state=live]")
+    expect(page.locator("td.waits", has_text="pool gpu has no room for it: capacity 0")).not_to_have_count(0)
+    page.context.clear_cookies()
+    member = make_user("ada", perms=("charts.add_chart",))
+    demo["org"].members.add(member)
+    login(page, base, "ada", then="/")
+    pages.who = "member"
+    pages.check("org page with pools", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]", again=True)
+    expect(page.locator("#org-pools")).to_have_text("Pools in use: llm 2 of 2 (ceiling, min 1)")
+
+
+# Five tests, not one: on the suite's xdist workers each part runs beside the others.
+PARTS = {"staff": _staff_pages, "admin": _admin_pages, "admin-forms": _admin_forms, "member": _member_pages,
+         "pools": _pools_pages}
 
 
 @pytest.mark.slow(25)
@@ -169,6 +209,8 @@ PARTS = {"staff": _staff_pages, "admin": _admin_pages, "admin-forms": _admin_for
 def test_the_pages_have_no_accessibility_violation(part, browser, browser_server, redis_layer_publish):
     demo = _demo()
     _every_model_has_a_row(demo["org"])
+    if part == "pools":
+        _with_pools(demo)
     redis_layer_publish()
     page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -262,7 +262,7 @@
   let renderQueued = false;
   function renderNow() {
     renderSummary(); renderOrgs(); renderRunning(); renderOrder(); renderCosts(); renderActivity();
-    document.dispatchEvent(new CustomEvent("fairsched:state", {detail: {state: S, can, control}}));  // due.js
+    document.dispatchEvent(new CustomEvent("fairsched:state", {detail: {state: S, can, control}}));  // due.js, pools.js
     F.tick();
   }
   function render() {
@@ -313,9 +313,16 @@
       }
     } else if (ev.kind === "budget" && ev.budget != null) {
       S.budget = ev.budget;                                   // ours (an echo) or the scheduler's
+      poolCapacity("default", ev.budget);                     // with pools the budget is the pool default
+    } else if (ev.kind === "pool" && ev.pool != null) {       // a pool's dial (pools.js renders the panel)
+      poolCapacity(ev.pool, ev.capacity);
     } else if (ev.kind === "weight" && ev.org != null) {      // the scheduler applied a weight
       (S.orgs || []).forEach((o) => { if (o.id === ev.org) { o.weight = ev.weight; o.held = ev.held; } });
     }
+  }
+
+  function poolCapacity(name, capacity) {
+    ((S.pool_panel || {}).pools || []).forEach((p) => { if (p.name === name) p.capacity = capacity; });
   }
 
   function onEvents(msg) {

@@ -17,6 +17,10 @@
     $("org-queued").textContent = o.queued == null ? "—" : Number(o.queued).toLocaleString();
     $("org-running").textContent = o.running == null ? "—" : Number(o.running).toLocaleString();
     $("org-held").hidden = !o.held;
+    // with capacity pools: its use of each against its ceiling ("llm 4 of 4 (ceiling)")
+    const pools = (live && o.pools) || [];
+    $("org-pools").hidden = !pools.length;
+    $("org-pools").textContent = pools.length ? "Pools in use: " + pools.map((u) => u.text).join(", ") : "";
     const clear = F.parseIso(o.clear_at);
     // Held, paused or blocked charts never finish at today's settings: say so, never "nothing queued".
     $("clear-when").textContent = !live ? "—" : o.clear_s == null ? (o.no_eta ? "no ETA" : "—")
@@ -38,7 +42,8 @@
         <td>${esc(c.workflow)}</td><td><span class="badge ${esc(c.state)}">${esc(LABEL[c.state] || c.state)}</span>${c.priority ? ' <span class="badge prio">priority</span>' : ""}</td>
         <td class="num">${c.position == null ? "—" : (c.position + 1).toLocaleString()}</td>
         <td>${start ? F.clock(start) : "—"}</td><td>${eta ? F.clock(eta) : "—"}</td><td class="muted">${p90 ? F.clock(p90) : "—"}</td>
-        <td class="muted" data-eta="${eta == null ? "" : eta}"${running ? " data-overdue" : ""}></td></tr>`;
+        <td class="muted" data-eta="${eta == null ? "" : eta}"${running ? " data-overdue" : ""}></td>
+        <td class="waits">${c.waits ? esc(c.waits) : ""}</td></tr>`;
     }).join("");
     F.tick();
   }
