@@ -146,17 +146,21 @@ def round_age(age: float | None) -> float | None:
 # --- capacity pools: why a chart waits (docs/scheduling.md, "Pools") -----------------------
 
 
-def read_pools() -> Pools | None:
-    """The pools as the scheduler reads them (``fairsched.engine.store.db.read_pools``): each
-    pool's capacity (``default``: the budget), what each (org id as text, workflow name) draws
-    on and the orgs' limits; None while none is set up."""
+def read_pools(budget: int | None = None) -> Pools | None:
+    """The capacity pools (docs/scheduling.md, "Pools"), as the scheduler reads them with its
+    settings and the pages show them: each pool's capacity (``default``, the budget: given,
+    or read), what each (org id as text, workflow name) draws on (a plain cost ``c``:
+    ``{"default": c}``) and the orgs' limits. None while none is set up: no pool, no cost
+    drawing on one, no limit. A cost naming a pool that no longer exists draws on a pool of
+    no room: its charts are blocked."""
     capacity = dict(Pool.objects.values_list("name", "capacity"))
     rows = list(WorkflowCost.objects.values_list("org_id", "workflow__name", "cost", "pools"))
     limits = {(str(o), p): Limit(mx, mn) for o, p, mx, mn in OrgPoolLimit.objects.values_list("org_id", "pool", "max", "min")}
     if not capacity and not limits and not any(pools for *_, pools in rows):
         return None
     demands = {(str(o), w): demand_of(pools) if pools else ((DEFAULT_POOL, c),) for o, w, c, pools in rows}
-    return Pools({DEFAULT_POOL: SchedulerSettings.get().budget, **capacity}, demands, limits)
+    budget = SchedulerSettings.get().budget if budget is None else budget
+    return Pools({DEFAULT_POOL: budget, **capacity}, demands, limits)
 
 
 def never_note(pools: Pools, org: int, workflow: str | None) -> str | None:

@@ -34,8 +34,11 @@ def iso(ts: float) -> str:
 def waiting(state: LiveState | PassInput) -> dict[str, Any] | None:
     """Why nothing starts although budget is free: the head of the order costs more than
     what is free (head-of-line: nothing cheaper skips ahead, so dispatch waits for
-    running work to finish). None when dispatch is not waiting for that."""
+    running work to finish). None when dispatch is not waiting for that, and with capacity
+    pools (the budget is one of several: :func:`pool_summary` names each pool's head)."""
     queue = state.queue
+    if queue.pools is not None:
+        return None  # with pools: each pool's head in the snapshot's ``pools`` (pool_summary)
     used = sum(r.cost for r in (state.running.values() if isinstance(state.running, dict) else state.running))
     free = queue.budget - used
     if not queue.order_len or free == 0:

@@ -29,12 +29,11 @@ from fairsched.engine.store import pg_statistics
 from fairsched.engine.store.chart_columns import ChartColumns
 from fairsched.engine.store.rounds import (Firsts, Work, _save_rounds, _update_column, _update_columns,
                                            first_eta_values, round_state)
-from charts.selectors import read_durations
+from charts.selectors import read_durations, read_pools
 from fairsched.engine.store.rows import ChartRow, Config, OrgRow, World
 from fairsched.temporal.shared import WorkflowIds
-from control.models import Pool, SchedulerSettings
-from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, OrgPoolLimit, Workflow, WorkflowCost
-from scheduling.pools import DEFAULT_POOL, Limit, Pools, demand_of
+from control.models import SchedulerSettings
+from orgs.models import DEFAULT_EXECUTION_TIMEOUT_S, Org, Workflow, WorkflowCost
 
 CHART_FIELDS = (
     "id", "org_id", "workflow__name", "state", "created_at", "priority", "prioritized_at", "paused",
@@ -127,21 +126,6 @@ def read_config() -> Config:
     return Config(budget=s.budget, eta_interval_s=s.eta_interval_s, reconcile_interval_s=s.reconcile_interval_s,
                   eta_model=s.eta_model, share=s.share, quantum_s=s.quantum_s, dispatch=s.dispatch,
                   pools=read_pools(s.budget))
-
-
-def read_pools(budget: int) -> Pools | None:
-    """The capacity pools (docs/scheduling.md, "Pools"): each pool's capacity (``default``,
-    the budget), what each (org, workflow) draws on (a plain cost ``c``: ``{"default": c}``)
-    and the orgs' limits, keyed as the queue keys them (org id as text, workflow name).
-    None when none is set up: no pool, no cost drawing on one, no limit. A cost naming a
-    pool that no longer exists draws on a pool of no room: its charts are blocked."""
-    capacity = dict(Pool.objects.values_list("name", "capacity"))
-    rows = list(WorkflowCost.objects.values_list("org_id", "workflow__name", "cost", "pools"))
-    limits = {(str(o), p): Limit(mx, mn) for o, p, mx, mn in OrgPoolLimit.objects.values_list("org_id", "pool", "max", "min")}
-    if not capacity and not limits and not any(pools for *_, pools in rows):
-        return None
-    demands = {(str(o), w): demand_of(pools) if pools else ((DEFAULT_POOL, c),) for o, w, c, pools in rows}
-    return Pools({DEFAULT_POOL: budget, **capacity}, demands, limits)
 
 
 def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
