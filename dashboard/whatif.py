@@ -26,7 +26,7 @@ from common import previews
 from django.conf import settings
 from common.validation import MAX_BUDGET, MAX_COST, MAX_ID, MAX_WEIGHT, require_int
 from dashboard.views import _json, staff_required
-from orgs.models import Org, Workflow
+from orgs.models import Org, Workflow, known_pools
 
 _client: tuple[str, redis.Redis] | None = None
 
@@ -47,7 +47,7 @@ WAIT_S = previews.WAIT_S  # (tests shorten it)
 def plan_wait_s() -> float:
     """How long a planner request waits for its answer (``FAIRSCHED_PLAN_WAIT_S``)."""
     return float(getattr(settings, "FAIRSCHED_PLAN_WAIT_S", previews.PLAN_WAIT_S))
-PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold", "clear_by", "meet_due")
+PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold", "clear_by", "meet_due", "pool", "capacity")
 
 
 class Bad(ValueError):
@@ -83,6 +83,8 @@ def change_of(request: HttpRequest) -> dict[str, Any]:
         raise Bad(unknown[0], f"{unknown[0]}: unknown parameter; one of {', '.join(PARAMS)}.")
     if "clear_by" in given or "meet_due" in given:
         return _plan_change(request, given)
+    if "pool" in given:
+        return _pool_change(request, given)
     if "budget" in given:
         if len(given) > 1:
             raise Bad(given[1], f"{given[1]}: a budget preview takes budget alone.")
@@ -90,16 +92,38 @@ def change_of(request: HttpRequest) -> dict[str, Any]:
     return _org_change(request, given)
 
 
+def _pool_name(request: HttpRequest) -> str:
+    name = request.GET.get("pool", "").strip()
+    if name not in known_pools():
+        raise Bad("pool", f"pool: no pool {name[:40]!r}.")
+    return name
+
+
+def _pool_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
+    """A capacity pool's capacity (docs/scheduling.md, "Pools"): ``pool=<name>&capacity=N``
+    (``default`` is the budget)."""
+    extra = [k for k in given if k not in ("pool", "capacity")]
+    if extra:
+        raise Bad(extra[0], f"{extra[0]}: a pool preview takes pool and capacity alone.")
+    if "capacity" not in given:
+        raise Bad("capacity", "capacity: missing (a pool preview takes pool=<name>&capacity=N).")
+    return {"kind": "pool", "pool": _pool_name(request),
+            "value": _int(request, "capacity", minimum=0, maximum=MAX_BUDGET)}
+
+
 def _plan_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
-    """The capacity planner's question: ``clear_by=<ISO time>`` or ``meet_due=1``, alone."""
+    """The capacity planner's question: ``clear_by=<ISO time>`` or ``meet_due=1``, alone, or with
+    ``pool=<name>``: the smallest capacity of that pool instead of the budget."""
+    pool = {"pool": _pool_name(request)} if "pool" in given else {}
+    given = [k for k in given if k != "pool"]
     if len(given) > 1:
         extra = [k for k in given if k not in ("clear_by", "meet_due")] or given[1:]
         raise Bad(extra[0], f"{extra[0]}: the planner takes clear_by=<ISO time> or meet_due=1 alone.")
     if "meet_due" in given:
         if request.GET["meet_due"] != "1":
             raise Bad("meet_due", f"meet_due: 1, got {request.GET['meet_due'][:40]!r}.")
-        return {"kind": "plan", "clear_by": None, "meet_due": True}
-    return {"kind": "plan", "clear_by": _time(request, "clear_by"), "meet_due": False}
+        return {"kind": "plan", "clear_by": None, "meet_due": True, **pool}
+    return {"kind": "plan", "clear_by": _time(request, "clear_by"), "meet_due": False, **pool}
 
 
 def _org_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:

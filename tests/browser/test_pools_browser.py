@@ -6,12 +6,15 @@ chart waits; axe-core finds nothing on either."""
 from __future__ import annotations
 
 import pytest
+import redis
 from playwright.sync_api import expect
 
+from common import previews
 from control.models import AuditEntry, Pool, SchedulerSettings
 from tests.browser import axe
 from tests.browser.conftest import login
 from tests.browser.test_dashboard_browser import open_dashboard, wait_for
+from tests.dashboard.test_whatif_view import Responder
 from tests.factories import make_pooled_world, make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -27,7 +30,7 @@ def pooled(db):
 
 
 def test_a_pool_dial_turned_in_one_page_reaches_the_db_the_audit_and_another_page(
-        browser, browser_server, redis_layer_publish, pooled):
+        browser, browser_server, redis_layer_publish, pooled, redis_url):
     redis_layer_publish()
     one = open_dashboard(browser, browser_server)
     two = open_dashboard(browser, browser_server)
@@ -48,8 +51,19 @@ def test_a_pool_dial_turned_in_one_page_reaches_the_db_the_audit_and_another_pag
     expect(one.locator("#pools-panel [data-pool-card]")).to_have_count(3)
     assert axe.violations(one, tags=axe.ALL) == []
 
-    # Turn llm's dial to 3 in page one: the pool in the DB, audited as root, the echo on page two.
+    # Typing a capacity previews it first (the scheduler's answer, fairsched.engine.whatif), before Set.
+    r = redis.Redis.from_url(redis_url)
+    r.delete(previews.REQUESTS)
+    responder = Responder(r)
     one.fill("#pool-capacity-llm", "3")
+    out = one.locator("#whatif-pool-llm")
+    expect(out).to_have_attribute("data-state", "ready", timeout=10_000)
+    responder.thread.join(5)
+    assert responder.seen[0]["change"] == {"kind": "pool", "pool": "llm", "value": 3}
+    expect(out).to_contain_text("Preview (pool llm capacity 3, not applied)")
+    assert axe.violations(one, tags=axe.ALL) == []
+
+    # Turn llm's dial to 3 in page one: the pool in the DB, audited as root, the echo on page two.
     one.locator('[data-pool-card="llm"] button[type=submit]').click()
     wait_for(lambda: Pool.objects.get(name="llm").capacity == 3, what="pool llm set to 3")
     entry = AuditEntry.objects.filter(action="pool").latest("id")

@@ -172,3 +172,36 @@ def test_the_planner_is_asked_of_the_scheduler(world):
     assert r.status_code == 200, r.content
     assert got[0]["change"]["kind"] == "plan" and got[0]["change"]["clear_by"] == 4070908800.0
     assert r.json()["budget"] == 2 and r.json()["goal"] == "clear_by"  # the largest cost (audit: 2 for Acme)
+
+
+def test_a_pool_capacity_is_previewed_and_planned_by_the_scheduler(world):
+    """With capacity pools: ``pool=<name>&capacity=N`` is the scheduler's pool change, answered
+    by its own code over the database's pools; ``clear_by`` with ``pool`` asks the planner for
+    that pool's capacity; an unknown pool is a 400 naming ``pool``."""
+    from control.services import pool_set
+    from orgs.services import workflow_cost_set
+
+    pool_set(name="llm", capacity=1)
+    workflow_cost_set(org=world["acme"], workflow=world["wf"], cost=1, pools={"llm": 1})
+    responder = Responder(world["redis"])
+    r = world["client"].get("/dashboard/whatif.json?pool=llm&capacity=3")
+    assert r.status_code == 200, r.content
+    assert responder.seen[0]["change"] == {"kind": "pool", "pool": "llm", "value": 3}
+    body = r.json()
+    assert body["clear_after"] is not None and body["clear_after"] <= body["clear_before"]
+    for query in ("pool=tpu&capacity=3", "pool=llm&capacity=3&budget=2", "pool=llm"):
+        r = world["client"].get("/dashboard/whatif.json?" + query)
+        assert r.status_code == 400, (query, r.content)
+    got: list = []
+
+    def answer():
+        req = json.loads(world["redis"].blpop([previews.REQUESTS], timeout=10)[1])
+        got.append(req)
+        from fairsched.engine.planner import plan_budget
+        ch = req["change"]
+        out = plan_budget(read_state(), req["at"], clear_by=ch["clear_by"], pool=ch["pool"]).to_json(req["at"])
+        world["redis"].rpush(previews.answer_key(req["id"]), json.dumps({"change": ch, **out}))
+    threading.Thread(target=answer, daemon=True).start()
+    r = world["client"].get("/dashboard/whatif.json?clear_by=2099-01-01T00:00:00Z&pool=llm")
+    assert r.status_code == 200, r.content
+    assert got[0]["change"]["pool"] == "llm" and r.json()["pool"] == "llm" and r.json()["budget"] == 1

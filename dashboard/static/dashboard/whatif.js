@@ -82,6 +82,10 @@
     if (inp.id === "budget-input" || inp.id === "id_budget") {
       out = region("whatif-budget", inp.id === "budget-input" ? document.getElementById("budget-form") : inp.closest(".form-row") || inp);
       query = {budget: v}; label = `budget ${v}`;
+    } else if (inp.matches("input[data-pool-input]")) {  // a pool's dial (pools.js): its capacity
+      const pool = inp.dataset.poolInput;
+      out = region(`whatif-pool-${pool}`, inp.closest("form.pool-form"));
+      query = {pool, capacity: v}; label = `pool ${pool} capacity ${v}`;
     } else if (inp.matches("input[data-field=weight]") || (inp.id === "id_weight" && document.body.dataset.whatifOrg)) {
       const row = inp.closest("[data-org-id]");
       const org = row ? row.dataset.orgId : document.body.dataset.whatifOrg;
@@ -108,7 +112,8 @@
   document.addEventListener("keydown", (ev) => {
     const inp = ev.target;
     if (ev.key !== "Escape" || !(inp instanceof HTMLInputElement)) return;
-    const id = inp.id === "budget-input" ? "whatif-budget" : inp.matches("input[data-field]") ? "whatif-orgs" : null;
+    const id = inp.id === "budget-input" ? "whatif-budget" : inp.matches("input[data-field]") ? "whatif-orgs"
+      : inp.matches("input[data-pool-input]") ? `whatif-pool-${inp.dataset.poolInput}` : null;
     if (id) { clearTimeout(timers.get(inp)); clear(document.getElementById(id)); }
   });
 
@@ -168,7 +173,10 @@
   const m = location.pathname.match(/\/admin\/orgs\/org\/(\d+)\/change\/$/);
   if (m) document.body.dataset.whatifOrg = m[1];
   // After "Set" the preview is spent: the next snapshot shows the real thing.
-  document.addEventListener("submit", (ev) => { if (ev.target.id === "budget-form") clear(document.getElementById("whatif-budget")); });
+  document.addEventListener("submit", (ev) => {
+    if (ev.target.id === "budget-form") clear(document.getElementById("whatif-budget"));
+    if (ev.target.matches && ev.target.matches("form.pool-form")) clear(document.getElementById(`whatif-pool-${ev.target.dataset.pool}`));
+  });
   document.addEventListener("click", (ev) => {
     if (ev.target.closest && ev.target.closest("button[data-action=set_weight], button[data-action=hold], button[data-action=release]")) {
       clearTimeout(timers.get(document.getElementById("whatif-orgs")));
