@@ -10,9 +10,12 @@ from scheduling.queue import FairQueue
 from fairsched.engine.scheduler import Scheduler
 from tests.test_tick import pass_ends, rig, settle  # noqa: F401 - the fixture
 
-ORDER_WORK = ["2", "1", "4", "6", "3", "8", "5", "7"]
-"""Two orgs of weight 1, org 1's charts (odd) of 1200 s, org 2's (even) of 600 s, quantum
-600 s: org 1's take rounds 1 3 5 7 (two turns each), org 2's 0 1 2 3."""
+ORDER_WORK = ["1", "2", "4", "6", "3", "8", "5", "7"]
+"""Two orgs of weight 1, org 1's charts (odd) of 1200 s, org 2's (even) of 600 s, under the
+share work (docs/scheduling.md, "Share by work": virtual times in budget-seconds per unit of
+weight): each org's first chart starts afresh at the head, round 0 (1, 2, by age); then each
+chart's round is the midpoint of its virtual start and finish: org 2's 900, 1500, 2100,
+org 1's 1800, 3000, 4200."""
 
 
 def long_and_short(r) -> None:
@@ -33,7 +36,7 @@ async def test_share_work_switched_on_live_reranks_and_dispatch_follows_the_work
     switch(r, share="work", quantum_s=600.0)
     await r.tick()
     assert r.s.state.queue.share == "work"
-    assert r.temporal.start_calls == [2]  # the work order's head, not chart 1
+    assert r.temporal.start_calls == [1]  # the work order's head
     assert r.s.state.queue.order() == ORDER_WORK[1:]
     for expected in ORDER_WORK[1:4]:
         r.temporal.close(int(r.temporal.start_calls[-1]))
@@ -61,9 +64,10 @@ async def test_share_switched_back_to_charts_live_gives_the_charts_order_again(r
 
 
 async def test_quantum_s_alone_switched_live_under_work_reranks(rig):
-    """Under work, quantum 600 s: org 1's charts (1200 s) take two turns each (ORDER_WORK).
-    A switch of quantum_s alone to 1200 s re-ranks every org: org 1's charts take one turn
-    each (rounds 0 1 2 3), org 2's half a turn (0 0 1 1), and dispatch follows the new order."""
+    """Under work, a switch of quantum_s alone re-ranks every org, as a change of the share
+    key does, and is saved; the work order does not depend on it (its rounds are virtual
+    times in budget-seconds, docs/scheduling.md, "Share by work"): dispatch goes on in the
+    same order."""
     r = rig(budget=1, charts=8, weights=(1, 1))
     long_and_short(r)
     r.store.config = dataclasses.replace(r.store.config, share="work", quantum_s=600.0)
@@ -72,8 +76,8 @@ async def test_quantum_s_alone_switched_live_under_work_reranks(rig):
     switch(r, quantum_s=1200.0)
     await r.tick()
     assert (r.s.state.queue.share, r.s.state.queue.quantum_s) == ("work", 1200.0)
-    assert r.temporal.start_calls == [1]  # the new order's head, not chart 2
-    assert r.s.state.queue.order() == ["2", "4", "3", "6", "8", "5", "7"]
+    assert r.temporal.start_calls == [1]
+    assert r.s.state.queue.order() == ORDER_WORK[1:]
     await r.tick()
     assert r.store.saved.share == ("work", 1200.0)
 
@@ -159,7 +163,7 @@ async def test_a_restart_under_work_keeps_the_order_and_each_charts_work_at_arri
     await r.lead()
     assert not r.s.state.partial  # a first start under work ranks the whole backlog
     await r.tick()
-    assert r.temporal.start_calls == [2]
+    assert r.temporal.start_calls == [int(ORDER_WORK[0])]
     await r.tick()  # the rounds are saved
     before: FairQueue = r.s.state.queue
     order, rounds = before.order(), before.export_rounds()
@@ -181,7 +185,7 @@ async def test_a_restart_under_work_keeps_the_order_and_each_charts_work_at_arri
     r.store.orgs[2] = dataclasses.replace(r.store.orgs[2], weight=2)
     s2.loop.notes.append(OrgNote(id=2))
     await r.tick()
-    assert r.temporal.start_calls == [2]  # chart 2 still runs: nothing more fits
+    assert r.temporal.start_calls == [int(ORDER_WORK[0])]  # the first still runs: nothing more fits
     assert s2.state.queue.order() == before.order()
     assert {c: s2.state.queue.round_of(c) for c in before.order()} == {c: before.round_of(c) for c in before.order()}
     assert s2.state.queue.export_rounds() == before.export_rounds()

@@ -27,6 +27,8 @@ from orgs.models import Org
 from tests.browser import axe
 from tests.browser.conftest import ARTIFACTS, login
 from tests.browser.test_screenshot import demo_history, demo_workload
+from control.services import pool_set
+from orgs.services import org_pool_limit_set
 from tests.factories import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -94,6 +96,8 @@ def _every_model_has_a_row(acme: Org) -> None:
     ImportJob.objects.create(filename="backlog.csv", format="csv", data=b"external_id\nx-1\n")
     WebhookDelivery.objects.create(org=acme, event=WebhookEvent.values[0], dedupe_key="k-1", payload={"ok": True},
                                    url="https://example.com/hook")
+    pool_set(name="llm", capacity=8)  # a pool and a limit: their change forms are checked too
+    org_pool_limit_set(org=acme, pool="llm", max=4)
 
 
 def _staff_pages(pages: Pages, page, base: str, demo: dict) -> None:

@@ -53,10 +53,12 @@ def test_switching_to_work_and_backfill_while_charts_run_reorders_dispatch_withi
 
     wait_until(lambda: all_final(ids), timeout=90, what="all charts final")
     assert set(states(ids).values()) == {"succeeded"}, sched.log()[-3000:]
-    # work, quantum 3 s, the turn of weight 1: Beta's charts (3 s) take rounds 0 1 2 3 4 5;
-    # Acme's (12 s, four turns each) from the turn A1 took: A2 round 4, A3 8, A4 12
+    # work (docs/scheduling.md, "Share by work"): the switch starts each org afresh at the head
+    # (round 0): A2 and B1 take round 0 (A2 is older); then each chart's round is the midpoint of
+    # its virtual start and finish, in budget-seconds: Beta's (3 s) 4, 7, 10, 13, 16, Acme's
+    # (12 s) 18, 30
     started = {c: d.start_time.timestamp() for c, d in closed_in_temporal(temporal, ids).items()}
-    assert sorted(ids, key=started.get) == [a1, b1, b2, b3, b4, a2, b5, b6, a3, a4], sched.log()[-3000:]
+    assert sorted(ids, key=started.get) == [a1, a2, b1, b2, b3, b4, b5, b6, a3, a4], sched.log()[-3000:]
     intervals = [(*held(c, d), 1) for c, d in closed_in_temporal(temporal, ids).items()]
     assert max_concurrent_cost(intervals) == 1  # the budget, never more
     assert {len(temporal.executions(workflow_id(c))) for c in ids} == {1}
