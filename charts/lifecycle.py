@@ -8,6 +8,9 @@ scheduler on commit. The producers' and operators' writes are :mod:`charts.servi
 """
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -63,6 +66,18 @@ def chart_set_run_id(*, chart_id: int, run_id: str) -> None:
     Chart.objects.filter(pk=chart_id).update(temporal_run_id=run_id, updated_at=timezone.now())
 
 
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    """A closed workflow's outcome, to record (:func:`chart_record_outcomes`)."""
+
+    chart_id: int
+    state: str
+    finished_at: datetime | None = None
+    started_at: datetime | None = None
+    error: str = ""
+    run_id: str | None = None
+
+
 def chart_record_outcome(
     *,
     chart_id: int,
@@ -75,34 +90,66 @@ def chart_record_outcome(
     """running (or queued, when Temporal shows a run we never recorded) -> a final state.
 
     Idempotent: a chart already final is left alone and False returned. A success
-    adds its duration to :class:`DurationStat`.
+    adds its duration to :class:`DurationStat`. One outcome of :func:`chart_record_outcomes`.
     """
-    if state not in FINAL_STATES:
-        raise ValueError(f"state: {state!r} is not a final state")
-    finished = finished_at or timezone.now()
+    return chart_record_outcomes([OutcomeWrite(chart_id, state, finished_at, started_at, error, run_id)])[0]
+
+
+_OUTCOME_READ = ("pk", "state", "org_id", "workflow_id", "started_at", "eta_first_at")
+
+
+def chart_record_outcomes(outcomes: Sequence[OutcomeWrite]) -> list[bool]:
+    """Each outcome as :func:`chart_record_outcome` records it, all in one transaction (the
+    scheduler's finishes of a tick, as a dispatch's starts are written together): one read
+    of the rows, a compare-and-set UPDATE a chart that is not final yet (in id order), the
+    duration statistics of each success, then each org's finished counts (one UPDATE a
+    count: the rows are locked in the order a single outcome locks them, chart first).
+    Whether each outcome was written, in order; a chart named twice is written once."""
+    for o in outcomes:
+        if o.state not in FINAL_STATES:
+            raise ValueError(f"state: {o.state!r} is not a final state")
+    wrote = [False] * len(outcomes)
+    if not outcomes:
+        return wrote
     with transaction.atomic():
-        chart = Chart.objects.filter(pk=chart_id).first()
-        if chart is None or chart.is_final:
-            return False
-        changes: dict[str, Any] = {
-            "state": state, "finished_at": finished, "error": error[:10_000], "updated_at": timezone.now(),
-        }
-        if started_at is not None:
-            changes["started_at"] = started_at
-        if run_id:
-            changes["temporal_run_id"] = run_id
-        updated = Chart.objects.filter(pk=chart_id, state=chart.state).update(**changes)
-        if not updated:
-            return False
-        start = started_at or chart.started_at
-        if state == ChartState.SUCCEEDED and start is not None:
-            _add_duration(chart.org_id, chart.workflow_id, max(0.0, (finished - start).total_seconds()))
-        count_finish(chart.org_id, state)
-        if state == ChartState.SUCCEEDED and chart.eta_first_at is not None:
-            first_eta = chart.eta_first_at.timestamp()
-            transaction.on_commit(lambda: metrics.chart_succeeded(first_eta, finished.timestamp()))
-        notify(ChartNote(id=chart_id))
-    return True
+        rows = {v[0]: v for v in Chart.objects.filter(pk__in={o.chart_id for o in outcomes})
+                .values_list(*_OUTCOME_READ)}
+        counts: Counter[tuple[int, str]] = Counter()
+        succeeded = []
+        for i in sorted(range(len(outcomes)), key=lambda i: outcomes[i].chart_id):
+            o, row = outcomes[i], rows.get(outcomes[i].chart_id)
+            finished = o.finished_at or timezone.now()
+            if row is None or row[1] in FINAL_STATES or not _write_outcome(o, row[1], finished):
+                continue
+            rows[o.chart_id] = (row[0], o.state, *row[2:])  # final now: named again, left alone
+            wrote[i] = True
+            counts[(row[2], o.state)] += 1
+            if o.state == ChartState.SUCCEEDED:
+                succeeded.append((o, finished, row))
+        for o, finished, (_, _, org_id, workflow_id, started_at, eta_first_at) in succeeded:
+            start = o.started_at or started_at
+            if start is not None:
+                _add_duration(org_id, workflow_id, max(0.0, (finished - start).total_seconds()))
+            if eta_first_at is not None:
+                first_eta, at = eta_first_at.timestamp(), finished.timestamp()
+                transaction.on_commit(lambda first_eta=first_eta, at=at: metrics.chart_succeeded(first_eta, at))
+        for (org_id, state), n in sorted(counts.items()):
+            count_finish(org_id, state, n)
+        for o, done in zip(outcomes, wrote):
+            if done:
+                notify(ChartNote(id=o.chart_id))
+    return wrote
+
+
+def _write_outcome(o: OutcomeWrite, was: str, finished: datetime) -> bool:
+    """The compare-and-set of one outcome: the row still in state ``was``."""
+    changes: dict[str, Any] = {"state": o.state, "finished_at": finished, "error": o.error[:10_000],
+                               "updated_at": timezone.now()}
+    if o.started_at is not None:
+        changes["started_at"] = o.started_at
+    if o.run_id:
+        changes["temporal_run_id"] = o.run_id
+    return bool(Chart.objects.filter(pk=o.chart_id, state=was).update(**changes))
 
 
 def chart_requeue(*, chart_id: int, reason: str) -> bool:
@@ -118,15 +165,15 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
     return bool(updated)
 
 
-def count_finish(org_id: int, state: str) -> None:
-    """One more chart of the org in final ``state`` (:class:`FinishedCount`), in the caller's
+def count_finish(org_id: int, state: str, n: int = 1) -> None:
+    """``n`` more charts of the org in final ``state`` (:class:`FinishedCount`), in the caller's
     transaction: one UPDATE, reading nothing first, so concurrent finishes never lose one."""
-    if not FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1):
+    if not FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + n):
         try:
             with transaction.atomic():
-                FinishedCount.objects.create(org_id=org_id, state=state, count=1)
+                FinishedCount.objects.create(org_id=org_id, state=state, count=n)
         except IntegrityError:
-            FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1)
+            FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + n)
 
 
 def _add_duration(org_id: int, workflow_id: int, seconds: float) -> None:

@@ -286,6 +286,40 @@ def test_mark_running_is_compare_and_set():
     assert chart.paused is False
 
 
+def test_recording_many_outcomes_writes_each_once_and_counts_them(capture_notifications):
+    """``chart_record_outcomes`` (a tick's finishes, one transaction): each outcome as one
+    ``chart_record_outcome``: a chart already final left alone, a chart named twice written
+    once, each success's duration, the finished counts added up; a note for each written."""
+    from datetime import timedelta
+
+    from charts.models import FinishedCount
+
+    org, wf = make_org(), make_workflow()
+    charts = [make_chart(org, wf) for _ in range(4)]
+    for c in charts:
+        lifecycle.chart_mark_running(chart_id=c.pk, cost=1)
+        c.refresh_from_db()
+    lifecycle.chart_record_outcome(chart_id=charts[3].pk, state=ChartState.FAILED)  # already final
+    capture_notifications.clear()
+    W = lifecycle.OutcomeWrite
+    wrote = lifecycle.chart_record_outcomes([
+        W(charts[2].pk, ChartState.FAILED, error="boom"),
+        W(charts[0].pk, ChartState.SUCCEEDED, finished_at=charts[0].started_at + timedelta(seconds=30)),
+        W(charts[1].pk, ChartState.SUCCEEDED, finished_at=charts[1].started_at + timedelta(seconds=60)),
+        W(charts[0].pk, ChartState.FAILED),
+        W(charts[3].pk, ChartState.SUCCEEDED),
+    ])
+    assert wrote == [True, True, True, False, False]
+    states = {c.pk: (c.state, c.error) for c in Chart.objects.filter(pk__in=[c.pk for c in charts])}
+    assert [states[c.pk] for c in charts] == [(ChartState.SUCCEEDED, ""), (ChartState.SUCCEEDED, ""),
+                                              (ChartState.FAILED, "boom"), (ChartState.FAILED, "")]
+    pair = DurationStat.objects.get(org=org, workflow=wf)
+    assert (pair.count, pair.total_s) == (2, 90.0)
+    assert dict(FinishedCount.objects.filter(org=org).values_list("state", "count")) == {
+        ChartState.SUCCEEDED: 2, ChartState.FAILED: 2}
+    assert sorted(n["id"] for n in capture_notifications) == sorted(c.pk for c in charts[:3])
+
+
 def test_record_outcome_is_idempotent_and_feeds_duration_stats():
     from datetime import timedelta
 

@@ -307,18 +307,38 @@ class Sync(Part):
                 await self.clock.sleep(backoff.fail(self.clock.monotonic()))
 
     async def record_finished(self) -> Effects:
+        """Record the workflows the result watches saw close, all of them in one write (a
+        tick's finishes, as a dispatch's starts); each leaves the inbox once written."""
         fx = Effects()
-        while self.host.loop.finished:
-            chart_id, outcome = self.host.loop.finished[0]
-            fx.merge(await self.record(chart_id, outcome, "result"))
-            self.host.loop.finished.pop(0)
+        finished = self.host.loop.finished
+        while finished:
+            batch = list(finished)
+            fx.merge(await self.record_many(batch, "result"))
+            del finished[:len(batch)]
         return fx
 
     async def record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
         """Write a closed workflow's outcome (idempotent) and free its budget."""
-        outcome = self._as_escalated(outcome)
-        wrote = await self.store.record_outcome(chart_id, outcome.state, outcome.error, outcome.started_at,
-                                             outcome.finished_at, outcome.run_id)
+        return await self.record_many([(chart_id, outcome)], source)
+
+    async def record_many(self, closed: list[tuple[int, Outcome]], source: str) -> Effects:
+        """Write closed workflows' outcomes (idempotent; one transaction), free their budget
+        and follow their rows, re-read in the same call of the database thread."""
+        closed = [(chart_id, self._as_escalated(outcome)) for chart_id, outcome in closed]
+        done = await self.store.record_outcomes(
+            [(chart_id, o.state, o.error, o.started_at, o.finished_at, o.run_id) for chart_id, o in closed],
+            known_orgs=self.state.orgs)
+        fx = Effects()
+        for (chart_id, outcome), wrote in zip(closed, done.wrote):
+            fx.merge(self._freed(chart_id, outcome, wrote, source))
+        if done.orgs:
+            fx.merge(self.state.apply_orgs(done.orgs))
+        for chart_id in sorted({chart_id for chart_id, _ in closed}):
+            fx.merge(self.state.apply_chart(chart_id, done.rows.get(chart_id)))
+        return fx
+
+    def _freed(self, chart_id: int, outcome: Outcome, wrote: bool, source: str) -> Effects:
+        """A closed workflow's cost is free (its outcome written by ``wrote``: this scheduler)."""
         r = self.state.running.get(chart_id)
         seconds = ((outcome.finished_at - outcome.started_at).total_seconds()
                    if outcome.finished_at and outcome.started_at else None)
@@ -335,7 +355,6 @@ class Sync(Part):
             log.info("finish chart #%d %s%s (%s), cost %d freed%s", chart_id, outcome.state, took,
                      "recorded by the scheduler" if wrote else "recorded by the workflow",
                      r.cost if r else 0, f"; error: {outcome.error}" if outcome.error else "")
-        fx.merge(await self.apply_rows({chart_id}))
         return fx
 
     # ================================================================ reconcile

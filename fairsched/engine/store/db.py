@@ -20,7 +20,7 @@ from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState
-from charts.lifecycle import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
+from charts.lifecycle import OutcomeWrite, chart_fail_start, chart_mark_running, chart_record_outcomes, chart_requeue
 from scheduling import Durations, normal_key, RoundState as CoreRoundState
 from scheduling.modes import Share
 from scheduling.plan import gc_paused
@@ -341,6 +341,15 @@ def read_charts(ids: Iterable[int], known_orgs: Container[int] = ()) -> tuple[di
 
 
 @dataclass(frozen=True, slots=True)
+class Recorded:
+    """What :func:`record_outcomes` did: whether each outcome was written (in order), and
+    the rows after it, with the orgs the caller did not know (as :func:`read_charts`)."""
+    wrote: list[bool]
+    rows: dict[int, ChartRow]
+    orgs: list[OrgRow]
+
+
+@dataclass(frozen=True, slots=True)
 class StartRow:
     """What starting a chart's workflow needs."""
     row: ChartRow
@@ -451,12 +460,16 @@ def recent_durations(limit: int = 2000) -> list[tuple[str, str, float]]:
     return [(str(o), w, (f - s).total_seconds()) for o, w, s, f in reversed(rows)]
 
 
-def record_outcome(chart_id: int, state: str, error: str, started_at: datetime | None,
-                   finished_at: datetime | None, run_id: str | None) -> bool:
-
+def record_outcomes(items: Sequence[tuple], known_orgs: Container[int] = ()) -> Recorded:
+    """Closed workflows' outcomes, each ``(chart id, state, error, started at, finished at,
+    run id)``, written in one transaction (``charts.lifecycle.chart_record_outcomes``:
+    idempotent, compare-and-set), then their rows re-read (:func:`read_charts`): one call
+    of the database thread for a tick's finishes, not two a finish."""
     close_old_connections()
-    return chart_record_outcome(chart_id=chart_id, state=state, error=error, started_at=started_at,
-                                finished_at=finished_at, run_id=run_id)
+    wrote = chart_record_outcomes([OutcomeWrite(cid, state, finished_at, started_at, error, run_id)
+                                   for cid, state, error, started_at, finished_at, run_id in items])
+    rows, orgs = read_charts({item[0] for item in items}, known_orgs)
+    return Recorded(wrote, rows, orgs)
 
 
 def deployment() -> WorkflowIds:
