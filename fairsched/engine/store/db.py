@@ -20,7 +20,7 @@ from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState
-from charts.lifecycle import OutcomeWrite, chart_fail_start, chart_mark_running, chart_record_outcomes, chart_requeue
+from charts.lifecycle import OutcomeWrite, chart_fail_start, chart_record_outcomes, chart_requeue, charts_mark_running
 from scheduling import Durations, normal_key, RoundState as CoreRoundState
 from scheduling.modes import Share
 from scheduling.plan import gc_paused
@@ -380,15 +380,10 @@ def mark_running(items: list[tuple],
 
     close_old_connections()
     ts = lambda v: datetime.fromtimestamp(v, tz=timezone.utc) if v is not None else None  # noqa: E731
-    out = {}
     with transaction.atomic():
         if rounds is not None:
             _save_rounds(*rounds)
-        for cid, cost, run_id, at, *eta in items:
-            eta_at, p90_at = (list(eta) + [None, None])[:2]
-            out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id, at=ts(at), eta_at=ts(eta_at),
-                                          p90_at=ts(p90_at))
-    return out
+        return charts_mark_running([(cid, cost, run_id, ts(at), *map(ts, eta)) for cid, cost, run_id, at, *eta in items])
 
 
 def fail_start(chart_id: int, error: str) -> bool:
