@@ -359,8 +359,16 @@ class Sync(Part):
 
     # ================================================================ reconcile
     async def reconcile(self) -> Effects:
-        """Temporal is the truth for what is in flight."""
+        """Temporal is the truth for what is in flight.
+
+        One listing of this deployment's running workflows, then each running chart is
+        described (its workflow asked whether it closed, or is unknown) unless both say it
+        still runs: Temporal lists it running and its result watch is alive, which reports
+        its close (a watch that ended, on a workflow Temporal does not know, or never ran:
+        described). The listing lags a close by a moment (the next reconcile, or the watch,
+        sees it). At 400 charts in flight that is one call, not 400 describes a reconcile."""
         fx = Effects()
+        listed = await self._listed_running()
         sem = asyncio.Semaphore(self.DESCRIBE_CONCURRENCY)
 
         async def describe(chart_id: int) -> tuple[int, Outcome | None | str]:
@@ -370,7 +378,8 @@ class Sync(Part):
                 except WorkflowNotFound:
                     return chart_id, "unknown"
 
-        results = await asyncio.gather(*(describe(c) for c in list(self.state.running)))
+        results = await asyncio.gather(*(describe(c) for c in list(self.state.running)
+                                         if not (c in listed and self._watched(c))))
         for chart_id, result in results:
             r = self.state.running.get(chart_id)
             if r is None:
@@ -383,8 +392,27 @@ class Sync(Part):
                 fx.merge(await self._unknown_to_temporal(r))
             elif result is not None:
                 fx.merge(await self.record(chart_id, result, "reconcile"))
-        fx.merge(await self._adopt_orphans())
+        fx.merge(await self._adopt_orphans(listed))
         return fx
+
+    def _watched(self, chart_id: int) -> bool:
+        """Its result watch runs (it reports the workflow's close)."""
+        task = self._watchers.get(chart_id)
+        return task is not None and not task.done()
+
+    async def _listed_running(self) -> dict[int, str]:
+        """This deployment's running workflows as Temporal lists them: chart -> run id (while
+        a queued or running chart keeps its legacy id, ``chart-<pk>`` ones too)."""
+        ids = self.host.ids
+        legacy = self.legacy_active
+        if legacy:  # until no queued or running chart keeps its legacy id, then never again
+            self.legacy_active = legacy = await self.store.legacy_active(ids)
+        listed: dict[int, str] = {}
+        async for wf_id, run_id in self.temporal.running(legacy=legacy):
+            chart_id = ids.chart_of(wf_id)
+            if chart_id is not None:
+                listed[chart_id] = run_id
+        return listed
 
     async def _unknown_to_temporal(self, r) -> Effects:
         """A running row whose workflow Temporal does not know.
@@ -416,22 +444,14 @@ class Sync(Part):
         log.warning("reconcile: chart #%d failed: %s", chart_id, reason)
         return await self.record(chart_id, Outcome(FAILED, reason, None, None, ""), "reconcile")
 
-    async def _adopt_orphans(self) -> Effects:
+    async def _adopt_orphans(self, listed: Mapping[int, str]) -> Effects:
         """Running workflows of this deployment (``chart-<deployment>-<pk>``, or
         ``chart-<pk>`` for a chart that keeps its legacy id) whose row is still queued (a
         crash between start and compare-and-set) are adopted; those of final rows hold their
         cost until they close; those of cancelled rows are cancelled. Another deployment's
         workflows on the same namespace are never touched."""
         fx = Effects()
-        found: dict[int, str] = {}
-        ids = self.host.ids
-        legacy = self.legacy_active
-        if legacy:  # until no queued or running chart keeps its legacy id, then never again
-            self.legacy_active = legacy = await self.store.legacy_active(ids)
-        async for wf_id, run_id in self.temporal.running(legacy=legacy):
-            chart_id = ids.chart_of(wf_id)
-            if chart_id is not None and chart_id not in self.state.running:
-                found[chart_id] = run_id
+        found = {chart_id: run_id for chart_id, run_id in listed.items() if chart_id not in self.state.running}
         if not found:
             return fx
         rows, _ = await self.store.read_charts(found, known_orgs=self.state.orgs)
