@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--no-watch", action="store_true", help="the scheduler without result watchers")
     parser.add_argument("--py-spy", default="", metavar="OUT",
                         help="sample the scheduler with py-spy (on PATH) over Fairsched's rounds: raw folded "
-                             "stacks to OUT.<round> (all threads, idle frames left out)")
+                             "stacks to OUT.<round> (the thread holding the GIL: its Python's CPU)")
     parser.add_argument("--postgres", default="",
                         help="a PostgreSQL server's URL: the bench runs on a database of its own there")
     args = parser.parse_args()
@@ -217,7 +217,7 @@ def run(args, spawn, temporal_url: str) -> None:
         t0 = time.time()
         c0, m0 = sum(scheduler.cpu_times()[:2]), psutil.cpu_times()
         k0 = sum(scheduler.cpu_times()[2:4])
-        spy = (subprocess.Popen(["py-spy", "record", "-p", str(scheduler.pid), "-f", "raw", "-r", "250", "--threads",
+        spy = (subprocess.Popen(["py-spy", "record", "-p", str(scheduler.pid), "-f", "raw", "-r", "250", "--threads", "--gil",
                                  "--nonblocking", "-o", f"{args.py_spy}.{r + 1}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                if args.py_spy else None)

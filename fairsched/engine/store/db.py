@@ -7,6 +7,7 @@ Writes go through ``charts.services`` (compare-and-set, notifications).
 """
 from __future__ import annotations
 
+import functools
 import threading
 from contextlib import contextmanager
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -48,6 +49,11 @@ def _ts(d: datetime | None) -> float | None:
     if d is None:
         return None
     return d.timestamp() if d.tzinfo is not None else d.replace(tzinfo=timezone.utc).timestamp()
+
+
+def _aware(d: datetime) -> datetime:
+    """``d`` made aware: a naive datetime is UTC (a raw SQLite read, as :func:`_ts`)."""
+    return d if d.tzinfo is not None else d.replace(tzinfo=timezone.utc)
 
 
 _snapshot = threading.local()  # .open: this thread reads inside one snapshot (read_streamed)
@@ -302,10 +308,11 @@ def read_changes(since: datetime | None, after: tuple[datetime, int] | None = No
     else:
         if after is not None:
             qs = qs.filter(updated_at__gte=after[0]).exclude(updated_at=after[0], pk__lte=after[1])
-        got = list(qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit])
+        got = _raw(*qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit]
+                   .query.sql_with_params())
         charts = [_row(v[1:]) for v in got]
         if len(got) == limit:
-            more = (got[-1][0], got[-1][1])
+            more = (_aware(got[-1][0]), got[-1][1])
     return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
                    read_at=read_at, more=more)
 
@@ -326,15 +333,36 @@ def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:
     return [_row(v) for v in found[:limit]]
 
 
+def _raw(sql: str, params: Sequence) -> list[tuple]:
+    """The rows of ``sql`` straight off a database cursor, without the ORM's per-value
+    conversions (:func:`_row` makes what it needs of them: SQLite's naive datetimes are UTC)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+@functools.lru_cache(maxsize=128)
+def _charts_sql(n: int, vendor: str) -> str | None:
+    """The SQL of :data:`CHART_FIELDS` of ``n`` charts by pk (their ids its only parameters),
+    compiled once for each ``n``: the scheduler reads the charts its notes and finishes name
+    several times a second, and Django's compiling cost more than the read."""
+    sql, params = Chart.objects.filter(pk__in=range(n)).values_list(*CHART_FIELDS).query.sql_with_params()
+    return sql if list(params) == list(range(n)) else None
+
+
 def read_charts(ids: Iterable[int], known_orgs: Container[int] = ()) -> tuple[dict[int, ChartRow], list[OrgRow]]:
     """The named charts (missing ones absent) and their orgs, but those in ``known_orgs``
     (the scheduler's: a note for a chart of an org it knows is one query, not two; an
     org's own changes come with notes of their own)."""
     close_old_connections()
-    ids = list(ids)
+    ids = list(dict.fromkeys(ids))
     rows: dict[int, ChartRow] = {}
     for start in range(0, len(ids), 500):
-        for v in Chart.objects.filter(pk__in=ids[start:start + 500]).values_list(*CHART_FIELDS):
+        part = ids[start:start + 500]
+        sql = _charts_sql(len(part), connection.vendor)
+        found = (_raw(sql, part) if sql is not None
+                 else Chart.objects.filter(pk__in=part).values_list(*CHART_FIELDS))
+        for v in found:
             rows[v[0]] = _row(v)
     orgs = {r.org for r in rows.values() if r.org not in known_orgs}
     return rows, read_orgs(orgs) if orgs else []
