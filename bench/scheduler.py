@@ -217,8 +217,8 @@ def run(args, spawn, temporal_url: str) -> None:
         t0 = time.time()
         c0, m0 = sum(scheduler.cpu_times()[:2]), psutil.cpu_times()
         k0 = sum(scheduler.cpu_times()[2:4])
-        spy = (subprocess.Popen(["py-spy", "record", "-p", str(scheduler.pid), "-f", "raw", "-r", "250", "--threads", "--gil",
-                                 "--nonblocking", "-o", f"{args.py_spy}.{r + 1}"],
+        spy = (subprocess.Popen(["py-spy", "record", "-p", str(scheduler.pid), "-f", "raw", "-r", "250", "--threads",
+                                 "--gil", "--nonblocking", "-o", f"{args.py_spy}.{r + 1}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                if args.py_spy else None)
         ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 1}}

@@ -154,7 +154,8 @@ _OUTCOME_READ = ("pk", "state", "org_id", "workflow_id", "started_at", "eta_firs
 def chart_record_outcomes(outcomes: Sequence[OutcomeWrite]) -> list[bool]:
     """Each outcome as :func:`chart_record_outcome` records it, all in one transaction (the
     scheduler's finishes of a tick, as a dispatch's starts are written together): one read
-    of the rows, a compare-and-set UPDATE a chart that is not final yet (in id order), the
+    of the rows (before it: none is opened when every chart is final already), a
+    compare-and-set UPDATE a chart that is not final yet (in id order), the
     duration statistics of each success, then each org's finished counts (one UPDATE a
     count: the rows are locked in the order a single outcome locks them, chart first).
     Whether each outcome was written, in order; a chart named twice is written once."""
@@ -164,12 +165,19 @@ def chart_record_outcomes(outcomes: Sequence[OutcomeWrite]) -> list[bool]:
     wrote = [False] * len(outcomes)
     if not outcomes:
         return wrote
+    # Read before the write transaction (the compare-and-set below makes the decision safe):
+    # most outcomes reach the scheduler already recorded by the workflow's activity, and those
+    # need no write, nor SQLite's one writer's turn.
+    rows = {v[0]: v for v in Chart.objects.filter(pk__in={o.chart_id for o in outcomes})
+            .values_list(*_OUTCOME_READ)}
+    todo = sorted((i for i, o in enumerate(outcomes)
+                   if o.chart_id in rows and rows[o.chart_id][1] not in FINAL_STATES), key=lambda i: outcomes[i].chart_id)
+    if not todo:
+        return wrote
     with transaction.atomic():
-        rows = {v[0]: v for v in Chart.objects.filter(pk__in={o.chart_id for o in outcomes})
-                .values_list(*_OUTCOME_READ)}
         counts: Counter[tuple[int, str]] = Counter()
         succeeded = []
-        for i in sorted(range(len(outcomes)), key=lambda i: outcomes[i].chart_id):
+        for i in todo:
             o, row = outcomes[i], rows.get(outcomes[i].chart_id)
             finished = o.finished_at or timezone.now()
             if row is None or row[1] in FINAL_STATES or not _write_outcome(o, row[1], finished):

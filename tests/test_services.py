@@ -313,7 +313,8 @@ def test_marking_many_running_in_one_statement_writes_what_one_at_a_time_writes(
                                              eta_at=(eta or [None])[0], p90_at=(list(eta) + [None, None])[1])
                 for i, cost, run_id, at, *eta in items]
     with transaction.atomic():
-        got = lifecycle.charts_mark_running([(many[i].pk, cost, run_id, at, *eta) for i, cost, run_id, at, *eta in items])
+        got = lifecycle.charts_mark_running([(many[i].pk, cost, run_id, at, *eta)
+                                             for i, cost, run_id, at, *eta in items])
     assert [got[c.pk] for c in many] == expected == [k.get("state") is None for k in kinds for _ in etas]
     for a, b in zip(one, many):
         a.refresh_from_db(), b.refresh_from_db()

@@ -411,7 +411,8 @@ def mark_running(items: list[tuple],
     with transaction.atomic():
         if rounds is not None:
             _save_rounds(*rounds)
-        return charts_mark_running([(cid, cost, run_id, ts(at), *map(ts, eta)) for cid, cost, run_id, at, *eta in items])
+        return charts_mark_running([(cid, cost, run_id, ts(at), *map(ts, eta))
+                                    for cid, cost, run_id, at, *eta in items])
 
 
 def fail_start(chart_id: int, error: str) -> bool:
