@@ -175,18 +175,7 @@ def chart_record_outcomes(outcomes: Sequence[OutcomeWrite]) -> list[bool]:
     if not todo:
         return wrote
     with transaction.atomic():
-        counts: Counter[tuple[int, str]] = Counter()
-        succeeded = []
-        for i in todo:
-            o, row = outcomes[i], rows.get(outcomes[i].chart_id)
-            finished = o.finished_at or timezone.now()
-            if row is None or row[1] in FINAL_STATES or not _write_outcome(o, row[1], finished):
-                continue
-            rows[o.chart_id] = (row[0], o.state, *row[2:])  # final now: named again, left alone
-            wrote[i] = True
-            counts[(row[2], o.state)] += 1
-            if o.state == ChartState.SUCCEEDED:
-                succeeded.append((o, finished, row))
+        succeeded, counts = _write_outcomes(outcomes, todo, rows, wrote)
         for o, finished, (_, _, org_id, workflow_id, started_at, eta_first_at) in succeeded:
             start = o.started_at or started_at
             if start is not None:
@@ -200,6 +189,26 @@ def chart_record_outcomes(outcomes: Sequence[OutcomeWrite]) -> list[bool]:
             if done:
                 notify(ChartNote(id=o.chart_id))
     return wrote
+
+
+def _write_outcomes(outcomes: Sequence[OutcomeWrite], todo: list[int], rows: dict[int, tuple],
+                    wrote: list[bool]) -> tuple[list[tuple], Counter[tuple[int, str]]]:
+    """The compare-and-sets of ``outcomes[i]`` for each ``i`` of ``todo`` (``wrote[i]`` set for
+    each written): the successes written (outcome, finish time, row read) and the finishes
+    written by (org, state)."""
+    counts: Counter[tuple[int, str]] = Counter()
+    succeeded = []
+    for i in todo:
+        o, row = outcomes[i], rows[outcomes[i].chart_id]
+        finished = o.finished_at or timezone.now()
+        if row[1] in FINAL_STATES or not _write_outcome(o, row[1], finished):
+            continue
+        rows[o.chart_id] = (row[0], o.state, *row[2:])  # final now: named again, left alone
+        wrote[i] = True
+        counts[(row[2], o.state)] += 1
+        if o.state == ChartState.SUCCEEDED:
+            succeeded.append((o, finished, row))
+    return succeeded, counts
 
 
 def _write_outcome(o: OutcomeWrite, was: str, finished: datetime) -> bool:
