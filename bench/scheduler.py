@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,6 +62,9 @@ def main() -> None:
                         help="the bare client's starts in flight (default: the scheduler's, FAIRSCHED_START_CONCURRENCY)")
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds, bare client and Fairsched")
     parser.add_argument("--no-watch", action="store_true", help="the scheduler without result watchers")
+    parser.add_argument("--py-spy", default="", metavar="OUT",
+                        help="sample the scheduler with py-spy (on PATH) over Fairsched's rounds: raw folded "
+                             "stacks to OUT.<round> (the thread holding the GIL: its Python's CPU)")
     parser.add_argument("--postgres", default="",
                         help="a PostgreSQL server's URL: the bench runs on a database of its own there")
     args = parser.parse_args()
@@ -194,7 +199,7 @@ def run(args, spawn, temporal_url: str) -> None:
     # what each side's starter spends, and how busy the machine's cores are, over each round
     # (the bare client: this process, its polling of Temporal's listing included; Fairsched:
     # the scheduler's process, its reading of the outcomes included)
-    cpu: dict[str, list[float]] = {"bare_ms": [], "ours_ms": [], "bare_busy": [], "ours_busy": []}
+    cpu: dict[str, list[float]] = {"bare_ms": [], "ours_ms": [], "kids_ms": [], "bare_busy": [], "ours_busy": []}
 
     def busy(before) -> float:
         after = psutil.cpu_times()
@@ -211,10 +216,19 @@ def run(args, spawn, temporal_url: str) -> None:
         time.sleep(1.0)
         t0 = time.time()
         c0, m0 = sum(scheduler.cpu_times()[:2]), psutil.cpu_times()
+        k0 = sum(scheduler.cpu_times()[2:4])
+        spy = (subprocess.Popen(["py-spy", "record", "-p", str(scheduler.pid), "-f", "raw", "-r", "250", "--threads",
+                                 "--gil", "--nonblocking", "-o", f"{args.py_spy}.{r + 1}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               if args.py_spy else None)
         ids = chart_submit_many(charts=[{"org": org.pk, "workflow": wf.pk, "payload": {"seconds": 1}}
                                         for _ in range(args.many)]).created
         wait(ids, 300)
         cpu["ours_ms"].append((sum(scheduler.cpu_times()[:2]) - c0) * 1000 / args.many)
+        cpu["kids_ms"].append((sum(scheduler.cpu_times()[2:4]) - k0) * 1000 / args.many)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         cpu["ours_busy"].append(busy(m0))
         t = wait_visible(ids, closed=False)
         starts = sorted(s for s, _ in t.values())
@@ -223,7 +237,9 @@ def run(args, spawn, temporal_url: str) -> None:
         time.sleep(1.0)
         print(f"round {r + 1}: bare client {rate:.0f} starts/s (start call p50 {pct(lat, 50) * 1000:.0f} ms, "
               f"p95 {pct(lat, 95) * 1000:.0f} ms); Fairsched {ours[-1]:.0f} starts/s = {ours[-1] / rate:.2f}x "
-              f"(first start {(starts[0] - t0) * 1000:.0f} ms after the submit, last {starts[-1] - t0:.2f} s)")
+              f"(first start {(starts[0] - t0) * 1000:.0f} ms after the submit, last {starts[-1] - t0:.2f} s); "
+              f"CPU a chart: the bare client {cpu['bare_ms'][-1]:.2f} ms, the scheduler {cpu['ours_ms'][-1]:.2f} ms "
+              f"(+ {cpu['kids_ms'][-1]:.2f} ms in its forked ETA passes reaped)")
     ratios = [a / b for a, b in zip(ours, theirs)]
     print(f"dispatch throughput, {args.many} charts at once, budget 10000, {args.bare_concurrency} starts in flight: "
           f"median ratio {statistics.median(ratios):.2f}x; Fairsched "
@@ -231,7 +247,9 @@ def run(args, spawn, temporal_url: str) -> None:
           f"{', '.join(f'{x:.0f}' for x in theirs)} = {', '.join(f'{a / b:.2f}x' for a, b in zip(ours, theirs))} "
           f"(goal >= 0.95x)")
     print(f"CPU a chart, median: the bare client {statistics.median(cpu['bare_ms']):.2f} ms, the scheduler "
-          f"{statistics.median(cpu['ours_ms']):.2f} ms (its finishes included); the machine's cores busy over the "
+          f"{statistics.median(cpu['ours_ms']):.2f} ms (its finishes included; rounds "
+          f"{', '.join(f'{x:.2f}' for x in cpu['ours_ms'])}, worst round's throughput "
+          f"{min(ratios):.2f}x); the machine's cores busy over the "
           f"rounds {statistics.median(cpu['bare_busy']):.0f}% (bare) and {statistics.median(cpu['ours_busy']):.0f}% "
           f"(Fairsched), {os.cpu_count()} cores shared with Temporal's dev server and the worker")
     print(f"refill p95 {pct(refill, 95) * 1000:.0f} ms against the bare client's start call p95, one at a time "

@@ -8,10 +8,14 @@ scheduler on commit. The producers' and operators' writes are :mod:`charts.servi
 """
 from __future__ import annotations
 
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, DateTimeField, F, FloatField, Value, When
 from django.db.models.functions import Cast, Coalesce, Greatest
 from django.utils import timezone
@@ -44,6 +48,58 @@ def chart_mark_running(*, chart_id: int, cost: int, run_id: str = "", at: dateti
     return bool(updated)
 
 
+def charts_mark_running(items: Sequence[tuple]) -> dict[int, bool]:
+    """:func:`chart_mark_running` for each ``(chart id, cost, run id, at[, ETA in force[, its
+    90% bound]])`` (datetimes), in one statement on PostgreSQL and SQLite (the values joined
+    as arrays or JSON; the rows locked in id order first on PostgreSQL), in the caller's
+    transaction: a dispatch's starts, 400 compare-and-sets in one UPDATE rather than an
+    UPDATE and a savepoint each. Whether each chart moved to running."""
+    rows = [(int(cid), cost, run_id or "", at or timezone.now(), *((list(eta) + [None, None])[:2]))
+            for cid, cost, run_id, at, *eta in items]
+    if connection.vendor not in ("postgresql", "sqlite"):
+        return {cid: chart_mark_running(chart_id=cid, cost=cost, run_id=run_id, at=at, eta_at=eta_at, p90_at=p90_at)
+                for cid, cost, run_id, at, eta_at, p90_at in rows}
+    out = dict.fromkeys((r[0] for r in rows), False)
+    if not rows:
+        return out
+    col = {name: connection.ops.quote_name(Chart._meta.get_field(name).column)
+           for name in ("state", "paused", "dispatched_at", "started_at", "dispatched_cost", "temporal_run_id",
+                        "error", "updated_at", "fair_round", "eta_dispatch_at", "eta_first_at", "eta_p90_at")}
+    table, pk = connection.ops.quote_name(Chart._meta.db_table), connection.ops.quote_name(Chart._meta.pk.column)
+    sets = (f"{col['state']} = %s, {col['paused']} = %s, {col['dispatched_at']} = d.at, {col['started_at']} = d.at, "
+            f"{col['dispatched_cost']} = d.cost, {col['temporal_run_id']} = d.run_id, {col['error']} = '', "
+            f"{col['updated_at']} = d.at, {col['fair_round']} = NULL, "
+            f"{col['eta_dispatch_at']} = CASE WHEN d.eta IS NULL THEN c.{col['eta_dispatch_at']} ELSE d.eta END, "
+            f"{col['eta_first_at']} = CASE WHEN d.eta IS NULL THEN c.{col['eta_first_at']} "
+            f"ELSE COALESCE(c.{col['eta_first_at']}, d.eta) END, "
+            f"{col['eta_p90_at']} = CASE WHEN d.eta IS NOT NULL AND c.{col['eta_first_at']} IS NULL THEN d.p90 "
+            f"ELSE c.{col['eta_p90_at']} END")
+    # (SQLite's RETURNING names the updated table's columns unqualified; PostgreSQL's "id" would be d's too)
+    where = (f"WHERE c.{pk} = d.id AND c.{col['state']} = %s RETURNING "
+             f"{'c.' if connection.vendor == 'postgresql' else ''}{pk}")
+    rows.sort()  # row locks in id order
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            ids = [r[0] for r in rows]
+            cursor.execute(f"SELECT 1 FROM {table} WHERE {pk} = ANY(%s::bigint[]) ORDER BY {pk} FOR UPDATE", [ids])
+            cursor.execute(f"UPDATE {table} AS c SET {sets} FROM unnest(%s::bigint[], %s::integer[], %s::text[], "
+                           f"%s::timestamptz[], %s::timestamptz[], %s::timestamptz[]) AS d(id, cost, run_id, at, eta, "
+                           f"p90) {where}",
+                           [ChartState.RUNNING, False, ids, *([r[i] for r in rows] for i in range(1, 6)),
+                            ChartState.QUEUED])
+        else:
+            text = connection.ops.adapt_datetimefield_value
+            values = json.dumps([(cid, cost, run_id, text(at), text(eta), text(p90))
+                                 for cid, cost, run_id, at, eta, p90 in rows])
+            picks = ", ".join(f"json_extract(value, '$[{i}]') AS {name}"
+                              for i, name in enumerate(("id", "cost", "run_id", "at", "eta", "p90")))
+            cursor.execute(f"UPDATE {table} AS c SET {sets} FROM (SELECT {picks} FROM json_each(%s)) AS d {where}",
+                           [ChartState.RUNNING, False, values, ChartState.QUEUED])
+        for (cid,) in cursor.fetchall():
+            out[cid] = True
+    return out
+
+
 def chart_fail_start(*, chart_id: int, error: str) -> bool:
     """queued -> failed, compare-and-set, for a chart whose workflow cannot be started
     (Temporal refused the request for good, or too many attempts failed). False if the
@@ -63,6 +119,18 @@ def chart_set_run_id(*, chart_id: int, run_id: str) -> None:
     Chart.objects.filter(pk=chart_id).update(temporal_run_id=run_id, updated_at=timezone.now())
 
 
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    """A closed workflow's outcome, to record (:func:`chart_record_outcomes`)."""
+
+    chart_id: int
+    state: str
+    finished_at: datetime | None = None
+    started_at: datetime | None = None
+    error: str = ""
+    run_id: str | None = None
+
+
 def chart_record_outcome(
     *,
     chart_id: int,
@@ -75,34 +143,83 @@ def chart_record_outcome(
     """running (or queued, when Temporal shows a run we never recorded) -> a final state.
 
     Idempotent: a chart already final is left alone and False returned. A success
-    adds its duration to :class:`DurationStat`.
+    adds its duration to :class:`DurationStat`. One outcome of :func:`chart_record_outcomes`.
     """
-    if state not in FINAL_STATES:
-        raise ValueError(f"state: {state!r} is not a final state")
-    finished = finished_at or timezone.now()
+    return chart_record_outcomes([OutcomeWrite(chart_id, state, finished_at, started_at, error, run_id)])[0]
+
+
+_OUTCOME_READ = ("pk", "state", "org_id", "workflow_id", "started_at", "eta_first_at")
+
+
+def chart_record_outcomes(outcomes: Sequence[OutcomeWrite]) -> list[bool]:
+    """Each outcome as :func:`chart_record_outcome` records it, all in one transaction (the
+    scheduler's finishes of a tick, as a dispatch's starts are written together): one read
+    of the rows (before it: none is opened when every chart is final already), a
+    compare-and-set UPDATE a chart that is not final yet (in id order), the
+    duration statistics of each success, then each org's finished counts (one UPDATE a
+    count: the rows are locked in the order a single outcome locks them, chart first).
+    Whether each outcome was written, in order; a chart named twice is written once."""
+    for o in outcomes:
+        if o.state not in FINAL_STATES:
+            raise ValueError(f"state: {o.state!r} is not a final state")
+    wrote = [False] * len(outcomes)
+    if not outcomes:
+        return wrote
+    # Read before the write transaction (the compare-and-set below makes the decision safe):
+    # most outcomes reach the scheduler already recorded by the workflow's activity, and those
+    # need no write, nor SQLite's one writer's turn.
+    rows = {v[0]: v for v in Chart.objects.filter(pk__in={o.chart_id for o in outcomes})
+            .values_list(*_OUTCOME_READ)}
+    todo = sorted((i for i, o in enumerate(outcomes)
+                   if o.chart_id in rows and rows[o.chart_id][1] not in FINAL_STATES), key=lambda i: outcomes[i].chart_id)
+    if not todo:
+        return wrote
     with transaction.atomic():
-        chart = Chart.objects.filter(pk=chart_id).first()
-        if chart is None or chart.is_final:
-            return False
-        changes: dict[str, Any] = {
-            "state": state, "finished_at": finished, "error": error[:10_000], "updated_at": timezone.now(),
-        }
-        if started_at is not None:
-            changes["started_at"] = started_at
-        if run_id:
-            changes["temporal_run_id"] = run_id
-        updated = Chart.objects.filter(pk=chart_id, state=chart.state).update(**changes)
-        if not updated:
-            return False
-        start = started_at or chart.started_at
-        if state == ChartState.SUCCEEDED and start is not None:
-            _add_duration(chart.org_id, chart.workflow_id, max(0.0, (finished - start).total_seconds()))
-        count_finish(chart.org_id, state)
-        if state == ChartState.SUCCEEDED and chart.eta_first_at is not None:
-            first_eta = chart.eta_first_at.timestamp()
-            transaction.on_commit(lambda: metrics.chart_succeeded(first_eta, finished.timestamp()))
-        notify(ChartNote(id=chart_id))
-    return True
+        succeeded, counts = _write_outcomes(outcomes, todo, rows, wrote)
+        for o, finished, (_, _, org_id, workflow_id, started_at, eta_first_at) in succeeded:
+            start = o.started_at or started_at
+            if start is not None:
+                _add_duration(org_id, workflow_id, max(0.0, (finished - start).total_seconds()))
+            if eta_first_at is not None:
+                first_eta, at = eta_first_at.timestamp(), finished.timestamp()
+                transaction.on_commit(lambda first_eta=first_eta, at=at: metrics.chart_succeeded(first_eta, at))
+        for (org_id, state), n in sorted(counts.items()):
+            count_finish(org_id, state, n)
+        for o, done in zip(outcomes, wrote):
+            if done:
+                notify(ChartNote(id=o.chart_id))
+    return wrote
+
+
+def _write_outcomes(outcomes: Sequence[OutcomeWrite], todo: list[int], rows: dict[int, tuple],
+                    wrote: list[bool]) -> tuple[list[tuple], Counter[tuple[int, str]]]:
+    """The compare-and-sets of ``outcomes[i]`` for each ``i`` of ``todo`` (``wrote[i]`` set for
+    each written): the successes written (outcome, finish time, row read) and the finishes
+    written by (org, state)."""
+    counts: Counter[tuple[int, str]] = Counter()
+    succeeded = []
+    for i in todo:
+        o, row = outcomes[i], rows[outcomes[i].chart_id]
+        finished = o.finished_at or timezone.now()
+        if row[1] in FINAL_STATES or not _write_outcome(o, row[1], finished):
+            continue
+        rows[o.chart_id] = (row[0], o.state, *row[2:])  # final now: named again, left alone
+        wrote[i] = True
+        counts[(row[2], o.state)] += 1
+        if o.state == ChartState.SUCCEEDED:
+            succeeded.append((o, finished, row))
+    return succeeded, counts
+
+
+def _write_outcome(o: OutcomeWrite, was: str, finished: datetime) -> bool:
+    """The compare-and-set of one outcome: the row still in state ``was``."""
+    changes: dict[str, Any] = {"state": o.state, "finished_at": finished, "error": o.error[:10_000],
+                               "updated_at": timezone.now()}
+    if o.started_at is not None:
+        changes["started_at"] = o.started_at
+    if o.run_id:
+        changes["temporal_run_id"] = o.run_id
+    return bool(Chart.objects.filter(pk=o.chart_id, state=was).update(**changes))
 
 
 def chart_requeue(*, chart_id: int, reason: str) -> bool:
@@ -118,15 +235,15 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
     return bool(updated)
 
 
-def count_finish(org_id: int, state: str) -> None:
-    """One more chart of the org in final ``state`` (:class:`FinishedCount`), in the caller's
+def count_finish(org_id: int, state: str, n: int = 1) -> None:
+    """``n`` more charts of the org in final ``state`` (:class:`FinishedCount`), in the caller's
     transaction: one UPDATE, reading nothing first, so concurrent finishes never lose one."""
-    if not FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1):
+    if not FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + n):
         try:
             with transaction.atomic():
-                FinishedCount.objects.create(org_id=org_id, state=state, count=1)
+                FinishedCount.objects.create(org_id=org_id, state=state, count=n)
         except IntegrityError:
-            FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + 1)
+            FinishedCount.objects.filter(org_id=org_id, state=state).update(count=F("count") + n)
 
 
 def _add_duration(org_id: int, workflow_id: int, seconds: float) -> None:

@@ -286,6 +286,76 @@ def test_mark_running_is_compare_and_set():
     assert chart.paused is False
 
 
+def test_marking_many_running_in_one_statement_writes_what_one_at_a_time_writes():
+    """``charts_mark_running`` (a dispatch's starts, one UPDATE) against ``chart_mark_running``
+    chart by chart, over the same rows: queued with and without a first ETA, paused, a
+    chart no longer queued (compare-and-set: left alone), with and without an ETA in force."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    org, wf = make_org(), make_workflow()
+    now = timezone.now().replace(microsecond=123456)
+    first = now - timedelta(minutes=5)
+    kinds = [{}, {"eta_first_at": first, "eta_p90_at": first + timedelta(minutes=1)}, {"paused": True},
+             {"state": ChartState.CANCELLED}, {"fair_round": 7}]
+    etas = [(now + timedelta(minutes=3), now + timedelta(minutes=9)), (now + timedelta(minutes=3), None), ()]
+
+    def rows():
+        return [make_chart(org, wf, **kind) for kind in kinds for _ in etas]
+
+    one, many = rows(), rows()
+    fields = ("state", "paused", "dispatched_at", "started_at", "dispatched_cost", "temporal_run_id", "error",
+              "fair_round", "eta_dispatch_at", "eta_first_at", "eta_p90_at")
+    items = [(i, 2 + i % 2, f"run-{i}", now + timedelta(seconds=i), *etas[i % len(etas)]) for i in range(len(one))]
+    expected = [lifecycle.chart_mark_running(chart_id=one[i].pk, cost=cost, run_id=run_id, at=at,
+                                             eta_at=(eta or [None])[0], p90_at=(list(eta) + [None, None])[1])
+                for i, cost, run_id, at, *eta in items]
+    with transaction.atomic():
+        got = lifecycle.charts_mark_running([(many[i].pk, cost, run_id, at, *eta)
+                                             for i, cost, run_id, at, *eta in items])
+    assert [got[c.pk] for c in many] == expected == [k.get("state") is None for k in kinds for _ in etas]
+    for a, b in zip(one, many):
+        a.refresh_from_db(), b.refresh_from_db()
+        assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+        assert b.updated_at == a.updated_at or b.state == ChartState.CANCELLED
+
+
+def test_recording_many_outcomes_writes_each_once_and_counts_them(capture_notifications):
+    """``chart_record_outcomes`` (a tick's finishes, one transaction): each outcome as one
+    ``chart_record_outcome``: a chart already final left alone, a chart named twice written
+    once, each success's duration, the finished counts added up; a note for each written."""
+    from datetime import timedelta
+
+    from charts.models import FinishedCount
+
+    org, wf = make_org(), make_workflow()
+    charts = [make_chart(org, wf) for _ in range(4)]
+    for c in charts:
+        lifecycle.chart_mark_running(chart_id=c.pk, cost=1)
+        c.refresh_from_db()
+    lifecycle.chart_record_outcome(chart_id=charts[3].pk, state=ChartState.FAILED)  # already final
+    capture_notifications.clear()
+    W = lifecycle.OutcomeWrite
+    wrote = lifecycle.chart_record_outcomes([
+        W(charts[2].pk, ChartState.FAILED, error="boom"),
+        W(charts[0].pk, ChartState.SUCCEEDED, finished_at=charts[0].started_at + timedelta(seconds=30)),
+        W(charts[1].pk, ChartState.SUCCEEDED, finished_at=charts[1].started_at + timedelta(seconds=60)),
+        W(charts[0].pk, ChartState.FAILED),
+        W(charts[3].pk, ChartState.SUCCEEDED),
+    ])
+    assert wrote == [True, True, True, False, False]
+    states = {c.pk: (c.state, c.error) for c in Chart.objects.filter(pk__in=[c.pk for c in charts])}
+    assert [states[c.pk] for c in charts] == [(ChartState.SUCCEEDED, ""), (ChartState.SUCCEEDED, ""),
+                                              (ChartState.FAILED, "boom"), (ChartState.FAILED, "")]
+    pair = DurationStat.objects.get(org=org, workflow=wf)
+    assert (pair.count, pair.total_s) == (2, 90.0)
+    assert dict(FinishedCount.objects.filter(org=org).values_list("state", "count")) == {
+        ChartState.SUCCEEDED: 2, ChartState.FAILED: 2}
+    assert sorted(n["id"] for n in capture_notifications) == sorted(c.pk for c in charts[:3])
+
+
 def test_record_outcome_is_idempotent_and_feeds_duration_stats():
     from datetime import timedelta
 

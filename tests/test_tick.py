@@ -221,6 +221,10 @@ class FakeStore:
         self.errors[chart_id] = error
         return True
 
+    async def record_outcomes(self, items, known_orgs=()):
+        wrote = [await self.record_outcome(*item) for item in items]
+        return db.Recorded(wrote, *await self.read_charts({item[0] for item in items}, known_orgs))
+
     async def requeue(self, chart_id, reason):
         self.set(chart_id, state="queued")
         return True

@@ -246,13 +246,15 @@ class EtaPasses(Part):
     async def _run_eta_pass(self, captured: PassInput | None, now: float, changes: int) -> None:
         started = self.clock.monotonic()
         queued = len(self.state.queue)
+        size = queued + len(self.state.running)
         before = self._published_seq
         failed = False
         try:
             failed = not await self.host.guarded("eta", lambda: self._eta_pass(captured, now), loop_waits=False)
             if not failed:
                 metrics.eta_pass_done(self.clock.monotonic() - started)
-            heap.give_back()  # the pass's result, freed (at 1M: the pickle of a million first ETAs)
+            if size >= self.GIVE_BACK_MIN_CHARTS:  # (a small one's: glibc's own trim; each trim's pages fault back in)
+                heap.give_back()  # the pass's result, freed (at 1M: the pickle of a million first ETAs)
             if failed and self._published_seq == before:
                 # No snapshot from this pass: the last one no longer says what this scheduler
                 # knows (something changed, or the pass would not have run). It is not

@@ -120,12 +120,13 @@ class Scheduler:
     START_CONCURRENCY: int = 64       # workflow starts in flight at once (FAIRSCHED_START_CONCURRENCY)
     DESCRIBE_CONCURRENCY: int = 16    # reconcile RPCs in flight at once
     MAX_EVENTS_PER_TICK: int = 50     # more are summarised in one "batch" event
-    ETA_SOON_MIN_GAP_S: float = 0.2   # after a change, publish this soon after the last pass ...
+    ETA_SOON_MIN_GAP_S: float = 0.5   # after a change, publish this soon after the last pass ...
     ETA_SOON_COST_FACTOR: float = 2.0  # ... or this many times the last pass's cost, if larger
     ETA_IDLE_COST_FACTOR: float = 60.0  # with nothing changing, a pass at most every this many times its cost
     FIRST_ETAS_PER_WRITE: int = 2000   # first ETAs recorded per database write ...
     FIRST_ETAS_WRITE_SHARE: float = 0.5  # ... paced: the writes take at most this share of the time
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
+    GIVE_BACK_MIN_CHARTS: int = 10_000  # a pass over this many charts or more gives the C heap back after it
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     STEP_SLOW_LOG_S: float = 0.1       # and the loop's steps (a dispatch waits behind one) ...
     STEP_SLOW_LOG_EVERY_S: float = 10.0  # ... one line a step this often at most (a backfill's chunks)

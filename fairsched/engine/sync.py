@@ -307,18 +307,38 @@ class Sync(Part):
                 await self.clock.sleep(backoff.fail(self.clock.monotonic()))
 
     async def record_finished(self) -> Effects:
+        """Record the workflows the result watches saw close, all of them in one write (a
+        tick's finishes, as a dispatch's starts); each leaves the inbox once written."""
         fx = Effects()
-        while self.host.loop.finished:
-            chart_id, outcome = self.host.loop.finished[0]
-            fx.merge(await self.record(chart_id, outcome, "result"))
-            self.host.loop.finished.pop(0)
+        finished = self.host.loop.finished
+        while finished:
+            batch = list(finished)
+            fx.merge(await self.record_many(batch, "result"))
+            del finished[:len(batch)]
         return fx
 
     async def record(self, chart_id: int, outcome: Outcome, source: str) -> Effects:
         """Write a closed workflow's outcome (idempotent) and free its budget."""
-        outcome = self._as_escalated(outcome)
-        wrote = await self.store.record_outcome(chart_id, outcome.state, outcome.error, outcome.started_at,
-                                             outcome.finished_at, outcome.run_id)
+        return await self.record_many([(chart_id, outcome)], source)
+
+    async def record_many(self, closed: list[tuple[int, Outcome]], source: str) -> Effects:
+        """Write closed workflows' outcomes (idempotent; one transaction), free their budget
+        and follow their rows, re-read in the same call of the database thread."""
+        closed = [(chart_id, self._as_escalated(outcome)) for chart_id, outcome in closed]
+        done = await self.store.record_outcomes(
+            [(chart_id, o.state, o.error, o.started_at, o.finished_at, o.run_id) for chart_id, o in closed],
+            known_orgs=self.state.orgs)
+        fx = Effects()
+        for (chart_id, outcome), wrote in zip(closed, done.wrote):
+            fx.merge(self._freed(chart_id, outcome, wrote, source))
+        if done.orgs:
+            fx.merge(self.state.apply_orgs(done.orgs))
+        for chart_id in sorted({chart_id for chart_id, _ in closed}):
+            fx.merge(self.state.apply_chart(chart_id, done.rows.get(chart_id)))
+        return fx
+
+    def _freed(self, chart_id: int, outcome: Outcome, wrote: bool, source: str) -> Effects:
+        """A closed workflow's cost is free (its outcome written by ``wrote``: this scheduler)."""
         r = self.state.running.get(chart_id)
         seconds = ((outcome.finished_at - outcome.started_at).total_seconds()
                    if outcome.finished_at and outcome.started_at else None)
@@ -335,13 +355,20 @@ class Sync(Part):
             log.info("finish chart #%d %s%s (%s), cost %d freed%s", chart_id, outcome.state, took,
                      "recorded by the scheduler" if wrote else "recorded by the workflow",
                      r.cost if r else 0, f"; error: {outcome.error}" if outcome.error else "")
-        fx.merge(await self.apply_rows({chart_id}))
         return fx
 
     # ================================================================ reconcile
     async def reconcile(self) -> Effects:
-        """Temporal is the truth for what is in flight."""
+        """Temporal is the truth for what is in flight.
+
+        One listing of this deployment's running workflows, then each running chart is
+        described (its workflow asked whether it closed, or is unknown) unless both say it
+        still runs: Temporal lists it running and its result watch is alive, which reports
+        its close (a watch that ended, on a workflow Temporal does not know, or never ran:
+        described). The listing lags a close by a moment (the next reconcile, or the watch,
+        sees it). At 400 charts in flight that is one call, not 400 describes a reconcile."""
         fx = Effects()
+        listed = await self._listed_running()
         sem = asyncio.Semaphore(self.DESCRIBE_CONCURRENCY)
 
         async def describe(chart_id: int) -> tuple[int, Outcome | None | str]:
@@ -351,7 +378,8 @@ class Sync(Part):
                 except WorkflowNotFound:
                     return chart_id, "unknown"
 
-        results = await asyncio.gather(*(describe(c) for c in list(self.state.running)))
+        results = await asyncio.gather(*(describe(c) for c in list(self.state.running)
+                                         if not (c in listed and self._watched(c))))
         for chart_id, result in results:
             r = self.state.running.get(chart_id)
             if r is None:
@@ -364,8 +392,27 @@ class Sync(Part):
                 fx.merge(await self._unknown_to_temporal(r))
             elif result is not None:
                 fx.merge(await self.record(chart_id, result, "reconcile"))
-        fx.merge(await self._adopt_orphans())
+        fx.merge(await self._adopt_orphans(listed))
         return fx
+
+    def _watched(self, chart_id: int) -> bool:
+        """Its result watch runs (it reports the workflow's close)."""
+        task = self._watchers.get(chart_id)
+        return task is not None and not task.done()
+
+    async def _listed_running(self) -> dict[int, str]:
+        """This deployment's running workflows as Temporal lists them: chart -> run id (while
+        a queued or running chart keeps its legacy id, ``chart-<pk>`` ones too)."""
+        ids = self.host.ids
+        legacy = self.legacy_active
+        if legacy:  # until no queued or running chart keeps its legacy id, then never again
+            self.legacy_active = legacy = await self.store.legacy_active(ids)
+        listed: dict[int, str] = {}
+        async for wf_id, run_id in self.temporal.running(legacy=legacy):
+            chart_id = ids.chart_of(wf_id)
+            if chart_id is not None:
+                listed[chart_id] = run_id
+        return listed
 
     async def _unknown_to_temporal(self, r) -> Effects:
         """A running row whose workflow Temporal does not know.
@@ -397,22 +444,14 @@ class Sync(Part):
         log.warning("reconcile: chart #%d failed: %s", chart_id, reason)
         return await self.record(chart_id, Outcome(FAILED, reason, None, None, ""), "reconcile")
 
-    async def _adopt_orphans(self) -> Effects:
+    async def _adopt_orphans(self, listed: Mapping[int, str]) -> Effects:
         """Running workflows of this deployment (``chart-<deployment>-<pk>``, or
         ``chart-<pk>`` for a chart that keeps its legacy id) whose row is still queued (a
         crash between start and compare-and-set) are adopted; those of final rows hold their
         cost until they close; those of cancelled rows are cancelled. Another deployment's
         workflows on the same namespace are never touched."""
         fx = Effects()
-        found: dict[int, str] = {}
-        ids = self.host.ids
-        legacy = self.legacy_active
-        if legacy:  # until no queued or running chart keeps its legacy id, then never again
-            self.legacy_active = legacy = await self.store.legacy_active(ids)
-        async for wf_id, run_id in self.temporal.running(legacy=legacy):
-            chart_id = ids.chart_of(wf_id)
-            if chart_id is not None and chart_id not in self.state.running:
-                found[chart_id] = run_id
+        found = {chart_id: run_id for chart_id, run_id in listed.items() if chart_id not in self.state.running}
         if not found:
             return fx
         rows, _ = await self.store.read_charts(found, known_orgs=self.state.orgs)

@@ -134,6 +134,32 @@ async def test_reconcile_adopts_a_workflow_whose_row_is_still_queued(sync):
     assert host.store.marked[0][:3] == (2, 1, "run-2")
 
 
+async def test_reconcile_describes_only_what_temporal_does_not_list_running_under_a_live_watch(sync):
+    """Charts 1 and 2 run, watched; 3 runs unwatched. 1 still runs; 2 closed (Temporal lists
+    it no longer; its watch has not reported yet). The reconcile asks about 2 (closed:
+    recorded) and 3 (no watch to report its close), not about 1."""
+    host = sync.host
+    host.state.commit_dispatch(["1", "2", "3"], {c: (f"run-{c}", T0) for c in ("1", "2", "3")})
+    for c in (1, 2, 3):
+        host.store.set(c, state="running")
+        host.temporal.runs[c] = f"run-{c}"
+    sync.watch(1), sync.watch(2)
+    await settle()
+    at = Outcome("succeeded", "", None, None, "run-2")
+    host.temporal.outcomes[2] = at  # closed, its watch not woken yet
+    asked = []
+    outcome = host.temporal.outcome
+
+    async def counted(chart_id):
+        asked.append(chart_id)
+        return await outcome(chart_id)
+    host.temporal.outcome = counted
+    await sync.reconcile()
+    assert sorted(asked) == [2, 3]
+    assert host.store.state(2) == "succeeded" and 2 not in host.state.running
+    assert {1, 3} <= set(host.state.running)
+
+
 async def test_a_cancel_of_an_unknown_workflow_is_requested_all_the_same_and_escalates_after_the_grace(sync):
     host = sync.host
     host.state.commit_dispatch(["1"], {"1": ("run-1", T0)})

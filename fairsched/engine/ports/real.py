@@ -196,7 +196,7 @@ class DbStore:
     read_for_start = _in_db_thread("read_for_start")
     mark_running = _in_db_thread("mark_running")
     fail_start = _in_db_thread("fail_start")
-    record_outcome = _in_db_thread("record_outcome")
+    record_outcomes = _in_db_thread("record_outcomes")
     requeue = _in_db_thread("requeue")
     deployment = _in_db_thread("deployment")
     legacy_active = _in_db_thread("legacy_active")

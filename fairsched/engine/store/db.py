@@ -7,6 +7,7 @@ Writes go through ``charts.services`` (compare-and-set, notifications).
 """
 from __future__ import annotations
 
+import functools
 import threading
 from contextlib import contextmanager
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -20,7 +21,7 @@ from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState
-from charts.lifecycle import chart_fail_start, chart_mark_running, chart_record_outcome, chart_requeue
+from charts.lifecycle import OutcomeWrite, chart_fail_start, chart_record_outcomes, chart_requeue, charts_mark_running
 from scheduling import Durations, normal_key, RoundState as CoreRoundState
 from scheduling.modes import Share
 from scheduling.plan import gc_paused
@@ -48,6 +49,11 @@ def _ts(d: datetime | None) -> float | None:
     if d is None:
         return None
     return d.timestamp() if d.tzinfo is not None else d.replace(tzinfo=timezone.utc).timestamp()
+
+
+def _aware(d: datetime) -> datetime:
+    """``d`` made aware: a naive datetime is UTC (a raw SQLite read, as :func:`_ts`)."""
+    return d if d.tzinfo is not None else d.replace(tzinfo=timezone.utc)
 
 
 _snapshot = threading.local()  # .open: this thread reads inside one snapshot (read_streamed)
@@ -303,10 +309,11 @@ def read_changes(since: datetime | None, after: tuple[datetime, int] | None = No
     else:
         if after is not None:
             qs = qs.filter(updated_at__gte=after[0]).exclude(updated_at=after[0], pk__lte=after[1])
-        got = list(qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit])
+        got = _raw(*qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit]
+                   .query.sql_with_params())
         charts = [_row(v[1:]) for v in got]
         if len(got) == limit:
-            more = (got[-1][0], got[-1][1])
+            more = (_aware(got[-1][0]), got[-1][1])
     return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
                    read_at=read_at, more=more)
 
@@ -327,18 +334,48 @@ def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:
     return [_row(v) for v in found[:limit]]
 
 
+def _raw(sql: str, params: Sequence) -> list[tuple]:
+    """The rows of ``sql`` straight off a database cursor, without the ORM's per-value
+    conversions (:func:`_row` makes what it needs of them: SQLite's naive datetimes are UTC)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+@functools.lru_cache(maxsize=128)
+def _charts_sql(n: int, vendor: str) -> str | None:
+    """The SQL of :data:`CHART_FIELDS` of ``n`` charts by pk (their ids its only parameters),
+    compiled once for each ``n``: the scheduler reads the charts its notes and finishes name
+    several times a second, and Django's compiling cost more than the read."""
+    sql, params = Chart.objects.filter(pk__in=range(n)).values_list(*CHART_FIELDS).query.sql_with_params()
+    return sql if list(params) == list(range(n)) else None
+
+
 def read_charts(ids: Iterable[int], known_orgs: Container[int] = ()) -> tuple[dict[int, ChartRow], list[OrgRow]]:
     """The named charts (missing ones absent) and their orgs, but those in ``known_orgs``
     (the scheduler's: a note for a chart of an org it knows is one query, not two; an
     org's own changes come with notes of their own)."""
     close_old_connections()
-    ids = list(ids)
+    ids = list(dict.fromkeys(ids))
     rows: dict[int, ChartRow] = {}
     for start in range(0, len(ids), 500):
-        for v in Chart.objects.filter(pk__in=ids[start:start + 500]).values_list(*CHART_FIELDS):
+        part = ids[start:start + 500]
+        sql = _charts_sql(len(part), connection.vendor)
+        found = (_raw(sql, part) if sql is not None
+                 else Chart.objects.filter(pk__in=part).values_list(*CHART_FIELDS))
+        for v in found:
             rows[v[0]] = _row(v)
     orgs = {r.org for r in rows.values() if r.org not in known_orgs}
     return rows, read_orgs(orgs) if orgs else []
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What :func:`record_outcomes` did: whether each outcome was written (in order), and
+    the rows after it, with the orgs the caller did not know (as :func:`read_charts`)."""
+    wrote: list[bool]
+    rows: dict[int, ChartRow]
+    orgs: list[OrgRow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,15 +409,11 @@ def mark_running(items: list[tuple],
 
     close_old_connections()
     ts = lambda v: datetime.fromtimestamp(v, tz=timezone.utc) if v is not None else None  # noqa: E731
-    out = {}
     with transaction.atomic():
         if rounds is not None:
             _save_rounds(*rounds)
-        for cid, cost, run_id, at, *eta in items:
-            eta_at, p90_at = (list(eta) + [None, None])[:2]
-            out[cid] = chart_mark_running(chart_id=cid, cost=cost, run_id=run_id, at=ts(at), eta_at=ts(eta_at),
-                                          p90_at=ts(p90_at))
-    return out
+        return charts_mark_running([(cid, cost, run_id, ts(at), *map(ts, eta))
+                                    for cid, cost, run_id, at, *eta in items])
 
 
 def fail_start(chart_id: int, error: str) -> bool:
@@ -452,12 +485,16 @@ def recent_durations(limit: int = 2000) -> list[tuple[str, str, float]]:
     return [(str(o), w, (f - s).total_seconds()) for o, w, s, f in reversed(rows)]
 
 
-def record_outcome(chart_id: int, state: str, error: str, started_at: datetime | None,
-                   finished_at: datetime | None, run_id: str | None) -> bool:
-
+def record_outcomes(items: Sequence[tuple], known_orgs: Container[int] = ()) -> Recorded:
+    """Closed workflows' outcomes, each ``(chart id, state, error, started at, finished at,
+    run id)``, written in one transaction (``charts.lifecycle.chart_record_outcomes``:
+    idempotent, compare-and-set), then their rows re-read (:func:`read_charts`): one call
+    of the database thread for a tick's finishes, not two a finish."""
     close_old_connections()
-    return chart_record_outcome(chart_id=chart_id, state=state, error=error, started_at=started_at,
-                                finished_at=finished_at, run_id=run_id)
+    wrote = chart_record_outcomes([OutcomeWrite(cid, state, finished_at, started_at, error, run_id)
+                                   for cid, state, error, started_at, finished_at, run_id in items])
+    rows, orgs = read_charts({item[0] for item in items}, known_orgs)
+    return Recorded(wrote, rows, orgs)
 
 
 def deployment() -> WorkflowIds:
