@@ -266,3 +266,43 @@ def test_a_static_backlog_starts_no_chart_later_than_strict(charts, table, est, 
             continue
         assert b["start_s"] <= s["start_s"]
         assert b["finish_s"] == pytest.approx(b["eta_at_arrival_s"])
+
+
+def test_a_restart_keeps_the_guards_windows_of_each_pool():
+    """The holds of charts started ahead record their pools' units; saved as JSON (as the
+    round state is) and restored, the next dispatch and ETAs are the same as without the
+    restart (the window in llm still kept clear for a chart reserved ahead)."""
+    from dataclasses import replace
+
+    from scheduling.types import RoundState
+
+    pools = Pools({"default": 1, "llm": 2, "gpu": 1}, {("a", "x"): demand_of({"gpu": 1, "llm": 1}),
+                                                       ("a", "y"): demand_of({"llm": 1}),
+                                                       ("a", "z"): demand_of({"llm": 2, "default": 1}),
+                                                       ("a", "w"): demand_of({"llm": 2})})
+    ests = {"x": 600.0, "y": 300.0, "z": 400.0, "w": 100.0}
+    est = lambda o, w: ests[w]  # noqa: E731
+    charts = [QueuedChart(c, "a", w, float(i), i) for i, (c, w) in enumerate([("T1", "x"), ("C1", "y"), ("X1", "z"),
+                                                                                    ("D1", "w")])]
+    live = FairQueue.from_backlog(charts, budget=1, weights={"a": 1}, dispatch="backfill", estimate=est, pools=pools)
+    g0 = RunningChart("G0", "a", "x", 0.0, 1, demand_of({"gpu": 1}))
+    assert [c.id for c in live.dispatch(0, [g0], 0.0, est)] == ["C1"]  # ahead of T1, under its guard
+    saved = live.export_rounds()
+    assert [h[3] for h in saved.holds] == [{"llm": 1}]
+    state = RoundState(saved.head, saved.budget, saved.orgs, saved.share,
+                       tuple(tuple(h) for h in json.loads(json.dumps([list(h) for h in saved.holds]))))
+    again = FairQueue.restore([replace(live.get(c), round=live.round_of(c)) for c in live.order()], state=state,
+                              budget=1, weights={"a": 1}, dispatch="backfill", estimate=est, pools=pools)
+    forgot = FairQueue.restore([replace(live.get(c), round=live.round_of(c)) for c in live.order()],
+                               state=replace(state, holds=()), budget=1, weights={"a": 1}, dispatch="backfill",
+                               estimate=est, pools=pools)
+    rep = again.etas([g0], 300.0, estimate=est).etas
+    assert rep["X1"] == (900.0, 1300.0)
+    assert rep["D1"] == (150.0, 250.0)  # both units of llm only once C1's window ends, at 450 s
+    assert forgot.etas([g0], 300.0, estimate=est).etas["D1"] == (0.0, 100.0)  # (what the holds prevent)
+    c1 = RunningChart("C1", "a", "y", 0.0, 1, demand_of({"llm": 1}))
+    for t in (0.0, 300.0, 400.0, 450.0):  # C1 finished on time at 300 s: its window in llm holds to 450 s
+        run = [g0, c1] if t < 300 else [g0]
+        assert again.etas(run, t, estimate=est).etas == live.etas(run, t, estimate=est).etas
+        assert again.peek(0, run, t, est) == live.peek(0, run, t, est)
+    assert again.peek(0, [g0], 450.0, est) == ["D1"]
