@@ -60,6 +60,17 @@ def _lane_walk(order, running, pools: Pools):
             if u > most.get(p, 0):
                 most[p] = u
     lanes = _pool_lanes(running, pools, {p: len(order) * u for p, u in most.items()})
+    return walk_lanes(order, lanes, dems)
+
+
+def walk_lanes(order: Sequence[tuple[str, Demand, float]], lanes: dict[str, list[float]],
+               dems: set | None = None) -> tuple[list[float | None], list[float | None]]:
+    """The lane walk per pool with floors (see :func:`_lane_walk`) of ``order`` (org,
+    demand, estimate) from each pool's ``lanes`` (sorted; taken as they are walked); the
+    floors start at 0. Backfill's strict walk after its reserved charts calls it with the
+    lanes the reservations leave (:mod:`.pool_reserve`)."""
+    if dems is None:
+        dems = set(map(itemgetter(1), order))
     if all(len(d) == 1 for d in dems):
         one = _one_pool(order, dems, lanes)
         if one is not None:
@@ -325,4 +336,4 @@ class _Streams:
                     w.capped.add(k)
 
 
-__all__ = ["RunningUse", "pool_etas"]
+__all__ = ["RunningUse", "pool_etas", "walk_lanes"]

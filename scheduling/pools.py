@@ -42,8 +42,9 @@ DEFAULT_POOL = "default"
 
 Demand = tuple  # ((pool, units), ...), sorted by pool: what one chart draws on
 
-# Why a chart waits (the reason of a :class:`Wait`)
-CEILING, BEHIND, POOL = "ceiling", "behind", "pool"
+# Why a chart waits (the reason of a :class:`Wait`); under backfill, RESERVED (its
+# reservation per pool is later: scheduling.pool_reserve)
+CEILING, BEHIND, POOL, RESERVED = "ceiling", "behind", "pool", "reserved"
 # Why a chart never starts under the current settings (:meth:`Pools.never`)
 CAPACITY = "capacity"
 
@@ -304,6 +305,6 @@ def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
     return started, waits
 
 
-__all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "Demand", "Limit", "Pools", "Usage", "Wait",
+__all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "RESERVED", "Demand", "Limit", "Pools", "Usage", "Wait",
            "Walk", "demand_of", "dispatch_walk"]
 

@@ -472,8 +472,8 @@ class LiveState:
         ``strict`` the head of the order that fits; under ``backfill`` the charts whose
         reservation is now, given the running charts' estimated finishes from ``now`` (epoch
         seconds) by the durations in force, the ETA pass's (docs/scheduling.md, "Backfill")."""
-        if self.queue.pools is not None:  # the pools' walk: each pool's room, not the budget's
-            return self.queue.peek(0, self.running_charts())
+        if self.queue.pools is not None:  # the pools' walk (or reservations): each pool's room, not the budget's
+            return self.queue.peek(0, self.running_charts(), now, self.durations)
         free = self.free
         if free <= 0:
             return []

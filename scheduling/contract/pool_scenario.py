@@ -7,6 +7,7 @@ to what it was); :func:`is_pooled` tells which.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import scheduling as core
@@ -17,7 +18,11 @@ from scheduling.modes import Dispatch
 from scheduling.plan import Columns
 from scheduling.queue import FairQueue
 from scheduling.pool_lanes import RunningUse, pool_etas
-from scheduling.pools import DEFAULT_POOL, Demand, Limit, Pools, Usage, demand_of, dispatch_walk
+from scheduling.pools import DEFAULT_POOL, RESERVED, Demand, Limit, Pools, Usage, Wait, demand_of, dispatch_walk
+
+
+BACKFILL_LIMITS = "backfill is not defined with limits yet (use strict, or leave out limits)"
+"""Why a pooled scenario with ``limits`` under ``dispatch: backfill`` exits 2."""
 
 
 def is_pooled(d: Any) -> bool:
@@ -123,8 +128,8 @@ def order_of(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Run
     costs = {pr: 2 if pools.never(pr[0], pools.demand(*pr)) else 1 for pr in pairs}
     if policies is None:
         return core.plan(cols, running, budget=1, weights=weights, costs=costs, estimate=estimate, now=now)
-    if policies["dispatch"] is Dispatch.BACKFILL:
-        raise ScenarioError("dispatch", "backfill is not defined with pools yet (use strict)")
+    if policies["dispatch"] is Dispatch.BACKFILL and pools.has_limits:
+        raise ScenarioError("dispatch", BACKFILL_LIMITS)
     q = FairQueue.from_backlog(list(queued), budget=pools.capacity[DEFAULT_POOL], weights=weights, estimate=estimate,
                                pools=pools, **policies)  # blocked by the pools, DRF under work
     return q.plan(running, now, estimate)
@@ -135,6 +140,7 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
          policies: dict | None) -> dict:
     """The plan of a pooled scenario as the contract's JSON (version 2's keys, plus
     ``pools`` and ``waiting``; docs/scheduling.md)."""
+    running = [replace(r, demand=d) for r, d in zip(running, run_demand)]
     base = order_of(cols, queued, running, pools, weights=weights, estimate=estimate, now=now, policies=policies)
     where = {cid: i for i, cid in enumerate(cols.ids)}
     for i, c in cols.special.items():
@@ -146,10 +152,18 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
     for r, d in zip(running, run_demand):
         use.take(r.org, d)
     in_use = dict(use.pool)
-    started, waits = dispatch_walk([(o, d) for (o, _), d in zip(pair, dem)], pools, use, whole=True)
     rem = [max(0.0, r.started_at + estimate(r.org, r.workflow) - now) for r in running]
-    starts, fins = pool_etas([(o, d, float(estimate(o, wf))) for (o, wf), d in zip(pair, dem)],
-                             [RunningUse(r.org, d, x) for r, d, x in zip(running, run_demand, rem)], pools)
+    if policies is not None and policies["dispatch"] is Dispatch.BACKFILL:
+        # the reservations per pool (FairQueue's, scheduling.pool_reserve)
+        at = {cid: i for i, cid in enumerate(order)}
+        started = sorted(at[cid] for cid in base.dispatch)
+        fins = [base.etas[cid].finish_s for cid in order]
+        starts = [base.etas[cid].start_s for cid in order]
+        waits = _reserved(dem, started, pools, use)
+    else:
+        started, waits = dispatch_walk([(o, d) for (o, _), d in zip(pair, dem)], pools, use, whole=True)
+        starts, fins = pool_etas([(o, d, float(estimate(o, wf))) for (o, wf), d in zip(pair, dem)],
+                                 [RunningUse(r.org, d, x) for r, d, x in zip(running, run_demand, rem)], pools)
     etas = {r.id: {"start_s": 0.0, "finish_s": x} for r, x in zip(running, rem)}
     etas.update((cid, {"start_s": s, "finish_s": f}) for cid, s, f in zip(order, starts, fins))
     return {
@@ -165,6 +179,23 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
         "pools": _pool_rows(pools, in_use, order, dem, started, waits),
         "waiting": _waiting(order, waits, base.blocked, cols, where, pools),
     }
+
+
+def _reserved(dem: list, started: list, pools: Pools, use: Usage) -> dict:
+    """Under backfill, why each chart of the order that does not start now waits:
+    ``reserved`` (its reservation is later), its ``pool`` the first it draws on that has
+    not its units free now, once the dispatch's charts are counted (None: its units are
+    free now, but not for its duration, or it would delay an earlier reservation)."""
+    free = {p: c - use.pool.get(p, 0) for p, c in pools.capacity.items()}
+    for i in started:
+        for p, u in dem[i]:
+            free[p] -= u
+    now = set(started)
+    out = {}
+    for i, d in enumerate(dem):
+        if i not in now:
+            out[i] = Wait(RESERVED, next((p for p, u in d if free.get(p, 0) < u), None))
+    return out
 
 
 def _org_clear(weights, running, rem, pair, fins, unplanned) -> dict:
@@ -190,6 +221,8 @@ def _pool_rows(pools: Pools, in_use: dict, order: list, dem: list, started: list
         if w.reason == "pool":
             for p, _ in dem[i]:
                 blocked_by.setdefault(p, order[i])
+        elif w.reason == RESERVED and w.pool is not None:  # backfill: the first reserved for want of it
+            blocked_by.setdefault(w.pool, order[i])
     starting: dict = {}
     for i in started:
         for p, u in dem[i]:

@@ -505,13 +505,13 @@ def _simulate_pooled(trace: dict, t: Trace, policy: Policy | str) -> dict:
         raise ScenarioError("eta_model", "only lanes is defined with pools yet")
     pools = pooled.parse_pools(trace, t.weights, t.budget)
     pol = t.policies or {}
-    if pol.get("dispatch", Dispatch.STRICT) is not Dispatch.STRICT:
-        raise ScenarioError("dispatch", "backfill is not defined with pools yet (use strict)")
+    if pol.get("dispatch", Dispatch.STRICT) is Dispatch.BACKFILL and pools.has_limits:
+        raise ScenarioError("dispatch", pooled.BACKFILL_LIMITS)
     for i, ev in enumerate(t.events):
         if ev.kind == "set_pool" and (ev.org not in pools.capacity or ev.org == "default"):
             raise ScenarioError(f"events[{i}].set_pool.pool", f"unknown pool {show(ev.org)}")
     r = simulate_pools(t.arrivals, t.events, pools=pools, weights=t.weights, estimate=t.durations,
-                       **{k: v for k, v in pol.items() if k in ("share", "quantum_s")})
+                       **{k: v for k, v in pol.items() if k in ("share", "quantum_s", "dispatch")})
     out = sim_to_json(r)
     for c, a in zip(out["charts"], t.arrivals):
         c["pools"] = dict(pools.demand(a.org, a.workflow))

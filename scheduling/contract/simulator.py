@@ -478,18 +478,22 @@ def policy_figures(charts: Sequence[SimChart], arrivals: Sequence[Arrival], cost
 # ------------------------------------------------------------------ pools
 def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *, pools: Pools,
                    weights: Mapping[str, int], estimate: Callable[[str, str | None], float] = Durations(),
-                   share: Share | str = Share.CHARTS, quantum_s: float = DEFAULT_QUANTUM_S) -> SimResult:
+                   share: Share | str = Share.CHARTS, quantum_s: float = DEFAULT_QUANTUM_S,
+                   dispatch: Dispatch | str = Dispatch.STRICT) -> SimResult:
     """:func:`simulate` with capacity pools (docs/scheduling.md, "Pools"): the order is the
     same :class:`FairQueue`'s, dispatch is :func:`.pools.dispatch_walk` and the ETA at
-    arrival :func:`.pool_lanes.pool_etas`. ``set_budget`` sets the pool ``default``, ``set_pool``
+    arrival :func:`.pool_lanes.pool_etas`; under ``dispatch`` backfill (no limits) the
+    queue's reservations per pool start what they start now and give the ETA at arrival
+    (:mod:`.pool_reserve`). ``set_budget`` sets the pool ``default``, ``set_pool``
     (``org`` the pool, ``value`` its capacity) another. The summary adds each pool's
     capacity at the end and its peak units in use (``pools``)."""
     sim = _PoolSim(arrivals, events, pools=pools, weights=weights, estimate=estimate, share=share,
-                   quantum_s=quantum_s)
+                   quantum_s=quantum_s, dispatch=dispatch)
     while True:
         t = sim.next_instant()
         if t is None:
             break
+        sim._last_t = t  # (under backfill, the next instant may be a guard's window's end)
         sim.finish(t)
         sim.apply_events(t)
         arrived = sim.arrive(t)
@@ -507,11 +511,13 @@ class _PoolSim(_Sim):
     (``FairQueue(pools=...)``: blocked by :meth:`.pools.Pools.never`; under the share
     ``work`` a chart's work is its dominant share, DRF), the pools' walk decides what starts."""
 
-    def __init__(self, arrivals, events, *, pools: Pools, weights, estimate, share, quantum_s) -> None:
+    def __init__(self, arrivals, events, *, pools: Pools, weights, estimate, share, quantum_s,
+                 dispatch: Dispatch | str = Dispatch.STRICT) -> None:
         self.pools = Pools(dict(pools.capacity), dict(pools.demands), dict(pools.limits))
         super().__init__(arrivals, events, budget=self.pools.capacity[DEFAULT_POOL], weights=weights, costs={},
                          estimate=estimate, policy=Policy.WRR, forecaster=None, share=share, quantum_s=quantum_s,
-                         pools=self.pools)
+                         dispatch=dispatch, pools=self.pools)
+        self.backfill = self.q.dispatch_policy is Dispatch.BACKFILL
         self.use = Usage()
         self.peak: dict[str, int] = {}
         self.demand: dict[str, tuple] = {}
@@ -543,14 +549,19 @@ class _PoolSim(_Sim):
         q, by_id, pools = self.q, self.by_id, self.pools
         ids = q.order()
         demand = {o: q.ordered_count(o) for o in self.weights if q.ordered_count(o)}
-        started, _ = dispatch_walk([(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow)) for c in ids],
-                                   pools, self.use)
-        charts = q.dispatch_ids([ids[i] for i in started])
+        if self.backfill:
+            charts = q.dispatch(0, self.running.values(), t, self.estimate)
+            for c in charts:
+                self.use.take(c.org, pools.demand(c.org, c.workflow))
+        else:
+            started, _ = dispatch_walk([(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow)) for c in ids],
+                                       pools, self.use)
+            charts = q.dispatch_ids([ids[i] for i in started])
         if charts and demand:
             self._entitle(charts, demand)
         for c in charts:
             self.demand[c.id] = pools.demand(c.org, c.workflow)
-            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, 1)
+            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, 1, self.demand[c.id])
             self.start[c.id] = float(t)
             fin = self.finish_at[c.id] = float(t) + by_id[c.id].actual_s
             self.tie += 1
@@ -562,6 +573,12 @@ class _PoolSim(_Sim):
     def eta_at_arrival(self, t: float, arrived: list[str]) -> None:
         want = [c for c in arrived if c in self.running or self.q.state_of(c) == ORDERED]
         if not want:
+            return
+        if self.backfill:  # the queue's own pass: the reservations its dispatch makes
+            rep = self.q.etas(self.running.values(), t, estimate=self.estimate)
+            for c in want:
+                if c in rep.etas:
+                    self.eta[c] = rep.etas[c].finish_s + t
             return
         ids, by_id, pools, est = self.q.order(), self.by_id, self.pools, self.estimate
         order = [(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow),

@@ -12,6 +12,7 @@ from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
 from ..pools import Usage, dispatch_walk
+from ..pool_reserve import PoolProfiles, hold_units, startable_now as pool_startable_now, strict_now
 from ..rules import head_of_line
 from ..types import Estimate
 from ..types import QueuedChart, RunningChart
@@ -72,7 +73,7 @@ class QueueDispatch:
              estimate: Estimate | None = None) -> list[str]:
         """Ids that :meth:`dispatch` would start with ``free`` budget, without starting them."""
         if self._pools is not None:
-            return [k.id for k in self._pool_keys(running)]
+            return [k.id for k in self._pool_keys(running, now, estimate)]
         if self.dispatch_policy is Dispatch.BACKFILL:
             return [k.id for k in self._backfill_keys(free, running, now, estimate)]
         return [k.id for k in islice(self._order, self._startable(free))]
@@ -90,7 +91,7 @@ class QueueDispatch:
         Their cost is ``cost_of(chart.org, chart.workflow)`` (read it now: a later
         ``set_cost`` does not touch in-flight work)."""
         if self._pools is not None or self.dispatch_policy is Dispatch.BACKFILL:
-            keys = (self._pool_keys(running) if self._pools is not None
+            keys = (self._pool_keys(running, now, estimate) if self._pools is not None
                     else self._backfill_keys(free, running, now, estimate))
             for k in keys:
                 self._order.remove(k)
@@ -131,11 +132,14 @@ class QueueDispatch:
             started.append(e.chart())
         return started
 
-    def _pool_keys(self, running: Iterable[RunningChart] | None) -> list:
+    def _pool_keys(self, running: Iterable[RunningChart] | None, now: float = 0.0, estimate=None) -> list:
         """With pools: the keys :func:`.pools.dispatch_walk` starts now, given what the
         ``running`` charts hold (each its ``demand``, else its pair's now); ``free`` is not
-        read. In a partial queue, none past the horizon."""
+        read. In a partial queue, none past the horizon. Under backfill without limits, the
+        keys whose reservation per pool is now (:meth:`_pool_backfill_keys`)."""
         pools = self._pools
+        if self.dispatch_policy is Dispatch.BACKFILL and not pools.has_limits:
+            return self._pool_backfill_keys(running, now, estimate)
         use = Usage()
         for r in running or ():
             use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
@@ -184,6 +188,55 @@ class QueueDispatch:
             # the head-of-line walk within it
             tail = list(islice(self._order, self.depth, self.depth + max(0, profile.now_free())))
             picked += tail[:head_of_line((k.entry.cost for k in tail), profile.free_for_good())]
+        return picked
+
+    def _running_demands(self, running, now: float, estimate) -> list[tuple[float, tuple]]:
+        """(remaining seconds, demand) of each running chart, with pools."""
+        pools = self._pools
+        return [(max(0.0, r.started_at + estimate(r.org, r.workflow) - now),
+                 r.demand if r.demand is not None else pools.demand(r.org, r.workflow)) for r in running or ()]
+
+    def _pool_items(self, keys, estimate) -> list[tuple[tuple, float, float]]:
+        """(demand, estimate, 90% bound) of the charts of ``keys``, for reservations per pool."""
+        pools, bound = self._pools, self._bound
+        out = []
+        for k in keys:
+            org, wf = k.pair
+            d = float(estimate(org, wf))
+            out.append((pools.demand(org, wf), d, float(bound(org, wf)) if bound is not None else d * P90_RATIO))
+        return out
+
+    def _pool_backfill_keys(self, running, now: float, estimate) -> list:
+        """Backfill with pools (:mod:`.pool_reserve`): the keys of the first ``depth`` charts
+        (in a partial queue, none past the horizon) whose reservation per pool is now, then
+        those of the strict walk per pool after them that start now too."""
+        estimate = estimate or self._estimate
+        prof = PoolProfiles(self._pools.capacity, self._running_demands(running, now, estimate), now)
+        if not prof.any_free_now():
+            return []
+        keys = list(islice(self._order, self.depth))
+        if self._horizon is not None:
+            h = self._horizon
+            keys = list(takewhile(lambda k: k[:4] <= h, keys))
+        items = self._pool_items(keys, estimate)
+        self._guard_holds = holds = [h for h in self._guard_holds if h[2] > now]
+        prof.hold(holds, now)
+        guarded: list[int] = []
+        picked = [keys[i] for i in pool_startable_now(items, prof, guarded)]
+        self._guards_now = {keys[i].id: (now, now + items[i][1], window_end(now + items[i][2]),
+                                         hold_units(items[i][0])) for i in guarded}
+        if len(keys) == self.depth and self._horizon is None and prof.any_free_now():
+            # the strict walk per pool after the reserved charts, within the units free for
+            # good (the guards' windows held, as the ETA pass's lanes)
+            tail: list = []
+            pools = self._pools
+
+            def demands():
+                for k in islice(self._order, self.depth, None):
+                    tail.append(k)
+                    yield pools.demand(*k.pair)
+
+            picked += [tail[i] for i in strict_now(demands(), prof.free_for_good())]
         return picked
 
     def next_release(self, now: float) -> float | None:

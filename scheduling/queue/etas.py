@@ -11,7 +11,8 @@ from ..modes import Dispatch
 from ..lanes import Durations, initial_lanes, lane_count, lane_pass, running_clear
 from ..plan import collect_etas, gc_paused, unplanned_clear
 from ..reserve import P90_RATIO, Profile, reserve_walk
-from ..pool_lanes import RunningUse, pool_etas
+from ..pool_lanes import RunningUse, pool_etas, walk_lanes
+from ..pool_reserve import PoolProfiles, reserve_walk as pool_reserve_walk
 from ..types import Eta, EtaReport, Plan, RunningChart
 
 # the hot passes gather a field of every key at C speed, by its position in the named tuple
@@ -175,12 +176,33 @@ class QueueEtas:
             run.append(RunningUse(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow), rem))
         keys = list(self._order)
         items = [(k.entry.org, pools.demand(*k.pair), float(estimate(*k.pair))) for k in keys]
-        starts, fins = pool_etas(items, run, pools)
+        if self.dispatch_policy is Dispatch.BACKFILL and not pools.has_limits:
+            starts, fins = self._pool_reserve_pass(keys, items, run, now, estimate)
+        else:
+            starts, fins = pool_etas(items, run, pools)
         for k, s, f in zip(keys, starts, fins):
             etas[k.id] = Eta(s, f)
             if f > org_clear.get(k.entry.org, 0.0):
                 org_clear[k.entry.org] = f
         return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+
+    def _pool_reserve_pass(self, keys, items, run, now, estimate) -> tuple[list, list]:
+        """Backfill's ETAs with pools: the reservations per pool of the first ``depth``
+        charts (:func:`.pool_reserve.reserve_walk`, those dispatch makes), then the strict
+        walk per pool after them from the lanes they leave (:func:`.pool_lanes.walk_lanes`)."""
+        prof = PoolProfiles(self._pools.capacity, [(u.remaining_s, u.demand) for u in run], now)
+        prof.hold(self._guard_holds, now)
+        head = keys[:self.depth]
+        starts, fins = pool_reserve_walk(self._pool_items(head, estimate), prof)
+        if len(keys) > len(head):
+            rest = items[len(head):]
+            drawn: dict[str, int] = {}
+            for _, dem, _ in rest:
+                for p, u in dem:
+                    drawn[p] = drawn.get(p, 0) + u
+            s2, f2 = walk_lanes(rest, prof.lanes(drawn))
+            starts, fins = starts + list(s2), fins + list(f2)
+        return starts, fins
 
     def plan(
         self,

@@ -54,6 +54,22 @@ def test_a_change_of_pools_applies_live_and_a_ceiling_holds_only_its_org():
     assert s.queue.pools is None and s.to_start() == ["1", "3"]
 
 
+def test_under_backfill_a_chart_of_one_pool_starts_past_a_head_waiting_for_another():
+    """docs/scheduling.md, "Backfill with pools": the second audit waits for the gpu until
+    600 s; the review behind it (llm only) fits beside it for its bound, and starts now; its
+    guard's window is held in llm and saved with the round state."""
+    p = Pools({"default": 4, "llm": 3, "gpu": 1}, pools().demands)
+    s = LiveState(World(Config(4, 1.0, 2.0, pools=p, dispatch="backfill"),
+                        [OrgRow(1, "A", "a", 1), OrgRow(2, "B", "b", 1)], {}, {},
+                        [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review"), q(4, 2, "review")]))
+    assert s.queue.order() == ["1", "3", "2", "4"]
+    planned = s.to_start(T0)
+    assert planned == ["1", "3", "4"]  # strict would stop at 2 (gpu) and keep 4 behind it in llm
+    s.commit_dispatch(planned, {c: ("run", T0) for c in planned})
+    assert [h[3] for h in s.queue.export_rounds().holds] == [{"llm": 1}]
+    assert s.capture().eta_report(T0).etas["2"] == (600.0, 1200.0)
+
+
 def test_the_etas_account_for_every_pool():
     s = state(pools(), [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review")])
     planned = s.to_start()
