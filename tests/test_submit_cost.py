@@ -414,6 +414,49 @@ def test_a_forked_child_starts_without_the_parents_turn():
 
 
 @sqlite_only
+def test_a_turn_another_process_holds_past_the_timeout_is_a_locked_database_and_the_turn_is_free_again():
+    """Another process (the sqlite3 shell's own writer, a second scheduler) holds the writer's
+    file lock past the timeout: the write fails as SQLite's own wait would, with "database is
+    locked", not with an error of the turn's lock given back twice; and once it lets go, the
+    next write of this process goes through (the turn is free again)."""
+    import subprocess
+    import sys
+
+    from django.db import OperationalError
+
+    from common.pooled_sqlite3 import writer
+
+    make_org()
+    path = writer.lock_path(str(connection.settings_dict["NAME"]))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.readline()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        connection.close()
+        timeout = connection.settings_dict["OPTIONS"]["timeout"]
+        connection.settings_dict["OPTIONS"]["timeout"] = 0.2
+        try:
+            for _ in range(2):  # twice: the first failure gave the turn back
+                with pytest.raises(OperationalError, match="database is locked"), transaction.atomic():
+                    make_org()
+            assert writer.held() == 0
+        finally:
+            connection.settings_dict["OPTIONS"]["timeout"] = timeout
+            connection.close()
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(10)
+    with transaction.atomic():  # the other process let go: this one writes
+        make_org()
+    assert writer.held() == 0 and not _file_is_locked()
+
+
+@sqlite_only
 def test_a_turn_not_had_within_the_timeout_is_a_locked_database():
     """As SQLite's own wait would end: a writer of this process has held it all that time."""
     from django.db import OperationalError

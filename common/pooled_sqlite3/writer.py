@@ -97,8 +97,7 @@ def acquire(database: str, timeout: float) -> bool:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    _turn.release()
+                if time.monotonic() >= deadline:  # (the turn is given back below, once)
                     raise TurnTimeout(f"another process has been writing for {timeout:g} s")
                 time.sleep(POLL_S)
     except BaseException:
