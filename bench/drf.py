@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling import Durations  # noqa: E402
-from scheduling.contract.simulator import Arrival, SimChart, _Sim, policy_figures  # noqa: E402
+from scheduling.contract.simulator import Arrival, SimChart, Sim, policy_figures  # noqa: E402
 
 KINDS = {"review": (1, 12.0), "code": (2, 40.0), "audit": (3, 120.0), "deep": (4, 90.0)}
 ORGS = {"A": 3, "B": 2, "C": 1, "D": 1}
@@ -51,7 +51,7 @@ def demo_trace(seed: int, n0=(400, 200, 80, 80), rate=0.08, horizon=3600.0):
 def run(arr, costs, est, share, switch_at=None, budget=12):
     """The simulator's loop (scheduling.simulator.simulate), with FairQueue.set_policies
     (share "work") at ``switch_at`` when given."""
-    sim = _Sim(arr, [], budget=budget, weights=ORGS, costs=costs, estimate=est, policy="wrr", forecaster=None,
+    sim = Sim(arr, [], budget=budget, weights=ORGS, costs=costs, estimate=est, policy="wrr", forecaster=None,
                share=share)
     pending = switch_at
     while True:

@@ -37,7 +37,7 @@ from scheduling.due import LEVEL, due_state, next_level, warning_quality  # noqa
 from scheduling.forecast import Forecaster, ForecastParams  # noqa: E402
 from scheduling.rules import ORDERED  # noqa: E402
 from scheduling.contract.scenario import parse_trace  # noqa: E402
-from scheduling.contract.simulator import _Sim  # noqa: E402
+from scheduling.contract.simulator import Sim  # noqa: E402
 
 TURNAROUNDS_H = (2.0, 3.0, 4.0)
 
@@ -49,7 +49,7 @@ def run(seed: int, pass_s: float) -> dict:
     turnaround = {o: 3600.0 * TURNAROUNDS_H[i % len(TURNAROUNDS_H)] for i, o in enumerate(orgs)}
     due = {a.id: a.at_s + turnaround[a.org] for a in t.arrivals}
     fc = Forecaster(t.durations, ForecastParams())
-    sim = _Sim(t.arrivals, t.events, budget=t.budget, weights=t.weights, costs=t.costs, estimate=t.durations,
+    sim = Sim(t.arrivals, t.events, budget=t.budget, weights=t.weights, costs=t.costs, estimate=t.durations,
                policy="wrr", forecaster=fc)
     level: dict[str, int] = {}
     flagged: dict[str, float] = {}
@@ -81,7 +81,7 @@ def run(seed: int, pass_s: float) -> dict:
             "rows": rows, "passes": passes, "pass_ms": 1000 * cost / max(1, passes)}
 
 
-def _pass(sim: _Sim, fc: Forecaster, now: float, due, level, flagged, naive, pass_s: float, late) -> None:
+def _pass(sim: Sim, fc: Forecaster, now: float, due, level, flagged, naive, pass_s: float, late) -> None:
     q, running = sim.q, sim.running
     if not len(q) and not running:
         return

@@ -25,7 +25,8 @@ from scheduling.queue import FairQueue
 from scheduling.plan import Columns, columns, gc_paused
 from scheduling.share import DEFAULT_QUANTUM_S
 from scheduling.contract.simulator import ETA_MODELS, POLICIES, Arrival, Event, SimResult
-from scheduling.contract.simulator import simulate as core_simulate, simulate_pools
+from scheduling.contract.pool_sim import simulate_pools
+from scheduling.contract.simulator import simulate as core_simulate
 
 __all__ = [
     "Scenario", "Trace", "parse_scenario", "parse_columns", "parse_queued_chart", "parse_trace", "plan",

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from scheduling import Durations, QueuedChart
 from scheduling.queue import FairQueue
 from scheduling.pools import DEFAULT_POOL, Pools
-from scheduling.contract.simulator import Arrival, budget_shares, jain, simulate, simulate_pools
+from scheduling.contract.pool_sim import simulate_pools
+from scheduling.contract.simulator import Arrival, budget_shares, jain, simulate
 
 ORGS = ("a", "b", "c")
 

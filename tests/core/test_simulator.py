@@ -109,14 +109,14 @@ def test_summary_has_fairness_figures():
 
 @pytest.mark.parametrize("policy", ["wrr", "fifo", "proportional"])
 def test_a_policy_named_by_its_string_steps_as_its_enum(policy):
-    """The simulator's steps (``_Sim``, what bench/due.py drives instant by instant) take a
+    """The simulator's steps (``Sim``, what bench/due.py drives instant by instant) take a
     policy by name as ``simulate`` does: "wrr" once made every identity test false there, and
     the bench ran the FIFO baseline under the name of the fair order."""
     from scheduling.modes import Policy
-    from scheduling.contract.simulator import _Sim
+    from scheduling.contract.simulator import Sim
 
     def first_b(p) -> float:
-        sim = _Sim(headline(), (), budget=3, weights={"A": 1, "B": 1}, costs=None,
+        sim = Sim(headline(), (), budget=3, weights={"A": 1, "B": 1}, costs=None,
                    estimate=lambda org, wf: 60.0, policy=p, forecaster=None)
         while (at := sim.next_instant()) is not None:
             sim.finish(at)
