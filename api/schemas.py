@@ -65,7 +65,8 @@ class ChartOut(Schema):
         "it: capacity 0\"."))
     waits: str | None = Field(description=(
         "With capacity pools, why a queued chart waits because of a pool or its org's ceiling there: "
-        "\"waiting for pool llm (8 of 8 in use)\" (it is at the head of the pool, waiting for room), \"at its "
+        "\"waiting for pool llm (8 of 8 in use)\" (it is at the head of the pool, waiting for room), \"in line "
+        "for pool llm (8 of 8 in use)\" (behind the pool's head), \"at its "
         "ceiling in pool llm (4 of 4)\" (its org holds its ceiling there), or for a blocked chart \"pool gpu has "
         "no room for it: capacity 0\" (never under the current settings); null otherwise."))
     created_at: datetime

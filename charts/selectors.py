@@ -237,10 +237,14 @@ def _pools_of(s: dict[str, Any]) -> tuple[Pools | None, dict[int, str]]:
 def chart_waits(s: dict[str, Any] | None, charts: list[tuple[int, int, str | None, str | None]]) -> dict[int, str]:
     """Why each of ``charts`` (``(id, org id, workflow name, state in the snapshot)``) waits
     because of a pool or a ceiling, for those that do: a chart of the order named by snapshot
-    ``s`` (:func:`pool_waits`), a blocked chart (:func:`never_note`). Empty without pools."""
+    ``s`` (:func:`pool_waits`: a pool's head, an org's first chart at its ceiling), any other
+    chart of the order that draws on a pool whose head waits (``"in line for pool llm (8 of 8
+    in use)"``: head-of-line per pool; the head is not named, it may be another org's), a
+    blocked chart (:func:`never_note`). Empty without pools."""
     if not s or not s.get("pools") or not charts:
         return {}
     pools, named = _pools_of(s)
+    waiting = {p["name"]: p for p in s["pools"] if p.get("blocked_by") is not None}
     out = {}
     for cid, org, workflow, state in charts:
         if cid in named:
@@ -249,6 +253,11 @@ def chart_waits(s: dict[str, Any] | None, charts: list[tuple[int, int, str | Non
             note = never_note(pools, org, workflow)
             if note:
                 out[cid] = note
+        elif state == "ordered" and pools is not None and waiting:
+            lines = [clear_notes.in_line_for_pool(p, waiting[p]["capacity"], waiting[p]["in_use"])
+                     for p, _ in pools.demand(str(org), workflow) if p in waiting]
+            if lines:
+                out[cid] = "; ".join(lines)
     return out
 
 

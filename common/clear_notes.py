@@ -88,6 +88,12 @@ def waits_for_pool(pool: str, capacity: int, in_use: int) -> str:
     return f"waiting for {pool_name(pool)} ({in_use:,} of {capacity:,} in use)"
 
 
+def in_line_for_pool(pool: str, capacity: int, in_use: int) -> str:
+    """A chart of the order behind a pool's head (head-of-line per pool: it draws on a pool
+    whose head waits for room): ``"in line for pool llm (8 of 8 in use)"``."""
+    return f"in line for {pool_name(pool)} ({in_use:,} of {capacity:,} in use)"
+
+
 def waits_at_ceiling(pool: str, in_use: int, ceiling: int) -> str:
     """A chart whose org holds its ceiling in a pool: ``"at its ceiling in pool llm (4 of 4)"``."""
     return f"at its ceiling in {pool_name(pool)} ({in_use:,} of {ceiling:,})"

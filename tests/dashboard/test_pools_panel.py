@@ -5,9 +5,11 @@ their services; the snapshot is the scheduler's own (dashboard.simulate.publish_
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from control.models import AuditEntry, Pool
 from dashboard.simulate import publish_from_db
@@ -150,3 +152,17 @@ def test_without_pools_status_json_has_no_pool_reasons(two_orgs, redis_url):
     publish_from_db()
     data = _client(two_orgs["bob"]).get("/orgs/beta/status.json").json()
     assert data["org"]["pools"] == [] and all(c["waits"] is None for c in data["charts"])
+
+
+def test_a_chart_behind_a_pools_head_is_in_line_for_that_pool(redis_url):
+    """Head-of-line per pool: Beta's second summary draws on llm, whose head (b-1) waits for
+    room, so it is in line for llm; the head is not named (it may be another org's)."""
+    w = make_pooled_world()
+    make_chart(w["beta"], w["summary"], external_id="b-3", created_at=timezone.now() - timedelta(seconds=30))
+    bob = make_user("bob")
+    w["beta"].members.add(bob)
+    publish_from_db()
+    waits = {c["external_id"]: c["waits"] for c in _client(bob).get("/orgs/beta/status.json").json()["charts"]}
+    assert waits["b-1"] == "waiting for pool llm (2 of 2 in use)"
+    assert waits["b-3"] == "in line for pool llm (2 of 2 in use)"
+    assert waits["b-0"] is None  # running
