@@ -47,7 +47,8 @@ WAIT_S = previews.WAIT_S  # (tests shorten it)
 def plan_wait_s() -> float:
     """How long a planner request waits for its answer (``FAIRSCHED_PLAN_WAIT_S``)."""
     return float(getattr(settings, "FAIRSCHED_PLAN_WAIT_S", previews.PLAN_WAIT_S))
-PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold", "clear_by", "meet_due", "pool", "capacity")
+PARAMS = ("budget", "org", "weight", "workflow", "cost", "hold", "clear_by", "meet_due", "pool", "capacity",
+          "max", "min")
 
 
 class Bad(ValueError):
@@ -101,7 +102,10 @@ def _pool_name(request: HttpRequest) -> str:
 
 def _pool_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
     """A capacity pool's capacity (docs/scheduling.md, "Pools"): ``pool=<name>&capacity=N``
-    (``default`` is the budget)."""
+    (``default`` is the budget); or an org's limit there: ``org=<id>&pool=<name>&max=N`` (its
+    ceiling) or ``&min=N`` (its guaranteed minimum)."""
+    if "org" in given:
+        return _limit_change(request, given)
     extra = [k for k in given if k not in ("pool", "capacity")]
     if extra:
         raise Bad(extra[0], f"{extra[0]}: a pool preview takes pool and capacity alone.")
@@ -109,6 +113,20 @@ def _pool_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
         raise Bad("capacity", "capacity: missing (a pool preview takes pool=<name>&capacity=N).")
     return {"kind": "pool", "pool": _pool_name(request),
             "value": _int(request, "capacity", minimum=0, maximum=MAX_BUDGET)}
+
+
+def _limit_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:
+    levers = [k for k in ("max", "min") if k in given]
+    extra = [k for k in given if k not in ("org", "pool", "max", "min")]
+    if extra or len(levers) != 1:
+        key = extra[0] if extra else "max"
+        raise Bad(key, f"{key}: a limit preview takes org, pool and one of max=N or min=N.")
+    org_id = _int(request, "org", minimum=1, maximum=MAX_ID)
+    if not Org.objects.filter(pk=org_id).exists():
+        raise Bad("org", f"org: no org {org_id}.")
+    kind = "ceiling" if levers[0] == "max" else "minimum"
+    return {"kind": kind, "org": org_id, "pool": _pool_name(request),
+            "value": _int(request, levers[0], minimum=0, maximum=MAX_COST * 1000)}
 
 
 def _plan_change(request: HttpRequest, given: list[str]) -> dict[str, Any]:

@@ -182,3 +182,31 @@ def test_the_admin_cost_forms_preview_a_cost_before_save(browser, browser_server
     expect(out.locator(f"tr[data-preview-org='{acme.pk}'] td").first).to_have_text("Acme")
     cost.refresh_from_db()
     assert cost.cost == 2 and r.llen(previews.REQUESTS) == 0  # nothing saved
+
+
+def test_the_admin_limit_form_previews_a_ceiling_before_save(browser, browser_server, redis_url):
+    """An org's limit in a pool (OrgPoolLimit's change form): typing a ceiling previews it, the
+    org and pool from the form, before Save; nothing is saved."""
+    from control.services import pool_set
+    from orgs.models import OrgPoolLimit
+    from orgs.services import org_pool_limit_set, workflow_cost_set
+
+    acme, _, _ = _orgs_world()
+    pool_set(name="llm", capacity=4)
+    workflow_cost_set(org=acme, workflow=make_workflow("audit"), cost=1, pools={"llm": 1})
+    limit = org_pool_limit_set(org=acme, pool="llm", max=2)
+    make_user("root", superuser=True)
+    r = redis.Redis.from_url(redis_url)
+    r.delete(previews.REQUESTS)
+    page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    login(page, browser_server, "root", then=f"/admin/orgs/orgpoollimit/{limit.pk}/change/")
+    responder = Responder(r)
+    page.fill("#id_max", "1")
+    out = page.locator("#whatif-limit")
+    expect(out).to_have_attribute("data-state", "ready", timeout=10_000)
+    expect(out).to_contain_text("Preview (ceiling 1 in pool llm, not applied)")
+    responder.thread.join(5)
+    assert responder.seen[0]["change"] == {"kind": "ceiling", "org": acme.pk, "pool": "llm", "value": 1}
+    found = axe.violations(page, within="#whatif-limit")
+    assert not found, axe.report({"admin limit preview": found})
+    assert OrgPoolLimit.objects.get(pk=limit.pk).max == 2 and r.llen(previews.REQUESTS) == 0  # nothing saved

@@ -205,3 +205,27 @@ def test_a_pool_capacity_is_previewed_and_planned_by_the_scheduler(world):
     r = world["client"].get("/dashboard/whatif.json?clear_by=2099-01-01T00:00:00Z&pool=llm")
     assert r.status_code == 200, r.content
     assert got[0]["change"]["pool"] == "llm" and r.json()["pool"] == "llm" and r.json()["budget"] == 1
+
+
+def test_an_orgs_ceiling_and_minimum_in_a_pool_are_previewed_by_the_scheduler(world):
+    """``org=<id>&pool=<name>&max=N`` (a ceiling) and ``&min=N`` (a minimum) are the scheduler's
+    limit changes; a limit preview takes one of them; an unknown org is named."""
+    from control.services import pool_set
+    from orgs.services import workflow_cost_set
+
+    pool_set(name="llm", capacity=4)
+    workflow_cost_set(org=world["acme"], workflow=world["wf"], cost=1, pools={"llm": 1})
+    acme = world["acme"]
+    responder = Responder(world["redis"])
+    r = world["client"].get(f"/dashboard/whatif.json?org={acme.pk}&pool=llm&max=0")
+    assert r.status_code == 200, r.content
+    assert responder.seen[0]["change"] == {"kind": "ceiling", "org": acme.pk, "pool": "llm", "value": 0}
+    row = r.json()["orgs"][str(acme.pk)]  # a ceiling of 0: Acme's coding never starts, its audits clear sooner
+    assert row["clear_after"] is not None and row["clear_after"] <= row["clear_before"]
+    responder = Responder(world["redis"])
+    r = world["client"].get(f"/dashboard/whatif.json?org={acme.pk}&pool=llm&min=1")
+    assert r.status_code == 200 and responder.seen[0]["change"]["kind"] == "minimum", r.content
+    for query, param in ((f"org={acme.pk}&pool=llm&max=1&min=1", "max"), ("org=99999&pool=llm&max=1", "org"),
+                         (f"org={acme.pk}&pool=llm", "max")):
+        r = world["client"].get("/dashboard/whatif.json?" + query)
+        assert r.status_code == 400 and list(r.json()["errors"]) == [param], (query, r.content)

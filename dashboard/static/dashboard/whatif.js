@@ -86,6 +86,14 @@
       const pool = inp.dataset.poolInput;
       out = region(`whatif-pool-${pool}`, inp.closest("form.pool-form"));
       query = {pool, capacity: v}; label = `pool ${pool} capacity ${v}`;
+    } else if ((inp.id === "id_max" || inp.id === "id_min") && /\/admin\/orgs\/orgpoollimit\//.test(location.pathname)) {
+      // the admin's limit form: an org's ceiling or minimum in a pool (its org and pool from the form)
+      const pick = (id) => { const el = document.getElementById(id); return el ? el.value.trim() : ""; };
+      const org = pick("id_org"), pool = pick("id_pool");
+      if (!org || !pool) return;  // nothing to preview until both are given
+      const key = inp.id === "id_max" ? "max" : "min";
+      out = region("whatif-limit", inp.closest(".form-row") || inp);
+      query = {org, pool, [key]: v}; label = `${key === "max" ? "ceiling" : "minimum"} ${v} in pool ${pool}`;
     } else if (inp.matches("input[data-field=weight]") || (inp.id === "id_weight" && document.body.dataset.whatifOrg)) {
       const row = inp.closest("[data-org-id]");
       const org = row ? row.dataset.orgId : document.body.dataset.whatifOrg;
