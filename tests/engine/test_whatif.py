@@ -126,10 +126,12 @@ async def test_the_scheduler_answers_in_forked_children_and_its_state_is_untouch
     state = await host.load()
     order, weights, budget = list(state.queue), dict(state.queue.weights), state.queue.budget
     now = time.time()
-    port = FakePort([json.dumps({"id": "a", "at": now, "change": {"kind": "budget", "value": 3}}),
+    # a, b and c wait 60 s (a loaded machine forks three pairs of children in more than a preview's
+    # default 3 s: c was once dropped so); "old" waited its default 3 s a minute ago
+    port = FakePort([json.dumps({"id": "a", "at": now, "wait": 60, "change": {"kind": "budget", "value": 3}}),
                      json.dumps({"id": "old", "at": now - 60, "change": {"kind": "budget", "value": 3}}),
-                     json.dumps({"id": "b", "at": now, "change": {"kind": "weight", "value": 1, "org": 42}}),
-                     json.dumps({"id": "c", "at": now, "change": {"kind": "weight", "value": 0, "org": 1}})])
+                     json.dumps({"id": "b", "at": now, "wait": 60, "change": {"kind": "weight", "value": 1, "org": 42}}),
+                     json.dumps({"id": "c", "at": now, "wait": 60, "change": {"kind": "weight", "value": 0, "org": 1}})])
     previews = Previews(host, port)
 
     async def stop_when_drained(timeout_s):
