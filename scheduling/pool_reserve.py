@@ -153,9 +153,9 @@ def earliest_from(pr: Profile, c: int, d: float, bound: float, front: float, t0:
         if free[i] >= c:
             ahead = s < front
             w = bound if ahead and bound > d else d
-            j = _short_at(pr, i, s, c, w)
+            j = pr.fits(i, c, w, s)
             if j < 0 and ahead and pr.guards:
-                j = _guarded_at(pr, i, s, c, w)
+                j = pr.clear_of_guards(i, c, w, s)
             if j < 0:
                 return s
             # any start before the step after j still meets step j, unless it is past the
@@ -167,39 +167,6 @@ def earliest_from(pr: Profile, c: int, d: float, bound: float, front: float, t0:
             return None
         s = nxt
         i = bisect_right(times, s) - 1
-
-
-def _short_at(pr: Profile, i: int, s: float, c: int, w: float) -> int:
-    """-1 if ``c`` fits from ``s`` (in step ``i``) for ``w`` seconds, else the first step
-    where it does not (:meth:`.Profile._fits` from any time)."""
-    times, free = pr.times, pr.free
-    end = s + w
-    n = len(times)
-    j = i
-    while j < n and times[j] < end:
-        if free[j] < c:
-            return j
-        j += 1
-    return -1
-
-
-def _guarded_at(pr: Profile, i: int, s: float, c: int, w: float) -> int:
-    """:meth:`.Profile._clear_of_guards` from any time ``s`` (in step ``i``)."""
-    end = s + w
-    later = [g for g in pr.guards if g[0] < end and g[1] > s]
-    if not later:
-        return -1
-    times, free = pr.times, pr.free
-    n = len(times)
-    j = i
-    while j < n and times[j] < end:
-        step_start = times[j] if times[j] > s else s
-        step_end = times[j + 1] if j + 1 < n else _INF
-        held = sum(gc for g_end, g_bound, gc in later if step_start < g_bound and step_end > g_end)
-        if held and free[j] - held < c:
-            return j
-        j += 1
-    return -1
 
 
 def reserve_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles,

@@ -8,7 +8,7 @@ would start before an earlier chart's reservation) must fit for its 90% bound to
 (``bound``, :data:`P90_RATIO` x its estimate unless the caller knows better), so that
 running long it still ends before the reservation it would otherwise delay. The guard's
 window (from the estimate's end to the bound's end) then stays held for every later chart
-reserved ahead (:meth:`Profile._clear_of_guards`), while the chart is queued, running or
+reserved ahead (:meth:`Profile.clear_of_guards`), while the chart is queued, running or
 done (the queue's holds, :meth:`Profile.hold`), until its end, which is a step of the
 profile: so the next dispatch walks the same reservations (docs/scheduling.md, "Backfill").
 A window ends on a one-second grid of absolute time (:func:`window_end`), so the windows
@@ -89,11 +89,12 @@ class Profile:
         self.budget = budget
         self.guards: list[tuple[float, float, int]] = []  # (estimated end, bound's end, cost) of guarded reservations
 
-    def _fits(self, i: int, c: int, length: float) -> int:
-        """-1 if ``c`` fits from ``times[i]`` for ``length`` seconds, else the index of
-        the first step in that window where it does not."""
+    def fits(self, i: int, c: int, length: float, start: float | None = None) -> int:
+        """-1 if ``c`` fits from ``start`` (default ``times[i]``; a time within step ``i``)
+        for ``length`` seconds, else the index of the first step in that window where it
+        does not."""
         times, free = self.times, self.free
-        end = times[i] + length
+        end = (times[i] if start is None else start) + length
         n = len(times)
         j = i
         while j < n and times[j] < end:
@@ -105,7 +106,7 @@ class Profile:
     def hold(self, holds: Iterable[tuple[float, float, float, int]], now: float) -> None:
         """Add the guards' windows of charts that were started ahead (``holds``: start,
         estimated end, bound's end, cost; absolute times) to this profile from ``now``:
-        each holds until its bound's end, running or not (see :meth:`_clear_of_guards`)."""
+        each holds until its bound's end, running or not (see :meth:`clear_of_guards`)."""
         for s, e, b, c in holds:
             if b > now:
                 b = window_end(b) - now  # (on the grid already when this queue recorded it)
@@ -121,8 +122,8 @@ class Profile:
             times.insert(j, t)
             self.free.insert(j, self.free[j - 1])
 
-    def _clear_of_guards(self, i: int, c: int, d: float) -> int:
-        """-1 if ``c`` started at ``times[i]`` for ``d`` seconds (a chart reserved ahead)
+    def clear_of_guards(self, i: int, c: int, d: float, start: float | None = None) -> int:
+        """-1 if ``c`` started at ``start`` (default ``times[i]``; a time within step ``i``) for ``d`` seconds (a chart reserved ahead)
         leaves every guard its window (a guarded reservation's units from its estimated end
         to its bound's end), else the index of the first step where it does not.
 
@@ -134,7 +135,7 @@ class Profile:
         queued, running or done (the queue remembers the holds of those it started); a
         chart that is not ahead starts after every guarded chart before it and may use
         them, as before."""
-        t = self.times[i]
+        t = self.times[i] if start is None else start
         later = [g for g in self.guards if g[0] < t + d and g[1] > t]
         if not later:
             return -1
@@ -143,8 +144,9 @@ class Profile:
         n = len(times)
         j = i
         while j < n and times[j] < end:
+            step_start = times[j] if times[j] > t else t
             step_end = times[j + 1] if j + 1 < n else float("inf")
-            held = sum(gc for g_end, g_bound, gc in later if times[j] < g_bound and step_end > g_end)
+            held = sum(gc for g_end, g_bound, gc in later if step_start < g_bound and step_end > g_end)
             if held and free[j] - held < c:
                 return j
             j += 1
@@ -154,7 +156,7 @@ class Profile:
         """The index of the earliest step from which ``c`` fits for ``d`` seconds (and
         for ``bound`` seconds if it starts before ``frontier``, the latest reservation
         start of the charts before it, and clear of the guards' windows: see
-        :meth:`_clear_of_guards`). -1 if ``c`` never fits (above the budget)."""
+        :meth:`clear_of_guards`). -1 if ``c`` never fits (above the budget)."""
         if c > self.budget:
             return -1
         times, free = self.times, self.free
@@ -166,9 +168,9 @@ class Profile:
                 continue
             ahead = times[i] < frontier
             window = bound if ahead and bound > d else d
-            j = self._fits(i, c, window)
+            j = self.fits(i, c, window)
             if j < 0 and ahead and self.guards:
-                j = self._clear_of_guards(i, c, window)
+                j = self.clear_of_guards(i, c, window)
             if j < 0:
                 return i
             if ahead:
