@@ -212,27 +212,16 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
     w = Walk(pools, use)
     started: list[int] = []
     waits: dict[int, Wait] = {}
+    done: set[int] = set()
     if any(lim.min for lim in pools.limits.values()):
         charts = list(charts)
         for i, (org, d) in enumerate(charts):  # the whole order: a ceiling met here holds in the next pass
-            if w.below_min(org, d):
-                why = w.step(org, d)
-                if why is None:
-                    started.append(i)
-        done = set(started)
-        for i, (org, d) in enumerate(charts):
-            if i in done:
-                continue
-            if w.all_blocked and not whole:
-                break
-            why = w.step(org, d)
-            if why is None:
+            if w.below_min(org, d) and w.step(org, d) is None:
                 started.append(i)
-            else:
-                waits[i] = why
-        started.sort()
-        return started, waits
+        done = set(started)
     for i, (org, d) in enumerate(charts):
+        if i in done:
+            continue
         if w.all_blocked and not whole:
             break
         why = w.step(org, d)
@@ -240,6 +229,8 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
             started.append(i)
         else:
             waits[i] = why
+    if done:
+        started.sort()
     return started, waits
 
 
