@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from common import live_updates as lu
-from scheduling.pools import Usage
 from scheduling import Durations, Eta, QueuedChart, RunningChart, is_held
 from scheduling.queue import FairQueue
 from scheduling.forecast import Forecaster
@@ -230,25 +229,7 @@ class LiveState:
             "budget": self.budget, "used": self.used,
             "orgs": {str(o): {"queued": self.queued_by_org.get(o, 0), "running": running_by_org.get(o, 0),
                               "used_cost": used_by_org.get(o, 0)} for o in self.orgs},
-            **self._pool_counters(),
         }
-
-    def _pool_counters(self) -> dict:
-        """With pools: ``pools`` (each pool's capacity and units in use) and ``org_pools``
-        (each org's units in use per pool, and its ceiling there); nothing without."""
-        pools = self.queue.pools
-        if pools is None:
-            return {}
-        use = Usage()
-        for r in self.running.values():
-            use.take(str(r.org), r.demand if r.demand is not None else pools.demand(str(r.org), r.workflow))
-        org_pools: dict[str, dict] = {}
-        for (org, pool), units in use.org.items():
-            org_pools.setdefault(org, {})[pool] = {"in_use": units, "max": pools.ceiling(org, pool)}
-        for (org, pool), lim in pools.limits.items():
-            org_pools.setdefault(org, {}).setdefault(pool, {"in_use": 0, "max": lim.max})
-        return {"pools": {p: {"capacity": c, "in_use": use.pool.get(p, 0)} for p, c in pools.capacity.items()},
-                "org_pools": org_pools}
 
     # ------------------------------------------------------------- settings and orgs
     def apply_config(self, config: Config) -> Effects:

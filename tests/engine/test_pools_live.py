@@ -38,9 +38,11 @@ def test_dispatch_walks_the_pools_and_a_running_chart_holds_its_demand():
     new = s.commit_dispatch(planned, {c: ("run", T0) for c in planned})
     assert {r.id: r.demand for r in new} == {1: (("gpu", 1), ("llm", 1)), 3: (("llm", 1),)}
     assert s.to_start() == []
-    c = s.counters()
-    assert c["pools"]["llm"] == {"capacity": 2, "in_use": 2} and c["pools"]["gpu"] == {"capacity": 1, "in_use": 1}
-    assert c["org_pools"]["1"]["gpu"] == {"in_use": 1, "max": None}
+    from fairsched.engine.publish import pool_summary
+    got = pool_summary(s.capture())  # what the snapshot, the dashboard and the metrics read
+    use = {p["name"]: (p["capacity"], p["in_use"]) for p in got["pools"]}
+    assert use["llm"] == (2, 2) and use["gpu"] == (1, 1)
+    assert got["org_pools"]["1"]["gpu"] == {"in_use": 1, "max": None, "min": 0, "waiting_at_ceiling": None}
 
 
 def test_a_change_of_pools_applies_live_and_a_ceiling_holds_only_its_org():
