@@ -9,8 +9,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..lanes import Durations
 from ..modes import Dispatch, EtaModel, Policy, Share
-from ..pool_lanes import RunningUse, pool_etas
-from ..pools import DEFAULT_POOL, Pools, Usage, dispatch_walk
+from ..pools import DEFAULT_POOL, Pools, Usage
 from ..rules import ORDERED
 from ..share import DEFAULT_QUANTUM_S
 from ..types import RunningChart
@@ -58,7 +57,6 @@ class _PoolSim(Sim):
         super().__init__(arrivals, events, budget=self.pools.capacity[DEFAULT_POOL], weights=weights, costs={},
                          estimate=estimate, policy=Policy.WRR, forecaster=None, share=share, quantum_s=quantum_s,
                          dispatch=dispatch, pools=self.pools)
-        self.backfill = self.q.dispatch_policy is Dispatch.BACKFILL
         self.use = Usage()
         self.peak: dict[str, int] = {}
         self.demand: dict[str, tuple] = {}
@@ -87,22 +85,17 @@ class _PoolSim(Sim):
                 self.q.resume(ev.chart)
 
     def dispatch(self, t: float) -> None:
+        """What the queue starts by the pools (``FairQueue(pools=...)``: the pools' walk, or under
+        backfill their reservations), each running chart holding the demand it started with."""
         q, by_id, pools = self.q, self.by_id, self.pools
-        ids = q.order()
         demand = {o: q.ordered_count(o) for o in self.weights if q.ordered_count(o)}
-        if self.backfill:
-            charts = q.dispatch(0, self.running.values(), t, self.estimate)
-            for c in charts:
-                self.use.take(c.org, pools.demand(c.org, c.workflow))
-        else:
-            started, _ = dispatch_walk([(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow)) for c in ids],
-                                       pools, self.use)
-            charts = q.dispatch_ids([ids[i] for i in started])
+        charts = q.dispatch(0, self.running.values(), t, self.estimate)
         if charts and demand:
             self._entitle(charts, demand)
         for c in charts:
-            self.demand[c.id] = pools.demand(c.org, c.workflow)
-            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, 1, self.demand[c.id])
+            d = self.demand[c.id] = pools.demand(c.org, c.workflow)
+            self.use.take(c.org, d)
+            self.running[c.id] = RunningChart(c.id, c.org, c.workflow, t, 1, d)
             self.start[c.id] = float(t)
             fin = self.finish_at[c.id] = float(t) + by_id[c.id].actual_s
             self.tie += 1
@@ -112,24 +105,11 @@ class _PoolSim(Sim):
                 self.peak[p] = u
 
     def eta_at_arrival(self, t: float, arrived: list[str]) -> None:
+        """The queue's own ETA pass with the pools (the one its dispatch agrees with)."""
         want = [c for c in arrived if c in self.running or self.q.state_of(c) == ORDERED]
         if not want:
             return
-        if self.backfill:  # the queue's own pass: the reservations its dispatch makes
-            rep = self.q.etas(self.running.values(), t, estimate=self.estimate)
-            for c in want:
-                if c in rep.etas:
-                    self.eta[c] = rep.etas[c].finish_s + t
-            return
-        ids, by_id, pools, est = self.q.order(), self.by_id, self.pools, self.estimate
-        order = [(by_id[c].org, pools.demand(by_id[c].org, by_id[c].workflow),
-                  float(est(by_id[c].org, by_id[c].workflow))) for c in ids]
-        run = [RunningUse(r.org, self.demand[r.id], r.started_at + est(r.org, r.workflow) - t)
-               for r in self.running.values()]
-        _, fins = pool_etas(order, run, pools)
-        fin_of = dict(zip(ids, fins))
-        for r, u in zip(self.running.values(), run):
-            fin_of[r.id] = max(0.0, u.remaining_s)
+        rep = self.q.etas(self.running.values(), t, estimate=self.estimate)
         for c in want:
-            if fin_of.get(c) is not None:
-                self.eta[c] = fin_of[c] + t
+            if c in rep.etas:
+                self.eta[c] = rep.etas[c].finish_s + t
