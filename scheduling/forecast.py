@@ -49,6 +49,7 @@ from typing import Callable, Iterable, Mapping
 
 from .lanes import Durations, initial_lanes, lane_pass, running_clear
 from .plan import gc_paused
+from .pool_lanes import RunningUse, _parts, _pool_lanes, walk_items
 from .rules import is_held
 from .share import arrival_round
 from .types import Eta, EtaReport, QueuedChart, RunningChart, WalkEtas
@@ -311,6 +312,9 @@ class Forecaster:
             return self._etas(queue, running, now, stop_after)
 
     def _etas(self, queue, running, now, stop_after) -> EtaReport:
+        pools = getattr(queue, "pools", None)
+        if pools is not None:
+            return self._pool_etas(queue, pools, running, now, stop_after)
         p = self.params
         etas: dict[str, Eta] = {}
         running = list(running)
@@ -327,6 +331,58 @@ class Forecaster:
         real = _RealCharts(own)
         # the lane walk (lanes.lane_pass) over the order with the phantoms let in as it goes
         starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes, finishes=False)
+        walked = real.collect(starts, etas, org_clear)
+        return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
+
+    def _pool_etas(self, queue, pools, running, now, stop_after) -> EtaReport:
+        """The pass with capacity pools (no limits): the pools' lane walk with floors
+        (:func:`.pool_lanes.walk_items`, the strict pass of :func:`.pool_lanes.pool_etas`)
+        over the order with the phantoms let in as it goes (:class:`_PoolPhantomRounds`:
+        a phantom arrives once the earliest lane of a pool it draws on has reached its
+        arrival), each phantom drawing its (org, workflow)'s demand; learned durations as
+        in one budget. With one pool ``default`` it is the one-budget pass exactly."""
+        if pools.has_limits:
+            raise ValueError("the forecast pass with pools knows no limits (ceilings, minimums)")
+        p = self.params
+        etas: dict[str, Eta] = {}
+        running = list(running)
+        mean = _cache(self.mean)
+        own = _cache(self.median if p.own == "median" else self.mean)
+        run = []
+        for r in running:  # as initial_lanes: the remaining time of the learned mean
+            rem = r.started_at + mean(r.org, r.workflow) - now
+            if rem < 0.0:
+                rem = 0.0
+            etas[r.id] = Eta(0.0, rem)
+            run.append(RunningUse(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow), rem))
+        org_clear: dict[str, float] = dict.fromkeys(queue.weights, 0.0)
+        running_clear(running, etas, org_clear)
+        pending = set(stop_after) - etas.keys() if stop_after is not None else None
+        if pending is not None and not pending:
+            return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
+        # each pool's lanes at now: enough zero lanes for every unit the order and the
+        # phantoms could draw (the rest are never reached: pool_lanes._pool_lanes)
+        most = dict.fromkeys(pools.capacity, 1)
+        for d in pools.demands.values():
+            for pool, u in d:
+                if u > most.get(pool, 0):
+                    most[pool] = u
+        n = queue.order_len + (p.max_phantoms if p.phantoms else 0)
+        lanes = _pool_lanes(run, pools, {pool: n * u for pool, u in most.items()})
+        index = {pool: k for k, pool in enumerate(lanes)}
+        floor = [0.0] * len(index)
+        table: dict = {}
+
+        def parts_of(demand):
+            sp = table.get(demand, False)
+            if sp is False:
+                sp = table[demand] = _parts(demand, lanes, index)
+            return sp
+        gen = (self.expected_arrivals(now, queue.weights, queue.cost_of, mean)
+               if p.phantoms and any(lanes.values()) else None)
+        ph = _PoolPhantomRounds(queue, gen, pools, lanes, index, floor, parts_of)
+        real = _RealCharts(own)
+        starts, _ = walk_items(_pool_forecast_items(queue, pools, ph, real, mean, parts_of, pending), floor)
         walked = real.collect(starts, etas, org_clear)
         return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
 
@@ -367,6 +423,134 @@ class _PhantomRounds:
             yield pc, pest
             if pc <= nl:  # it got lanes (lanes.lane_pass: None when c > lanes)
                 self.head = pr
+
+
+class _PoolPhantomRounds:
+    """:class:`_PhantomRounds` with pools: the persistent round-robin state, the phantoms
+    placed so far (a heap of (round, arrival, seq, parts, mean duration, pools)) and the
+    ones arrived in time order but not let in yet (per pool, a heap by arrival).
+
+    The rule (one budget's, pool by pool): a pool's clock is its earliest lane, not before
+    its floor (``max(floor, lanes[0])``: the earliest a chart drawing on it alone could
+    start now); a phantom is let in (takes its round, ``head`` being the round walked then)
+    once the clock of a pool it draws on has reached its arrival, i.e. once the latest of
+    its pools' clocks has, the earliest it could start if let in now. Its pools' walk has
+    then reached its arrival, so it never starts before it arrives, and the pools it does
+    not draw on never wait for it. The generator is read in time order up to the latest
+    clock of all pools (no phantom arriving later can be let in anywhere); a phantom whose
+    pools' clocks have not reached its arrival waits, without holding back the others.
+    Phantoms let in at the same step are let in in arrival order. A phantom that draws
+    on no pool with lanes (capacity 0) is never let in (it could never start). With one
+    pool every chart draws on, its clock is its earliest lane (the floor is never above
+    it), so every phantom read is let in at once, as in one budget."""
+
+    __slots__ = ("gen", "head", "last", "used", "placed", "pools", "lanes", "index", "floor", "parts_of",
+                 "waiting", "clock", "lane_of", "weights", "cost_of")
+
+    def __init__(self, queue, gen: "_Phantoms | None", pools, lanes: dict, index: dict, floor: list,
+                 parts_of: Callable) -> None:
+        self.gen = gen
+        self.head = queue.head
+        rstate = queue.round_state()
+        self.last = {o: lu[0] for o, lu in rstate.items()}
+        self.used = {o: lu[1] for o, lu in rstate.items()}
+        self.placed: list = []
+        self.pools, self.index, self.floor, self.parts_of = pools, index, floor, parts_of
+        self.lane_of = [lanes[pool] for pool in index]  # each pool's lanes, by its place in ``floor``
+        self.waiting: list[list] = [[] for _ in index]
+        self.clock = -math.inf
+        if gen is not None:
+            self.after(range(len(index)))
+
+    def _clock(self, k: int) -> float:
+        ln = self.lane_of[k]
+        f = self.floor[k]
+        return f if not ln or ln[0] < f else ln[0]
+
+    def after(self, touched: Iterable[int]) -> None:
+        """The walk has just moved the pools ``touched`` (their places in ``floor``): the
+        phantoms waiting on them whose arrival their clock has reached are let in, then
+        those the generator gives up to the latest clock (let in or set waiting)."""
+        waiting, clock = self.waiting, self._clock
+        for k in touched:
+            c = clock(k)
+            if c > self.clock:
+                self.clock = c
+            w = waiting[k]
+            while w and w[0][0] <= c:
+                rec = heappop(w)[2]
+                if rec[5]:  # not let in yet (by another of its pools)
+                    self._place(rec)
+        gen, lane_of, index = self.gen, self.lane_of, self.index
+        while True:
+            nxt = gen.take(self.clock)
+            if nxt is None:
+                return
+            at, org, wf = nxt
+            demand = self.pools.demand(org, wf)
+            ks = tuple(index[pool] for pool, _ in demand if pool in index and lane_of[index[pool]])
+            if not ks:
+                continue  # it draws on no pool with lanes: it never starts
+            rec = [at, gen.seq, org, self.parts_of(demand), gen.mean(org, wf), ks]
+            if max(map(clock, ks)) >= at:
+                self._place(rec)
+            else:
+                for k in ks:
+                    heappush(waiting[k], (at, gen.seq, rec))
+
+    def _place(self, rec: list) -> None:
+        at, seq, org, parts, est, ks = rec
+        rec[5] = ()  # let in
+        r, self.used[org] = arrival_round(self.head, self.last.get(org), self.used.get(org, 0),
+                                          self.gen.weights[org])
+        self.last[org] = r
+        heappush(self.placed, (r, at, seq, parts, est, ks))
+
+
+def _pool_forecast_items(queue, pools, ph: _PoolPhantomRounds, real: "_RealCharts", mean: Callable,
+                         parts_of: Callable, pending: "set[str] | None"):
+    """:func:`_forecast_items` with pools: the ``(parts, duration)`` items of the pools' walk
+    (:func:`.pool_lanes.walk_items`), each chart preceded by the placed phantoms of an
+    earlier round; after each item has taken its lanes, the phantoms its pools' clocks
+    let in (:meth:`_PoolPhantomRounds.after`)."""
+    info, own = real.info, real.own
+    idx, ids, orgs, durs = real.idx.append, real.ids.append, real.orgs.append, real.durs.append
+    placed = ph.placed
+    on = ph.gen is not None
+    n = 0
+    for cid, pair, rnd in queue.walk():
+        ce = info.get(pair)
+        if ce is None:
+            sp = parts_of(pools.demand(pair[0], pair[1]))
+            ce = info[pair] = ((sp, mean(*pair)), own(*pair), () if sp is None else tuple(x[1] for x in sp))
+        if ce[0][0] is None:  # it never fits: no ETA, its place in the walk all the same
+            idx(-1)
+            ids(cid)
+            orgs(pair[0])
+            durs(NAN)
+            continue
+        if on and rnd is not None:
+            while placed and placed[0][0] < rnd:
+                pr, _, _, sp, est, ks = heappop(placed)
+                yield sp, est
+                n += 1
+                if sp is not None:  # it got lanes
+                    ph.head = pr
+                    ph.after(ks)
+        idx(n)
+        ids(cid)
+        orgs(pair[0])
+        durs(ce[1])
+        yield ce[0]
+        n += 1
+        if rnd is not None:
+            ph.head = rnd
+        if on:
+            ph.after(ce[2])
+        if pending is not None and cid in pending:
+            pending.discard(cid)
+            if not pending:
+                return
 
 
 class _RealCharts:
@@ -520,23 +704,35 @@ class _Phantoms:
     def arrive_until(self, t: float, head: int, last: dict, used: dict, out: list) -> None:
         """Phantoms arriving by ``t`` (seconds from now) take their rounds (``head`` being
         the round walked then) and join ``out`` (a heap by round, then arrival)."""
-        heap = self.heap
-        while heap and heap[0][0] <= t and self.left > 0:
-            at, org = heap[0]
-            if at > self.end:
-                heap.clear()
+        take = self.take
+        while True:
+            nxt = take(t)
+            if nxt is None:
                 return
+            at, org, wf = nxt
             r, used[org] = arrival_round(head, last.get(org), used.get(org, 0), self.weights[org])
             last[org] = r
-            wf = self._workflow(org)
-            self.seq += 1
-            self.left -= 1
             heappush(out, (r, at, self.seq, self.cost_of(org, wf), self.mean(org, wf)))
-            nxt = self._next(org, at, 1.0)
-            if nxt is None:
-                heappop(heap)
-            else:
-                heapreplace(heap, (nxt, org))
+
+    def take(self, t: float) -> "tuple[float, str, object] | None":
+        """The next phantom, ``(arrival, org, workflow)``, if it arrives by ``t``, else None
+        (its number is ``seq`` after the call); it has no round yet: the caller gives it one."""
+        heap = self.heap
+        if not heap or heap[0][0] > t or self.left <= 0:
+            return None
+        at, org = heap[0]
+        if at > self.end:
+            heap.clear()
+            return None
+        wf = self._workflow(org)
+        self.seq += 1
+        self.left -= 1
+        nxt = self._next(org, at, 1.0)
+        if nxt is None:
+            heappop(heap)
+        else:
+            heapreplace(heap, (nxt, org))
+        return at, org, wf
 
 
 class PlanOrder:

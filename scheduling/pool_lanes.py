@@ -136,14 +136,23 @@ def _parts(demand, lanes, index):
 
 def _walk_parts(parts_of, ests, floor: list[float]):
     """The lane walk per pool with floors over the charts' parts (:func:`_parts`) and
-    estimates (see :func:`_lane_walk`); a demand of one pool without a loop to find its
-    start. The ``u``-th earliest lane is read off the heap's top for u <= 2 (the second is a
-    child of the root), by :func:`_nth_earliest` else."""
+    estimates (see :func:`_lane_walk`): :func:`walk_items` of the two zipped."""
+    return walk_items(zip(parts_of, ests), floor)
+
+
+def walk_items(items, floor: list[float]):
+    """The lane walk per pool with floors over ``(parts, estimate)`` items (:func:`_parts`,
+    see :func:`_lane_walk`); a demand of one pool without a loop to find its start. The
+    ``u``-th earliest lane is read off the heap's top for u <= 2 (the second is a child of
+    the root), by :func:`_nth_earliest` else. ``items`` may be a generator: each item is
+    read after the previous one has taken its lanes and set its floors (``floor`` and the
+    lanes are changed in place), so a caller can read them before it yields the next (the
+    forecast pass with pools does, to let expected arrivals in)."""
     starts: list = []
     fins: list = []
     sa, fa = starts.append, fins.append
     hreplace, nth = heapreplace, _nth_earliest
-    for sp, est in zip(parts_of, ests):
+    for sp, est in items:
         if sp is None:
             sa(None)
             fa(None)
@@ -336,4 +345,4 @@ class _Streams:
                     w.capped.add(k)
 
 
-__all__ = ["RunningUse", "pool_etas", "walk_lanes"]
+__all__ = ["RunningUse", "pool_etas", "walk_items", "walk_lanes"]
