@@ -85,12 +85,21 @@ class PassInput:
     def running_charts(self) -> list[RunningChart]:
         return [r.core() for r in self.running]
 
+    @property
+    def forecast_pass(self) -> bool:
+        """Whether :meth:`eta_report` is the forecast's pass: the model is the forecast, the
+        dispatch strict, and no pool has limits (with pools, the forecast's pass is the
+        pools' lane walk; with limits, and under backfill, the queue's own pass is)."""
+        pools = self.queue.pools
+        return (self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy is not Dispatch.BACKFILL
+                and (pools is None or not pools.has_limits))
+
     def eta_report(self, now: float) -> EtaReport:
         """The ETA pass of the configured model, on this copy (the only one: a pass reads a
         copy, :meth:`LiveState.capture`)."""
-        if (self.eta_model is EtaModel.FORECAST and self.queue.dispatch_policy is not Dispatch.BACKFILL
-                and self.queue.pools is None):  # with pools: the pools' pass (the forecast's is one budget's)
+        if self.forecast_pass:
             return self.forecast.etas(self.queue, self.running_charts(), now)
         # lanes, and always under backfill: the reservations dispatch makes, same depth and
-        # durations (docs/scheduling.md, "Backfill": ETA and dispatch agree)
+        # durations (docs/scheduling.md, "Backfill": ETA and dispatch agree); with pools and
+        # limits, the pools' event pass (the forecast's pass with pools knows no limits)
         return self.queue.etas(self.running_charts(), now, estimate=self.durations)

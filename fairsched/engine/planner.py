@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.validation import MAX_BUDGET
-from scheduling.modes import Dispatch, EtaModel
 from scheduling.plan import gc_paused
 from scheduling.pools import DEFAULT_POOL, Pools
 from fairsched.engine import whatif
@@ -131,7 +130,7 @@ def _lateness(due: list[tuple[str, float]], etas: dict) -> tuple[int, float]:
 
 def _estimates(captured: PassInput) -> Callable[[str, str | None], float]:
     """The durations the configured model walks the lanes with."""
-    if captured.eta_model is EtaModel.FORECAST and captured.queue.dispatch_policy != Dispatch.BACKFILL:
+    if captured.forecast_pass:
         return captured.forecast.mean
     return captured.durations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Callable, Mapping, Sequence
 
+from ..forecast import Forecaster, ForecastParams
 from ..lanes import Durations
 from ..modes import Dispatch, EtaModel, Policy, Share
 from ..pools import DEFAULT_POOL, Pools, Usage
@@ -19,16 +20,29 @@ from .simulator import Arrival, Event, Sim, SimChart, SimResult, summarize
 def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *, pools: Pools,
                    weights: Mapping[str, int], estimate: Callable[[str, str | None], float] = Durations(),
                    share: Share | str = Share.CHARTS, quantum_s: float = DEFAULT_QUANTUM_S,
-                   dispatch: Dispatch | str = Dispatch.STRICT) -> SimResult:
+                   dispatch: Dispatch | str = Dispatch.STRICT, eta_model: EtaModel | str = EtaModel.LANES,
+                   forecast_params: ForecastParams | None = None, forecaster: Forecaster | None = None,
+                   ) -> SimResult:
     """:func:`simulate` with capacity pools (docs/scheduling.md, "Pools"): the order is the
     same :class:`FairQueue`'s, dispatch is :func:`.pools.dispatch_walk` and the ETA at
     arrival :func:`.pool_lanes.pool_etas`; under ``dispatch`` backfill (no limits) the
     queue's reservations per pool start what they start now and give the ETA at arrival
     (:mod:`.pool_reserve`). ``set_budget`` sets the pool ``default``, ``set_pool``
     (``org`` the pool, ``value`` its capacity) another. The summary adds each pool's
-    capacity at the end and its peak units in use (``pools``)."""
+    capacity at the end and its peak units in use (``pools``).
+
+    ``eta_model`` ``"forecast"`` (strict dispatch, no limits): the ETA at arrival is the
+    forecast's pass with the pools (:meth:`.forecast.Forecaster.etas`), told each arrival
+    and each finish as it happens, as :func:`simulate` does; each chart gets its 90% bound
+    too."""
+    eta_model = EtaModel(eta_model)
+    fc = None
+    if eta_model is EtaModel.FORECAST:
+        if Dispatch(dispatch) is Dispatch.BACKFILL or pools.has_limits:
+            raise ValueError("the forecast model with pools is defined for strict dispatch without limits")
+        fc = forecaster if forecaster is not None else Forecaster(estimate, forecast_params or ForecastParams())
     sim = _PoolSim(arrivals, events, pools=pools, weights=weights, estimate=estimate, share=share,
-                   quantum_s=quantum_s, dispatch=dispatch)
+                   quantum_s=quantum_s, dispatch=dispatch, forecaster=fc)
     while True:
         t = sim.next_instant()
         if t is None:
@@ -40,10 +54,10 @@ def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *,
         sim.dispatch(t)
         sim.eta_at_arrival(t, arrived)
     charts = [SimChart(a.id, a.org, float(a.at_s), sim.start.get(a.id), sim.finish_at.get(a.id),
-                       sim.eta.get(a.id)) for a in arrivals]
+                       sim.eta.get(a.id), sim.p90.get(a.id)) for a in arrivals]
     summary = summarize(charts, dict(weights), sim.entitled, sim.contended_starts)
     summary["pools"] = {p: {"capacity": c, "peak_in_use": sim.peak.get(p, 0)} for p, c in pools.capacity.items()}
-    return SimResult(Policy.WRR, charts, summary, EtaModel.LANES)
+    return SimResult(Policy.WRR, charts, summary, eta_model)
 
 
 class _PoolSim(Sim):
@@ -52,10 +66,10 @@ class _PoolSim(Sim):
     ``work`` a chart's work is its dominant share, DRF), the pools' walk decides what starts."""
 
     def __init__(self, arrivals, events, *, pools: Pools, weights, estimate, share, quantum_s,
-                 dispatch: Dispatch | str = Dispatch.STRICT) -> None:
+                 dispatch: Dispatch | str = Dispatch.STRICT, forecaster: Forecaster | None = None) -> None:
         self.pools = Pools(dict(pools.capacity), dict(pools.demands), dict(pools.limits))
         super().__init__(arrivals, events, budget=self.pools.capacity[DEFAULT_POOL], weights=weights, costs={},
-                         estimate=estimate, policy=Policy.WRR, forecaster=None, share=share, quantum_s=quantum_s,
+                         estimate=estimate, policy=Policy.WRR, forecaster=forecaster, share=share, quantum_s=quantum_s,
                          dispatch=dispatch, pools=self.pools)
         self.use = Usage()
         self.peak: dict[str, int] = {}
@@ -66,6 +80,9 @@ class _PoolSim(Sim):
             _, _, cid = heappop(self.finishing)
             r = self.running.pop(cid)
             self.use.take(r.org, self.demand[cid], -1)
+            if self.fc is not None:
+                a = self.by_id[cid]
+                self.fc.observe_finish(a.org, a.workflow, a.actual_s, chart_id=cid, finished_at=self.finish_at[cid])
 
     def apply_events(self, t: float) -> None:
         events, ev_order = self.events, self.ev_order
@@ -105,7 +122,10 @@ class _PoolSim(Sim):
                 self.peak[p] = u
 
     def eta_at_arrival(self, t: float, arrived: list[str]) -> None:
-        """The queue's own ETA pass with the pools (the one its dispatch agrees with)."""
+        """The queue's own ETA pass with the pools (the one its dispatch agrees with), or
+        the forecast's pass with the pools, as :meth:`Sim.eta_at_arrival` (a partial pass)."""
+        if self.fc is not None:
+            return super().eta_at_arrival(t, arrived)
         want = [c for c in arrived if c in self.running or self.q.state_of(c) == ORDERED]
         if not want:
             return

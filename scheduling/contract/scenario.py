@@ -502,17 +502,18 @@ def _simulate_pooled(trace: dict, t: Trace, policy: Policy | str) -> dict:
     each chart's ``pools`` (what it draws on) and each pool's peak in use in the summary."""
     if Policy(policy) is not Policy.WRR:
         raise ScenarioError("policy", f"only wrr is defined with pools, got {show(str(Policy(policy).value))}")
-    if t.eta_model is not EtaModel.LANES:
-        raise ScenarioError("eta_model", "only lanes is defined with pools yet")
     pools = pooled.parse_pools(trace, t.weights, t.budget)
     pol = t.policies or {}
-    if pol.get("dispatch", Dispatch.STRICT) is Dispatch.BACKFILL and pools.has_limits:
+    backfill = pol.get("dispatch", Dispatch.STRICT) is Dispatch.BACKFILL
+    if backfill and pools.has_limits:
         raise ScenarioError("dispatch", pooled.BACKFILL_LIMITS)
+    if t.eta_model is not EtaModel.LANES and (backfill or pools.has_limits):
+        raise ScenarioError("eta_model", "only lanes is defined with pools under backfill or with limits yet")
     for i, ev in enumerate(t.events):
         if ev.kind == "set_pool" and (ev.org not in pools.capacity or ev.org == "default"):
             raise ScenarioError(f"events[{i}].set_pool.pool", f"unknown pool {show(ev.org)}")
     r = simulate_pools(t.arrivals, t.events, pools=pools, weights=t.weights, estimate=t.durations,
-                       **{k: v for k, v in pol.items() if k in ("share", "quantum_s", "dispatch")})
+                       eta_model=t.eta_model, **{k: v for k, v in pol.items() if k in ("share", "quantum_s", "dispatch")})
     out = sim_to_json(r)
     for c, a in zip(out["charts"], t.arrivals):
         c["pools"] = dict(pools.demand(a.org, a.workflow))
