@@ -245,3 +245,22 @@ def test_what_if_previews_a_pool_a_ceiling_and_a_minimum():
     with pytest.raises(whatif.ChangeError, match="above the ceiling"):
         whatif.after_of(state(pools(a_max=1), charts),
                         whatif.Change.from_json({"kind": "minimum", "org": 1, "pool": "llm", "value": 2}), now)
+
+
+def test_the_forecast_model_with_pools_is_the_forecasts_pass_unless_limits():
+    """Under the forecast model (the default) a pooled state's ETAs are the forecast's pass
+    with the pools (its phantoms and learned durations); with limits, the pools' own pass."""
+    charts = [q(i, 1, "audit") for i in range(1, 7)]  # org 1's backlog; org 2's reviews share llm
+    tight = Pools({"default": 4, "llm": 1, "gpu": 1}, pools().demands)
+    s = state(tight, charts)
+    for k in range(36):  # org 2 has sent a review every 100 s for an hour
+        s.forecast.observe_arrival("2", "review", T0 - 3600 + k * 100)
+    cap = s.capture()
+    assert cap.eta_model.value == "forecast" and cap.forecast_pass
+    rep = cap.eta_report(T0)
+    assert dict(rep.etas) == dict(cap.forecast.etas(cap.queue, cap.running_charts(), T0).etas)
+    assert dict(rep.etas) != dict(cap.queue.etas(cap.running_charts(), T0, estimate=cap.durations).etas)
+    limited = state(Pools(tight.capacity, tight.demands, {("1", "llm"): Limit(max=2)}), charts)
+    cap = limited.capture()
+    assert not cap.forecast_pass
+    assert dict(cap.eta_report(T0).etas) == dict(cap.queue.etas(cap.running_charts(), T0, estimate=cap.durations).etas)
