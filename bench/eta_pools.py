@@ -9,12 +9,15 @@ overload then a drain), each on its own budget, are replayed twice:
   one fair order: the rounds are shared, dispatch and ETAs go by pool
   (docs/scheduling.md, "Pools").
 
-The ETA is the lane simulation's at arrival (``simulate``'s ``eta_at_arrival_s``). Naive, per
-pool: ``arrival + pending x mean duration / (capacity / mean cost)`` over the charts of that
-pool (``bench/eta.py``'s naive for one pool). The figure is naive MAE / lanes MAE over every
-chart: the three pools' against the three one-pool runs' together, seed by seed.
+The ETA is the one at arrival (``simulate``'s ``eta_at_arrival_s``) of each ETA model: the lane
+simulation (``lanes``) and the forecast (``forecast``: the trace's ``"eta_model": "forecast"``,
+with pools the forecast's pass with the pools, docs/scheduling.md), each on the same runs
+(dispatch never reads the ETA model). Naive, per pool: ``arrival + pending x mean duration /
+(capacity / mean cost)`` over the charts of that pool (``bench/eta.py``'s naive for one pool).
+The figure is naive MAE / model MAE over every chart: the three pools' against the three
+one-pool runs' together, seed by seed, for each model.
 
-    .venv/bin/python bench/eta_pools.py              # 5 seeds
+    .venv/bin/python bench/eta_pools.py              # 5 seeds, lanes and forecast
     .venv/bin/python bench/eta_pools.py --seeds 10 --hours 2
 """
 from __future__ import annotations
@@ -54,25 +57,26 @@ def lanes_etas(charts: list[dict]) -> dict[str, float]:
     return {c["id"]: c["eta_at_arrival_s"] for c in charts if c["eta_at_arrival_s"] is not None}
 
 
-def one_seed(seed: int, hours: float) -> tuple[float, float, int]:
+def one_seed(seed: int, hours: float, model: str = "lanes") -> tuple[float, float, int]:
+    """naive MAE / ``model`` MAE at arrival: the three one-pool runs together, the three pools."""
     traces = [make_trace(seed * 10 + k, n_orgs=12, workflows=WF12, budget=12, hours=hours, tail_hours=hours / 2)
               for k in range(3)]
-    naive_err, lanes_err, n = [], [], 0
+    naive_err, model_err, n = [], [], 0
     for t in traces:  # one pool each
-        charts = simulate(_public(t))["charts"]
-        e_naive, e_lanes = errors(naive_etas(t, charts), charts), errors(lanes_etas(charts), charts)
+        charts = simulate({**_public(t), "eta_model": model})["charts"]
+        e_naive, e_model = errors(naive_etas(t, charts), charts), errors(lanes_etas(charts), charts)
         naive_err.append(e_naive["mae"] * e_naive["n"])
-        lanes_err.append(e_lanes["mae"] * e_lanes["n"])
-        n += e_lanes["n"]
-    one = sum(naive_err) / sum(lanes_err)
-    charts = simulate(union(traces))["charts"]
-    naive_3, lanes_3 = 0.0, 0.0
+        model_err.append(e_model["mae"] * e_model["n"])
+        n += e_model["n"]
+    one = sum(naive_err) / sum(model_err)
+    charts = simulate({**union(traces), "eta_model": model})["charts"]
+    naive_3, model_3 = 0.0, 0.0
     for k, t in enumerate(traces):  # naive per pool, on that pool's charts
         mine = [{**c, "id": c["id"][2:]} for c in charts if c["id"].startswith(f"t{k}")]
-        e_naive, e_lanes = errors(naive_etas(t, mine), mine), errors(lanes_etas(mine), mine)
+        e_naive, e_model = errors(naive_etas(t, mine), mine), errors(lanes_etas(mine), mine)
         naive_3 += e_naive["mae"] * e_naive["n"]
-        lanes_3 += e_lanes["mae"] * e_lanes["n"]
-    return one, naive_3 / lanes_3, n
+        model_3 += e_model["mae"] * e_model["n"]
+    return one, naive_3 / model_3, n
 
 
 def main() -> None:
@@ -80,15 +84,22 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--hours", type=float, default=2.0)
     a = ap.parse_args()
-    print(f"naive MAE / lanes MAE at arrival, three traces of 12 orgs, budget 12 each, {a.hours:g} h of overload")
-    print(f"{'seed':>4} {'charts':>7} {'one pool':>9} {'three pools':>12} {'three / one':>12}")
-    ratios = []
+    print(f"naive MAE / model MAE at arrival, three traces of 12 orgs, budget 12 each, {a.hours:g} h of overload")
+    print(f"{'':>12} {'lanes':^37} {'forecast':^37}")
+    print(f"{'seed':>4} {'charts':>7} " + f"{'one pool':>9} {'three pools':>12} {'three / one':>12}   " * 2)
+    ratios: dict[str, list[float]] = {"lanes": [], "forecast": []}
     for s in range(1, a.seeds + 1):
-        one, three, n = one_seed(s, a.hours)
-        ratios.append(three / one)
-        print(f"{s:>4} {n:>7} {one:>8.2f}x {three:>11.2f}x {three / one:>11.2f}x")
-    print(f"three pools / one pool: min {min(ratios):.2f}, mean {sum(ratios) / len(ratios):.2f} "
-          "(at least 1: three pools' ETAs as accurate against naive as one pool's)")
+        row = f"{s:>4} "
+        for model in ("lanes", "forecast"):
+            one, three, n = one_seed(s, a.hours, model)
+            ratios[model].append(three / one)
+            if model == "lanes":
+                row += f"{n:>7} "
+            row += f"{one:>8.2f}x {three:>11.2f}x {three / one:>11.2f}x   "
+        print(row.rstrip())
+    for model, rs in ratios.items():
+        print(f"{model}: three pools / one pool: min {min(rs):.2f}, mean {sum(rs) / len(rs):.2f} "
+              "(at least 1: three pools' ETAs as accurate against naive as one pool's)")
 
 
 if __name__ == "__main__":
