@@ -9,8 +9,9 @@ units each. The forecast has seen the backlog arrive evenly over the last 6 hour
 org has a rate and the pass lets in its expected arrivals, up to ``max_phantoms``) and no
 finish (its durations are the prior, the backlog's estimates). Timed, best of ``--repeat``:
 
-- five pools: the lanes pass (``FairQueue.etas``, the pools' lane walk with floors, the
-  forecast's durations) against the forecast's pass (``Forecaster.etas``: the same walk fed
+- five pools: the lanes pass (``FairQueue.etas``, the pools' lane walk with floors, with
+  the backlog's ``Durations``, as live; the forecast's durations are the same numbers, as
+  nothing has finished) against the forecast's pass (``Forecaster.etas``: the same walk fed
   the order and the phantoms), and the forecast's pass with no phantoms (``phantoms=False``:
   the walk and its generator alone);
 - one pool (the same backlog on the budget, each pair's cost): the same three, for the
@@ -78,12 +79,12 @@ def main() -> None:
         ("one pool", None, [RunningChart("r", "running", None, NOW - 60.0, POOLS["default"] - 3)]),
     ):
         q = queue(pools)
-        t = best({"lanes": lambda: q.etas(run, NOW, estimate=fc.mean),
+        t = best({"lanes": lambda: q.etas(run, NOW, estimate=durations),
                   "forecast": lambda: fc.etas(q, run, NOW),
                   "no phantoms": lambda: bare.etas(q, run, NOW)}, a.repeat)
         # how many phantoms a pass lets in: the ETAs it gives past the order's own
         rep = fc.etas(q, run, NOW)
-        lanes = q.etas(run, NOW, estimate=fc.mean)
+        lanes = q.etas(run, NOW, estimate=durations)
         later = sum(1 for k, e in lanes.etas.items() if rep.etas[k].start_s > e.start_s)
         rows.append((name, t, later, rep.clear_s, lanes.clear_s))
         del q
