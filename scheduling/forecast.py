@@ -37,6 +37,12 @@ forecast at an instant cannot depend on later arrivals or on the true duration
 of a chart that has not finished (``tests/core/test_forecast.py`` replays cut
 traces to check it). Every observation is O(1); a pass is the lane walk plus
 one step per phantom (O((n + phantoms) log budget)). Dispatch never reads it.
+
+With capacity pools (no limits) the walk is the pools' lane walk with floors
+(:func:`.pool_lanes.walk_items`), each phantom drawing its (org, workflow)'s demand and
+let in once the earliest lane (not before its floor) of a pool it draws on has reached
+its arrival (:class:`_PoolPhantomRounds`, docs/scheduling.md, "With pools"); with one
+pool ``default`` it is the one-budget pass exactly.
 """
 from __future__ import annotations
 
