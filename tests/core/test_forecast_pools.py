@@ -139,7 +139,6 @@ def test_no_peeking_pooled_forecast_at_arrival_uses_only_the_past(case, data):
     unknown durations replaced by others that keep those charts unfinished at that instant,
     gives the same forecast and 90% bound."""
     arrivals, events = case
-    events = [e for e in events if e.kind != "set_budget"]
     target = data.draw(st.integers(0, len(arrivals) - 1))
     bump = data.draw(st.lists(st.integers(1, 10_000), min_size=len(arrivals), max_size=len(arrivals)))
     full = simulate_pools(arrivals, events, **KW3)
