@@ -87,7 +87,6 @@ def main() -> None:
         lanes = q.etas(run, NOW, estimate=durations)
         later = sum(1 for k, e in lanes.etas.items() if rep.etas[k].start_s > e.start_s)
         rows.append((name, t, later, rep.clear_s, lanes.clear_s))
-        del q
     print(f"{a.n:,} queued, 50 orgs, pools {POOLS}; best of {a.repeat}; the forecast saw the backlog arrive "
           f"over 6 h (up to {fc.params.max_phantoms:,} phantoms a pass)")
     for name, t, later, c_fc, c_lanes in rows:
