@@ -476,20 +476,33 @@ class _PoolPhantomRounds:
     def after(self, touched: Iterable[int]) -> None:
         """The walk has just moved the pools ``touched`` (their places in ``floor``): the
         phantoms waiting on them whose arrival their clock has reached are let in, then
-        those the generator gives up to the latest clock (let in or set waiting)."""
-        waiting, clock = self.waiting, self._clock
+        those the generator gives up to the latest clock (let in or set waiting). The
+        clocks are :meth:`_clock`'s, inlined: this runs once per item walked."""
+        waiting, lane_of, floor = self.waiting, self.lane_of, self.floor
+        top = self.clock
         for k in touched:
-            c = clock(k)
-            if c > self.clock:
-                self.clock = c
+            ln = lane_of[k]
+            c = floor[k]
+            if ln and ln[0] > c:
+                c = ln[0]
+            if c > top:
+                top = c
             w = waiting[k]
             while w and w[0][0] <= c:
                 rec = heappop(w)[2]
                 if rec[5]:  # not let in yet (by another of its pools)
                     self._place(rec)
-        gen, lane_of, index = self.gen, self.lane_of, self.index
+        self.clock = top
+        heap = self.gen.heap
+        if heap and heap[0][0] <= top:
+            self._read(top)
+
+    def _read(self, top: float) -> None:
+        """The generator's phantoms arriving by ``top``: each let in if the latest clock of
+        its pools has reached its arrival, else set waiting on each of them."""
+        gen, lane_of, index, waiting, clock = self.gen, self.lane_of, self.index, self.waiting, self._clock
         while True:
-            nxt = gen.take(self.clock)
+            nxt = gen.take(top)
             if nxt is None:
                 return
             at, org, wf = nxt
