@@ -19,8 +19,27 @@ docs/scheduling.md, "Pools", "Backfill with pools"): the one-pool backfill of
   for good, the guards' windows held).
 
 With one pool (``default``) every step is :mod:`.reserve`'s, so the result is the one-pool
-backfill's exactly (a Hypothesis property). Orgs' limits (ceilings, minimums) are not
-defined with backfill: the callers refuse them or dispatch strict.
+backfill's exactly (a Hypothesis property).
+
+**Orgs' limits** (docs/scheduling.md, "Backfill with limits"), given as ``limits`` and each
+chart's org (``orgs``); without them every step above is unchanged:
+
+- A **ceiling** (``max``) of an org in a pool is one more profile, of capacity ``max``, in
+  which only that org's charts draw: its running charts in that pool until their estimated
+  finishes, and its reservations there. A chart of that org drawing on that pool must fit
+  in it too (:meth:`PoolProfiles.expand`), for its window (its bound if ahead, clear of the
+  guards' windows held in it). So a chart at its ceiling reserves nothing until its org's
+  use there leaves it room, blocks no one meanwhile, and no reservation ever takes an org
+  past its ceiling at any moment of its window.
+- A **minimum** (``min``): the walk reserves first, in order, the charts of an org that
+  holds less than its minimum in a pool they draw on, counting its running charts' units
+  there and those of its charts reserved so far in that first pass; then the rest, in
+  order (:func:`walk_order`); as the strict walk's first pass does. "Before" (the
+  frontiers, ahead) is this walk's order.
+- After the reserved charts, the strict walk *with limits* (:func:`.pools.dispatch_walk`,
+  fast-forwarded by :func:`.pool_lanes.pool_etas`) from what the reservations leave, each
+  unit of a pool and of an org's ceiling from the time it is free for good
+  (:func:`tail_running`).
 
 Times are seconds from now. A guard's hold is (start, estimated end, bound's end, units),
 absolute times; its units an int for ``{"default": units}`` (the one-pool form, saved as
@@ -31,50 +50,82 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from .pools import DEFAULT_POOL, Demand
+from .pools import DEFAULT_POOL, Demand, Limit
 from .reserve import Profile
 
 _INF = float("inf")
 
 
-def hold_units(demand: Demand) -> int | dict:
+def hold_units(demand: Demand) -> int | dict | list:
     """A demand as a hold records it: an int for the pool ``default`` alone (as the
-    one-pool backfill saves it), else ``{pool: units}``."""
+    one-pool backfill saves it), else ``{pool: units}``; a demand expanded with ceilings
+    (:meth:`PoolProfiles.expand`) as ``[[pool, units], ..., [pool, units, org], ...]``, a
+    triple for each org's ceiling it holds units under."""
+    if any(not isinstance(p, str) for p, _ in demand):
+        return [[p, u] if isinstance(p, str) else [p[1], u, p[0]] for p, u in demand]
     if len(demand) == 1 and demand[0][0] == DEFAULT_POOL:
         return demand[0][1]
     return dict(demand)
 
 
-def units_of(units) -> Iterator[tuple[str, int]]:
-    """The (pool, units) of a hold's units (an int, a mapping, or pairs read back from JSON)."""
+def units_of(units) -> Iterator[tuple]:
+    """The (pool, units) of a hold's units (an int, a mapping, or pairs read back from
+    JSON); a triple [pool, units, org] is (``(org, pool)``, units): that org's ceiling."""
     if isinstance(units, int):
         return iter(((DEFAULT_POOL, units),))
     if isinstance(units, Mapping):
         return iter(units.items())
-    return ((p, u) for p, u in units)
+    return ((x[0], x[1]) if len(x) == 2 else ((x[2], x[0]), x[1]) for x in units)
 
 
 class PoolProfiles:
-    """One :class:`.reserve.Profile` per pool, and each pool's frontier."""
+    """One :class:`.reserve.Profile` per pool, and each pool's frontier; with limits, one
+    per (org, pool) with a limit (``virtual``: of capacity its ``max``, else the pool's),
+    the org's units in that pool, and ``held``, its running charts' units there."""
 
-    __slots__ = ("profiles", "frontier")
+    __slots__ = ("profiles", "frontier", "limits", "virtual", "held", "_by")
 
-    def __init__(self, capacity: Mapping[str, int], running: Iterable[tuple[float, Demand]],
-                 origin: float = 0.0) -> None:
-        """``running``: (remaining seconds, demand) of each running chart; a pool it draws
-        on that is gone has capacity 0. ``origin``: now, in absolute time."""
+    def __init__(self, capacity: Mapping[str, int], running: Iterable[tuple],
+                 origin: float = 0.0, limits: Mapping[tuple[str, str], Limit] | None = None) -> None:
+        """``running``: (remaining seconds, demand) of each running chart, or (remaining
+        seconds, demand, org) (with ``limits``: an org's running charts count under its
+        limits); a pool it draws on that is gone has capacity 0. ``origin``: now, in
+        absolute time. ``limits``: (org, pool) -> :class:`.pools.Limit`."""
+        lim = {k: v for k, v in (limits or {}).items() if v.max is not None or v.min}
         per: dict[str, list[tuple[float, int]]] = {p: [] for p in capacity}
-        for rem, demand in running:
+        org_per: dict[tuple, list[tuple[float, int]]] = {k: [] for k in lim}
+        for r in running:
+            rem, demand = r[0], r[1]
             for p, u in demand:
                 per.setdefault(p, []).append((rem, u))
+                if lim:
+                    k = (r[2] if len(r) > 2 else None, p)
+                    if k in org_per:
+                        org_per[k].append((rem, u))
         self.profiles = {p: Profile(capacity.get(p, 0), run, origin) for p, run in per.items()}
         self.frontier = dict.fromkeys(self.profiles, 0.0)
+        self.limits = lim
+        self.virtual = {k: Profile(v.max if v.max is not None else capacity.get(k[1], 0), org_per[k], origin)
+                        for k, v in lim.items()}
+        self.held = {k: sum(u for _, u in run) for k, run in org_per.items()}
+        self._by = {**self.profiles, **self.virtual} if lim else self.profiles
+
+    def expand(self, org, demand: Demand) -> Demand:
+        """``demand`` with, for each pool it draws on where ``org`` has a limit, the same
+        units in that org's profile there (keyed ``(org, pool)``): what a reservation takes."""
+        virtual = self.virtual
+        if not virtual:
+            return demand
+        extra = tuple(((org, p), u) for p, u in demand if (org, p) in virtual)
+        return demand + extra if extra else demand
 
     def hold(self, holds: Iterable[tuple], now: float) -> None:
-        """The guards' windows of the charts started ahead, each in the pools it drew on."""
+        """The guards' windows of the charts started ahead, each in the pools it drew on
+        (and under the ceilings it drew under)."""
+        by = self._by
         for s, e, b, units in holds:
             for p, u in units_of(units):
-                pr = self.profiles.get(p)
+                pr = by.get(p)
                 if pr is not None:
                     pr.hold([(s, e, b, u)], now)
 
@@ -89,8 +140,9 @@ class PoolProfiles:
 
     def earliest(self, demand: Demand, d: float, bound: float, front: float) -> float | None:
         """The reservation's start of a chart drawing ``demand`` for ``d`` seconds (``bound``
-        if ahead of ``front``), None if it never fits. One pool: :meth:`.Profile.earliest`."""
-        profiles = self.profiles
+        if ahead of ``front``), None if it never fits. One pool: :meth:`.Profile.earliest`.
+        ``demand`` may be expanded (:meth:`expand`): it then fits under the ceilings too."""
+        profiles = self._by
         if len(demand) == 1:
             p, u = demand[0]
             pr = profiles.get(p)
@@ -114,17 +166,18 @@ class PoolProfiles:
     def reserve(self, t: float, demand: Demand, d: float, bound: float | None) -> float:
         """Take ``demand`` from ``t`` for ``d`` seconds in each of its pools (``bound``: a
         reservation ahead, its window held); each pool's frontier moves to ``t``. Returns
-        the finish."""
+        the finish. ``demand`` may be expanded (:meth:`expand`)."""
         end = t + d
+        by, fr = self._by, self.frontier
         for p, u in demand:
-            pr = self.profiles[p]
+            pr = by[p]
             times = pr.times
             i = bisect_left(times, t)
             if i == len(times) or times[i] != t:
                 pr._split(t)
             end = pr.reserve(i, u, d, bound)
-            if t > self.frontier[p]:
-                self.frontier[p] = t
+            if t > fr.get(p, t):
+                fr[p] = t
         return end
 
     def free_for_good(self) -> dict[str, int]:
@@ -169,34 +222,68 @@ def earliest_from(pr: Profile, c: int, d: float, bound: float, front: float, t0:
         i = bisect_right(times, s) - 1
 
 
+def walk_order(orgs: Sequence, demands: Sequence[Demand], prof: PoolProfiles) -> list[int] | range:
+    """The order the reservations are made in: with minimums, first (in order) the charts
+    of an org below its ``min`` in a pool they draw on, its units there counted as its
+    running charts' and those of its charts taken so far in this first pass; then the
+    rest, in order. Without minimums, the order itself."""
+    mins = {k: v.min for k, v in prof.limits.items() if v.min}
+    n = len(demands)
+    if not mins or orgs is None:
+        return range(n)
+    held = {k: prof.held.get(k, 0) for k in mins}
+    first: list[int] = []
+    for i in range(n):
+        org, dem = orgs[i], demands[i]
+        if any(held.get((org, p), 0) < mins.get((org, p), 0) for p, _ in dem):
+            first.append(i)
+            for p, u in dem:
+                k = (org, p)
+                if k in held:
+                    held[k] += u
+    if not first:
+        return range(n)
+    taken = set(first)
+    return first + [i for i in range(n) if i not in taken]
+
+
 def reserve_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles,
-                 ) -> tuple[list[float | None], list[float | None]]:
-    """Reserve ``items`` (demand, estimate, 90% bound), in order: parallel starts and
-    finishes (None: it never fits). :func:`.reserve.reserve_walk` per pool."""
-    starts: list = []
-    fins: list = []
-    for dem, d, b in items:
+                 orgs: Sequence | None = None) -> tuple[list[float | None], list[float | None]]:
+    """Reserve ``items`` (demand, estimate, 90% bound), of ``orgs`` (with limits), in
+    :func:`walk_order`: parallel starts and finishes (None: it never fits).
+    :func:`.reserve.reserve_walk` per pool."""
+    n = len(items)
+    starts: list = [None] * n
+    fins: list = [None] * n
+    limited = orgs is not None and prof.limits
+    for i in walk_order(orgs, [it[0] for it in items], prof) if limited else range(n):
+        dem, d, b = items[i]
         front = prof.front(dem)
+        if limited:
+            dem = prof.expand(orgs[i], dem)
         t = prof.earliest(dem, d, b, front)
         if t is None:
-            starts.append(None)
-            fins.append(None)
             continue
-        starts.append(t)
-        fins.append(prof.reserve(t, dem, d, b if t < front else None))
+        starts[i] = t
+        fins[i] = prof.reserve(t, dem, d, b if t < front else None)
     return starts, fins
 
 
-def startable_now(items: Iterable[tuple[Demand, float, float]], prof: PoolProfiles,
-                  guarded: list[int] | None = None) -> list[int]:
-    """The indexes of ``items`` whose reservation is now (what dispatch starts), stopping
-    once no pool has a unit free now; ``guarded`` collects those started ahead under their
-    guard. :func:`.reserve.startable_now` per pool."""
+def startable_now(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles,
+                  guarded: list[int] | None = None, orgs: Sequence | None = None) -> list[int]:
+    """The indexes of ``items`` (of ``orgs``, with limits) whose reservation is now (what
+    dispatch starts), in order, reserved in :func:`walk_order` and stopping once no pool
+    has a unit free now; ``guarded`` collects those started ahead under their guard.
+    :func:`.reserve.startable_now` per pool."""
     out = []
-    for n, (dem, d, b) in enumerate(items):
+    limited = orgs is not None and prof.limits
+    for n in walk_order(orgs, [it[0] for it in items], prof) if limited else range(len(items)):
         if not prof.any_free_now():
             break
+        dem, d, b = items[n]
         front = prof.front(dem)
+        if limited:
+            dem = prof.expand(orgs[n], dem)
         t = prof.earliest(dem, d, b, front)
         if t is None:
             continue
@@ -205,6 +292,50 @@ def startable_now(items: Iterable[tuple[Demand, float, float]], prof: PoolProfil
             out.append(n)
             if guarded is not None and t < front and b > d:
                 guarded.append(n)
+    if limited:
+        out.sort()
+    return out
+
+
+NOBODY = ("", "(the reservations)")
+"""The org of :func:`tail_running`'s pseudo charts holding a pool's units (no limits)."""
+
+
+def tail_running(prof: PoolProfiles) -> list[tuple]:
+    """What the reservations leave, as running charts for the strict walk with limits after
+    them (:func:`.pools.dispatch_walk`, :func:`.pool_lanes.pool_etas`): (org, demand,
+    remaining seconds), each unit of a pool in use until it is free for good (the guards'
+    windows held), under :data:`NOBODY`; each unit of an org's limited (org, pool) the same
+    under that org, with as many units taken back from the pool under :data:`NOBODY` (so
+    the pool counts it once). The entries at 0 are free now."""
+    out: list[tuple] = []
+    for key, pr in prof._by.items():
+        times, free = pr.guarded_steps()
+        n = len(times)
+        suffix = [0] * n  # the units free for good from each step on
+        m = free[-1]
+        for i in range(n - 1, -1, -1):
+            if free[i] < m:
+                m = free[i]
+            suffix[i] = m
+        steps = [(0.0, pr.budget - suffix[0])]  # in use now, freed over time below
+        for i in range(1, n):
+            if suffix[i] > suffix[i - 1]:
+                steps.append((times[i], suffix[i] - suffix[i - 1]))
+        busy = steps[0][1]
+        frees = steps[1:]
+        if busy <= 0 and not frees:
+            continue
+        if isinstance(key, str):
+            for t, u in frees:
+                out.append((NOBODY, ((key, u),), t))
+            if busy > sum(u for _, u in frees):  # (the last step has the whole budget free: never)
+                out.append((NOBODY, ((key, busy - sum(u for _, u in frees)),), float("inf")))
+        else:
+            org, p = key
+            for t, u in frees:
+                out.append((org, ((p, u),), t))
+                out.append((NOBODY, ((p, -u),), t))
     return out
 
 
@@ -233,4 +364,5 @@ def strict_now(demands: Iterable[Demand], free: Mapping[str, int]) -> list[int]:
     return out
 
 
-__all__ = ["PoolProfiles", "earliest_from", "hold_units", "reserve_walk", "startable_now", "strict_now", "units_of"]
+__all__ = ["NOBODY", "PoolProfiles", "earliest_from", "hold_units", "reserve_walk", "startable_now", "strict_now",
+           "tail_running", "units_of", "walk_order"]

@@ -506,8 +506,6 @@ def _simulate_pooled(trace: dict, t: Trace, policy: Policy | str) -> dict:
         raise ScenarioError("eta_model", "only lanes is defined with pools yet")
     pools = pooled.parse_pools(trace, t.weights, t.budget)
     pol = t.policies or {}
-    if pol.get("dispatch", Dispatch.STRICT) is Dispatch.BACKFILL and pools.has_limits:
-        raise ScenarioError("dispatch", pooled.BACKFILL_LIMITS)
     for i, ev in enumerate(t.events):
         if ev.kind == "set_pool" and (ev.org not in pools.capacity or ev.org == "default"):
             raise ScenarioError(f"events[{i}].set_pool.pool", f"unknown pool {show(ev.org)}")
