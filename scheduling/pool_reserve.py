@@ -51,7 +51,7 @@ from bisect import bisect_left, bisect_right
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from .pools import DEFAULT_POOL, Demand, Limit
-from .reserve import Profile
+from .reserve import Profile, window_end
 
 _INF = float("inf")
 
@@ -83,7 +83,7 @@ class PoolProfiles:
     per (org, pool) with a limit (``virtual``: of capacity its ``max``, else the pool's),
     the org's units in that pool, and ``held``, its running charts' units there."""
 
-    __slots__ = ("profiles", "frontier", "limits", "virtual", "held", "_by")
+    __slots__ = ("profiles", "frontier", "limits", "virtual", "held", "_by", "_starts")
 
     def __init__(self, capacity: Mapping[str, int], running: Iterable[tuple],
                  origin: float = 0.0, limits: Mapping[tuple[str, str], Limit] | None = None) -> None:
@@ -109,6 +109,7 @@ class PoolProfiles:
                         for k, v in lim.items()}
         self.held = {k: sum(u for _, u in run) for k, run in org_per.items()}
         self._by = {**self.profiles, **self.virtual} if lim else self.profiles
+        self._starts: dict[str, list[float]] = {}  # with limits: each pool's reservations' starts
 
     def expand(self, org, demand: Demand) -> Demand:
         """``demand`` with, for each pool it draws on where ``org`` has a limit, the same
@@ -176,9 +177,65 @@ class PoolProfiles:
             if i == len(times) or times[i] != t:
                 pr._split(t)
             end = pr.reserve(i, u, d, bound)
-            if t > fr.get(p, t):
-                fr[p] = t
+            if p in fr:
+                if t > fr[p]:
+                    fr[p] = t
+                if self.limits:
+                    self._starts.setdefault(p, []).append(t)
         return end
+
+    def release(self, t: float, demand: Demand, d: float, bound: float | None) -> None:
+        """Give back a reservation :meth:`reserve` made (the same arguments): its units, its
+        guard's window, and its start from each pool's frontier (with limits only)."""
+        by, fr = self._by, self.frontier
+        for p, u in demand:
+            pr = by[p]
+            pr.reserve(bisect_left(pr.times, t), -u, d)
+            if bound is not None and bound > d:
+                pr.guards.remove((t + d, window_end(pr.origin + t + bound) - pr.origin, u))
+            if p in fr:
+                st = self._starts[p]
+                st.remove(t)
+                fr[p] = max(st, default=0.0)
+
+    def earliest_below_min(self, demand: Demand, d: float, bound: float, front: float,
+                           mins: Sequence[tuple[Profile, int]]) -> float | None:
+        """The earliest time ``demand`` (expanded) fits, as :meth:`earliest`, at which its
+        org holds less than ``min`` in one of ``mins`` (its profile per (org, pool), of
+        capacity ``budget``: it holds ``budget - free``). None: never."""
+        t0 = 0.0
+        while True:
+            t = self._earliest_from(demand, d, bound, front, t0)
+            if t is None:
+                return None
+            nxt = _INF
+            for pr, m in mins:
+                times, free = pr.times, pr.free
+                i = bisect_right(times, t) - 1
+                if pr.budget - free[i] < m:
+                    return t
+                for j in range(i + 1, len(times)):
+                    if pr.budget - free[j] < m:
+                        nxt = min(nxt, times[j])
+                        break
+            if nxt == _INF:
+                return None
+            t0 = nxt
+
+    def _earliest_from(self, demand: Demand, d: float, bound: float, front: float, t: float) -> float | None:
+        """:meth:`earliest` from ``t`` on."""
+        profiles = self._by
+        moved = True
+        while moved:
+            moved = False
+            for p, u in demand:
+                pr = profiles.get(p)
+                s = None if pr is None else earliest_from(pr, u, d, bound, front, t)
+                if s is None:
+                    return None
+                if s > t:
+                    t, moved = s, True
+        return t
 
     def free_for_good(self) -> dict[str, int]:
         """Per pool, the units free from now on for good (the guards' windows held)."""
@@ -222,68 +279,96 @@ def earliest_from(pr: Profile, c: int, d: float, bound: float, front: float, t0:
         i = bisect_right(times, s) - 1
 
 
-def walk_order(orgs: Sequence, demands: Sequence[Demand], prof: PoolProfiles) -> list[int] | range:
-    """The order the reservations are made in: with minimums, first (in order) the charts
-    of an org below its ``min`` in a pool they draw on, its units there counted as its
-    running charts' and those of its charts taken so far in this first pass; then the
-    rest, in order. Without minimums, the order itself."""
+def _limited_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles, orgs: Sequence,
+                  ) -> tuple[list[float | None], list[float | None], list[int]]:
+    """The reservations with limits (see the module's docstring): starts, finishes, and the
+    indexes of the charts reserved ahead under their guard.
+
+    1. **Minimums first**: in order, each chart of an org with a ``min`` in a pool it draws
+       on gets its *priority* reservation: the earliest time it fits (as any reservation:
+       its pools, its org's ceilings, ahead or not) at which its org holds less than that
+       minimum there (the running charts until their estimated finishes and the
+       reservations so far counted at that instant: a unit its org frees goes to it first).
+    2. **Then the order**: each chart in order gets its reservation; a chart with a
+       priority reservation gives it back first and keeps the earlier of the two (so a
+       minimum never makes a chart later than it would be without it)."""
+    n = len(items)
+    starts: list = [None] * n
+    fins: list = [None] * n
+    ahead: list = [False] * n
+    dems = [prof.expand(orgs[i], items[i][0]) for i in range(n)]
     mins = {k: v.min for k, v in prof.limits.items() if v.min}
-    n = len(demands)
-    if not mins or orgs is None:
-        return range(n)
-    held = {k: prof.held.get(k, 0) for k in mins}
-    first: list[int] = []
+    prio: list[int] = []
+    if mins:
+        for i in range(n):
+            dem, d, b = items[i]
+            keys = [(orgs[i], p) for p, _ in dem if (orgs[i], p) in mins]
+            if not keys:
+                continue
+            front = prof.front(dem)
+            t = prof.earliest_below_min(dems[i], d, b, front, [(prof.virtual[k], mins[k]) for k in keys])
+            if t is None:
+                continue
+            ahead[i] = t < front
+            starts[i], fins[i] = t, prof.reserve(t, dems[i], d, b if ahead[i] else None)
+            prio.append(i)
     for i in range(n):
-        org, dem = orgs[i], demands[i]
-        if any(held.get((org, p), 0) < mins.get((org, p), 0) for p, _ in dem):
-            first.append(i)
-            for p, u in dem:
-                k = (org, p)
-                if k in held:
-                    held[k] += u
-    if not first:
-        return range(n)
-    taken = set(first)
-    return first + [i for i in range(n) if i not in taken]
+        dem, d, b = items[i]
+        tp = starts[i]
+        if tp is not None:
+            prof.release(tp, dems[i], d, b if ahead[i] else None)
+        front = prof.front(dem)
+        t = prof.earliest(dems[i], d, b, front)
+        if t is None or (tp is not None and t >= tp):
+            if tp is not None:  # its priority reservation again, as it was
+                prof.reserve(tp, dems[i], d, b if ahead[i] else None)
+            continue
+        ahead[i] = t < front
+        starts[i], fins[i] = t, prof.reserve(t, dems[i], d, b if ahead[i] else None)
+    guarded = [i for i in range(n) if starts[i] is not None and ahead[i] and items[i][2] > items[i][1]]
+    return starts, fins, guarded
 
 
 def reserve_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles,
                  orgs: Sequence | None = None) -> tuple[list[float | None], list[float | None]]:
-    """Reserve ``items`` (demand, estimate, 90% bound), of ``orgs`` (with limits), in
-    :func:`walk_order`: parallel starts and finishes (None: it never fits).
-    :func:`.reserve.reserve_walk` per pool."""
-    n = len(items)
-    starts: list = [None] * n
-    fins: list = [None] * n
-    limited = orgs is not None and prof.limits
-    for i in walk_order(orgs, [it[0] for it in items], prof) if limited else range(n):
-        dem, d, b = items[i]
+    """Reserve ``items`` (demand, estimate, 90% bound), in order: parallel starts and
+    finishes (None: it never fits). :func:`.reserve.reserve_walk` per pool. With limits
+    (``orgs``: each chart's org), :func:`_limited_walk`."""
+    if orgs is not None and prof.limits:
+        return _limited_walk(items, prof, orgs)[:2]
+    starts: list = []
+    fins: list = []
+    for dem, d, b in items:
         front = prof.front(dem)
-        if limited:
-            dem = prof.expand(orgs[i], dem)
         t = prof.earliest(dem, d, b, front)
         if t is None:
+            starts.append(None)
+            fins.append(None)
             continue
-        starts[i] = t
-        fins[i] = prof.reserve(t, dem, d, b if t < front else None)
+        starts.append(t)
+        fins.append(prof.reserve(t, dem, d, b if t < front else None))
     return starts, fins
 
 
 def startable_now(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles,
                   guarded: list[int] | None = None, orgs: Sequence | None = None) -> list[int]:
-    """The indexes of ``items`` (of ``orgs``, with limits) whose reservation is now (what
-    dispatch starts), in order, reserved in :func:`walk_order` and stopping once no pool
-    has a unit free now; ``guarded`` collects those started ahead under their guard.
-    :func:`.reserve.startable_now` per pool."""
+    """The indexes of ``items`` whose reservation is now (what dispatch starts), stopping
+    once no pool has a unit free now; ``guarded`` collects those started ahead under their
+    guard. :func:`.reserve.startable_now` per pool. With limits (``orgs``: each chart's
+    org), the whole walk of :func:`_limited_walk` (at most ``depth`` charts)."""
+    if orgs is not None and prof.limits:
+        if not prof.any_free_now():
+            return []
+        starts, _, ahead = _limited_walk(items, prof, orgs)
+        out = [i for i, t in enumerate(starts) if t == 0.0]
+        if guarded is not None:
+            guarded.extend(i for i in ahead if starts[i] == 0.0)
+        return out
     out = []
-    limited = orgs is not None and prof.limits
-    for n in walk_order(orgs, [it[0] for it in items], prof) if limited else range(len(items)):
+    for n, (dem, d, b) in enumerate(items):
         if not prof.any_free_now():
             break
-        dem, d, b = items[n]
         front = prof.front(dem)
-        if limited:
-            dem = prof.expand(orgs[n], dem)
         t = prof.earliest(dem, d, b, front)
         if t is None:
             continue
@@ -292,8 +377,6 @@ def startable_now(items: Sequence[tuple[Demand, float, float]], prof: PoolProfil
             out.append(n)
             if guarded is not None and t < front and b > d:
                 guarded.append(n)
-    if limited:
-        out.sort()
     return out
 
 
@@ -365,4 +448,4 @@ def strict_now(demands: Iterable[Demand], free: Mapping[str, int]) -> list[int]:
 
 
 __all__ = ["NOBODY", "PoolProfiles", "earliest_from", "hold_units", "reserve_walk", "startable_now", "strict_now",
-           "tail_running", "units_of", "walk_order"]
+           "tail_running", "units_of"]

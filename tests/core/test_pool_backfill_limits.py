@@ -28,12 +28,12 @@ def test_the_worked_example_as_the_docs_compute_it():
     s = json.loads(EXAMPLE.read_text())
     out = plan(s)
     assert out["order"] == ["A1", "B1", "C1", "A2", "C2"]
-    assert out["dispatch"] == ["C1"]
+    assert out["dispatch"] == ["C1", "C2"]
     assert {c: (e["start_s"], e["finish_s"]) for c, e in out["etas"].items()} == {
         "A0": (0.0, 100.0), "A9": (0.0, 300.0), "C1": (0.0, 200.0), "A1": (100.0, 400.0),
-        "B1": (200.0, 800.0), "A2": (300.0, 600.0), "C2": (400.0, 600.0)}
+        "B1": (300.0, 900.0), "A2": (400.0, 700.0), "C2": (0.0, 200.0)}
     assert out["waiting"] == {"A1": {"reason": "ceiling", "pool": "llm"}, "B1": {"reason": "reserved", "pool": "llm"},
-                              "A2": {"reason": "ceiling", "pool": "llm"}, "C2": {"reason": "reserved", "pool": None}}
+                              "A2": {"reason": "ceiling", "pool": "llm"}}
     assert out["pools"]["llm"]["blocked_by"] == "B1"
     strict = plan({**s, "dispatch": "strict"})
     assert strict["dispatch"] == ["C1"]
@@ -45,45 +45,41 @@ def test_the_worked_example_as_the_docs_compute_it():
 def model_reservations(items, orgs, running, capacity, limits):
     """The rule as the docs state it, from intervals (no profile, no shared code).
 
-    The walk's order: first, in order, each chart of an org that holds less than its
-    ``min`` in a pool it draws on (its running units there and those of the charts taken in
-    this first pass counted); then the rest, in order. Each chart at the earliest candidate
-    time (now, a frontier, any interval's end or start) from which, in every pool it draws
-    on, its units fit under the capacity, and, where its org has a ceiling, under the
-    ceiling counting only that org's intervals, at every instant of its window (its bound
-    if it starts before the latest frontier of its pools; then also with the guards'
-    windows counted as held, each where its chart drew). Times are integers."""
+    A chart's reservation: the earliest candidate time (now, a frontier, any interval's end
+    or start) from which, in every pool it draws on, its units fit under the capacity, and,
+    where its org has a ceiling, under the ceiling counting only that org's intervals, at
+    every instant of its window (its bound if it starts before the latest frontier of its
+    pools, the latest start of the reservations held there; then also with the guards'
+    windows counted as held, each where its chart drew). First, in order, each chart of an
+    org with a minimum in a pool it draws on takes the earliest such time at which its org
+    holds less than that minimum there; then, in order, each chart takes its reservation,
+    a chart reserved in the first pass giving its own back first and keeping the earlier
+    of the two. Times are integers."""
     mins = {k: v.min for k, v in limits.items() if v.min}
     maxs = {k: v.max for k, v in limits.items() if v.max is not None}
-    held: dict = {}
-    for _, dem, org in running:
-        for p, u in dem:
-            held[(org, p)] = held.get((org, p), 0) + u
-    first = []
-    for i, (dem, _, _) in enumerate(items):
-        if any(held.get((orgs[i], p), 0) < mins.get((orgs[i], p), 0) for p, _ in dem):
-            first.append(i)
-            for p, u in dem:
-                held[(orgs[i], p)] = held.get((orgs[i], p), 0) + u
-    walk = first + [i for i in range(len(items)) if i not in first]
-    busy = {p: [] for p in capacity}  # pool -> [(start, end, units, org)]
+    busy = {p: [] for p in capacity}  # pool -> [(start, end, units, org, chart)]
     guards = {p: [] for p in capacity}
-    frontier = dict.fromkeys(capacity, 0.0)
+    starts = {p: [] for p in capacity}
     for rem, dem, org in running:
         for p, u in dem:
-            busy[p].append((0.0, rem if rem > 0 else 1e-6, u, org))
+            busy[p].append((0.0, rem if rem > 0 else 1e-6, u, org, None))
     out = [(None, None)] * len(items)
-    for i in walk:
+    was_ahead = {}
+
+    def earliest(i, below_min):
         dem, d, b = items[i]
         org = orgs[i]
         if any(u > capacity[p] or u > maxs.get((org, p), u) for p, u in dem):
-            continue
-        front = max(frontier[p] for p, _ in dem)
+            return None
+        front = max(max(starts[p], default=0.0) for p, _ in dem)
         cands = {0.0, front}
         for p, _ in dem:
-            for s, e, _u, _o in busy[p] + guards[p]:
-                cands.update((s, e))
+            for iv in busy[p] + guards[p]:
+                cands.update(iv[:2])
         for s in sorted(x for x in cands if x >= 0):
+            if below_min and not any(sum(iv[2] for iv in busy[p] if iv[3] == org and iv[0] <= s < iv[1]) < mins[(org, p)]
+                                     for p, _ in dem if (org, p) in mins):
+                continue
             ahead = s < front
             w = max(d, b) if ahead else d
 
@@ -95,22 +91,47 @@ def model_reservations(items, orgs, running, capacity, limits):
                 return m is None or _fits([x for x in busy[p] if x[3] == org], [x for x in g if x[3] == org],
                                           m, u, s, s + w)
             if all(fits(p, u) for p, u in dem):
-                break
-        else:
-            raise AssertionError("no candidate fits")
+                return s, ahead
+        return None
+
+    def take(i, s, ahead):
+        dem, d, b = items[i]
         for p, u in dem:
-            busy[p].append((s, s + d, u, org))
+            busy[p].append((s, s + d, u, orgs[i], i))
             if ahead and b > d:
-                guards[p].append((s + d, math.ceil(s + b), u, org))
-            frontier[p] = max(frontier[p], s)
+                guards[p].append((s + d, math.ceil(s + b), u, orgs[i], i))
+            starts[p].append(s)
         out[i] = (s, s + d)
+        was_ahead[i] = ahead
+
+    def give_back(i):
+        for p, _ in items[i][0]:
+            busy[p] = [iv for iv in busy[p] if iv[4] != i]
+            guards[p] = [iv for iv in guards[p] if iv[4] != i]
+            starts[p].remove(out[i][0])
+
+    for i in range(len(items)):
+        if any((orgs[i], p) in mins for p, _ in items[i][0]):
+            r = earliest(i, True)
+            if r is not None:
+                take(i, *r)
+    for i in range(len(items)):
+        prio = out[i][0]
+        if prio is not None:
+            give_back(i)
+        r = earliest(i, False)
+        if r is None or (prio is not None and r[0] >= prio):
+            if prio is not None:
+                take(i, prio, was_ahead[i])
+            continue
+        take(i, *r)
     return out
 
 
 def _fits(busy, guards, cap, u, s, e):
     points = {s} | {x for iv in busy + guards for x in iv[:2] if s < x < e}
     for x in points:
-        used = sum(c for a, z, c, _ in busy + guards if a <= x < z)
+        used = sum(iv[2] for iv in busy + guards if iv[0] <= x < iv[1])
         if used + u > cap:
             return False
     return True
