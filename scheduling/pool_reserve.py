@@ -31,11 +31,12 @@ chart's org (``orgs``); without them every step above is unchanged:
   guards' windows held in it). So a chart at its ceiling reserves nothing until its org's
   use there leaves it room, blocks no one meanwhile, and no reservation ever takes an org
   past its ceiling at any moment of its window.
-- A **minimum** (``min``): the walk reserves first, in order, the charts of an org that
-  holds less than its minimum in a pool they draw on, counting its running charts' units
-  there and those of its charts reserved so far in that first pass; then the rest, in
-  order (:func:`walk_order`); as the strict walk's first pass does. "Before" (the
-  frontiers, ahead) is this walk's order.
+- A **minimum** (``min``): first, in order, each chart of an org with a minimum in a pool
+  it draws on gets a priority reservation, the earliest time it fits at which its org
+  holds less than that minimum there; then, in order, every chart its reservation, one
+  with a priority reservation giving it back first and keeping the earlier of the two
+  (:func:`_limited_walk`). "Before" (the frontiers, ahead) is the reservations held at
+  each step: a frontier is the latest start of those held in its pool.
 - After the reserved charts, the strict walk *with limits* (:func:`.pools.dispatch_walk`,
   fast-forwarded by :func:`.pool_lanes.pool_etas`) from what the reservations leave, each
   unit of a pool and of an org's ceiling from the time it is free for good

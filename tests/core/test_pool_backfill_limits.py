@@ -35,6 +35,15 @@ def test_the_worked_example_as_the_docs_compute_it():
     assert out["waiting"] == {"A1": {"reason": "ceiling", "pool": "llm"}, "B1": {"reason": "reserved", "pool": "llm"},
                               "A2": {"reason": "ceiling", "pool": "llm"}}
     assert out["pools"]["llm"]["blocked_by"] == "B1"
+    # at 100 s (A0 ended, C1 and C2 running): B1 and A2 sooner than their ETAs above
+    later = {**s, "now": "2026-12-07T09:01:40+00:00",
+             "running": [r for r in s["running"] if r["id"] != "A0"]
+             + [{"id": c, "org": "C", "workflow": "summary", "started_at": "2026-12-07T09:00:00+00:00"}
+                for c in ("C1", "C2")],
+             "queued": [q for q in s["queued"] if q["id"] not in ("C1", "C2")]}
+    out = plan(later)
+    assert out["dispatch"] == ["A1"]
+    assert (out["etas"]["B1"]["start_s"], out["etas"]["A2"]["start_s"]) == (100.0, 200.0)
     strict = plan({**s, "dispatch": "strict"})
     assert strict["dispatch"] == ["C1"]
     assert {c: strict["etas"][c]["start_s"] for c in ("A1", "B1", "A2", "C2")} == {
