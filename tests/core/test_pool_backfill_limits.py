@@ -316,3 +316,40 @@ def test_with_ceilings_a_static_backlog_with_exact_estimates_finishes_at_its_eta
     out = simulate(_trace([(k, 0, 1.0) for k in charts], limits, exact=True))
     for c in out["charts"]:
         assert c["finish_s"] == pytest.approx(c["eta_at_arrival_s"])
+
+
+def test_a_restart_keeps_the_guards_windows_under_a_ceiling():
+    """A chart started ahead under its guard holds its window in its pools and under its
+    org's ceiling (a triple [pool, units, org] in the hold); saved as JSON and restored, the
+    next dispatch and ETAs are the same as without the restart."""
+    from dataclasses import replace
+
+    from scheduling.types import RoundState
+
+    pools = Pools({"default": 1, "llm": 4, "gpu": 1},
+                  {("a", "x"): demand_of({"gpu": 1, "llm": 1}), ("a", "y"): demand_of({"llm": 1}),
+                   ("a", "z"): demand_of({"llm": 1})},
+                  {("a", "llm"): Limit(1)})
+    ests = {"x": 600.0, "y": 300.0, "z": 100.0}
+    est = lambda o, w: ests[w]  # noqa: E731
+    charts = [QueuedChart(c, "a", w, float(i), i) for i, (c, w) in enumerate([("T1", "x"), ("C1", "y"), ("C2", "z")])]
+    kw = dict(budget=1, weights={"a": 1}, dispatch="backfill", estimate=est, pools=pools)
+    live = FairQueue.from_backlog(charts, **kw)
+    g0 = RunningChart("G0", "a", "x", 0.0, 1, demand_of({"gpu": 1}))
+    assert [c.id for c in live.dispatch(0, [g0], 0.0, est)] == ["C1"]  # ahead of T1 (gpu from 600 s), guarded
+    saved = live.export_rounds()
+    assert [h[3] for h in saved.holds] == [[["llm", 1], ["llm", 1, "a"]]]
+    state = RoundState(saved.head, saved.budget, saved.orgs, saved.share,
+                       tuple(tuple(h) for h in json.loads(json.dumps([list(h) for h in saved.holds]))))
+    again = FairQueue.restore([replace(live.get(c), round=live.round_of(c)) for c in live.order()], state=state, **kw)
+    forgot = FairQueue.restore([replace(live.get(c), round=live.round_of(c)) for c in live.order()],
+                               state=replace(state, holds=()), **kw)
+    # C2 (ahead of T1, which takes a's unit at 600 s) waits for C1's window under a's
+    # ceiling: from 450 s, not 300 s (what the holds prevent)
+    assert again.etas([g0], 300.0, estimate=est).etas["C2"].start_s == 150.0
+    assert forgot.etas([g0], 300.0, estimate=est).etas["C2"].start_s == 0.0
+    c1 = RunningChart("C1", "a", "y", 0.0, 1, demand_of({"llm": 1}))
+    for t in (0.0, 100.0, 300.0, 400.0, 450.0):
+        run = [g0, c1] if t < 300 else [g0]
+        assert again.etas(run, t, estimate=est).etas == live.etas(run, t, estimate=est).etas
+        assert again.peek(0, run, t, est) == live.peek(0, run, t, est)
