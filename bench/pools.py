@@ -15,6 +15,12 @@ pair's demand is one shared tuple, as ``Pools.demand`` hands it out.
   timer's); the usage each call takes is built before the clock starts. It also prints
   how many charts each walk reads: one pool stops at the first chart that does not fit,
   five pools only once every pool is blocked;
+- the live decision: what the scheduler asks its queue each time capacity frees
+  (``FairQueue.peek``, :meth:`LiveState.to_start`'s call), on a queue of the same backlog:
+  one pool (``peek(free)``, the budget's head-of-line stop) against five
+  (``peek(0, running, ...)``: the usage of the running charts, then ``pools.starts_now``),
+  and per chart read: five pools must read until every pool is blocked, one pool stops at
+  the first chart that does not fit;
 - the ETA pass: every chart's start and finish; ``lane_pass`` again with each chart's
   cost the sum of its five-pool units (the same units, in one pool: what touching several
   heaps costs beyond drawing more units); and the floor of the five pools' walk, the heap
@@ -43,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scheduling.lanes import lane_pass  # noqa: E402
 from scheduling.pool_lanes import RunningUse, pool_etas  # noqa: E402
 from scheduling.pools import DEFAULT_POOL, Pools, Usage, demand_of, dispatch_walk  # noqa: E402
+from scheduling.queue import FairQueue  # noqa: E402
+from scheduling.types import QueuedChart, RunningChart  # noqa: E402
 from scheduling.rules import head_of_line  # noqa: E402
 
 N_ORGS = 50
@@ -95,6 +103,23 @@ def mem(build, n: int, run=None) -> tuple[float, float]:
     return size / n, peak / n
 
 
+def live_decision(charts, costs, five: Pools, busy: dict, a) -> tuple[float, float]:
+    """Seconds a call of ``FairQueue.peek`` on the backlog, one pool and five (the queues are
+    dropped after, not to weigh on the passes' garbage collections)."""
+    weights = {o: 1 + i % 3 for i, o in enumerate(sorted({o for o, _ in charts}))}
+
+    def queue(pools):
+        q = FairQueue(budget=POOLS["default"], weights=weights, costs=costs, pools=pools)
+        for i, (o, wf) in enumerate(charts):
+            q.add(QueuedChart(f"c{i}", o, wf, float(i), i))
+        return q
+
+    q1, q5 = queue(None), queue(five)
+    run5 = [RunningChart(f"r-{p}", "running", None, 0.0, 0, ((p, busy[p]),)) for p in POOLS]
+    t = best({"one": lambda i: q1.peek(3), "five": lambda i: q5.peek(0, run5)}, a.repeat, a.calls)
+    return t["one"], t["five"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
@@ -129,6 +154,9 @@ def main() -> None:
     n_hol = head_of_line((c for c, _ in cost_est), 3) + 1
     s5, w5 = dispatch_walk(((o, d) for o, d, _ in items5), five, uses(five)[0])
     n_walk5 = len(s5) + len(w5)
+
+    t_q1, t_q5 = live_decision(charts, costs, five, busy, a)
+    read = {"one": n_hol, "five": n_walk5}
 
     def lanes_today(_i=0):
         lanes = [0.0] * POOLS["default"]
@@ -173,6 +201,9 @@ def main() -> None:
           f"({n_hol} charts read), dispatch_walk one pool {t_walk1 * 1e6:6.2f} us, five pools {t_walk5 * 1e6:6.2f} us "
           f"({n_walk5} charts read)  (five / head_of_line {t_walk5 / t_hol:.2f}x; per chart read "
           f"{(t_walk5 / n_walk5) / (t_hol / n_hol):.2f}x)")
+    print(f"live decision (FairQueue.peek, {a.calls} calls a sample): one pool {t_q1 * 1e6:6.2f} us, five pools "
+          f"{t_q5 * 1e6:6.2f} us  (five / one {t_q5 / t_q1:.2f}x; per chart read "
+          f"{(t_q5 / read['five']) / (t_q1 / read['one']):.2f}x)")
     print(f"ETA pass: lane_pass (today) {t_lanes * 1e3:7.1f} ms, pool_etas one pool {t_eta1 * 1e3:7.1f} ms, "
           f"five pools {t_eta5 * 1e3:7.1f} ms  (five / lane_pass {t_eta5 / t_lanes:.2f}x, one / lane_pass "
           f"{t_eta1 / t_lanes:.2f}x)")

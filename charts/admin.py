@@ -10,7 +10,7 @@ from charts.models import FINAL_STATES, Chart, ChartState, DurationStat
 from control.admin import audit_table
 from control.models import AuditEntry
 
-TIMING = ("created_at", "dispatched_at", "started_at", "finished_at", "dispatched_cost", "temporal_run_id", "error")
+TIMING = ("created_at", "dispatched_at", "started_at", "finished_at", "dispatched_cost", "dispatched_pools", "temporal_run_id", "error")
 
 
 class DueFilter(admin.SimpleListFilter):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -98,6 +98,17 @@ def charts_mark_running(items: Sequence[tuple]) -> dict[int, bool]:
         for (cid,) in cursor.fetchall():
             out[cid] = True
     return out
+
+
+def charts_set_dispatched_pools(pools: Mapping[int, Mapping[str, int]]) -> None:
+    """Record what each running chart of ``pools`` (chart id -> ``{pool: units}``) holds, in the
+    caller's transaction: one UPDATE per distinct demand (a dispatch's charts share a few)."""
+    by_demand: dict[str, tuple[dict, list[int]]] = {}
+    for cid, units in pools.items():
+        d = {p: int(u) for p, u in sorted(units.items())}
+        by_demand.setdefault(json.dumps(d), (d, []))[1].append(int(cid))
+    for d, ids in by_demand.values():
+        Chart.objects.filter(pk__in=ids, state=ChartState.RUNNING).update(dispatched_pools=d)
 
 
 def chart_fail_start(*, chart_id: int, error: str) -> bool:
@@ -226,7 +237,7 @@ def chart_requeue(*, chart_id: int, reason: str) -> bool:
     """running -> queued (Temporal does not know the run). Keeps its place by created_at."""
     with transaction.atomic():
         updated = Chart.objects.filter(pk=chart_id, state=ChartState.RUNNING).update(
-            state=ChartState.QUEUED, dispatched_at=None, started_at=None, dispatched_cost=None,
+            state=ChartState.QUEUED, dispatched_at=None, started_at=None, dispatched_cost=None, dispatched_pools=None,
             temporal_run_id="", cancel_requested=False, error=f"requeued: {reason}"[:10_000], fair_round=None,
             updated_at=timezone.now(),
         )

@@ -34,6 +34,11 @@ class Chart(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     dispatched_cost = models.PositiveIntegerField(null=True, blank=True)
+    dispatched_pools = models.JSONField(
+        null=True, blank=True, editable=False,
+        help_text="With capacity pools: what it held when dispatched, {pool: units} (kept across restarts; "
+                  "a later change of its cost's pools does not touch running work).",
+    )
     temporal_run_id = models.CharField(max_length=200, blank=True)
     error = models.TextField(blank=True)
     fair_round = models.BigIntegerField(

@@ -158,7 +158,9 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
     """What was predicted for the chart against what happened.
 
     * ``live``: its position and predicted start and finish from the latest snapshot (queued or
-      running): a queued chart's own field of the snapshot (``c:<id>``), never the whole order.
+      running): a queued chart's own field of the snapshot (``c:<id>``), never the whole order;
+      with pools, ``waits``: why a queued chart waits for a pool or at its org's ceiling there
+      (``charts.selectors.chart_waits``, the org page's words), else None.
     * ``first`` and ``at_dispatch``: the finish predicted when it was first placed and when it
       was dispatched, if the scheduler stored them on the chart (``eta_first_at``,
       ``eta_dispatch_at``; read with getattr, so this page works with or without them).
@@ -181,7 +183,11 @@ def chart_prediction(chart: Chart) -> dict[str, Any]:
         if row is not None:
             out["live"] = {"pos": row.get("pos"), "state": row.get("state") or chart.state,
                            "start": at("start_s"), "finish": at("finish_s"),
-                           "due_state": row.get("due_state"), "slack_s": row.get("slack_s")}
+                           "due_state": row.get("due_state"), "slack_s": row.get("slack_s"),
+                           "waits": None}
+            if chart.state == ChartState.QUEUED:  # with pools: why it waits, as its org's page says
+                out["live"]["waits"] = chart_selectors.chart_waits(snapshot, [
+                    (chart.pk, chart.org_id, chart.workflow.name, out["live"]["state"])]).get(chart.pk)
     out["slack_s"] = (out["live"] or {}).get("slack_s")
     if chart.due_at is not None and chart.state in FINAL_STATES:
         finished = (chart.finished_at or chart.updated_at).timestamp()

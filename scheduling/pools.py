@@ -234,6 +234,43 @@ def dispatch_walk(charts: Iterable[tuple[str, Demand]], pools: Pools, use: Usage
     return started, waits
 
 
+def starts_now(charts: Iterable[tuple[object, Demand]], free: dict[str, int]) -> list:
+    """The charts that start now: ``charts`` are (chart, demand) of the order from the head,
+    ``free`` the units free per pool (updated with what starts); returns the started charts
+    (the first of each pair), in order. :func:`dispatch_walk` without limits, its reasons and
+    its usage: what the live queue asks each time capacity frees. It reads the order until
+    every pool is blocked: with several pools, more charts than the one budget's walk, which
+    stops at the first chart that does not fit (docs/scheduling.md, "What a walk reads")."""
+    n = len(free)
+    blocked: set[str] = set()
+    out: list = []
+    for chart, d in charts:
+        if len(d) == 1:
+            p, u = d[0]
+            if p in blocked:
+                continue
+            if free.get(p, 0) < u:
+                blocked.add(p)
+                if len(blocked) >= n:
+                    break
+                continue
+            free[p] -= u
+            out.append(chart)
+            continue
+        for p, u in d:
+            if p in blocked or free.get(p, 0) < u:
+                blocked.update(q for q, _ in d)
+                break
+        else:
+            for p, u in d:
+                free[p] -= u
+            out.append(chart)
+            continue
+        if len(blocked) >= n:
+            break
+    return out
+
+
 _WAITS: dict[str, dict[str, Wait]] = {CEILING: {}, BEHIND: {}, POOL: {}}
 """One :class:`Wait` per reason and pool, shared (a tuple: immutable): a walk of a few
 charts would spend more building its reasons than walking."""
@@ -297,5 +334,5 @@ def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
 
 
 __all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "RESERVED", "Demand", "Limit", "Pools", "Usage", "Wait",
-           "Walk", "demand_of", "dispatch_walk"]
+           "Walk", "demand_of", "dispatch_walk", "starts_now"]
 

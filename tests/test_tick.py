@@ -94,6 +94,7 @@ class FakeStore:
         self.chunks_orgs: list[tuple] = []  # (changes, orgs) of each chunk written aside
         self.chunks_firsts: list[dict] = []  # the first ETAs each chunk written aside carried
         self.averages: dict = {}  # (org, workflow) -> mean seconds: the Durations estimates
+        self.running_pools: dict[int, tuple] = {}  # with pools: what each running chart holds (dispatched_pools)
 
     def add(self, pk: int, org: int, workflow: str = "code", payload: object = None) -> None:
         self.rows[pk] = ChartRow(pk, org, workflow, "queued", T0 + pk, external_id=f"x-{pk}")
@@ -110,7 +111,8 @@ class FakeStore:
 
     async def read_world(self) -> World:
         return World(self.config, list(self.orgs.values()), dict(self.costs), dict(self.averages), self.active_rows(),
-                     rounds=self.saved, read_at=datetime.now(UTC))
+                     rounds=self.saved, read_at=datetime.now(UTC),
+                     running_pools={c: d for c, d in self.running_pools.items() if self.rows[c].state == "running"})
 
     async def read_streamed(self, per_org, on_head):
         """The head of the saved order first (what ``db.read_head`` reads), then, once the
@@ -196,7 +198,7 @@ class FakeStore:
         return {i: db.StartRow(self.rows[i], f"org-{self.rows[i].org}", "DemoChart", self.payloads[i], 3600)
                 for i in ids if i in self.rows}
 
-    async def mark_running(self, items, rounds=None):
+    async def mark_running(self, items, rounds=None, pools=None):
         if rounds is not None:
             await self.save_rounds(*rounds)
         out = {}
@@ -205,6 +207,8 @@ class FakeStore:
             out[cid] = self.rows[cid].state == "queued"
             if out[cid]:
                 self.set(cid, state="running", started_at=at, dispatched_cost=cost, run_id=run_id)
+                if pools and cid in pools:
+                    self.running_pools[cid] = pools[cid]
         return out
 
     async def fail_start(self, chart_id, error):

@@ -326,9 +326,10 @@ class Dispatcher(Part):
         save = self.host.rounds.next(self.state.queue)
         work = self.state.work_of(save[1]) if save is not None else None
         items = [(r.id, r.cost, r.run_id, at, *self.etas.eta_in_force(r, at)) for r in new if r.id not in starts.closed]
+        held = {r.id: r.demand for r in new if r.demand is not None and r.id not in starts.closed}  # with pools
         before = self.host.loop.chunk
         if before is None and not self.host.rounds.backfilling:
-            ran = await self.store.mark_running(items, (*save, work) if work else save)
+            ran = await self.store.mark_running(items, (*save, work) if work else save, held or None)
             self.host.rounds.written(save)
             fx.merge(await self._after_commit(batch, starts, new, ran, at))
             return fx
@@ -338,11 +339,12 @@ class Dispatcher(Part):
                 self.sync.watch(r.id)
         self._chained = True
         self.host.loop.chunk = asyncio.create_task(
-            self._commit_later(before, self.state, batch, starts, new, items, save, work, at), name="dispatch-commit")
+            self._commit_later(before, self.state, batch, starts, new, items, save, work, at, held or None),
+            name="dispatch-commit")
         return fx
 
     async def _commit_later(self, before: asyncio.Task | None, state, batch: StartBatch, starts: StartResults, new: list[InFlight],
-                            items: list[tuple], save, work, at: float) -> None:
+                            items: list[tuple], save, work, at: float, held: dict[int, tuple] | None = None) -> None:
         """A dispatch's commit chained after the save in flight (``before``): its round
         state is the one the dispatch left. Of the charts' rounds it saw pending, those a
         save in between wrote are left out (the ones still pending are written with it,
@@ -362,7 +364,7 @@ class Dispatcher(Part):
                 return
             if save is not None:
                 save, work = self.host.rounds.unwritten(save, work)
-            ran = await self.store.mark_running(items, (*save, work) if work else save)
+            ran = await self.store.mark_running(items, (*save, work) if work else save, held)
             self.host.rounds.written(save)
         except Exception as exc:  # noqa: BLE001 - its charts' rows stay queued: the resyncs follow them
             ran = None

@@ -110,7 +110,7 @@ class LiveState:
         self.running: dict[int, InFlight] = {}
         self.committing: set[int] = set()  # started, their rows' commit still to land (Dispatcher)
         for c in charts.where(s == RUNNING for s in charts.state):
-            self._add_running(c)
+            self._add_running(c).demand = world.running_pools.get(c.id)
             if c.org in self.orgs:
                 self.unpromised.add(str(c.id))
         self.due = DueBook.load(charts.where(k and (x or bool(a)) for k, x, a in

@@ -11,7 +11,7 @@ from .entry import _Entry
 from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
-from ..pools import Usage, dispatch_walk
+from ..pools import DEFAULT_POOL, Usage, dispatch_walk, starts_now
 from ..pool_reserve import PoolProfiles, hold_units, startable_now as pool_startable_now, strict_now, tail_running
 from ..rules import head_of_line
 from ..types import Estimate
@@ -140,6 +140,15 @@ class QueueDispatch:
         pools = self._pools
         if self.dispatch_policy is Dispatch.BACKFILL:
             return self._pool_backfill_keys(running, now, estimate)
+        if not pools.has_limits:  # the walk alone, no reasons (what a decision needs)
+            used: dict[str, int] = {}
+            for r in running or ():
+                for p, u in (r.demand if r.demand is not None else pools.demand(r.org, r.workflow)):
+                    used[p] = used.get(p, 0) + u
+            get, one = pools.demands.get, ((DEFAULT_POOL, 1),)
+            keys = self._order if self._horizon is None else self._keys_within_horizon()
+            return starts_now(((k, get(k.pair, one)) for k in keys),
+                              {p: c - used.get(p, 0) for p, c in pools.capacity.items()})
         use = Usage()
         for r in running or ():
             use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
@@ -155,6 +164,11 @@ class QueueDispatch:
 
         started, _ = dispatch_walk(charts(), pools, use)
         return [walked[i] for i in started]
+
+    def _keys_within_horizon(self) -> Iterator:
+        """The keys of the order from the head, none past a partial queue's horizon."""
+        h = self._horizon
+        return takewhile(lambda k: k[:4] <= h, self._order)
 
     def _backfill_keys(self, free: int, running, now: float, estimate) -> list:
         """The keys whose reservation is now: the first ``depth`` charts of the order (in a

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from scheduling.lanes import initial_lanes, lane_pass
 from scheduling.pool_lanes import RunningUse, pool_etas
 from scheduling.pools import (BEHIND, CEILING, DEFAULT_POOL, POOL, Limit, Pools, Usage, Wait,
-                              demand_of, dispatch_walk)
+                              demand_of, dispatch_walk, starts_now)
 from scheduling.rules import head_of_line
 from scheduling.types import RunningChart
 
@@ -139,6 +139,23 @@ def test_dispatch_walk_is_the_rule(capacity, order, running, limits):
     assert got == want
     assert {i: w.reason for i, w in why.items()} == {i: w.reason for i, w in want_why.items()}
     assert use.pool == {p: u for p, u in in_use.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(capacities, st.lists(charts, max_size=14), st.lists(charts, max_size=4))
+def test_starts_now_is_the_rule_without_limits(capacity, order, running):
+    """The live queue's decision (``starts_now``: no limits, no reasons) starts what the
+    model does, and leaves in ``free`` what the model's walk leaves."""
+    order = _startable(order, capacity, {})
+    in_use, org_use = {}, {}
+    for org, dem, _ in running:
+        for p, u in dem:
+            in_use[p] = in_use.get(p, 0) + u
+    free = {p: capacity[p] - in_use.get(p, 0) for p in capacity}
+    got = starts_now([(i, d) for i, (_, d, _) in enumerate(order)], free)
+    want, _ = model_walk([(o, d) for o, d, _ in order], capacity, {}, in_use, org_use)
+    assert got == want
+    assert free == {p: capacity[p] - in_use.get(p, 0) for p in capacity}
 
 
 @settings(max_examples=300, deadline=None)

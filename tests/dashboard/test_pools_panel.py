@@ -166,3 +166,26 @@ def test_a_chart_behind_a_pools_head_is_in_line_for_that_pool(redis_url):
     assert waits["b-1"] == "waiting for pool llm (2 of 2 in use)"
     assert waits["b-3"] == "in line for pool llm (2 of 2 in use)"
     assert waits["b-0"] is None  # running
+
+
+def test_a_charts_own_page_says_why_it_waits_as_its_org_page_does(viewer, redis_url):
+    """The chart page (staff, and a member of its org) names the pool or the ceiling a queued
+    chart waits for, in the org page's words; a chart that does not wait says nothing."""
+    w = make_pooled_world()
+    publish_from_db()
+    staff = _client(viewer)
+
+    def waits(chart, client=staff):
+        html = client.get(f"/charts/{chart.pk}/").content.decode()
+        if 'id="chart-waits"' not in html:
+            return None
+        start = html.index('id="chart-waits">') + len('id="chart-waits">')
+        return html[start:html.index("</dd>", start)]
+
+    assert waits(w["b1"]) == "waiting for pool llm (2 of 2 in use)"
+    assert waits(w["b2"]) == "pool gpu has no room for it: capacity 0"
+    assert waits(w["a1"]) == "at its ceiling in pool llm (1 of 1)"
+    assert waits(w["running"][1]) is None  # running: it waits for nothing
+    member = make_user("beta-member")
+    w["beta"].members.add(member)
+    assert waits(w["b1"], _client(member)) == "waiting for pool llm (2 of 2 in use)"

@@ -102,9 +102,9 @@ async def test_a_row_that_moved_between_start_and_commit_is_followed(dispatcher)
     host = dispatcher.host
     real = host.store.mark_running
 
-    async def cancelled_meanwhile(items, rounds=None):
+    async def cancelled_meanwhile(items, rounds=None, pools=None):
         host.store.set(1, state="cancelled")
-        return await real(items, rounds)
+        return await real(items, rounds, pools)
     host.store.mark_running = cancelled_meanwhile
     await dispatcher.dispatch()
     assert host.temporal.cancels == [1] and 2 in host.state.running  # 1 holds its cost until its workflow closes

@@ -119,6 +119,40 @@ def test_the_database_pools_costs_and_limits_are_read_as_the_scheduler_needs_the
                                                                                               "limit"]
 
 
+def test_a_restart_counts_what_a_running_chart_held_not_its_pairs_demand_after_a_change():
+    """A running audit was dispatched drawing llm 2; its cost now draws llm 1. After a restart
+    it still holds 2 of llm's 2 (what Temporal runs), so no review starts: with its pair's
+    demand now it would hold 1, and a review would take llm past its capacity."""
+    after = Pools({"default": 4, "llm": 2}, {("1", "audit"): (("llm", 1),), ("2", "review"): (("llm", 1),)})
+    running = ChartRow(1, 1, "audit", "running", T0, started_at=T0, dispatched_cost=1)
+    orgs = [OrgRow(1, "A", "a", 1), OrgRow(2, "B", "b", 1)]
+    world = World(Config(4, 1.0, 2.0, pools=after), orgs, {}, {}, [running, q(3, 2, "review")],
+                  running_pools={1: (("llm", 2),)})
+    s = LiveState(world)
+    assert s.running[1].demand == (("llm", 2),) and s.to_start() == []
+    s = LiveState(World(Config(4, 1.0, 2.0, pools=after), orgs, {}, {}, [running, q(3, 2, "review")]))
+    assert s.running[1].demand is None and s.to_start() == ["3"]  # nothing recorded: its pair's demand now
+
+
+@pytest.mark.django_db
+def test_what_a_chart_holds_is_recorded_when_it_starts_and_cleared_when_it_is_requeued():
+    from charts.lifecycle import chart_requeue
+    from fairsched.engine.store import db
+    from tests.factories import make_chart, make_org, make_workflow
+
+    a, audit = make_org("A"), make_workflow("audit")
+    one, two, three = (make_chart(a, audit) for _ in range(3))
+    ran = db.mark_running([(one.pk, 1, "r1", T0), (two.pk, 1, "r2", T0), (three.pk, 1, "r3", T0)],
+                          pools={one.pk: (("gpu", 2), ("llm", 1)), two.pk: (("llm", 1),)})
+    assert ran == {one.pk: True, two.pk: True, three.pk: True}
+    assert db.read_running_pools() == {one.pk: (("gpu", 2), ("llm", 1)), two.pk: (("llm", 1),)}
+    assert db.read_world().running_pools == db.read_running_pools()
+    assert db.mark_running([(one.pk, 1, "r9", T0)], pools={one.pk: (("llm", 5),)}) == {one.pk: False}
+    assert db.read_running_pools()[one.pk] == (("gpu", 2), ("llm", 1))  # not moved: not touched
+    assert chart_requeue(chart_id=one.pk, reason="test")
+    assert db.read_running_pools() == {two.pk: (("llm", 1),)}
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("call, message", [
     (lambda a, wf: __import__("orgs.services").services.workflow_cost_set(org=a, workflow=wf, cost=1,

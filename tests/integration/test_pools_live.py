@@ -64,3 +64,8 @@ def test_three_pools_under_kill_9_of_scheduler_and_worker_run_each_chart_once_wi
     assert peak_of(a_llm)[0] <= 2  # A's ceiling in llm
     # the pools were used, not left idle: llm and gpu were full at some moment
     assert peak_of([(*held(c, d), DRAWS[charts[c]].get("llm", 0)) for c, d in described.items()])[0] == 3
+    # what each chart held is recorded with its start (what a restart counts it as holding): its
+    # pair's draws; none only for a chart adopted after a kill (started, its row not yet marked)
+    recorded = dict(Chart.objects.filter(pk__in=ids).values_list("pk", "dispatched_pools"))
+    assert all(units in (None, DRAWS[charts[c]]) for c, units in recorded.items()), recorded
+    assert sum(units is not None for units in recorded.values()) >= len(ids) // 2, recorded

@@ -21,10 +21,12 @@ from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
 from charts.models import Chart, ChartState
-from charts.lifecycle import OutcomeWrite, chart_fail_start, chart_record_outcomes, chart_requeue, charts_mark_running
+from charts.lifecycle import (OutcomeWrite, chart_fail_start, chart_record_outcomes, chart_requeue, charts_mark_running,
+                              charts_set_dispatched_pools)
 from scheduling import Durations, normal_key, RoundState as CoreRoundState
 from scheduling.modes import Share
 from scheduling.plan import gc_paused
+from scheduling.pools import demand_of
 from control import deployment as control_deployment
 from fairsched.engine.store import pg_statistics
 from fairsched.engine.store.chart_columns import ChartColumns
@@ -173,7 +175,15 @@ def read_world() -> World:
     config = read_config()
     charts = _active_rows()
     return World(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
-                 rounds=read_round_state(), read_at=read_at)
+                 rounds=read_round_state(), read_at=read_at, running_pools=read_running_pools())
+
+
+def read_running_pools() -> dict[int, tuple]:
+    """What each running chart dispatched with pools held (``Chart.dispatched_pools``), as a
+    demand: a restart counts what it really holds, not its pair's demand after a change."""
+    return {cid: demand_of(units) for cid, units in Chart.objects.filter(
+        state=ChartState.RUNNING, dispatched_pools__isnull=False).values_list("id", "dispatched_pools")
+        if isinstance(units, dict)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +258,7 @@ def _head_world(charts: list[ChartRow], orgs: list[OrgRow], rounds: CoreRoundSta
     """A head's rows as a :class:`World`, with the small tables whole."""
     charts.sort(key=lambda r: r.id)  # as read_world gives them
     return World(config=read_config(), orgs=orgs, costs=read_costs(), averages=read_durations(), charts=charts,
-                 rounds=rounds, read_at=read_at)
+                 rounds=rounds, read_at=read_at, running_pools=read_running_pools())
 
 
 def read_streamed(per_org: int, on_head: Callable[[Head | None], bool]) -> World | None:
@@ -401,19 +411,24 @@ def read_for_start(ids: Iterable[int]) -> dict[int, StartRow]:
 
 
 def mark_running(items: list[tuple],
-                 rounds: tuple[CoreRoundState, dict[str, int | None]] | None = None) -> dict[int, bool]:
+                 rounds: tuple[CoreRoundState, dict[str, int | None]] | None = None,
+                 pools: dict[int, tuple] | None = None) -> dict[int, bool]:
     """queued -> running by compare-and-set for each (chart id, cost, run id, start time[,
     ETA in force, its 90% bound], epoch seconds), and with ``rounds`` the round state the
     dispatch left (``save_rounds``), all in one transaction: a restarted scheduler never
-    sees a dispatch without its ``head``."""
+    sees a dispatch without its ``head``. ``pools``: with capacity pools, what each chart
+    holds (chart id -> demand), recorded on the charts that moved (``dispatched_pools``)."""
 
     close_old_connections()
     ts = lambda v: datetime.fromtimestamp(v, tz=timezone.utc) if v is not None else None  # noqa: E731
     with transaction.atomic():
         if rounds is not None:
             _save_rounds(*rounds)
-        return charts_mark_running([(cid, cost, run_id, ts(at), *map(ts, eta))
-                                    for cid, cost, run_id, at, *eta in items])
+        ran = charts_mark_running([(cid, cost, run_id, ts(at), *map(ts, eta))
+                                   for cid, cost, run_id, at, *eta in items])
+        if pools:
+            charts_set_dispatched_pools({cid: dict(d) for cid, d in pools.items() if ran.get(cid)})
+        return ran
 
 
 def fail_start(chart_id: int, error: str) -> bool:

@@ -4,7 +4,7 @@ Plain values, no I/O; times are epoch seconds."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from scheduling import Durations, QueuedChart, RoundState
@@ -113,6 +113,9 @@ class World:
     charts: Sequence[ChartRow]  # every queued and running chart (a read's: engine.chart_columns)
     rounds: RoundState | None = None  # the persisted round-robin state (None: never saved)
     read_at: datetime | None = None   # when the read began (the incremental resync's first watermark)
+    # with pools, what each running chart held when dispatched (Chart.dispatched_pools, as a
+    # demand); a running chart not listed holds its pair's demand now
+    running_pools: Mapping[int, tuple] = field(default_factory=dict)
 
 
 def durations_of(averages: Durations | Mapping) -> Durations:
