@@ -299,20 +299,8 @@ def _limited_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfil
     ahead: list = [False] * n
     dems = [prof.expand(orgs[i], items[i][0]) for i in range(n)]
     mins = {k: v.min for k, v in prof.limits.items() if v.min}
-    prio: list[int] = []
     if mins:
-        for i in range(n):
-            dem, d, b = items[i]
-            keys = [(orgs[i], p) for p, _ in dem if (orgs[i], p) in mins]
-            if not keys:
-                continue
-            front = prof.front(dem)
-            t = prof.earliest_below_min(dems[i], d, b, front, [(prof.virtual[k], mins[k]) for k in keys])
-            if t is None:
-                continue
-            ahead[i] = t < front
-            starts[i], fins[i] = t, prof.reserve(t, dems[i], d, b if ahead[i] else None)
-            prio.append(i)
+        _minimums_first(items, prof, orgs, dems, mins, starts, fins, ahead)
     for i in range(n):
         dem, d, b = items[i]
         tp = starts[i]
@@ -328,6 +316,22 @@ def _limited_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfil
         starts[i], fins[i] = t, prof.reserve(t, dems[i], d, b if ahead[i] else None)
     guarded = [i for i in range(n) if starts[i] is not None and ahead[i] and items[i][2] > items[i][1]]
     return starts, fins, guarded
+
+
+def _minimums_first(items, prof: PoolProfiles, orgs: Sequence, dems: list, mins: dict,
+                    starts: list, fins: list, ahead: list) -> None:
+    """Step 1 of :func:`_limited_walk`: each chart of an org with a minimum in a pool it draws
+    on gets its priority reservation (set in ``starts``, ``fins`` and ``ahead``), in order."""
+    for i, (dem, d, b) in enumerate(items):
+        keys = [(orgs[i], p) for p, _ in dem if (orgs[i], p) in mins]
+        if not keys:
+            continue
+        front = prof.front(dem)
+        t = prof.earliest_below_min(dems[i], d, b, front, [(prof.virtual[k], mins[k]) for k in keys])
+        if t is None:
+            continue
+        ahead[i] = t < front
+        starts[i], fins[i] = t, prof.reserve(t, dems[i], d, b if ahead[i] else None)
 
 
 def reserve_walk(items: Sequence[tuple[Demand, float, float]], prof: PoolProfiles,

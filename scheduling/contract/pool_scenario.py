@@ -148,12 +148,7 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
     in_use = dict(use.pool)
     rem = [max(0.0, r.started_at + estimate(r.org, r.workflow) - now) for r in running]
     if policies is not None and policies["dispatch"] is Dispatch.BACKFILL:
-        # the reservations per pool (FairQueue's, scheduling.pool_reserve)
-        at = {cid: i for i, cid in enumerate(order)}
-        started = sorted(at[cid] for cid in base.dispatch)
-        fins = [base.etas[cid].finish_s for cid in order]
-        starts = [base.etas[cid].start_s for cid in order]
-        waits = _reserved(dem, started, pools, use, [o for o, _ in pair])
+        started, starts, fins, waits = _backfill(base, order, pair, dem, pools, use)
     else:
         started, waits = dispatch_walk([(o, d) for (o, _), d in zip(pair, dem)], pools, use, whole=True)
         starts, fins = pool_etas([(o, d, float(estimate(o, wf))) for (o, wf), d in zip(pair, dem)],
@@ -173,6 +168,17 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
         "pools": _pool_rows(pools, in_use, order, dem, started, waits),
         "waiting": _waiting(order, waits, base.blocked, cols, where, pools),
     }
+
+
+def _backfill(base, order: list, pair: list, dem: list, pools: Pools, use: Usage) -> tuple:
+    """Under backfill, the reservations per pool (FairQueue's, :mod:`scheduling.pool_reserve`):
+    the indices in ``order`` that start now, every chart's start and finish, and why each
+    other chart waits (:func:`_reserved`)."""
+    at = {cid: i for i, cid in enumerate(order)}
+    started = sorted(at[cid] for cid in base.dispatch)
+    fins = [base.etas[cid].finish_s for cid in order]
+    starts = [base.etas[cid].start_s for cid in order]
+    return started, starts, fins, _reserved(dem, started, pools, use, [o for o, _ in pair])
 
 
 def _reserved(dem: list, started: list, pools: Pools, use: Usage, orgs: list) -> dict:

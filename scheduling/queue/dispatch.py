@@ -245,33 +245,32 @@ class QueueDispatch:
         self._guards_now = {keys[i].id: (now, now + items[i][1], window_end(now + items[i][2]),
                                          hold_units(prof.expand(keys[i].entry.org, items[i][0])))
                             for i in guarded}
-        if len(keys) == self.depth and self._horizon is None and prof.any_free_now() and pools.has_limits:
-            # the strict walk with limits after the reserved charts, from what they leave
-            use = Usage()
-            for org, dem, rem in tail_running(prof):
-                if rem > 0.0:
-                    use.take(org, dem)
-            tail: list = []
-
-            def charts():
-                for k in islice(self._order, self.depth, None):
-                    tail.append(k)
-                    yield k.entry.org, pools.demand(*k.pair)
-
-            started, _ = dispatch_walk(charts(), pools, use)
-            picked += [tail[i] for i in started]
-        elif len(keys) == self.depth and self._horizon is None and prof.any_free_now():
-            # the strict walk per pool after the reserved charts, within the units free for
-            # good (the guards' windows held, as the ETA pass's lanes)
-            tail: list = []
-
-            def demands():
-                for k in islice(self._order, self.depth, None):
-                    tail.append(k)
-                    yield pools.demand(*k.pair)
-
-            picked += [tail[i] for i in strict_now(demands(), prof.free_for_good())]
+        if len(keys) == self.depth and self._horizon is None and prof.any_free_now():
+            picked += self._pool_tail_keys(prof)
         return picked
+
+    def _pool_tail_keys(self, prof: PoolProfiles) -> list:
+        """Backfill with pools, after the first ``depth`` charts: the keys the strict walk per
+        pool starts now from what the reservations leave. Without limits, within the units
+        free for good (the guards' windows held, as the ETA pass's lanes); with limits, the
+        strict walk with limits (:func:`.pools.dispatch_walk`) from the running units the
+        reservations leave (:func:`.pool_reserve.tail_running`)."""
+        pools = self._pools
+        tail: list = []
+
+        def charts():
+            for k in islice(self._order, self.depth, None):
+                tail.append(k)
+                yield k.entry.org, pools.demand(*k.pair)
+
+        if not pools.has_limits:
+            return [tail[i] for i in strict_now((d for _, d in charts()), prof.free_for_good())]
+        use = Usage()
+        for org, dem, rem in tail_running(prof):
+            if rem > 0.0:
+                use.take(org, dem)
+        started, _ = dispatch_walk(charts(), pools, use)
+        return [tail[i] for i in started]
 
     def next_release(self, now: float) -> float | None:
         """Under backfill, the next end of a guard's window after ``now`` (absolute): budget
