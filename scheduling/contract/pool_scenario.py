@@ -18,11 +18,7 @@ from scheduling.modes import Dispatch
 from scheduling.plan import Columns
 from scheduling.queue import FairQueue
 from scheduling.pool_lanes import RunningUse, pool_etas
-from scheduling.pools import DEFAULT_POOL, RESERVED, Demand, Limit, Pools, Usage, Wait, demand_of, dispatch_walk
-
-
-BACKFILL_LIMITS = "backfill is not defined with limits yet (use strict, or leave out limits)"
-"""Why a pooled scenario with ``limits`` under ``dispatch: backfill`` exits 2."""
+from scheduling.pools import CEILING, DEFAULT_POOL, RESERVED, Demand, Limit, Pools, Usage, Wait, demand_of, dispatch_walk
 
 
 def is_pooled(d: Any) -> bool:
@@ -128,8 +124,6 @@ def order_of(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Run
     costs = {pr: 2 if pools.never(pr[0], pools.demand(*pr)) else 1 for pr in pairs}
     if policies is None:
         return core.plan(cols, running, budget=1, weights=weights, costs=costs, estimate=estimate, now=now)
-    if policies["dispatch"] is Dispatch.BACKFILL and pools.has_limits:
-        raise ScenarioError("dispatch", BACKFILL_LIMITS)
     q = FairQueue.from_backlog(list(queued), budget=pools.capacity[DEFAULT_POOL], weights=weights, estimate=estimate,
                                pools=pools, **policies)  # blocked by the pools, DRF under work
     return q.plan(running, now, estimate)
@@ -154,12 +148,7 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
     in_use = dict(use.pool)
     rem = [max(0.0, r.started_at + estimate(r.org, r.workflow) - now) for r in running]
     if policies is not None and policies["dispatch"] is Dispatch.BACKFILL:
-        # the reservations per pool (FairQueue's, scheduling.pool_reserve)
-        at = {cid: i for i, cid in enumerate(order)}
-        started = sorted(at[cid] for cid in base.dispatch)
-        fins = [base.etas[cid].finish_s for cid in order]
-        starts = [base.etas[cid].start_s for cid in order]
-        waits = _reserved(dem, started, pools, use)
+        started, starts, fins, waits = _backfill(base, order, pair, dem, pools, use)
     else:
         started, waits = dispatch_walk([(o, d) for (o, _), d in zip(pair, dem)], pools, use, whole=True)
         starts, fins = pool_etas([(o, d, float(estimate(o, wf))) for (o, wf), d in zip(pair, dem)],
@@ -181,20 +170,40 @@ def plan(cols: Columns, queued: Sequence[QueuedChart], running: Sequence[Running
     }
 
 
-def _reserved(dem: list, started: list, pools: Pools, use: Usage) -> dict:
+def _backfill(base, order: list, pair: list, dem: list, pools: Pools, use: Usage) -> tuple:
+    """Under backfill, the reservations per pool (FairQueue's, :mod:`scheduling.pool_reserve`):
+    the indices in ``order`` that start now, every chart's start and finish, and why each
+    other chart waits (:func:`_reserved`)."""
+    at = {cid: i for i, cid in enumerate(order)}
+    started = sorted(at[cid] for cid in base.dispatch)
+    fins = [base.etas[cid].finish_s for cid in order]
+    starts = [base.etas[cid].start_s for cid in order]
+    return started, starts, fins, _reserved(dem, started, pools, use, [o for o, _ in pair])
+
+
+def _reserved(dem: list, started: list, pools: Pools, use: Usage, orgs: list) -> dict:
     """Under backfill, why each chart of the order that does not start now waits:
-    ``reserved`` (its reservation is later), its ``pool`` the first it draws on that has
-    not its units free now, once the dispatch's charts are counted (None: its units are
-    free now, but not for its duration, or it would delay an earlier reservation)."""
+    ``ceiling`` if its org's units in a pool it draws on, the dispatch's counted, leave it
+    no room under its ceiling there now (that ``pool``); else ``reserved`` (its reservation
+    is later), its ``pool`` the first it draws on that has not its units free now, once the
+    dispatch's charts are counted (None: its units are free now, but not for its duration,
+    or it would delay an earlier reservation)."""
     free = {p: c - use.pool.get(p, 0) for p, c in pools.capacity.items()}
+    held = dict(use.org)
     for i in started:
         for p, u in dem[i]:
             free[p] -= u
+            held[(orgs[i], p)] = held.get((orgs[i], p), 0) + u
     now = set(started)
     out = {}
     for i, d in enumerate(dem):
         if i not in now:
-            out[i] = Wait(RESERVED, next((p for p, u in d if free.get(p, 0) < u), None))
+            cap = None
+            if pools.limits:
+                cap = next((p for p, u in d if (m := pools.ceiling(orgs[i], p)) is not None
+                            and held.get((orgs[i], p), 0) + u > m), None)
+            out[i] = (Wait(CEILING, cap) if cap is not None
+                      else Wait(RESERVED, next((p for p, u in d if free.get(p, 0) < u), None)))
     return out
 
 

@@ -25,7 +25,7 @@ def simulate_pools(arrivals: Sequence[Arrival], events: Sequence[Event] = (), *,
                    ) -> SimResult:
     """:func:`simulate` with capacity pools (docs/scheduling.md, "Pools"): the order is the
     same :class:`FairQueue`'s, dispatch is :func:`.pools.dispatch_walk` and the ETA at
-    arrival :func:`.pool_lanes.pool_etas`; under ``dispatch`` backfill (no limits) the
+    arrival :func:`.pool_lanes.pool_etas`; under ``dispatch`` backfill (with limits or without) the
     queue's reservations per pool start what they start now and give the ETA at arrival
     (:mod:`.pool_reserve`). ``set_budget`` sets the pool ``default``, ``set_pool``
     (``org`` the pool, ``value`` its capacity) another. The summary adds each pool's

@@ -505,8 +505,6 @@ def _simulate_pooled(trace: dict, t: Trace, policy: Policy | str) -> dict:
     pools = pooled.parse_pools(trace, t.weights, t.budget)
     pol = t.policies or {}
     backfill = pol.get("dispatch", Dispatch.STRICT) is Dispatch.BACKFILL
-    if backfill and pools.has_limits:
-        raise ScenarioError("dispatch", pooled.BACKFILL_LIMITS)
     if t.eta_model is not EtaModel.LANES and (backfill or pools.has_limits):
         raise ScenarioError("eta_model", "only lanes is defined with pools under backfill or with limits yet")
     for i, ev in enumerate(t.events):

@@ -12,7 +12,7 @@ from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
 from ..pools import DEFAULT_POOL, Usage, dispatch_walk, starts_now
-from ..pool_reserve import PoolProfiles, hold_units, startable_now as pool_startable_now, strict_now
+from ..pool_reserve import PoolProfiles, hold_units, startable_now as pool_startable_now, strict_now, tail_running
 from ..rules import head_of_line
 from ..types import Estimate
 from ..types import QueuedChart, RunningChart
@@ -135,10 +135,10 @@ class QueueDispatch:
     def _pool_keys(self, running: Iterable[RunningChart] | None, now: float = 0.0, estimate=None) -> list:
         """With pools: the keys :func:`.pools.dispatch_walk` starts now, given what the
         ``running`` charts hold (each its ``demand``, else its pair's now); ``free`` is not
-        read. In a partial queue, none past the horizon. Under backfill without limits, the
-        keys whose reservation per pool is now (:meth:`_pool_backfill_keys`)."""
+        read. In a partial queue, none past the horizon. Under backfill (with limits or
+        without), the keys whose reservation per pool is now (:meth:`_pool_backfill_keys`)."""
         pools = self._pools
-        if self.dispatch_policy is Dispatch.BACKFILL and not pools.has_limits:
+        if self.dispatch_policy is Dispatch.BACKFILL:
             return self._pool_backfill_keys(running, now, estimate)
         if not pools.has_limits:  # the walk alone, no reasons (what a decision needs)
             used: dict[str, int] = {}
@@ -204,11 +204,11 @@ class QueueDispatch:
             picked += tail[:head_of_line((k.entry.cost for k in tail), profile.free_for_good())]
         return picked
 
-    def _running_demands(self, running, now: float, estimate) -> list[tuple[float, tuple]]:
-        """(remaining seconds, demand) of each running chart, with pools."""
+    def _running_demands(self, running, now: float, estimate) -> list[tuple[float, tuple, str]]:
+        """(remaining seconds, demand, org) of each running chart, with pools."""
         pools = self._pools
         return [(max(0.0, r.started_at + estimate(r.org, r.workflow) - now),
-                 r.demand if r.demand is not None else pools.demand(r.org, r.workflow)) for r in running or ()]
+                 r.demand if r.demand is not None else pools.demand(r.org, r.workflow), r.org) for r in running or ()]
 
     def _pool_items(self, keys, estimate) -> list[tuple[tuple, float, float]]:
         """(demand, estimate, 90% bound) of the charts of ``keys``, for reservations per pool."""
@@ -223,9 +223,13 @@ class QueueDispatch:
     def _pool_backfill_keys(self, running, now: float, estimate) -> list:
         """Backfill with pools (:mod:`.pool_reserve`): the keys of the first ``depth`` charts
         (in a partial queue, none past the horizon) whose reservation per pool is now, then
-        those of the strict walk per pool after them that start now too."""
+        those of the strict walk per pool after them that start now too. With limits, each
+        org's ceilings and minimums are kept (:mod:`.pool_reserve`), and the walk after the
+        reserved charts is the strict walk with limits (:func:`.pools.dispatch_walk`) from
+        what the reservations leave (:func:`.pool_reserve.tail_running`)."""
         estimate = estimate or self._estimate
-        prof = PoolProfiles(self._pools.capacity, self._running_demands(running, now, estimate), now)
+        pools = self._pools
+        prof = PoolProfiles(pools.capacity, self._running_demands(running, now, estimate), now, pools.limits)
         if not prof.any_free_now():
             return []
         keys = list(islice(self._order, self.depth))
@@ -236,22 +240,37 @@ class QueueDispatch:
         self._guard_holds = holds = [h for h in self._guard_holds if h[2] > now]
         prof.hold(holds, now)
         guarded: list[int] = []
-        picked = [keys[i] for i in pool_startable_now(items, prof, guarded)]
+        orgs = [k.entry.org for k in keys] if prof.limits else None
+        picked = [keys[i] for i in pool_startable_now(items, prof, guarded, orgs)]
         self._guards_now = {keys[i].id: (now, now + items[i][1], window_end(now + items[i][2]),
-                                         hold_units(items[i][0])) for i in guarded}
+                                         hold_units(prof.expand(keys[i].entry.org, items[i][0])))
+                            for i in guarded}
         if len(keys) == self.depth and self._horizon is None and prof.any_free_now():
-            # the strict walk per pool after the reserved charts, within the units free for
-            # good (the guards' windows held, as the ETA pass's lanes)
-            tail: list = []
-            pools = self._pools
-
-            def demands():
-                for k in islice(self._order, self.depth, None):
-                    tail.append(k)
-                    yield pools.demand(*k.pair)
-
-            picked += [tail[i] for i in strict_now(demands(), prof.free_for_good())]
+            picked += self._pool_tail_keys(prof)
         return picked
+
+    def _pool_tail_keys(self, prof: PoolProfiles) -> list:
+        """Backfill with pools, after the first ``depth`` charts: the keys the strict walk per
+        pool starts now from what the reservations leave. Without limits, within the units
+        free for good (the guards' windows held, as the ETA pass's lanes); with limits, the
+        strict walk with limits (:func:`.pools.dispatch_walk`) from the running units the
+        reservations leave (:func:`.pool_reserve.tail_running`)."""
+        pools = self._pools
+        tail: list = []
+
+        def charts():
+            for k in islice(self._order, self.depth, None):
+                tail.append(k)
+                yield k.entry.org, pools.demand(*k.pair)
+
+        if not pools.has_limits:
+            return [tail[i] for i in strict_now((d for _, d in charts()), prof.free_for_good())]
+        use = Usage()
+        for org, dem, rem in tail_running(prof):
+            if rem > 0.0:
+                use.take(org, dem)
+        started, _ = dispatch_walk(charts(), pools, use)
+        return [tail[i] for i in started]
 
     def next_release(self, now: float) -> float | None:
         """Under backfill, the next end of a guard's window after ``now`` (absolute): budget

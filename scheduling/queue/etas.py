@@ -12,7 +12,7 @@ from ..lanes import Durations, initial_lanes, lane_count, lane_pass, running_cle
 from ..plan import collect_etas, gc_paused, unplanned_clear
 from ..reserve import P90_RATIO, Profile, reserve_walk
 from ..pool_lanes import RunningUse, pool_etas, walk_lanes
-from ..pool_reserve import PoolProfiles, reserve_walk as pool_reserve_walk
+from ..pool_reserve import PoolProfiles, reserve_walk as pool_reserve_walk, tail_running
 from ..types import Eta, EtaReport, Plan, RunningChart
 
 # the hot passes gather a field of every key at C speed, by its position in the named tuple
@@ -176,7 +176,7 @@ class QueueEtas:
             run.append(RunningUse(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow), rem))
         keys = list(self._order)
         items = [(k.entry.org, pools.demand(*k.pair), float(estimate(*k.pair))) for k in keys]
-        if self.dispatch_policy is Dispatch.BACKFILL and not pools.has_limits:
+        if self.dispatch_policy is Dispatch.BACKFILL:
             starts, fins = self._pool_reserve_pass(keys, items, run, now, estimate)
         else:
             starts, fins = pool_etas(items, run, pools)
@@ -189,12 +189,20 @@ class QueueEtas:
     def _pool_reserve_pass(self, keys, items, run, now, estimate) -> tuple[list, list]:
         """Backfill's ETAs with pools: the reservations per pool of the first ``depth``
         charts (:func:`.pool_reserve.reserve_walk`, those dispatch makes), then the strict
-        walk per pool after them from the lanes they leave (:func:`.pool_lanes.walk_lanes`)."""
-        prof = PoolProfiles(self._pools.capacity, [(u.remaining_s, u.demand) for u in run], now)
+        walk per pool after them from the lanes they leave (:func:`.pool_lanes.walk_lanes`).
+        With limits, the reservations keep each org's ceilings and minimums, and the walk
+        after them is the strict walk with limits fast-forwarded (:func:`.pool_lanes.pool_etas`)
+        from what they leave (:func:`.pool_reserve.tail_running`), as dispatch walks it."""
+        pools = self._pools
+        prof = PoolProfiles(pools.capacity, [(u.remaining_s, u.demand, u.org) for u in run], now, pools.limits)
         prof.hold(self._guard_holds, now)
         head = keys[:self.depth]
-        starts, fins = pool_reserve_walk(self._pool_items(head, estimate), prof)
-        if len(keys) > len(head):
+        starts, fins = pool_reserve_walk(self._pool_items(head, estimate), prof,
+                                         [k.entry.org for k in head] if prof.limits else None)
+        if len(keys) > len(head) and pools.has_limits:
+            s2, f2 = pool_etas(items[len(head):], [RunningUse(*x) for x in tail_running(prof)], pools)
+            starts, fins = starts + list(s2), fins + list(f2)
+        elif len(keys) > len(head):
             rest = items[len(head):]
             drawn: dict[str, int] = {}
             for _, dem, _ in rest:

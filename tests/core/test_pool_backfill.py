@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduling.contract.fields import ScenarioError
 from scheduling.contract.scenario import plan, simulate
 from scheduling.pool_reserve import PoolProfiles, reserve_walk
 from scheduling.pools import DEFAULT_POOL, Pools, demand_of
@@ -36,12 +35,18 @@ def test_the_worked_example_as_the_docs_compute_it():
     assert strict["dispatch"] == ["D1"] and strict["etas"]["C1"]["start_s"] == 600.0
 
 
-def test_backfill_with_limits_exits_naming_dispatch():
+def test_the_worked_example_with_a_ceiling():
+    """A's ceiling of 1 in llm (tests/core/test_pool_backfill_limits.py has the rule): X1
+    (llm 2) never starts; C1 waits at A's ceiling while R0 runs, and then may not run into
+    T1's unit of A's ceiling at 600 s: it is reserved after T1."""
     s = json.loads(EXAMPLE.read_text())
     s["limits"] = [{"org": "A", "pool": "llm", "max": 1}]
-    with pytest.raises(ScenarioError) as e:
-        plan(s)
-    assert str(e.value).startswith("dispatch: backfill is not defined with limits yet")
+    out = plan(s)
+    assert out["dispatch"] == ["D1"] and out["blocked"] == ["X1"]
+    assert {c: (e["start_s"], e["finish_s"]) for c, e in out["etas"].items()} == {
+        "G0": (0.0, 600.0), "R0": (0.0, 300.0), "T1": (600.0, 1200.0), "C1": (1200.0, 1500.0),
+        "D1": (0.0, 300.0), "D2": (300.0, 600.0)}
+    assert out["waiting"]["C1"] == {"reason": "ceiling", "pool": "llm"}
 
 
 # ------------------------------------------------------------ one pool: today's backfill

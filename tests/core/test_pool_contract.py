@@ -75,7 +75,6 @@ def test_version_2_is_one_pool(budget, charts, n_running):
     (lambda s: s["limits"][0].update(min=2), "limits[0].min: must be <= max (1), got 2"),
     (lambda s: s["limits"].append({"org": "A", "pool": "llm"}), "limits[1]: expected max, min or both"),
     (lambda s: s["running"][0].update(pools={"nope": 1}), "running[0].pools.nope: unknown pool 'nope'"),
-    (lambda s: s.update(share="work", dispatch="backfill"), "dispatch: backfill is not defined with limits yet"),
 ])
 def test_bad_input_names_the_field(change, message):
     s = copy.deepcopy(EXAMPLE)

@@ -72,6 +72,21 @@ def test_under_backfill_a_chart_of_one_pool_starts_past_a_head_waiting_for_anoth
     assert s.capture().eta_report(T0).etas["2"] == (600.0, 1200.0)
 
 
+def test_under_backfill_a_ceiling_holds_its_org_and_blocks_no_one():
+    """docs/scheduling.md, "Backfill with limits": A's ceiling of 1 in llm; A's second audit
+    waits at it until the first ends (600 s), and B's reviews behind it start now in llm."""
+    p = Pools({"default": 4, "llm": 3, "gpu": 2}, pools().demands, {("1", "llm"): Limit(max=1)})
+    s = LiveState(World(Config(4, 1.0, 2.0, pools=p, dispatch="backfill"),
+                        [OrgRow(1, "A", "a", 1), OrgRow(2, "B", "b", 1)], {}, {},
+                        [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review"), q(4, 2, "review")]))
+    assert s.queue.order() == ["1", "3", "2", "4"]
+    planned = s.to_start(T0)
+    assert planned == ["1", "3", "4"]  # gpu has room for 2, A's ceiling has not
+    s.commit_dispatch(planned, {c: ("run", T0) for c in planned})
+    assert s.capture().eta_report(T0).etas["2"] == (600.0, 1200.0)
+    assert s.to_start(T0) == []
+
+
 def test_the_etas_account_for_every_pool():
     s = state(pools(), [q(1, 1, "audit"), q(2, 1, "audit"), q(3, 2, "review")])
     planned = s.to_start()

@@ -1,7 +1,8 @@
 """Capacity pools on the real stack (docs/scheduling.md, "Pools"): a real Temporal dev
 server, a real Redis, ``runscheduler`` and ``runworker`` as processes, killed with SIGKILL
-mid-run. Judged by Temporal's own start and close times: every chart ran exactly once, and
-no pool and no ceiling was ever over."""
+mid-run, the dispatch strict until the first kill and backfill (with a ceiling) after it.
+Judged by Temporal's own start and close times: every chart ran exactly once, and no pool
+and no ceiling was ever over."""
 from __future__ import annotations
 
 import pytest
@@ -23,6 +24,7 @@ DRAWS = {"A": {"llm": 2, "gpu": 1, "default": 1}, "B": {"llm": 1, "default": 1},
 
 
 def test_three_pools_under_kill_9_of_scheduler_and_worker_run_each_chart_once_within_every_pool(live, temporal):
+    """Strict, then backfill from the first restart on: the same judgement for both."""
     configure(budget=CAPACITY["default"])
     for pool in ("llm", "gpu", "api"):
         control.pool_set(name=pool, capacity=CAPACITY[pool])
@@ -45,6 +47,7 @@ def test_three_pools_under_kill_9_of_scheduler_and_worker_run_each_chart_once_wi
     sched.kill()   # SIGKILL, mid-run: charts running, some queued
     worker.kill()  # and the worker under them
     assert Chart.objects.filter(pk__in=ids, state=ChartState.QUEUED).exists()
+    control.policies_set(dispatch="backfill")  # the rest under backfill with pools and A's ceiling
     live.worker()
     sched = live.scheduler()
     wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 12,
