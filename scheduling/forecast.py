@@ -445,7 +445,8 @@ class _PoolPhantomRounds:
     not draw on never wait for it. The generator is read in time order up to the latest
     clock of all pools (no phantom arriving later can be let in anywhere); a phantom whose
     pools' clocks have not reached its arrival waits, without holding back the others.
-    Phantoms let in at the same step are let in in arrival order. A phantom that draws
+    After each item walked, the phantoms waiting on its pools are let in (pool by pool,
+    each pool's in arrival order), then those newly read. A phantom that draws
     on no pool with lanes (capacity 0) is never let in (it could never start). With one
     pool every chart draws on, its clock is its earliest lane (the floor is never above
     it), so every phantom read is let in at once, as in one budget."""
