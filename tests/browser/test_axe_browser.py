@@ -25,7 +25,7 @@ from jobs.models import ImportJob, ImportStatus, WebhookDelivery, WebhookEvent
 from charts.services import chart_pause, chart_resume
 from orgs.models import Org
 from tests.browser import axe
-from tests.browser.conftest import ARTIFACTS, login
+from tests.browser.conftest import ARTIFACTS, SETTLE_JS, login, settle
 from tests.browser.test_screenshot import demo_history, demo_workload
 from control.services import pool_set
 from orgs.services import org_pool_limit_set
@@ -62,7 +62,7 @@ class Pages:
         if page.url != self.base + path or not again:
             page.goto(self.base + path)
         expect(page.locator(ready).first).to_be_attached(timeout=10_000)
-        page.wait_for_timeout(300)  # the plots drawn, the clocks ticked
+        settle(page)  # the snapshot shown, the panels fetched and drawn, the clocks ticked
         key = f"{name} ({self.who})"
         self.found[key] = axe.violations(page, tags=axe.ALL)
         if self.found[key]:  # what it looked like, for the report (a screenshot a page cost 15% of the test)
@@ -107,7 +107,7 @@ def _staff_pages(pages: Pages, page, base: str, demo: dict) -> None:
     expect(page.locator("#acc-body tr")).not_to_have_count(0)
     pages.found["dashboard (staff)"] = axe.violations(page, tags=axe.ALL)  # again, with the accuracy panel loaded
     page.set_viewport_size({"width": 1920, "height": 1080})  # the wide layout: two columns of cards
-    page.wait_for_timeout(300)
+    settle(page)
     pages.found["dashboard, 1920 px wide (staff)"] = axe.violations(page, tags=axe.ALL)
     page.set_viewport_size({"width": 1280, "height": 800})
     pages.check("org page", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]")
@@ -122,23 +122,33 @@ def _staff_pages(pages: Pages, page, base: str, demo: dict) -> None:
     pages.check("API docs", "/api/v1/docs", ".opblock")
 
 
-def _admin_forms(pages: Pages, page, base: str, demo: dict) -> None:
-    """Every registered model's add and change forms."""
-    login(page, base, "root", then="/admin/")
-    root = get_user_model().objects.get(username="root")
-    for name, path in admin_pages(root):
-        if not name.endswith(" list"):
-            pages.check(name, path, "#content")
+def _admin_forms(ending: str):
+    """Every registered model's add forms (``ending``: " add") or change forms (" change")."""
+
+    def check(pages: Pages, page, base: str, demo: dict) -> None:
+        login(page, base, "root", then="/admin/")
+        root = get_user_model().objects.get(username="root")
+        for name, path in admin_pages(root):
+            if name.endswith(ending):
+                pages.check(name, path, "#content")
+
+    return check
 
 
 def _admin_pages(pages: Pages, page, base: str, demo: dict) -> None:
-    """The admin's index, every change list, and its other pages (history, delete, passwords, django-rq)."""
+    """The admin's index and every change list."""
     login(page, base, "root", then="/admin/")
     pages.check("admin index", "/admin/", "#content-main", again=True)
     root = get_user_model().objects.get(username="root")
     for name, path in admin_pages(root):
         if name.endswith(" list"):
             pages.check(name, path, "#content")
+
+
+def _admin_other_pages(pages: Pages, page, base: str, demo: dict) -> None:
+    """The admin's other pages: an app's index, history, delete, passwords, django-rq's."""
+    login(page, base, "root", then="/admin/")
+    root = get_user_model().objects.get(username="root")
     org = demo["org"]
     for name, path in (("admin orgs app", "/admin/orgs/"), ("admin org history", f"/admin/orgs/org/{org.pk}/history/"),
                        ("admin org delete", f"/admin/orgs/org/{org.pk}/delete/"),
@@ -203,23 +213,28 @@ def _pools_pages(pages: Pages, page, base: str, demo: dict) -> None:
     expect(page.locator("#org-pools")).to_have_text("Pools in use: llm 2 of 2 (ceiling, min 1)")
 
 
-# Five tests, not one: on the suite's xdist workers each part runs beside the others.
-PARTS = {"staff": _staff_pages, "admin": _admin_pages, "admin-forms": _admin_forms, "member": _member_pages,
-         "pools": _pools_pages}
+# Seven tests, not one: on the suite's xdist workers each part runs beside the others (15 to
+# 20 pages each at most; a part's own cost, the demo, the login and the control case, is about
+# a second). The seconds are each part's under the suite's load, for ``@pytest.mark.slow``.
+PARTS = {"staff": (_staff_pages, 25), "admin": (_admin_pages, 25), "admin-other": (_admin_other_pages, 20),
+         "admin-add": (_admin_forms(" add"), 20), "admin-change": (_admin_forms(" change"), 20),
+         "member": (_member_pages, 12), "pools": (_pools_pages, 15)}
 
 
-@pytest.mark.slow(25)
-@pytest.mark.parametrize("part", list(PARTS))
+@pytest.mark.parametrize("part", [pytest.param(part, marks=pytest.mark.slow(seconds))
+                                  for part, (_, seconds) in PARTS.items()])
 def test_the_pages_have_no_accessibility_violation(part, browser, browser_server, redis_layer_publish):
     demo = _demo()
     _every_model_has_a_row(demo["org"])
     if part == "pools":
         _with_pools(demo)
     redis_layer_publish()
-    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.add_init_script(SETTLE_JS)
+    page = context.new_page()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     pages = Pages(page, browser_server, "member" if part == "member" else "staff")
-    PARTS[part](pages, page, browser_server, demo)
+    PARTS[part][0](pages, page, browser_server, demo)
     found = pages.found
     (ARTIFACTS / f"axe-violations-{part}.json").write_text(json.dumps(found, indent=1))
     # The control case: grey text on white is found, so a clean run above means something (on the
