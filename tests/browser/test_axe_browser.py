@@ -253,24 +253,35 @@ def test_the_pages_have_no_accessibility_violation(part, browser, browser_server
 def test_an_import_page_refreshes_itself_until_told_to_stop(browser, browser_server):
     """WCAG 2.2.1: a running import's page reloads itself every 2 s to show its progress, and
     unticking "Refresh this page" stops it (it had a <meta http-equiv="refresh">, which nothing
-    stops: axe's meta-refresh); a finished import's page does not reload."""
+    stops: axe's meta-refresh); a finished import's page does not reload.
+
+    The page's timers run on Playwright's clock, moved past the 2 s instead of waiting them out.
+    A reload the page starts fires its ``beforeunload`` at once, inside ``location.reload()``
+    (so inside ``fast_forward``): ``not_reloading`` is then false on the old document, or the
+    document is a new one, or gone (the evaluate fails): each fails the test."""
     make_user("root", superuser=True)
     job = ImportJob.objects.create(filename="backlog.csv", format="csv", data=b"external_id\nx-1\n")
-    page = browser.new_context().new_page()
+    context = browser.new_context()
+    context.clock.install()  # time still flows as it does; fast_forward jumps it
+    page = context.new_page()
     login(page, browser_server, "root", then=f"/admin/jobs/importjob/{job.pk}/change/")
     box = page.locator("#import-refresh")
     expect(box).to_be_checked()
-    page.evaluate("window.notReloaded = true")
+    mark = """() => { window.notReloaded = true; window.reloading = false;
+                      addEventListener("beforeunload", () => { window.reloading = true; }); }"""
+    not_reloading = "window.notReloaded === true && window.reloading === false"
+    page.evaluate(mark)
+    page.clock.fast_forward(2_500)
     page.wait_for_function("() => window.notReloaded === undefined", timeout=8_000)  # reloaded by itself
     box.uncheck()
-    page.evaluate("window.notReloaded = true")
-    page.wait_for_timeout(3_500)
-    assert page.evaluate("window.notReloaded") is True
+    page.evaluate(mark)
+    page.clock.fast_forward(3_500)
+    assert page.evaluate(not_reloading) is True
     page.reload()
     expect(page.locator("#import-refresh")).not_to_be_checked()  # the choice lasts the tab's session
-    page.evaluate("window.notReloaded = true")
-    page.wait_for_timeout(2_500)
-    assert page.evaluate("window.notReloaded") is True
+    page.evaluate(mark)
+    page.clock.fast_forward(2_500)
+    assert page.evaluate(not_reloading) is True
     assert axe.violations(page, tags=axe.ALL) == []
 
     ImportJob.objects.filter(pk=job.pk).update(status=ImportStatus.SUCCEEDED)
