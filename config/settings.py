@@ -325,6 +325,19 @@ if FAIRSCHED_WORKER_CONCURRENCY < 1:
     raise ImproperlyConfigured(
         f"FAIRSCHED_WORKER_CONCURRENCY: must be at least 1, got {FAIRSCHED_WORKER_CONCURRENCY}")
 
+# A workflow task (the worker's turn at a workflow's code) that no worker has completed this
+# long after one started it (that worker died, or Temporal restarted under it) is handed to
+# another: each workflow a dead worker or a Temporal restart left mid-task, and the chart's
+# budget, waits this long. Temporal's own default is 10 s; set at a workflow's start.
+FAIRSCHED_WORKFLOW_TASK_TIMEOUT_S = env_seconds("FAIRSCHED_WORKFLOW_TASK_TIMEOUT_S", 10.0)
+
+# After a worker dies without a warm stop (a SIGKILL, a crash), the next task of each workflow
+# it had cached waits this long on its sticky queue before any worker may take it
+# (temporalio's sticky_queue_schedule_to_start_timeout, whose default is 10 s): each chart
+# it was running holds its budget that much longer. A lower value costs a worker that is
+# merely slow a replay of the workflow's history on the task's next worker.
+FAIRSCHED_WORKER_STICKY_TIMEOUT_S = env_seconds("FAIRSCHED_WORKER_STICKY_TIMEOUT_S", 10.0)
+
 # Where runscheduler runs its ETA pass and snapshot: "process" (a forked child, off the
 # dispatching loop's GIL; fairsched/engine/forked.py) or "thread" (in the scheduler's own
 # process, where fork is unavailable or unwanted). docs/architecture.md: the ETA pass.

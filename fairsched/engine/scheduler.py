@@ -153,6 +153,7 @@ class Scheduler:
         full_resync_s: float | None = None,
         cancel_grace_s: float | None = None,
         start_concurrency: int | None = None,
+        workflow_task_timeout_s: float | None = None,
         clock: Clock | None = None,
         store: Store | None = None,
         publisher: Publisher | None = None,
@@ -193,7 +194,8 @@ class Scheduler:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = store or DbStore()
         self.publisher: Publisher = publisher or LivePublisher(redis_url)
-        self.temporal: TemporalPort = temporal or TemporalClient(temporal_address, namespace)
+        self.temporal: TemporalPort = temporal or TemporalClient(temporal_address, namespace,
+                                                                 task_timeout_s=workflow_task_timeout_s)
 
         # What the loop owns: the state, the round saver, the loop's shared bookkeeping
         # (what the reporters report to the next tick, the events, the backoffs: host.LoopState).

@@ -53,7 +53,7 @@ async def connect(
 
 async def start_chart(
     client: Client, *, temporal_type: str, task_queue: str, chart: ChartInput, execution_timeout_s: int,
-    workflow_id: str | None = None,
+    workflow_id: str | None = None, task_timeout_s: float | None = None,
 ) -> WorkflowHandle:
     """Start (or find) the chart's workflow, ``workflow_id`` (default: this process's
     deployment's id for it, ``chart-<deployment>-<pk>``).
@@ -64,13 +64,15 @@ async def start_chart(
     so a scheduler that crashed between starting and recording adopts it.
     ``execution_timeout_s`` (``Workflow.execution_timeout_s``): Temporal times the
     workflow out after that long, whatever its code does, so no chart holds its
-    budget for ever.
+    budget for ever. ``task_timeout_s``: the workflow task timeout (``FAIRSCHED_WORKFLOW_TASK_TIMEOUT_S``;
+    None: Temporal's default, 10 s).
     """
     return await client.start_workflow(
         temporal_type, chart, id=workflow_id or workflow_id_of(chart.chart_id), task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, rpc_timeout=RPC_TIMEOUT,
         execution_timeout=timedelta(seconds=execution_timeout_s),
+        task_timeout=timedelta(seconds=task_timeout_s) if task_timeout_s is not None else None,
     )
 
 

@@ -27,6 +27,12 @@ def worker_concurrency() -> int:
     return settings.FAIRSCHED_WORKER_CONCURRENCY
 
 
+def sticky_timeout() -> timedelta:
+    from django.conf import settings
+
+    return timedelta(seconds=settings.FAIRSCHED_WORKER_STICKY_TIMEOUT_S)
+
+
 def build_worker(client, task_queue: str, graceful_s: float = GRACEFUL_SHUTDOWN_S,
                  max_concurrent_activities: int | None = None, identity: str | None = None) -> Worker:
     """``max_concurrent_activities``: default ``settings.FAIRSCHED_WORKER_CONCURRENCY``
@@ -39,6 +45,7 @@ def build_worker(client, task_queue: str, graceful_s: float = GRACEFUL_SHUTDOWN_
         client, task_queue=task_queue, workflows=[DemoChart], activities=[demo_work, record_chart_outcome],
         graceful_shutdown_timeout=timedelta(seconds=graceful_s),
         max_concurrent_activities=max_concurrent_activities, identity=identity or worker_identity(),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
 
 

@@ -196,6 +196,47 @@ def redis_layer_publish(redis_url):
     return publish
 
 
+# An init script (``context.add_init_script``, run by DevTools before each document's own
+# scripts, outside its Content-Security-Policy): the page counts what it still waits for, its
+# requests (a fetch until the body read from it has been handed on: ``r.json()``, ``r.text()``)
+# and its sockets (until their first message, the snapshot, or their close), each counted
+# down a task after it ends, once the page's own callbacks on it have run.
+# ``window.__fairschedSettled()`` then says whether the page has settled (:func:`settle`).
+SETTLE_JS = """(() => {
+  let pending = 0, quiet = 0;
+  const done = () => { setTimeout(() => { pending -= 1; }); };
+  const track = (promise) => { pending += 1; promise.then(done, done); return promise; };
+  const fetch_ = window.fetch;
+  window.fetch = function (...args) { return track(fetch_.apply(this, args)); };
+  for (const read of ["json", "text", "blob", "arrayBuffer", "formData"]) {
+    const read_ = Response.prototype[read];
+    Response.prototype[read] = function (...args) { return track(read_.apply(this, args)); };
+  }
+  const Socket = window.WebSocket;
+  window.WebSocket = class extends Socket {
+    constructor(...args) {
+      super(...args);
+      pending += 1;
+      let first = true;
+      const end = () => { if (first) { first = false; done(); } };
+      this.addEventListener("message", end);
+      this.addEventListener("close", end);
+    }
+  };
+  const still = () => document.readyState === "complete" && pending === 0
+    && [...document.querySelectorAll("[data-live]")].every((el) => el.dataset.state !== "connecting");
+  // Settled: loaded, nothing in flight, every live indicator past "connecting", and so for two
+  // frames in a row (a render the last message queued for the next frame has been drawn).
+  window.__fairschedSettled = () => { quiet = still() ? quiet + 1 : 0; return quiet >= 2; };
+})();"""
+
+
+def settle(page, timeout: float = 10_000) -> None:
+    """Wait until ``page`` (of a context given :data:`SETTLE_JS`) has settled: loaded, no request
+    or first socket message pending, its live indicators connected, two frames drawn since."""
+    page.wait_for_function("() => window.__fairschedSettled()", polling="raf", timeout=timeout)
+
+
 def login(page, base: str, username: str, password: str = "pw-for-tests-1", then: str = "/") -> None:
     page.goto(f"{base}/accounts/login/?next={then}")
     page.fill("#id_username", username)

@@ -25,7 +25,7 @@ from jobs.models import ImportJob, ImportStatus, WebhookDelivery, WebhookEvent
 from charts.services import chart_pause, chart_resume
 from orgs.models import Org
 from tests.browser import axe
-from tests.browser.conftest import ARTIFACTS, login
+from tests.browser.conftest import ARTIFACTS, SETTLE_JS, login, settle
 from tests.browser.test_screenshot import demo_history, demo_workload
 from control.services import pool_set
 from orgs.services import org_pool_limit_set
@@ -62,7 +62,7 @@ class Pages:
         if page.url != self.base + path or not again:
             page.goto(self.base + path)
         expect(page.locator(ready).first).to_be_attached(timeout=10_000)
-        page.wait_for_timeout(300)  # the plots drawn, the clocks ticked
+        settle(page)  # the snapshot shown, the panels fetched and drawn, the clocks ticked
         key = f"{name} ({self.who})"
         self.found[key] = axe.violations(page, tags=axe.ALL)
         if self.found[key]:  # what it looked like, for the report (a screenshot a page cost 15% of the test)
@@ -107,13 +107,23 @@ def _staff_pages(pages: Pages, page, base: str, demo: dict) -> None:
     expect(page.locator("#acc-body tr")).not_to_have_count(0)
     pages.found["dashboard (staff)"] = axe.violations(page, tags=axe.ALL)  # again, with the accuracy panel loaded
     page.set_viewport_size({"width": 1920, "height": 1080})  # the wide layout: two columns of cards
-    page.wait_for_timeout(300)
+    settle(page)
     pages.found["dashboard, 1920 px wide (staff)"] = axe.violations(page, tags=axe.ALL)
     page.set_viewport_size({"width": 1280, "height": 800})
-    pages.check("org page", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]")
+
+
+def _staff_org_pages(pages: Pages, page, base: str, demo: dict) -> None:
+    """The org pages as staff: Acme's, a held org's, one with a chart blocked."""
+    login(page, base, "root", then=f"/orgs/{demo['org'].slug}/")
+    pages.check("org page", f"/orgs/{demo['org'].slug}/", "[data-live][data-state=live]", again=True)
     for name in ("Cedar Care", "Echo Imaging"):  # held; one chart blocked
         pages.check(f"org page {name}", f"/orgs/{Org.objects.get(name=name).slug}/", "[data-live][data-state=live]")
-    pages.check("history", "/dashboard/history/", "table")
+
+
+def _staff_other_pages(pages: Pages, page, base: str, demo: dict) -> None:
+    """Staff's other pages: the history, search, failures, the chart pages, the producer form, the API's docs."""
+    login(page, base, "root", then="/dashboard/history/")
+    pages.check("history", "/dashboard/history/", "table", again=True)
     pages.check("search", f"/dashboard/search/?q={demo['queued'].external_id[:3]}")
     pages.check("failures", "/dashboard/failures/")
     pages.check("chart page finished", f"/charts/{demo['finished'].pk}/", "#chart-prediction")
@@ -122,23 +132,39 @@ def _staff_pages(pages: Pages, page, base: str, demo: dict) -> None:
     pages.check("API docs", "/api/v1/docs", ".opblock")
 
 
-def _admin_forms(pages: Pages, page, base: str, demo: dict) -> None:
-    """Every registered model's add and change forms."""
-    login(page, base, "root", then="/admin/")
-    root = get_user_model().objects.get(username="root")
-    for name, path in admin_pages(root):
-        if not name.endswith(" list"):
-            pages.check(name, path, "#content")
+def _admin_forms(ending: str):
+    """Every registered model's add forms (``ending``: " add") or change forms (" change")."""
+
+    def check(pages: Pages, page, base: str, demo: dict) -> None:
+        login(page, base, "root", then="/admin/")
+        root = get_user_model().objects.get(username="root")
+        for name, path in admin_pages(root):
+            if name.endswith(ending):
+                pages.check(name, path, "#content")
+
+    return check
 
 
-def _admin_pages(pages: Pages, page, base: str, demo: dict) -> None:
-    """The admin's index, every change list, and its other pages (history, delete, passwords, django-rq)."""
-    login(page, base, "root", then="/admin/")
-    pages.check("admin index", "/admin/", "#content-main", again=True)
-    root = get_user_model().objects.get(username="root")
-    for name, path in admin_pages(root):
-        if name.endswith(" list"):
+def _admin_lists(half: int):
+    """The admin's index and the first half of the change lists (``half`` 0), or the second (1)."""
+
+    def check(pages: Pages, page, base: str, demo: dict) -> None:
+        login(page, base, "root", then="/admin/")
+        if half == 0:
+            pages.check("admin index", "/admin/", "#content-main", again=True)
+        root = get_user_model().objects.get(username="root")
+        lists = [(name, path) for name, path in admin_pages(root) if name.endswith(" list")]
+        middle = (len(lists) + 1) // 2
+        for name, path in (lists[:middle] if half == 0 else lists[middle:]):
             pages.check(name, path, "#content")
+
+    return check
+
+
+def _admin_other_pages(pages: Pages, page, base: str, demo: dict) -> None:
+    """The admin's other pages: an app's index, history, delete, passwords, django-rq's."""
+    login(page, base, "root", then="/admin/")
+    root = get_user_model().objects.get(username="root")
     org = demo["org"]
     for name, path in (("admin orgs app", "/admin/orgs/"), ("admin org history", f"/admin/orgs/org/{org.pk}/history/"),
                        ("admin org delete", f"/admin/orgs/org/{org.pk}/delete/"),
@@ -203,23 +229,29 @@ def _pools_pages(pages: Pages, page, base: str, demo: dict) -> None:
     expect(page.locator("#org-pools")).to_have_text("Pools in use: llm 2 of 2 (ceiling, min 1)")
 
 
-# Five tests, not one: on the suite's xdist workers each part runs beside the others.
-PARTS = {"staff": _staff_pages, "admin": _admin_pages, "admin-forms": _admin_forms, "member": _member_pages,
-         "pools": _pools_pages}
+# Ten tests, not one: on the suite's xdist workers each part runs beside the others (at most 3
+# dashboards or 16 pages each; a part's own cost, the demo, the login and the control case, is
+# about a second). The seconds are each part's under the suite's load, for ``@pytest.mark.slow``.
+PARTS = {"staff": (_staff_pages, 18), "staff-orgs": (_staff_org_pages, 15), "staff-other": (_staff_other_pages, 10),
+         "admin": (_admin_lists(0), 18), "admin-lists": (_admin_lists(1), 18),
+         "admin-other": (_admin_other_pages, 18), "admin-add": (_admin_forms(" add"), 16),
+         "admin-change": (_admin_forms(" change"), 16), "member": (_member_pages, 10), "pools": (_pools_pages, 18)}
 
 
-@pytest.mark.slow(25)
-@pytest.mark.parametrize("part", list(PARTS))
+@pytest.mark.parametrize("part", [pytest.param(part, marks=pytest.mark.slow(seconds))
+                                  for part, (_, seconds) in PARTS.items()])
 def test_the_pages_have_no_accessibility_violation(part, browser, browser_server, redis_layer_publish):
     demo = _demo()
     _every_model_has_a_row(demo["org"])
     if part == "pools":
         _with_pools(demo)
     redis_layer_publish()
-    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.add_init_script(SETTLE_JS)
+    page = context.new_page()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     pages = Pages(page, browser_server, "member" if part == "member" else "staff")
-    PARTS[part](pages, page, browser_server, demo)
+    PARTS[part][0](pages, page, browser_server, demo)
     found = pages.found
     (ARTIFACTS / f"axe-violations-{part}.json").write_text(json.dumps(found, indent=1))
     # The control case: grey text on white is found, so a clean run above means something (on the
@@ -238,24 +270,35 @@ def test_the_pages_have_no_accessibility_violation(part, browser, browser_server
 def test_an_import_page_refreshes_itself_until_told_to_stop(browser, browser_server):
     """WCAG 2.2.1: a running import's page reloads itself every 2 s to show its progress, and
     unticking "Refresh this page" stops it (it had a <meta http-equiv="refresh">, which nothing
-    stops: axe's meta-refresh); a finished import's page does not reload."""
+    stops: axe's meta-refresh); a finished import's page does not reload.
+
+    The page's timers run on Playwright's clock, moved past the 2 s instead of waiting them out.
+    A reload the page starts fires its ``beforeunload`` at once, inside ``location.reload()``
+    (so inside ``fast_forward``): ``not_reloading`` is then false on the old document, or the
+    document is a new one, or gone (the evaluate fails): each fails the test."""
     make_user("root", superuser=True)
     job = ImportJob.objects.create(filename="backlog.csv", format="csv", data=b"external_id\nx-1\n")
-    page = browser.new_context().new_page()
+    context = browser.new_context()
+    context.clock.install()  # time still flows as it does; fast_forward jumps it
+    page = context.new_page()
     login(page, browser_server, "root", then=f"/admin/jobs/importjob/{job.pk}/change/")
     box = page.locator("#import-refresh")
     expect(box).to_be_checked()
-    page.evaluate("window.notReloaded = true")
+    mark = """() => { window.notReloaded = true; window.reloading = false;
+                      addEventListener("beforeunload", () => { window.reloading = true; }); }"""
+    not_reloading = "window.notReloaded === true && window.reloading === false"
+    page.evaluate(mark)
+    page.clock.fast_forward(2_500)
     page.wait_for_function("() => window.notReloaded === undefined", timeout=8_000)  # reloaded by itself
     box.uncheck()
-    page.evaluate("window.notReloaded = true")
-    page.wait_for_timeout(3_500)
-    assert page.evaluate("window.notReloaded") is True
+    page.evaluate(mark)
+    page.clock.fast_forward(3_500)
+    assert page.evaluate(not_reloading) is True
     page.reload()
     expect(page.locator("#import-refresh")).not_to_be_checked()  # the choice lasts the tab's session
-    page.evaluate("window.notReloaded = true")
-    page.wait_for_timeout(2_500)
-    assert page.evaluate("window.notReloaded") is True
+    page.evaluate(mark)
+    page.clock.fast_forward(2_500)
+    assert page.evaluate(not_reloading) is True
     assert axe.violations(page, tags=axe.ALL) == []
 
     ImportJob.objects.filter(pk=job.pk).update(status=ImportStatus.SUCCEEDED)

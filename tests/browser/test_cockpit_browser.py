@@ -47,12 +47,14 @@ def focused_row_key(page) -> str | None:
 def test_confirm_cancel_visibly_expires_and_a_shown_confirm_always_cancels(browser, browser_server,
                                                                           redis_layer_publish, world):
     redis_layer_publish()
-    page = open_dashboard(browser, browser_server)
+    page = open_dashboard(browser, browser_server, clock=True)
     target = world["charts"][1]
     button = page.locator(f'#order-body tr[data-chart-id="{target.pk}"] button[data-action="cancel"]')
     button.click()
     expect(button).to_have_text("Confirm cancel")
-    # Unconfirmed, it turns back into "Cancel" (the bug: it kept its label and only re-armed).
+    # Unconfirmed, it turns back into "Cancel" (the bug: it kept its label and only re-armed):
+    # the page's clock moved past the 4 s it stays armed, instead of waiting them out.
+    page.clock.fast_forward(5_000)
     expect(button).to_have_text("Cancel", timeout=10_000)
     assert Chart.objects.get(pk=target.pk).state == ChartState.QUEUED
     button.click()

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from dashboard.simulate import publish_from_db
 from jobs.models import ImportJob
 from orgs.services import org_hold
-from tests.browser.conftest import login
+from tests.browser.conftest import SETTLE_JS, login, settle
 from tests.browser.test_dashboard_browser import world  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -28,6 +28,7 @@ document.addEventListener("securitypolicyviolation",
 def _page(browser, base: str, username: str, then: str):
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     context.add_init_script(WATCH)
+    context.add_init_script(SETTLE_JS)
     page = context.new_page()
     console: list[str] = []
     page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
@@ -62,7 +63,7 @@ def test_pages_run_under_the_policy_without_a_violation(browser, browser_server,
     if path == "/dashboard/":
         expect(page.locator("tr[data-chart-id]")).to_have_count(5)  # the scripts ran and rendered the order
         expect(page.locator("#orgs-body .bar span").first).to_have_attribute("style", re.compile("width"))
-    page.wait_for_timeout(300)
+    settle(page)  # its scripts have run, its requests and the snapshot are in
     assert _violations(page, console) == []
     # The control case: an injected inline style and inline script are refused and reported.
     page.evaluate("""() => {
@@ -70,9 +71,8 @@ def test_pages_run_under_the_policy_without_a_violation(browser, browser_server,
         document.body.appendChild(d);
         const s = document.createElement("script"); s.textContent = "window.__ran = 1"; document.body.appendChild(s);
     }""")
-    page.wait_for_timeout(300)
+    page.wait_for_function("() => window.__csp.some((v) => v.startsWith('script-src'))", timeout=5_000)
     assert page.evaluate("window.__ran") is None
-    assert any(v.startswith("script-src") for v in page.evaluate("window.__csp"))
 
 
 def test_a_stale_snapshot_shows_the_badge_in_the_browser(browser, browser_server, redis_url, world):  # noqa: F811

@@ -19,7 +19,7 @@ from charts.models import Chart, ChartState, DurationStat
 from dashboard.selectors import HISTORY_KEY
 from control.models import SchedulerSettings
 from common.notify import redis_client
-from tests.browser.conftest import ARTIFACTS, ROOT, login
+from tests.browser.conftest import ARTIFACTS, ROOT, SETTLE_JS, login, settle
 from tests.factories import make_cost, make_org, make_user, make_workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -91,6 +91,7 @@ def test_dashboard_under_a_demo_workload(browser, browser_server, redis_layer_pu
     demo_history({o.name: o.pk for o in Org.objects.all()})
     redis_layer_publish()
     context = browser.new_context(viewport={"width": 1480, "height": 1100}, device_scale_factor=1)
+    context.add_init_script(SETTLE_JS)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -107,7 +108,7 @@ def test_dashboard_under_a_demo_workload(browser, browser_server, redis_layer_pu
     expect(page.locator("#order-range")).to_contain_text(f"101–200 of {total}")
     page.locator("#order-prev").click()
     expect(page.locator("#order-range")).to_contain_text(f"1–100 of {total}")
-    page.wait_for_timeout(1500)  # plots drawn, ETAs ticked
+    settle(page)  # plots fetched and drawn (unanimated), ETAs ticked (on every message)
     assert errors == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"

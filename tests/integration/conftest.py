@@ -211,7 +211,11 @@ def live(request, redis_url, temporal_address, settings, _shared_worker) -> Iter
         old.unlink()
     env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis_url,
            "TEMPORAL_ADDRESS": temporal_address, "FAIRSCHED_TASK_QUEUE": task_queue,
-           "FAIRSCHED_CHANNEL_LAYER": "redis", "FAIRSCHED_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+           "FAIRSCHED_CHANNEL_LAYER": "redis", "FAIRSCHED_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1",
+           # A worker the test SIGKILLs leaves the workflows it had cached waiting this long
+           # for it (10 s by default) before the test's next worker may take them; and a
+           # workflow task it (or a Temporal the test kills) left started, this long (10 s).
+           "FAIRSCHED_WORKER_STICKY_TIMEOUT_S": "1", "FAIRSCHED_WORKFLOW_TASK_TIMEOUT_S": "2"}
     live = Live(env=env, task_queue=task_queue, artifacts=artifacts, shared=_shared_worker, settings=settings)
     try:
         yield live

@@ -83,7 +83,8 @@ def main(argv: list[str]) -> None:
         def make_scheduler(self, opts):
             scheduler = super().make_scheduler(opts)
             if faults.crash_after_starts is not None:
-                scheduler.temporal = CrashingTemporal(scheduler.temporal_address, scheduler.namespace)
+                scheduler.temporal = CrashingTemporal(scheduler.temporal_address, scheduler.namespace,
+                                                      task_timeout_s=scheduler.temporal.task_timeout_s)
             if faults.eta_gate:
                 scheduler.publisher = GatedPublisher(scheduler.publisher, Path(faults.eta_gate))
             if faults.head_per_org is not None:

@@ -22,6 +22,10 @@ from tests.integration.test_scheduler_live import configure
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
+# The schedulers a test SIGKILLs and starts again hold the lease this long (``--lease-ttl``;
+# 5 s by default): the new one waits that long at most for the dead one's lease to expire.
+SHORT_LEASE = ("--lease-ttl", "2")
+
 EXPECTED = ["b0", "a2", "a3", "b1", "a4", "a5", "b2"]  # the order before: B's first chart is next
 
 
@@ -95,14 +99,14 @@ def first_two_started(names: dict[str, str]) -> None:
 def test_order_before_a_kill_9_equals_the_order_after_the_restart(live):
     names = backlog()
     live.shared_worker()
-    sched = live.scheduler()
+    sched = live.scheduler(*SHORT_LEASE)
     first_two_started(names)
     before = plan_live(live, names)
     published = published_after(dispatched_at(sched, names, "a0", "a1"), names, without=("a0", "a1"))
     print(f"\nrestart: plan --live before kill -9: {' '.join(before)}")
     assert before == published == EXPECTED
     sched.kill()
-    new = live.scheduler()
+    new = live.scheduler(*SHORT_LEASE)
     new.saw("loaded backlog", timeout=60)
     published = published_after(new.logged_at("scheduler starting"), names)  # any snapshot of the new one
     after = plan_live(live, names)
@@ -118,12 +122,12 @@ def test_a_restart_that_starts_from_the_head_of_the_order_keeps_the_order(live):
     takes over; the order after is the order before."""
     names = backlog()
     live.shared_worker()
-    sched = live.scheduler()
+    sched = live.scheduler(*SHORT_LEASE)
     first_two_started(names)
     before = plan_live(live, names)
     assert before == EXPECTED
     sched.kill()
-    new = live.faulty_scheduler("--head-per-org", "1")
+    new = live.faulty_scheduler("--head-per-org", "1", *SHORT_LEASE)
     new.saw("loaded the head of the order: 2 queued", timeout=60)
     took_over = new.logged_at("the whole backlog takes over from the head", timeout=60)
     assert order_after(live, names, "head-first restart", since=took_over) == before
@@ -141,7 +145,7 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     gate = tmp_path / "no-chunks"
     gate.touch()
     live.shared_worker()
-    sched = live.faulty_scheduler("--backfill-min", "1", "--backfill-gate", str(gate))
+    sched = live.faulty_scheduler("--backfill-min", "1", "--backfill-gate", str(gate), *SHORT_LEASE)
     sched.saw("writing 9 charts' rounds", timeout=60)
     first_two_started(names)
     # no queued chart's round is written, only each org's cursor (A's after a0 and a1)
@@ -149,7 +153,7 @@ def test_a_kill_9_while_the_first_start_still_writes_its_rounds_keeps_the_order(
     before = plan_live(live, names)
     assert before == published_after(dispatched_at(sched, names, "a0", "a1"), names, without=("a0", "a1")) == EXPECTED
     sched.kill()
-    new = live.faulty_scheduler("--backfill-min", "1", "--head-per-org", "1")
+    new = live.faulty_scheduler("--backfill-min", "1", "--head-per-org", "1", *SHORT_LEASE)
     new.saw("loaded the head of the order (2 orgs' rounds still to write): 2 queued", timeout=60)
     new.saw("the whole backlog takes over from the head", timeout=60)
     new.saw("every chart's round is written", timeout=60)
@@ -168,7 +172,7 @@ def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_ke
     gate = tmp_path / "no-whole"
     gate.touch()
     live.shared_worker()
-    sched = live.faulty_scheduler("--head-per-org", "2", "--whole-gate", str(gate))
+    sched = live.faulty_scheduler("--head-per-org", "2", "--whole-gate", str(gate), *SHORT_LEASE)
     sched.saw("loaded the head of the backlog (a first start): 4 queued", timeout=60)
     first_two_started(names)
     sched.saw("the rounds of the head of the backlog are written", timeout=30)
@@ -177,7 +181,7 @@ def test_a_kill_9_while_a_first_start_dispatches_from_the_head_of_the_backlog_ke
     assert {"b0", "b1"} <= written <= {"a0", "a1", "b0", "b1"}  # the head's; a0 and a1 may be running already
     sched.kill()
     assert plan_live(live, names) == EXPECTED
-    new = live.scheduler()
+    new = live.scheduler(*SHORT_LEASE)
     new.saw("loaded backlog: 7 queued", timeout=60)
     assert order_after(live, names, "restart while the first start dispatched from its head",
                        since=new.logged_at("scheduler starting")) == EXPECTED

@@ -17,6 +17,10 @@ from tests.integration.test_scheduler_live import (all_final, closed_in_temporal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
+# The schedulers a test SIGKILLs and starts again hold the lease this long (``--lease-ttl``;
+# 5 s by default): the new one waits that long at most for the dead one's lease to expire.
+SHORT_LEASE = ("--lease-ttl", "2")
+
 # what each pair draws on: A's audits hold llm 2 + gpu 1 + 1 of the budget; B's codings llm 1 + 1 of
 # the budget; C's renders gpu 1 + api 1; A's ceiling in llm is 2 (one audit at a time)
 CAPACITY = {"default": 3, "llm": 3, "gpu": 2, "api": 1}
@@ -41,7 +45,7 @@ def test_three_pools_under_kill_9_of_scheduler_and_worker_run_each_chart_once_wi
     ids = list(charts)
 
     worker = live.worker()
-    sched = live.scheduler()
+    sched = live.scheduler(*SHORT_LEASE)
     wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 4,
                timeout=60, what="some charts done")
     sched.kill()   # SIGKILL, mid-run: charts running, some queued
@@ -49,11 +53,11 @@ def test_three_pools_under_kill_9_of_scheduler_and_worker_run_each_chart_once_wi
     assert Chart.objects.filter(pk__in=ids, state=ChartState.QUEUED).exists()
     control.policies_set(dispatch="backfill")  # the rest under backfill with pools and A's ceiling
     live.worker()
-    sched = live.scheduler()
+    sched = live.scheduler(*SHORT_LEASE)
     wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 12,
                timeout=90, what="more charts done after the restart")
     sched.kill()   # once more, the scheduler alone
-    live.scheduler()
+    live.scheduler(*SHORT_LEASE)
     wait_until(lambda: all_final(ids), timeout=120, what="every chart final")
     assert set(states(ids).values()) == {"succeeded"}
     assert set(executions_per_chart(temporal, ids).values()) == {1}  # exactly once, by Temporal's own count

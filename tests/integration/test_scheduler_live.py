@@ -23,6 +23,10 @@ from tests.integration.conftest import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
+# The schedulers a test SIGKILLs and starts again hold the lease this long (``--lease-ttl``;
+# 5 s by default): the new one waits that long at most for the dead one's lease to expire.
+SHORT_LEASE = ("--lease-ttl", "2")
+
 
 def configure(budget: int, *, eta: float = 0.5, reconcile: float = 1.0) -> None:
     s = SchedulerSettings.get()
@@ -148,12 +152,12 @@ def test_sigkill_mid_run_then_restart_runs_every_chart_exactly_once(live, tempor
     wf = make_workflow("code", temporal_type="DemoChart")
     ids = [make_chart(org, wf, payload={"seconds": 0.6}).pk for _ in range(12)]
     live.shared_worker()
-    sched = live.scheduler()
+    sched = live.scheduler(*SHORT_LEASE)
     wait_until(lambda: Chart.objects.filter(pk__in=ids, state=ChartState.SUCCEEDED).count() >= 3,
                timeout=30, what="some charts done")
     sched.kill()
     assert Chart.objects.filter(pk__in=ids, state=ChartState.QUEUED).exists()
-    live.scheduler()
+    live.scheduler(*SHORT_LEASE)
     wait_until(lambda: all_final(ids), timeout=60, what="all charts final after the restart")
     assert set(states(ids).values()) == {"succeeded"}
     assert set(executions_per_chart(temporal, ids).values()) == {1}

@@ -109,8 +109,9 @@ class TemporalClient:
     """The real Temporal port: :mod:`fairsched.temporal.client` over one ``temporalio`` client.
     Every call raises only this module's errors (or a cancellation)."""
 
-    def __init__(self, address: str, namespace: str) -> None:
+    def __init__(self, address: str, namespace: str, task_timeout_s: float | None = None) -> None:
         self.address, self.namespace = address, namespace
+        self.task_timeout_s = task_timeout_s  # the charts' workflow task timeout (None: Temporal's)
         self.client = None
         self.ids: WorkflowIds | None = None
         self._retention_s: float | None = None
@@ -130,7 +131,7 @@ class TemporalClient:
         try:
             handle = await start_chart(self.client, temporal_type=temporal_type, task_queue=task_queue,
                                        chart=chart, execution_timeout_s=execution_timeout_s,
-                                       workflow_id=self._id(chart.chart_id))
+                                       workflow_id=self._id(chart.chart_id), task_timeout_s=self.task_timeout_s)
         except WorkflowAlreadyStartedError as exc:
             raise AlreadyStarted(str(exc)) from exc
         except asyncio.CancelledError:

@@ -49,6 +49,7 @@ class Command(BaseCommand):
             watch_results=not opts["no_watch"], lease_ttl_s=opts["lease_ttl"],
             cancel_grace_s=settings.FAIRSCHED_CANCEL_GRACE_S, eta_pass_in=settings.FAIRSCHED_ETA_PASS,
             start_concurrency=settings.FAIRSCHED_START_CONCURRENCY,
+            workflow_task_timeout_s=settings.FAIRSCHED_WORKFLOW_TASK_TIMEOUT_S,
         )
 
     # With FAIRSCHED_ETA_PASS=thread the ETA pass and the snapshot run in a thread (by
