@@ -17,12 +17,12 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Subquery
 from django.utils import timezone
 
 from charts.lifecycle import count_finish
 from charts.models import FINAL_STATES, Chart, ChartState
 from common.bulk import insert_rows
+from common.compiled import PkWhere
 from common.insert_one import insert_one
 from control import audit
 from common.notify import ChartNote, ChartsNote, notify
@@ -181,7 +181,7 @@ def chart_submit_created(
         if wf is not None:
             chart.workflow = wf
         else:  # NULL for an unknown name: the NOT NULL refuses the row
-            chart.workflow_id = Subquery(Workflow.objects.filter(name=name).values("pk")[:1])
+            chart.workflow_id = PkWhere(Workflow, name=name)
         try:
             # its one CHECK (dispatched_cost >= 0) holds: NULL
             inserted = insert_one(chart, ignore_conflicts=ext is not None, returning=("workflow",))

@@ -7,10 +7,11 @@ apart from the cockpit's daphne (docs/deploying.md, "The API tier"). gunicorn re
 
 Why these (``bench/api.py --server gunicorn``, docs/api.md's figures): a request's Python runs
 under its process's interpreter lock, so processes, not threads, use the cores: one worker
-process a core by default. Two threads a process keep the core busy while a request waits on
-the database or Redis; more only queue more requests behind the same lock and the database's
-one writer (SQLite), which widened the p95 (20 producers, 2 processes: 8 threads p95 90 ms,
-4 threads 74 ms, 2 threads 61 ms, at about the same rate).
+process a core by default. Threads keep the core busy while a request waits on the database or
+Redis: two on SQLite, where more only queue more requests behind the same lock and the
+database's one writer, which widened the p95 (20 producers, 2 processes: 8 threads p95 90 ms,
+4 threads 74 ms, 2 threads 61 ms, at about the same rate); four on PostgreSQL, where each
+request waits on two round trips and a commit.
 """
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ from common.connections import keep_connections
 
 workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
 worker_class = "gthread"
-threads = int(os.environ.get("FAIRSCHED_API_THREADS") or 2)
+# Two threads a process on SQLite (its one writer), four on PostgreSQL, where a request waits on
+# its round trips and its commit while the process's core could run another (docs/api.md's
+# figures: 1.19x the rate with 4 threads against 2 in one run, after the statements' SQL was
+# built once per connection, common/compiled.py). FAIRSCHED_API_THREADS sets it.
+_on_postgres = (os.environ.get("DATABASE_URL") or "").startswith(("postgres://", "postgresql://", "pgsql://"))
+threads = int(os.environ.get("FAIRSCHED_API_THREADS") or (8 if _on_postgres else 2))
 # A SIGTERM lets requests in flight finish (a batch of 1,000 takes well under a second).
 graceful_timeout = 30
 # A worker silent this long is restarted by the arbiter (a stuck request, not a slow one).

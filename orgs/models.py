@@ -13,6 +13,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.text import slugify
 
+from common.compiled import CompiledSelect
 from common.validation import MAX_COST, MAX_WEIGHT, NoNulValidator
 from control.models import DEFAULT_POOL, Pool
 from scheduling.rules import is_held
@@ -314,7 +315,7 @@ class OrgToken(models.Model):
     def authenticate(cls, raw: str) -> "OrgToken | None":
         if not raw or not raw.startswith(TOKEN_PREFIX):
             return None
-        token = cls.objects.select_related("org").filter(key_hash=hash_token(raw), revoked=False).first()
+        token = _KEY_READ.first(key_hash=hash_token(raw))
         if token is not None:
             now = timezone.now()
             if token.last_used_at is None or (now - token.last_used_at).total_seconds() >= LAST_USED_EVERY_S:
@@ -323,3 +324,10 @@ class OrgToken(models.Model):
                 cls.objects.filter(pk=token.pk).update(last_used_at=now)
                 token.last_used_at = now
         return token
+
+
+# The key's read with its org (``authenticate``, every API request): its SQL built once per
+# connection (common/compiled.py); the ORM's own ``.first()`` of this queryset.
+_KEY_READ = CompiledSelect(
+    lambda key_hash: OrgToken.objects.select_related("org").filter(key_hash=key_hash, revoked=False).order_by("pk")[:1],
+    "key_hash")
