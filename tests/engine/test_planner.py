@@ -90,21 +90,24 @@ async def test_the_scheduler_plans_in_a_forked_child_and_keeps_its_budget():
     assert state.queue.budget == 1 and list(state.queue) == order
 
 
-async def test_a_plan_is_given_its_own_wait_and_a_preview_never_waits_behind_it(monkeypatch):
+async def test_a_plan_is_given_its_own_wait_and_a_preview_never_waits_behind_it(monkeypatch, tmp_path):
     # A plan takes several passes: the scheduler computes it as long as its web request waits
     # (the request's "wait"), in a task of its own; a preview asked meanwhile is answered first.
+    # The plan's child goes on only once the preview is answered (a file the answer leaves; 30 s
+    # at most): a preview that waited behind the plan would leave it there, and fail the order.
     host = FakeHost(budget=1, charts=6, weights=(1, 1))
     await host.load()
     real = planner.plan_budget
+    answered = tmp_path / "preview-answered"
 
     def slow(*args, **kw):  # (in the forked child)
-        time.sleep(1.5)
+        until = time.time() + 30
+        while not answered.exists() and time.time() < until:
+            time.sleep(0.02)
         return real(*args, **kw)
     monkeypatch.setattr(planner, "plan_budget", slow)
     now = time.time()
     plan = {"kind": "plan", "clear_by": now + 10 ** 7, "meet_due": False}
-    # (waits of a minute: on a loaded machine the forked passes take seconds, and a request past
-    # its wait is dropped, which is not what this test is about)
     requests = [json.dumps({"id": "plan", "at": now - 5, "wait": 60, "change": plan}),  # 5 s old, within its wait
                 json.dumps({"id": "stale", "at": now - 5, "wait": 3, "change": {"kind": "budget", "value": 2}}),
                 json.dumps({"id": "preview", "at": now, "wait": 60, "change": {"kind": "budget", "value": 2}})]
@@ -119,10 +122,12 @@ async def test_a_plan_is_given_its_own_wait_and_a_preview_never_waits_behind_it(
 
         async def answer(self, rid, body):
             order.append(rid)
+            if rid == "preview":
+                answered.touch()
             if rid == "plan":
                 assert json.loads(body)["budget"] == 1
     await Previews(host, Port()).serve()
-    assert order == ["preview", "plan"]  # the stale preview dropped; the plan answered after its 1.5 s
+    assert order == ["preview", "plan"]  # the stale preview dropped; the plan answered once the preview was
 
 
 def test_a_requests_deadline_is_its_time_plus_its_wait_or_its_kinds_default():
