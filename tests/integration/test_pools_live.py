@@ -33,6 +33,9 @@ def test_three_pools_under_kill_9_of_scheduler_and_worker_run_each_chart_once_wi
     for pool in ("llm", "gpu", "api"):
         control.pool_set(name=pool, capacity=CAPACITY[pool])
     wf = {name: make_workflow(name, temporal_type="DemoChart") for name in ("audit", "code", "render")}
+    for w in wf.values():  # about what they take: backfill's reservations (and guards) of a second
+        w.expected_duration_s = 1
+        w.save(update_fields=["expected_duration_s"])
     org = {"A": make_org("A"), "B": make_org("B"), "C": make_org("C")}
     for name, workflow in (("A", "audit"), ("B", "code"), ("C", "render")):
         orgs.workflow_cost_set(org=org[name], workflow=wf[workflow], cost=1, pools=DRAWS[name])
