@@ -249,7 +249,9 @@ async def test_a_live_snapshot_that_is_not_followed_turns_stale_on_the_open_sock
                                                                                   settings):
     from charts import selectors
 
-    settings.FAIRSCHED_STALE_MIN_S = 1
+    # stale 3 s after it: long enough for the socket to open first on a loaded machine (at 1 s
+    # it once opened on a snapshot already stale), short enough to wait for
+    settings.FAIRSCHED_STALE_MIN_S = 3
     settings.FAIRSCHED_STALE_INTERVALS = 0
     selectors.forget_interval()
     await database_sync_to_async(publish_from_db)()
