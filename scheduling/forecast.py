@@ -41,13 +41,12 @@ one step per phantom (O((n + phantoms) log budget)). Dispatch never reads it.
 With capacity pools (no limits) the walk is the pools' lane walk with floors
 (:func:`.pool_lanes.walk_items`), each phantom drawing its (org, workflow)'s demand and
 let in once the earliest lane (not before its floor) of a pool it draws on has reached
-its arrival (:class:`_PoolPhantomRounds`, docs/scheduling.md, "With pools"); with one
+its arrival (:class:`PoolPhantomRounds`, docs/scheduling.md, "With pools"); with one
 pool ``default`` it is the one-budget pass exactly.
 """
 from __future__ import annotations
 
 import math
-from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from heapq import heappop, heappush, heapreplace
@@ -58,7 +57,8 @@ from .plan import gc_paused
 from .pool_lanes import RunningUse, _parts, _pool_lanes, walk_items
 from .rules import is_held
 from .share import arrival_round
-from .types import Eta, EtaReport, QueuedChart, RunningChart, WalkEtas
+from .types import Eta, EtaReport, QueuedChart, RunningChart
+from .forecast_walk import PhantomRounds, PoolPhantomRounds, RealCharts, forecast_items, pool_forecast_items
 
 Estimate = Callable[[str, "str | None"], float]
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
@@ -332,18 +332,18 @@ class Forecaster:
         pending = set(stop_after) - etas.keys() if stop_after is not None else None
         if pending is not None and not pending:
             return EtaReport(etas, org_clear, max(org_clear.values(), default=0.0))
-        ph = _PhantomRounds(queue, self.expected_arrivals(now, queue.weights, queue.cost_of, mean)
+        ph = PhantomRounds(queue, self.expected_arrivals(now, queue.weights, queue.cost_of, mean)
                             if p.phantoms and lanes else None)
-        real = _RealCharts(own)
+        real = RealCharts(own)
         # the lane walk (lanes.lane_pass) over the order with the phantoms let in as it goes
-        starts, _ = lane_pass(_forecast_items(queue, lanes, ph, real, mean, pending), lanes, finishes=False)
+        starts, _ = lane_pass(forecast_items(queue, lanes, ph, real, mean, pending), lanes, finishes=False)
         walked = real.collect(starts, etas, org_clear)
         return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
 
     def _pool_etas(self, queue, pools, running, now, stop_after) -> EtaReport:
         """The pass with capacity pools (no limits): the pools' lane walk with floors
         (:func:`.pool_lanes.walk_items`, the strict pass of :func:`.pool_lanes.pool_etas`)
-        over the order with the phantoms let in as it goes (:class:`_PoolPhantomRounds`:
+        over the order with the phantoms let in as it goes (:class:`PoolPhantomRounds`:
         a phantom arrives once the earliest lane of a pool it draws on has reached its
         arrival), each phantom drawing its (org, workflow)'s demand; learned durations as
         in one budget. With one pool ``default`` it is the one-budget pass exactly."""
@@ -386,9 +386,9 @@ class Forecaster:
             return sp
         gen = (self.expected_arrivals(now, queue.weights, queue.cost_of, mean)
                if p.phantoms and any(lanes.values()) else None)
-        ph = _PoolPhantomRounds(queue, gen, pools, lanes, index, floor, parts_of)
-        real = _RealCharts(own)
-        starts, _ = walk_items(_pool_forecast_items(queue, pools, ph, real, mean, parts_of, pending), floor)
+        ph = PoolPhantomRounds(queue, gen, pools, lanes, index, floor, parts_of)
+        real = RealCharts(own)
+        starts, _ = walk_items(pool_forecast_items(queue, pools, ph, real, mean, parts_of, pending), floor)
         walked = real.collect(starts, etas, org_clear)
         return EtaReport(walked, org_clear, max(org_clear.values(), default=0.0))
 
@@ -398,245 +398,6 @@ class Forecaster:
         arrivals, which no ETA may know, to measure how far the forecast is from the pass's
         own limit (any object with ``_Phantoms.arrive_until`` will do)."""
         return _Phantoms(self, now, weights, cost_of, mean)
-
-
-class _PhantomRounds:
-    """The persistent round-robin state a forecast pass walks with (``head`` and each
-    org's ``last``/``used``, copied from the queue), and the phantoms placed so far:
-    a heap of (round, arrival, seq, cost, mean duration)."""
-
-    __slots__ = ("gen", "head", "last", "used", "placed")
-
-    def __init__(self, queue, gen: "_Phantoms | None") -> None:
-        self.gen = gen
-        self.head = queue.head
-        rstate = queue.round_state()
-        self.last = {o: lu[0] for o, lu in rstate.items()}
-        self.used = {o: lu[1] for o, lu in rstate.items()}
-        self.placed: list = []
-
-    def before(self, rnd: int, lanes: list, nl: int):
-        """The phantoms to walk before a real chart of round ``rnd``, as (cost,
-        duration): those that arrived by the time it could start (``lanes[0]``)
-        and took an earlier round. ``lanes`` must have taken each one yielded
-        before the next is asked for (:func:`.lanes.lane_pass` does)."""
-        gen, placed = self.gen, self.placed
-        while True:
-            gen.arrive_until(lanes[0], self.head, self.last, self.used, placed)
-            if not placed or placed[0][0] >= rnd:
-                return
-            pr, _, _, pc, pest = heappop(placed)
-            yield pc, pest
-            if pc <= nl:  # it got lanes (lanes.lane_pass: None when c > lanes)
-                self.head = pr
-
-
-class _PoolPhantomRounds:
-    """:class:`_PhantomRounds` with pools: the persistent round-robin state, the phantoms
-    placed so far (a heap of (round, arrival, seq, parts, mean duration, pools)) and the
-    ones arrived in time order but not let in yet (per pool, a heap by arrival).
-
-    The rule (one budget's, pool by pool): a pool's clock is its earliest lane, not before
-    its floor (``max(floor, lanes[0])``: the earliest a chart drawing on it alone could
-    start now); a phantom is let in (takes its round, ``head`` being the round walked then)
-    once the clock of a pool it draws on has reached its arrival, i.e. once the latest of
-    its pools' clocks has, the earliest it could start if let in now. Its pools' walk has
-    then reached its arrival, so it never starts before it arrives, and the pools it does
-    not draw on never wait for it. The generator is read in time order up to the latest
-    clock of all pools (no phantom arriving later can be let in anywhere); a phantom whose
-    pools' clocks have not reached its arrival waits, without holding back the others.
-    After each item walked, the phantoms waiting on its pools are let in (pool by pool,
-    each pool's in arrival order), then those newly read. A phantom that draws
-    on no pool with lanes (capacity 0) is never let in (it could never start). With one
-    pool every chart draws on, its clock is its earliest lane (the floor is never above
-    it), so every phantom read is let in at once, as in one budget."""
-
-    __slots__ = ("gen", "head", "last", "used", "placed", "pools", "lanes", "index", "floor", "parts_of",
-                 "waiting", "clock", "lane_of", "weights", "cost_of")
-
-    def __init__(self, queue, gen: "_Phantoms | None", pools, lanes: dict, index: dict, floor: list,
-                 parts_of: Callable) -> None:
-        self.gen = gen
-        self.head = queue.head
-        rstate = queue.round_state()
-        self.last = {o: lu[0] for o, lu in rstate.items()}
-        self.used = {o: lu[1] for o, lu in rstate.items()}
-        self.placed: list = []
-        self.pools, self.index, self.floor, self.parts_of = pools, index, floor, parts_of
-        self.lane_of = [lanes[pool] for pool in index]  # each pool's lanes, by its place in ``floor``
-        self.waiting: list[list] = [[] for _ in index]
-        self.clock = -math.inf
-        if gen is not None:
-            self.after(range(len(index)))
-
-    def _clock(self, k: int) -> float:
-        ln = self.lane_of[k]
-        f = self.floor[k]
-        return f if not ln or ln[0] < f else ln[0]
-
-    def after(self, touched: Iterable[int]) -> None:
-        """The walk has just moved the pools ``touched`` (their places in ``floor``): the
-        phantoms waiting on them whose arrival their clock has reached are let in, then
-        those the generator gives up to the latest clock (let in or set waiting). The
-        clocks are :meth:`_clock`'s, inlined: this runs once per item walked."""
-        waiting, lane_of, floor = self.waiting, self.lane_of, self.floor
-        top = self.clock
-        for k in touched:
-            ln = lane_of[k]
-            c = floor[k]
-            if ln and ln[0] > c:
-                c = ln[0]
-            if c > top:
-                top = c
-            w = waiting[k]
-            while w and w[0][0] <= c:
-                rec = heappop(w)[2]
-                if rec[5]:  # not let in yet (by another of its pools)
-                    self._place(rec)
-        self.clock = top
-        heap = self.gen.heap
-        if heap and heap[0][0] <= top:
-            self._read(top)
-
-    def _read(self, top: float) -> None:
-        """The generator's phantoms arriving by ``top``: each let in if the latest clock of
-        its pools has reached its arrival, else set waiting on each of them."""
-        gen, lane_of, index, waiting, clock = self.gen, self.lane_of, self.index, self.waiting, self._clock
-        while True:
-            nxt = gen.take(top)
-            if nxt is None:
-                return
-            at, org, wf = nxt
-            demand = self.pools.demand(org, wf)
-            ks = tuple(index[pool] for pool, _ in demand if pool in index and lane_of[index[pool]])
-            if not ks:
-                continue  # it draws on no pool with lanes: it never starts
-            rec = [at, gen.seq, org, self.parts_of(demand), gen.mean(org, wf), ks]
-            if max(map(clock, ks)) >= at:
-                self._place(rec)
-            else:
-                for k in ks:
-                    heappush(waiting[k], (at, gen.seq, rec))
-
-    def _place(self, rec: list) -> None:
-        at, seq, org, parts, est, ks = rec
-        rec[5] = ()  # let in
-        r, self.used[org] = arrival_round(self.head, self.last.get(org), self.used.get(org, 0),
-                                          self.gen.weights[org])
-        self.last[org] = r
-        heappush(self.placed, (r, at, seq, parts, est, ks))
-
-
-def _pool_forecast_items(queue, pools, ph: _PoolPhantomRounds, real: "_RealCharts", mean: Callable,
-                         parts_of: Callable, pending: "set[str] | None"):
-    """:func:`_forecast_items` with pools: the ``(parts, duration)`` items of the pools' walk
-    (:func:`.pool_lanes.walk_items`), each chart preceded by the placed phantoms of an
-    earlier round; after each item has taken its lanes, the phantoms its pools' clocks
-    let in (:meth:`_PoolPhantomRounds.after`)."""
-    info, own = real.info, real.own
-    idx, ids, orgs, durs = real.idx.append, real.ids.append, real.orgs.append, real.durs.append
-    placed = ph.placed
-    on = ph.gen is not None
-    n = 0
-    for cid, pair, rnd in queue.walk():
-        ce = info.get(pair)
-        if ce is None:
-            sp = parts_of(pools.demand(pair[0], pair[1]))
-            ce = info[pair] = ((sp, mean(*pair)), own(*pair), () if sp is None else tuple(x[1] for x in sp))
-        if ce[0][0] is None:  # it never fits: no ETA, its place in the walk all the same
-            idx(-1)
-            ids(cid)
-            orgs(pair[0])
-            durs(NAN)
-            continue
-        if on and rnd is not None:
-            while placed and placed[0][0] < rnd:
-                pr, _, _, sp, est, ks = heappop(placed)
-                yield sp, est
-                n += 1
-                if sp is not None:  # it got lanes
-                    ph.head = pr
-                    ph.after(ks)
-        idx(n)
-        ids(cid)
-        orgs(pair[0])
-        durs(ce[1])
-        yield ce[0]
-        n += 1
-        if rnd is not None:
-            ph.head = rnd
-        if on:
-            ph.after(ce[2])
-        if pending is not None and cid in pending:
-            pending.discard(cid)
-            if not pending:
-                return
-
-
-class _RealCharts:
-    """The queue's charts a forecast pass walked: where each sits among the items
-    given to the lane walk, and its own duration (``own``), to turn the walk's
-    starts into their ETAs."""
-
-    __slots__ = ("own", "info", "idx", "ids", "orgs", "durs")
-
-    def __init__(self, own: Callable) -> None:
-        self.own = own
-        self.info: dict = {}  # (org, workflow) -> ((cost, mean duration), own duration)
-        self.idx = array("q")  # (machine integers: an int object a chart less)
-        self.ids: list[str] = []
-        self.orgs: list[str] = []
-        self.durs: list[float] = []
-
-    def collect(self, starts: list, head: dict, org_clear: dict) -> WalkEtas:
-        """Each chart's ETA (its start plus its own duration), after ``head`` (the running
-        charts'), as columns aligned with the walk; its org's clear-time raised to its
-        finish in ``org_clear``. A chart whose cost is above the lanes has none (NaN)."""
-        starts.append(NAN)  # what a chart with no lanes (place -1) reads
-        st = array("d", [starts[i] for i in self.idx])
-        fins = array("d", [a + b for a, b in zip(st, self.durs)])
-        for org, fin in zip(self.orgs, fins):
-            if fin > org_clear[org]:  # (never for NaN)
-                org_clear[org] = fin
-        return WalkEtas(head, self.ids, st, fins)
-
-
-def _forecast_items(queue, lanes: list, ph: _PhantomRounds, real: _RealCharts, mean: Callable,
-                    pending: "set[str] | None"):
-    """The (cost, duration) items of a forecast pass, for :func:`.lanes.lane_pass`: the
-    queue's order, each chart preceded by the phantoms that go before it; the charts
-    recorded in ``real``. Ends after the last of ``pending`` (None: the whole order)."""
-    nl = len(lanes)
-    cost_of = queue.cost_of
-    info, own = real.info, real.own
-    idx, ids, orgs, durs = real.idx.append, real.ids.append, real.orgs.append, real.durs.append
-    n = 0
-    for cid, pair, rnd in queue.walk():
-        ce = info.get(pair)
-        if ce is None:
-            ce = info[pair] = ((cost_of(pair[0], pair[1]), mean(*pair)), own(*pair))
-        if ce[0][0] > nl:  # no ETA: its place in the walk all the same (WalkEtas)
-            idx(-1)
-            ids(cid)
-            orgs(pair[0])
-            durs(NAN)
-            continue
-        if ph.gen is not None and rnd is not None:
-            for item in ph.before(rnd, lanes, nl):
-                yield item
-                n += 1
-        idx(n)
-        ids(cid)
-        orgs(pair[0])
-        durs(ce[1])
-        yield ce[0]
-        n += 1
-        if rnd is not None:
-            ph.head = rnd
-        if pending is not None and cid in pending:
-            pending.discard(cid)
-            if not pending:
-                return
 
 
 def _decay(dt: float, tau: float) -> float:
