@@ -152,18 +152,7 @@ class PoolProfiles:
                 return None
             i = pr.earliest(u, d, bound, front)
             return None if i < 0 else pr.times[i]
-        t = 0.0
-        moved = True
-        while moved:  # the earliest time every pool agrees on (each moves it only later)
-            moved = False
-            for p, u in demand:
-                pr = profiles.get(p)
-                s = None if pr is None else earliest_from(pr, u, d, bound, front, t)
-                if s is None:
-                    return None
-                if s > t:
-                    t, moved = s, True
-        return t
+        return self._earliest_from(demand, d, bound, front, 0.0)
 
     def reserve(self, t: float, demand: Demand, d: float, bound: float | None) -> float:
         """Take ``demand`` from ``t`` for ``d`` seconds in each of its pools (``bound``: a
@@ -224,7 +213,8 @@ class PoolProfiles:
             t0 = nxt
 
     def _earliest_from(self, demand: Demand, d: float, bound: float, front: float, t: float) -> float | None:
-        """:meth:`earliest` from ``t`` on."""
+        """:meth:`earliest` from ``t`` on: the earliest time every pool agrees on (each moves it
+        only later)."""
         profiles = self._by
         moved = True
         while moved:
