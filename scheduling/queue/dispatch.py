@@ -140,25 +140,22 @@ class QueueDispatch:
         pools = self._pools
         if self.dispatch_policy is Dispatch.BACKFILL:
             return self._pool_backfill_keys(running, now, estimate)
+        keys = self._order if self._horizon is None else self._keys_within_horizon()
         if not pools.has_limits:  # the walk alone, no reasons (what a decision needs)
             used: dict[str, int] = {}
             for r in running or ():
                 for p, u in (r.demand if r.demand is not None else pools.demand(r.org, r.workflow)):
                     used[p] = used.get(p, 0) + u
             get, one = pools.demands.get, ((DEFAULT_POOL, 1),)
-            keys = self._order if self._horizon is None else self._keys_within_horizon()
             return starts_now(((k, get(k.pair, one)) for k in keys),
                               {p: c - used.get(p, 0) for p, c in pools.capacity.items()})
         use = Usage()
         for r in running or ():
             use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
         walked: list = []
-        h = self._horizon
 
         def charts():
-            for k in self._order:
-                if h is not None and k[:4] > h:
-                    return
+            for k in keys:
                 walked.append(k)
                 yield k.entry.org, pools.demand(*k.pair)
 
