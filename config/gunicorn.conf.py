@@ -10,7 +10,7 @@ under its process's interpreter lock, so processes, not threads, use the cores: 
 process a core by default. Threads keep the core busy while a request waits on the database or
 Redis: two on SQLite, where more only queue more requests behind the same lock and the
 database's one writer, which widened the p95 (20 producers, 2 processes: 8 threads p95 90 ms,
-4 threads 74 ms, 2 threads 61 ms, at about the same rate); four on PostgreSQL, where each
+4 threads 74 ms, 2 threads 61 ms, at about the same rate); eight on PostgreSQL, where each
 request waits on two round trips and a commit.
 """
 from __future__ import annotations
@@ -23,10 +23,11 @@ from common.connections import keep_connections
 
 workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
 worker_class = "gthread"
-# Two threads a process on SQLite (its one writer), four on PostgreSQL, where a request waits on
+# Two threads a process on SQLite (its one writer), eight on PostgreSQL, where a request waits on
 # its round trips and its commit while the process's core could run another (docs/api.md's
-# figures: 1.19x the rate with 4 threads against 2 in one run, after the statements' SQL was
-# built once per connection, common/compiled.py). FAIRSCHED_API_THREADS sets it.
+# figures: 4 threads 1.19x the rate of 2, 8 threads 1.40x the rate of 4, after the statements'
+# SQL was built once per connection, common/compiled.py). A connection a thread: WEB_CONCURRENCY
+# x threads a host. FAIRSCHED_API_THREADS sets it.
 _on_postgres = (os.environ.get("DATABASE_URL") or "").startswith(("postgres://", "postgresql://", "pgsql://"))
 threads = int(os.environ.get("FAIRSCHED_API_THREADS") or (8 if _on_postgres else 2))
 # A SIGTERM lets requests in flight finish (a batch of 1,000 takes well under a second).

@@ -222,13 +222,21 @@ async def run_forked(fn: Callable[[], T], *, name: str, timeout_s: float, nice: 
             raise ChildFailed(f"{name} failed:\n{value}", reports)
         return value
     finally:
-        if received:
-            await asyncio.to_thread(proc.join, 5)  # it has sent: it is leaving
-        if proc.is_alive():  # cancelled, timed out, or stuck on its way out
-            proc.kill()
-            await asyncio.to_thread(proc.join)
-        recv.close()
-        proc.close()
+        await _reap(proc, recv, received)
+
+
+async def _reap(proc: Any, recv: Any, received: bool) -> None:
+    """Waits for a child that has sent its result (``received``) to leave, kills it
+    otherwise or when it is stuck on its way out, and waits for it to be gone before
+    closing: a killed child can take more than seconds to be reaped on a loaded machine,
+    and ``Process.close`` refuses a child still running."""
+    if received:
+        await asyncio.to_thread(proc.join, 5)  # it has sent: it is leaving
+    if proc.is_alive():  # cancelled, timed out, or stuck on its way out
+        proc.kill()
+        await asyncio.to_thread(proc.join)
+    recv.close()
+    proc.close()
 
 
 def _wait_for(clock: Any) -> Callable[[Any, float], Any]:
@@ -299,20 +307,18 @@ async def run_forked_pair(fa: Callable[[], T], fb: Callable[[], Any], *, name: s
             send.close()
             pipes.append(recv)
             procs.append(proc)
+    received = False
     try:
         got = await _wait_for(clock)(asyncio.gather(*(asyncio.to_thread(receive_result, r, []) for r in pipes)),
                                      timeout_s)
+        received = True
     except asyncio.TimeoutError:
         raise ChildFailed(f"{name} took more than {timeout_s:.1f} s: killed") from None
     except EOFError:
         raise ChildFailed(f"{name} died") from None
     finally:
         for proc, recv in zip(procs, pipes):
-            if proc.is_alive():
-                proc.kill()
-            await asyncio.to_thread(proc.join, 5)
-            recv.close()
-            proc.close()
+            await _reap(proc, recv, received)
     for status, value in got:
         if status != "ok":
             raise ChildFailed(f"{name} failed:\n{value}")
