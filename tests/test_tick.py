@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from collections import defaultdict
 from datetime import datetime, timezone
 
@@ -401,12 +402,15 @@ async def settle() -> None:
 
 
 async def whole_takes_over(r, s) -> None:
-    """The whole backlog's read is let through; once it is built, a tick takes over with it."""
+    """The whole backlog's read is let through; once it is built (in a thread: on a loaded
+    machine it can take more than the loop's turns, so up to 10 s of real time), a tick takes
+    over with it."""
     r.store.whole_gate.set()
-    for _ in range(50):
+    deadline = time.monotonic() + 10.0
+    while not s.startup.whole_ready and time.monotonic() < deadline:
         await settle()
-        if s.startup.whole_ready:
-            break
+        await asyncio.sleep(0.005)
+    assert s.startup.whole_ready, "the whole backlog was not built within 10 s"
     await r.tick()
 
 
