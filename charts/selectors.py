@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from charts.models import Chart, ChartState, DurationStat
 from common import clear_notes
+from common.compiled import CompiledRows
 from common import snapshot as snap
 from control.models import DEFAULT_POOL, Pool, SchedulerSettings
 from scheduling import Durations
@@ -43,13 +44,22 @@ def read_durations() -> Durations:
     tables (start-up and every resync), the web pages when they show an estimate."""
     averages: dict[tuple[str | None, str | None], float] = {}
     counts: dict[tuple[str | None, str | None], int] = {}
-    for org, wf, count, mean in DurationStat.objects.values_list("org_id", "workflow__name", "count", "mean_s"):
+    for org, wf, count, mean in _STATS.rows():
         if count:
             key = (None if org is None else str(org), wf)
             averages[key], counts[key] = mean, count
-    expected = {name: float(s) for name, s in
-                Workflow.objects.filter(expected_duration_s__isnull=False).values_list("name", "expected_duration_s")}
+    expected = {name: float(s) for name, s in _EXPECTED.rows()}
     return Durations(averages, expected=expected, counts=counts)
+
+
+# The small tables' reads, their SQL built once per connection (common.compiled.CompiledRows):
+# the scheduler reads them at every resync.
+_STATS = CompiledRows(lambda: DurationStat.objects.values_list("org_id", "workflow__name", "count", "mean_s"))
+_EXPECTED = CompiledRows(lambda: Workflow.objects.filter(expected_duration_s__isnull=False)
+                         .values_list("name", "expected_duration_s"))
+_POOLS = CompiledRows(lambda: Pool.objects.values_list("name", "capacity"))
+_COSTS = CompiledRows(lambda: WorkflowCost.objects.values_list("org_id", "workflow__name", "cost", "pools"))
+_LIMITS = CompiledRows(lambda: OrgPoolLimit.objects.values_list("org_id", "pool", "max", "min"))
 
 
 _durations_cache: dict[str, Any] = {"at": 0.0, "value": None}
@@ -153,9 +163,9 @@ def read_pools(budget: int | None = None) -> Pools | None:
     ``{"default": c}``) and the orgs' limits. None while none is set up: no pool, no cost
     drawing on one, no limit. A cost naming a pool that no longer exists draws on a pool of
     no room: its charts are blocked."""
-    capacity = dict(Pool.objects.values_list("name", "capacity"))
-    rows = list(WorkflowCost.objects.values_list("org_id", "workflow__name", "cost", "pools"))
-    limits = {(str(o), p): Limit(mx, mn) for o, p, mx, mn in OrgPoolLimit.objects.values_list("org_id", "pool", "max", "min")}
+    capacity = dict(_POOLS.rows())
+    rows = _COSTS.rows()
+    limits = {(str(o), p): Limit(mx, mn) for o, p, mx, mn in _LIMITS.rows()}
     if not capacity and not limits and not any(pools for *_, pools in rows):
         return None
     demands = {(str(o), w): demand_of(pools) if pools else ((DEFAULT_POOL, c),) for o, w, c, pools in rows}

@@ -85,6 +85,37 @@ class CompiledSelect:
         return obj
 
 
+class CompiledRows:
+    """The rows of ``build()``, a ``values_list`` queryset whose parameters never change (a whole
+    small table, a join, fixed filters), its SQL built once per connection: the scheduler reads
+    its small tables (settings, pools, orgs, costs, duration estimates) at every resync, and the
+    ORM's building of their eight statements cost more than running them (``bench/scheduler.py``,
+    docs/scale.md). Each row is a tuple, converted by the columns' own converters
+    (a JSON column decoded, a duration made a ``timedelta``), as ``values_list`` returns it."""
+
+    def __init__(self, build: Callable[[], models.QuerySet]) -> None:
+        self.build = build
+
+    def _compile(self, alias: str) -> tuple:
+        compiler = self.build().query.get_compiler(using=alias)
+        sql, params = compiler.as_sql()
+        converters = compiler.get_converters([s[0] for s in compiler.select[:compiler.col_count]])
+        return sql, tuple(params), compiler, converters
+
+    def rows(self, using: str = "default") -> list[tuple]:
+        cache = per_connection(using)
+        plan = cache.get(self)
+        if plan is None:
+            plan = cache[self] = self._compile(using)
+        sql, params, compiler, converters = plan
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, params)
+            got = cursor.fetchall()
+        if converters:
+            return [tuple(row) for row in compiler.apply_converters(got, converters)]
+        return got
+
+
 class PkWhere:
     """The primary key of ``model``'s row whose fields equal ``match`` (text), as a subquery of an
     insert (``SELECT id FROM ... WHERE name = %s LIMIT 1``): NULL when there is none. Built only

@@ -20,6 +20,8 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
+from common.compiled import CompiledRows
+
 from charts.models import Chart, ChartState
 from charts.lifecycle import (OutcomeWrite, chart_fail_start, chart_record_outcomes, chart_requeue, charts_mark_running,
                               charts_set_dispatched_pools)
@@ -128,26 +130,38 @@ def chart_columns(batches: Iterable[Sequence[tuple]]) -> ChartColumns:
     return out
 
 
+_CONFIG_FIELDS = ("budget", "eta_interval_s", "reconcile_interval_s", "eta_model", "share", "quantum_s", "dispatch")
+# The small tables' reads, their SQL built once per connection (common.compiled.CompiledRows):
+# every resync reads them.
+_SETTINGS = CompiledRows(lambda: SchedulerSettings.objects.filter(pk=1).values_list(*_CONFIG_FIELDS))
+_ORGS = CompiledRows(lambda: Org.objects.order_by("pk").values_list("pk", "name", "slug", "weight", "turnaround"))
+_COSTS = CompiledRows(lambda: WorkflowCost.objects.values_list("org_id", "workflow__name", "cost"))
+
+
 def read_config() -> Config:
     close_old_connections()
-    s = SchedulerSettings.get()
-    return Config(budget=s.budget, eta_interval_s=s.eta_interval_s, reconcile_interval_s=s.reconcile_interval_s,
-                  eta_model=s.eta_model, share=s.share, quantum_s=s.quantum_s, dispatch=s.dispatch,
-                  pools=read_pools(s.budget))
+    got = _SETTINGS.rows()
+    if not got:  # never saved: the defaults' row, created once
+        SchedulerSettings.get()
+        got = _SETTINGS.rows()
+    s = dict(zip(_CONFIG_FIELDS, got[0]))
+    return Config(**s, pools=read_pools(s["budget"]))
 
 
 def read_orgs(ids: Iterable[int] | None = None) -> list[OrgRow]:
     close_old_connections()
-    qs = Org.objects.order_by("pk")
-    if ids is not None:
-        qs = qs.filter(pk__in=list(ids))
+    if ids is None:
+        rows = _ORGS.rows()
+    else:
+        rows = Org.objects.order_by("pk").filter(pk__in=list(ids)).values_list("pk", "name", "slug", "weight",
+                                                                                 "turnaround")
     return [OrgRow(pk, name, slug, weight, turnaround.total_seconds() if turnaround else None)
-            for pk, name, slug, weight, turnaround in qs.values_list("pk", "name", "slug", "weight", "turnaround")]
+            for pk, name, slug, weight, turnaround in rows]
 
 
 def read_costs() -> dict[tuple[str, str], int]:
     close_old_connections()
-    return {(str(o), w): c for o, w, c in WorkflowCost.objects.values_list("org_id", "workflow__name", "cost")}
+    return {(str(o), w): c for o, w, c in _COSTS.rows()}
 
 
 def read_round_state() -> CoreRoundState | None:
@@ -317,15 +331,49 @@ def read_changes(since: datetime | None, after: tuple[datetime, int] | None = No
         # scheduler's CPU) instead of searching the ``updated_at`` index.
         charts = sorted((_row(v) for v in qs.values_list(*CHART_FIELDS)), key=lambda r: r.id)
     else:
-        if after is not None:
-            qs = qs.filter(updated_at__gte=after[0]).exclude(updated_at=after[0], pk__lte=after[1])
-        got = _raw(*qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit]
-                   .query.sql_with_params())
+        if since is not None:
+            got = _raw(*_changed_sql(since, after, limit))
+        else:
+            got = _raw(*qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit]
+                       .query.sql_with_params())
         charts = [_row(v[1:]) for v in got]
         if len(got) == limit:
             more = (_aware(got[-1][0]), got[-1][1])
     return Changes(config=config, orgs=read_orgs(), costs=read_costs(), averages=read_durations(), charts=charts,
                    read_at=read_at, more=more)
+
+
+_SINCE = datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=timezone.utc)  # stand-ins, found in the built statement's
+_AFTER = datetime(2002, 3, 4, 5, 6, 7, 890123, tzinfo=timezone.utc)  # parameters (no chart has these times,
+_AFTER_PK = 987_654_321_987                                          # and it does not matter if one did)
+
+
+@functools.lru_cache(maxsize=16)
+def _changed_plan(vendor: str, paged: bool, limit: int) -> tuple[str, tuple]:
+    """A chunk of :func:`read_changes`' charts (``updated_at`` at or after a watermark, from
+    just after a keyset position if ``paged``), its SQL built once: (sql, each parameter's
+    slot: "since", "after", "after_pk", or a constant). The resync reads it at every tick a
+    note asked for one, and the ORM's building cost more than the read."""
+    qs = Chart.objects.filter(updated_at__gte=_SINCE)
+    if paged:
+        qs = qs.filter(updated_at__gte=_AFTER).exclude(updated_at=_AFTER, pk__lte=_AFTER_PK)
+    sql, params = qs.order_by("updated_at", "pk").values_list("updated_at", *CHART_FIELDS)[:limit].query.sql_with_params()
+    adapt = connection.ops.adapt_datetimefield_value
+    marks = {adapt(_SINCE): "since", adapt(_AFTER): "after", _AFTER_PK: "after_pk"}
+    slots = tuple(marks.get(p, (p,)) if isinstance(p, (str, int, datetime)) else (p,) for p in params)
+    named = sorted(x for x in slots if isinstance(x, str))
+    if named != sorted(["since"] + (["after", "after", "after_pk"] if paged else [])):
+        raise AssertionError(f"read_changes' statement has other parameters than expected: {sql} {params}")
+    return sql, slots
+
+
+def _changed_sql(since: datetime, after: tuple[datetime, int] | None, limit: int) -> tuple[str, list]:
+    sql, slots = _changed_plan(connection.vendor, after is not None, limit)
+    adapt = connection.ops.adapt_datetimefield_value
+    values = {"since": adapt(since)}
+    if after is not None:
+        values.update(after=adapt(after[0]), after_pk=after[1])
+    return sql, [values[x] if isinstance(x, str) else x[0] for x in slots]
 
 
 def read_active_chunk(after_pk: int, limit: int) -> list[ChartRow]:
