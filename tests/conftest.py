@@ -321,6 +321,10 @@ def uses_the_database(item) -> bool:
 # core's (no database at all; its Hypothesis state machines, about 60 worker-seconds). A
 # test under these paths that does reach the database still runs in both.
 IN_THE_POSTGRES_PASS = ("tests/test_make_run.py", "tests/core/")
+# The browser tests run once, in the SQLite pass but for these, the admin's half of the axe-core
+# test (about a fifth of the SQLite pass's time, which was the longer by two minutes): the pages
+# are the same whatever the database (tests/browser/test_axe_browser.py runs on both).
+BROWSER_IN_THE_POSTGRES_PASS = ("tests/browser/test_axe_browser.py::test_the_pages_have_no_accessibility_violation[admin",)
 
 
 def _in_this_pass(item, this_pass: str) -> bool:
@@ -329,12 +333,16 @@ def _in_this_pass(item, this_pass: str) -> bool:
 
     - the tests that reach the database (:func:`uses_the_database`) run in both, but the
       browser tests: they check the pages in Chromium, the same whatever the database under
-      them (the views' own tests, which run on both, check what the database gives them);
+      them (the views' own tests, which run on both, check what the database gives them),
+      and run in the SQLite pass, but for :data:`BROWSER_IN_THE_POSTGRES_PASS`;
     - the others (the pure logic, its Hypothesis properties) do the same on either and run
       in one pass: the SQLite one, but for those under :data:`IN_THE_POSTGRES_PASS`.
 
     ``FAIRSCHED_TEST_EVERY_PASS=1``, or a run without ``FAIRSCHED_TEST_PASS`` (``pytest``
     itself, ``make test-sqlite`` alone), runs every test."""
+    if item.get_closest_marker("browser") is not None:
+        in_postgres = item.nodeid.startswith(BROWSER_IN_THE_POSTGRES_PASS)
+        return in_postgres if this_pass == "postgres" else not in_postgres
     balanced = item.nodeid.startswith(IN_THE_POSTGRES_PASS) and not uses_the_database(item)
     if this_pass == "postgres":
         return balanced or (uses_the_database(item) and item.get_closest_marker("browser") is None)
