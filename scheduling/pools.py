@@ -398,9 +398,14 @@ class Decision:
         if free.keys() != self.given.keys():
             return None
         keys, dems = self.keys, self.dems
-        left = self._left(gone)
-        if left is None:
-            return None
+        left = set(self.pending)
+        if gone:
+            where = {id(keys[i]): i for i in self.pending}
+            for k in gone:
+                i = where.get(id(k))
+                if i is None or i not in left:
+                    return None  # a chart it did not start left before its last key
+                left.discard(i)
         room = dict(free)  # the units free once the charts still pending start
         for i in left:
             for p, u in dems[i]:
@@ -414,43 +419,8 @@ class Decision:
         started = self._fronts(room, [self.front[p] for p in more if p in self.front], order)
         self.pending = sorted(left.union(started))
         self.given, self.base = dict(free), room
-        self._compact()
         self.started = [keys[i] for i in self.pending]
         return self.started
-
-    def _left(self, gone: list) -> set[int] | None:
-        """The pending charts still in the order, ``gone`` having left (None: a chart gone
-        was not pending)."""
-        left = set(self.pending)
-        if gone:
-            keys = self.keys
-            where = {id(keys[i]): i for i in self.pending}
-            for k in gone:
-                i = where.get(id(k))
-                if i is None or i not in left:
-                    return None  # a chart it did not start left before its last key
-                left.discard(i)
-        return left
-
-    COMPACT = 64  # the charts read before every front and pending chart kept at most
-
-    def _compact(self) -> None:
-        """Forget the charts read before the first front and the first pending chart (all
-        started: nothing reads them again) once there are more than :attr:`COMPACT`: the keys
-        kept stay the fronts' window and at most that many more, however many decisions reuse
-        the reading (the keys of charts long started are not held)."""
-        front, pending = self.front, self.pending
-        if not front:
-            return
-        m = min(front.values())
-        if pending and pending[0] < m:
-            m = pending[0]
-        if m <= self.COMPACT:
-            return
-        del self.keys[:m], self.dems[:m]
-        for p in front:
-            front[p] -= m
-        self.pending = [i - m for i in pending]
 
     def _fronts(self, room: dict[str, int], candidates: list[int], order) -> list[int]:
         """Look at the charts of ``candidates`` again, in order: one that is the front of every

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from scheduling.pools import DEFAULT_POOL, Decision, Pools, demand_of, starts_keyed, starts_now
+from scheduling.pools import DEFAULT_POOL, Pools, demand_of, starts_keyed, starts_now
 from scheduling.queue import FairQueue
 from scheduling.types import QueuedChart, RunningChart
 
@@ -137,9 +137,5 @@ def test_the_decision_is_the_walk_from_scratch(capacity, table, charts, running,
 def test_the_decision_reused_is_the_walk_from_scratch(capacity, table, charts, running, steps):
     """The same with a backlog that blocks every pool (no pool at 0, every pair listed, a
     dozen charts or more): the states where the last decision's reading is reused
-    (``pools.Decision.again``), what it read compacted as soon as it can be."""
-    keep, Decision.COMPACT = Decision.COMPACT, 0
-    try:
-        _run(capacity, table, charts, running, steps)
-    finally:
-        Decision.COMPACT = keep
+    (``pools.Decision.again``)."""
+    _run(capacity, table, charts, running, steps)
