@@ -33,7 +33,6 @@ No Django, no I/O; every time is in seconds from the caller's ``now``.
 from __future__ import annotations
 
 import math
-from heapq import heappop, heappush
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple
 
@@ -320,156 +319,6 @@ def starts_keyed(keys: Iterable[tuple], demands: Mapping[tuple, Demand], free: d
     return out
 
 
-class Decision:
-    """The live queue's last dispatch decision, kept to make the next one incremental (the
-    rule is :func:`starts_now`'s; docs/scheduling.md, "What a walk reads").
-
-    A walk from the head (:meth:`walk`) records what it read: the keys, their demands, the
-    first waiting chart of each pool (its **front**: every later chart drawing on that pool
-    waits behind it) and the free units once its charts start (``base``). A chart starts iff
-    it is the front of every pool it draws on and fits. The next decision (:meth:`again`)
-    reuses this when, in the order up to the last key read, only charts it started left
-    (the walk's charts, dispatched) and no pool has less room than ``base``: then only the
-    fronts of the pools with more room are looked at again, and the fronts after each chart
-    that starts (reading on in the order past the last key if a pool's charts read all
-    started). Anything else (a chart added or removed before the last key but for those,
-    less room in a pool, new pools) walks from the head again. So it starts exactly what
-    the walk from the head would (the Hypothesis property of tests/core/test_pool_decision.py).
-    Memory: the keys read and a few dicts, nothing per queued chart."""
-
-    __slots__ = ("demands", "at", "keys", "dems", "front", "base", "given", "pending", "started", "open")
-
-    def __init__(self, demands: Mapping[tuple, Demand], at: int) -> None:
-        self.demands, self.at = demands, at
-        self.keys: list = []  # the keys read, in order
-        self.dems: list = []  # their demands
-        self.front: dict[str, int] = {}  # pool -> index of its first chart read that waits
-        self.base: dict[str, int] = {}  # the free units once the pending charts start
-        self.given: dict[str, int] = {}  # the free units the last decision was given
-        self.pending: list[int] = []  # indices of the charts the last decision started
-        self.started: list = []  # their keys (the decision: read, never changed, by the caller)
-        self.open = True  # a pool of ``given`` has no front: the walk read the whole order
-
-    @classmethod
-    def walk(cls, keys: Iterable[tuple], demands: Mapping[tuple, Demand], free: dict[str, int], at: int) -> "Decision":
-        """The walk from the head (:func:`starts_keyed`'s), recording what it read."""
-        self = cls(demands, at)
-        self.given = dict(free)
-        get, one, shut = demands.get, _ONE, _SHUT
-        rkeys, dems, front, pending = self.keys, self.dems, self.front, self.pending
-        n = len(free)
-        shut_n = 0
-        for i, k in enumerate(keys):
-            d = get(k[at], one)
-            rkeys.append(k)
-            dems.append(d)
-            for p, u in d:
-                if free.get(p, 0) < u:
-                    break
-            else:
-                for p, u in d:
-                    free[p] -= u
-                pending.append(i)
-                continue
-            for q, _ in d:
-                if q not in front:
-                    front[q] = i
-                if free.get(q, 0) != shut:
-                    free[q] = shut
-                    shut_n += 1
-            if shut_n >= n:
-                break
-        self.base = base = dict(self.given)
-        for i in pending:
-            for p, u in dems[i]:
-                base[p] -= u
-        self.open = any(p not in front for p in self.given)
-        self.started = [rkeys[i] for i in pending]
-        return self
-
-    def again(self, free: dict[str, int], gone: list, order) -> list | None:
-        """The next decision with ``free`` units, the keys ``gone`` having left the order up to
-        the last key read (``order`` for the keys after it: :meth:`.sortedkeys.SortedKeys.after`);
-        None if what was read cannot be reused (then walk from the head)."""
-        if self.open:
-            return None
-        if not gone and free == self.given:
-            return self.started
-        if free.keys() != self.given.keys():
-            return None
-        keys, dems = self.keys, self.dems
-        left = set(self.pending)
-        if gone:
-            where = {id(keys[i]): i for i in self.pending}
-            for k in gone:
-                i = where.get(id(k))
-                if i is None or i not in left:
-                    return None  # a chart it did not start left before its last key
-                left.discard(i)
-        room = dict(free)  # the units free once the charts still pending start
-        for i in left:
-            for p, u in dems[i]:
-                if p in room:
-                    room[p] -= u
-        base = self.base
-        more = [p for p, f in room.items() if f != base.get(p, f)]
-        for p, f in room.items():
-            if p in base and f < base[p]:
-                return None
-        started = self._fronts(room, [self.front[p] for p in more if p in self.front], order)
-        self.pending = sorted(left.union(started))
-        self.given, self.base = dict(free), room
-        self.started = [keys[i] for i in self.pending]
-        return self.started
-
-    def _fronts(self, room: dict[str, int], candidates: list[int], order) -> list[int]:
-        """Look at the charts of ``candidates`` again, in order: one that is the front of every
-        pool it draws on and fits in ``room`` starts (taken from ``room``), and each of its
-        pools' front moves to that pool's next chart (read on in ``order`` if needed), which
-        is looked at in turn. Returns the indices started."""
-        front, dems = self.front, self.dems
-        heap = sorted(set(candidates))
-        seen = set(heap)
-        started: list[int] = []
-        while heap:
-            i = heappop(heap)
-            d = dems[i]
-            if any(front.get(p) != i for p, _ in d) or any(room.get(p, 0) < u for p, u in d):
-                continue
-            for p, u in d:
-                room[p] -= u
-            started.append(i)
-            for p, _ in d:
-                j = self._next_in(p, i, order)
-                if j is None:
-                    del front[p]
-                    self.open = True
-                    continue
-                front[p] = j
-                if j not in seen:
-                    seen.add(j)
-                    heappush(heap, j)
-        return started
-
-    def _next_in(self, pool: str, i: int, order) -> int | None:
-        """The index of the first chart after ``i`` drawing on ``pool``, reading on in the
-        order past the last key read if needed (None: the order has none)."""
-        dems = self.dems
-        for j in range(i + 1, len(dems)):
-            for p, _ in dems[j]:
-                if p == pool:
-                    return j
-        get, one, at = self.demands.get, _ONE, self.at
-        for k in order.after(self.keys[-1]):
-            d = get(k[at], one)
-            self.keys.append(k)
-            dems.append(d)
-            for p, _ in d:
-                if p == pool:
-                    return len(dems) - 1
-        return None
-
-
 _WAITS: dict[str, dict[str, Wait]] = {CEILING: {}, BEHIND: {}, POOL: {}}
 """One :class:`Wait` per reason and pool, shared (a tuple: immutable): a walk of a few
 charts would spend more building its reasons than walking."""
@@ -532,6 +381,6 @@ def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
     return started, waits
 
 
-__all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "Decision", "POOL", "RESERVED", "Demand", "Limit", "Pools", "Usage", "Wait",
+__all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "RESERVED", "Demand", "Limit", "Pools", "Usage", "Wait",
            "Walk", "demand_of", "dispatch_walk", "starts_keyed", "starts_now"]
 

@@ -9,34 +9,23 @@ sizes the scheduler sees; iteration from the head is a plain walk.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from itertools import chain, islice
+from itertools import chain
 from typing import Iterator
 
 
 class SortedKeys:
-    __slots__ = ("_lists", "_maxes", "_len", "_load", "_watch", "_gone", "_dirty")
+    __slots__ = ("_lists", "_maxes", "_len", "_load")
 
     def __init__(self, keys=(), load: int = 512) -> None:
         self._load = load
-        self.watch(None)
         self._lists: list[list] = []
         self._maxes: list = []
         self._len = 0
         if keys:
             self.bulk_load(keys)
 
-    def watch(self, last) -> None:
-        """Record the changes at or before ``last`` from now on (None: none): a key added
-        there sets ``_dirty``, a key removed there goes to ``_gone``; any other change
-        (``bulk_load``, ``pop_first``, ``pop_head``) sets ``_dirty``. What a dispatch decision
-        read stays valid while nothing before its last key changed (:class:`.pools.Decision`)."""
-        self._watch = last
-        self._gone: list = []
-        self._dirty = False
-
     def bulk_load(self, keys) -> None:
         """Replace the content with ``keys`` (sorted here), O(n log n)."""
-        self._dirty = True
         ks = sorted(keys)
         load = self._load
         self._lists = [ks[i:i + load] for i in range(0, len(ks), load)]
@@ -54,8 +43,6 @@ class SortedKeys:
         return chain.from_iterable(self._lists)
 
     def add(self, key) -> None:
-        if self._watch is not None and key <= self._watch:
-            self._dirty = True
         maxes = self._maxes
         if not maxes:
             self._lists.append([key])
@@ -82,8 +69,6 @@ class SortedKeys:
 
     def remove(self, key) -> None:
         """Remove ``key``; ValueError if absent."""
-        if self._watch is not None and key <= self._watch:
-            self._gone.append(key)
         maxes = self._maxes
         pos = bisect_left(maxes, key)
         if pos == len(maxes):
@@ -114,7 +99,6 @@ class SortedKeys:
         return lst[bisect_left(lst, key)]
 
     def pop_first(self):
-        self._dirty = True
         lst = self._lists[0]
         key = lst.pop(0)
         self._len -= 1
@@ -125,7 +109,6 @@ class SortedKeys:
 
     def pop_head(self, n: int) -> list:
         """Remove and return the ``n`` smallest keys (all if fewer), in order."""
-        self._dirty = True
         out: list = []
         lists = self._lists
         while n > 0 and lists:
@@ -153,16 +136,6 @@ class SortedKeys:
             raise ValueError("key not in SortedKeys")
         return sum(len(x) for x in self._lists[:pos]) + i
 
-    def after(self, key) -> Iterator:
-        """The keys after ``key`` (which need not be in it), in order. Do not modify the
-        container while iterating."""
-        maxes = self._maxes
-        pos = bisect_right(maxes, key)
-        if pos == len(maxes):
-            return iter(())
-        lst = self._lists[pos]
-        return chain(lst[bisect_right(lst, key):], chain.from_iterable(islice(self._lists, pos + 1, None)))
-
     def sublists(self) -> list[list]:
         """The sublists, head first (read-only view for fast passes)."""
         return self._lists
@@ -175,5 +148,4 @@ class SortedKeys:
         other._lists = [lst[:] for lst in self._lists]
         other._maxes = list(self._maxes)
         other._len = self._len
-        other.watch(None)
         return other

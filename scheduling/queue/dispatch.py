@@ -11,7 +11,7 @@ from .entry import _Entry
 from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
-from ..pools import Decision, Usage, dispatch_walk, starts_keyed
+from ..pools import Usage, dispatch_walk, starts_keyed
 from ..pool_reserve import PoolProfiles, hold_units, startable_now as pool_startable_now, strict_now, tail_running
 from ..rules import head_of_line
 from ..types import Estimate
@@ -141,17 +141,15 @@ class QueueDispatch:
         pools = self._pools
         if self.dispatch_policy is Dispatch.BACKFILL:
             return self._pool_backfill_keys(running, now, estimate)
-        if not pools.limits:  # the walk alone, no reasons (what a decision needs)
+        keys = self._order if self._horizon is None else self._keys_within_horizon()
+        if not pools.has_limits:  # the walk alone, no reasons (what a decision needs)
             free = dict(pools.capacity)
             for r in running or ():
                 d = r.demand
                 for p, u in (d if d is not None else pools.demand(r.org, r.workflow)):
                     if p in free:  # (a pool no longer listed: nothing to take from)
                         free[p] -= u
-            if self._horizon is None:
-                return self._decide(free)
-            return starts_keyed(self._keys_within_horizon(), pools.demands, free, _PAIR_AT)
-        keys = self._order if self._horizon is None else self._keys_within_horizon()
+            return starts_keyed(keys, pools.demands, free, _PAIR_AT)
         use = Usage()
         for r in running or ():
             use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
@@ -164,25 +162,6 @@ class QueueDispatch:
 
         started, _ = dispatch_walk(charts(), pools, use)
         return [walked[i] for i in started]
-
-    def _decide(self, free: dict[str, int]) -> list:
-        """The strict decision with pools and no limits, in a whole queue: the last one's
-        reading reused when nothing before its last key changed but the charts it started
-        leaving (:class:`.pools.Decision`), else the walk from the head, recorded."""
-        order, demands, last = self._order, self._pools.demands, self._decision
-        got = None
-        if last is not None and last.demands is demands and not order._dirty:
-            gone = order._gone
-            if not gone and free == last.given:  # nothing changed: the same decision
-                return last.started
-            got = last.again(free, gone, order)
-        if got is None:
-            last = self._decision = Decision.walk(order, demands, free, _PAIR_AT)
-            got = last.started
-        order.watch(last.keys[-1] if last.keys and not last.open else None)
-        if last.open:
-            self._decision = None
-        return got
 
     def _keys_within_horizon(self) -> Iterator:
         """The keys of the order from the head, none past a partial queue's horizon."""

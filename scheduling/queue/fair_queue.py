@@ -129,7 +129,6 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         # Capacity pools (docs/scheduling.md, "Pools"): None, the one budget; else what blocks,
         # dispatches and times the charts (the pool "default" is the budget).
         self._pools: Pools | None = None
-        self._decision = None  # the last dispatch decision with pools, to reuse (pools.Decision)
         if pools is not None:
             self._use_pools(pools)
 
@@ -237,7 +236,6 @@ class FairQueue(QueueLoads, QueueViews, QueueDispatch, QueueEtas):
         q._disp_count = dict(self._disp_count)
         q._ordered_n = dict(self._ordered_n)
         q._changed = set()
-        q._decision = None
         return q
 
     # ---------------------------------------------------------------- changes
