@@ -21,6 +21,11 @@ pair's demand is one shared tuple, as ``Pools.demand`` hands it out.
   (``peek(0, running, ...)``: the usage of the running charts, then ``pools.starts_now``),
   and per chart read: five pools must read until every pool is blocked, one pool stops at
   the first chart that does not fit;
+- the live decision in the live loop: the oldest running chart finishes, the decision is
+  asked as ``LiveState.to_start`` asks it (one pool: the free budget summed from the running
+  charts, then ``peek(free)``; five: ``peek(0, running)``), its charts are dispatched (not
+  timed); from nothing running, once the pools are full. Unlike the line above, the state
+  changes before each decision (a chart less running, the last decision's charts started);
 - the ETA pass: every chart's start and finish; ``lane_pass`` again with each chart's
   cost the sum of its five-pool units (the same units, in one pool: what touching several
   heaps costs beyond drawing more units); and the floor of the five pools' walk, the heap
@@ -117,7 +122,51 @@ def live_decision(charts, costs, five: Pools, busy: dict, a) -> tuple[float, flo
     q1, q5 = queue(None), queue(five)
     run5 = [RunningChart(f"r-{p}", "running", None, 0.0, 0, ((p, busy[p]),)) for p in POOLS]
     t = best({"one": lambda i: q1.peek(3), "five": lambda i: q5.peek(0, run5)}, a.repeat, a.calls)
-    return t["one"], t["five"]
+    return t["one"], t["five"], live_loop(q1, q5, costs, five, a)
+
+
+def live_loop(q1: FairQueue, q5: FairQueue, costs, five: Pools, a) -> tuple[float, float]:
+    """Seconds a decision of the live loop, one pool and five: the oldest running chart
+    finishes, the decision is asked as :meth:`LiveState.to_start` asks it (one pool: the
+    free budget summed from the running charts, then ``peek(free)``; five: ``peek(0,
+    running)``), and what it gives starts (``dispatch_ids``, not timed). From nothing
+    running: the first ``--calls`` decisions fill the pools (not counted), then the best of
+    ``--repeat`` samples of ``--calls`` decisions each, a chart or a few freed before each."""
+    from collections import deque
+    budget = POOLS["default"]
+    run1: deque = deque()
+    run5: deque = deque()
+
+    def one() -> float:
+        if run1:
+            run1.popleft()
+        t0 = time.perf_counter()
+        ids = q1.peek(budget - sum(c for _, c in run1))
+        dt = time.perf_counter() - t0
+        for c in q1.dispatch_ids(ids):
+            run1.append((c.id, costs.get((c.org, c.workflow), 1)))
+        return dt
+
+    def five_() -> float:
+        if run5:
+            run5.popleft()
+        running = list(run5)
+        t0 = time.perf_counter()
+        ids = q5.peek(0, running)
+        dt = time.perf_counter() - t0
+        for c in q5.dispatch_ids(ids):
+            run5.append(RunningChart(c.id, c.org, c.workflow, 0.0, 0, five.demand(c.org, c.workflow)))
+        return dt
+
+    for _ in range(a.calls):
+        one(), five_()
+    t1 = t5 = float("inf")
+    for _ in range(a.repeat):
+        gc.collect()
+        t1 = min(t1, sum(one() for _ in range(a.calls)) / a.calls)
+        gc.collect()
+        t5 = min(t5, sum(five_() for _ in range(a.calls)) / a.calls)
+    return t1, t5
 
 
 def main() -> None:
@@ -155,7 +204,7 @@ def main() -> None:
     s5, w5 = dispatch_walk(((o, d) for o, d, _ in items5), five, uses(five)[0])
     n_walk5 = len(s5) + len(w5)
 
-    t_q1, t_q5 = live_decision(charts, costs, five, busy, a)
+    t_q1, t_q5, (t_l1, t_l5) = live_decision(charts, costs, five, busy, a)
     read = {"one": n_hol, "five": n_walk5}
 
     def lanes_today(_i=0):
@@ -204,6 +253,9 @@ def main() -> None:
     print(f"live decision (FairQueue.peek, {a.calls} calls a sample): one pool {t_q1 * 1e6:6.2f} us, five pools "
           f"{t_q5 * 1e6:6.2f} us  (five / one {t_q5 / t_q1:.2f}x; per chart read "
           f"{(t_q5 / read['five']) / (t_q1 / read['one']):.2f}x)")
+    print(f"  in the live loop (a running chart finishes, the decision, its charts dispatched; {a.calls} "
+          f"decisions a sample): one pool {t_l1 * 1e6:6.2f} us, five pools {t_l5 * 1e6:6.2f} us  (five / one "
+          f"{t_l5 / t_l1:.2f}x)")
     print(f"ETA pass: lane_pass (today) {t_lanes * 1e3:7.1f} ms, pool_etas one pool {t_eta1 * 1e3:7.1f} ms, "
           f"five pools {t_eta5 * 1e3:7.1f} ms  (five / lane_pass {t_eta5 / t_lanes:.2f}x, one / lane_pass "
           f"{t_eta1 / t_lanes:.2f}x)")

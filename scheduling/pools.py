@@ -271,6 +271,54 @@ def starts_now(charts: Iterable[tuple[object, Demand]], free: dict[str, int]) ->
     return out
 
 
+_ONE = ((DEFAULT_POOL, 1),)  # the demand of a pair not listed (:meth:`Pools.demand`)
+_SHUT = -math.inf  # a blocked pool's free units in :func:`starts_keyed`: no chart fits in it
+
+
+def starts_keyed(keys: Iterable[tuple], demands: Mapping[tuple, Demand], free: dict[str, int],
+                 at: int) -> list:
+    """:func:`starts_now` over ``keys`` of the order from the head, each key's demand
+    ``demands.get(key[at])`` (a pair not listed: 1 unit of ``default``): the live queue's
+    walk, read from its keys with no (chart, demand) pair built per chart. The same charts
+    start (the Hypothesis property of tests/core/test_pool_decision.py). ``free`` is used up:
+    a blocked pool's entry is set to -inf (so one test per pool reads both "blocked" and
+    "too small"), a started chart's units are taken."""
+    get, one, shut = demands.get, _ONE, _SHUT
+    n = len(free)
+    shut_n = 0  # pools blocked
+    out: list = []
+    for k in keys:
+        d = get(k[at], one)
+        if len(d) == 1:
+            p, u = d[0]
+            f = free.get(p, 0)
+            if f < u:
+                if f != shut:
+                    free[p] = shut
+                    shut_n += 1
+                    if shut_n >= n:
+                        break
+                continue
+            free[p] = f - u
+            out.append(k)
+            continue
+        for p, u in d:
+            if free.get(p, 0) < u:
+                for q, _ in d:
+                    if free.get(q, 0) != shut:
+                        free[q] = shut
+                        shut_n += 1
+                break
+        else:
+            for p, u in d:
+                free[p] -= u
+            out.append(k)
+            continue
+        if shut_n >= n:
+            break
+    return out
+
+
 _WAITS: dict[str, dict[str, Wait]] = {CEILING: {}, BEHIND: {}, POOL: {}}
 """One :class:`Wait` per reason and pool, shared (a tuple: immutable): a walk of a few
 charts would spend more building its reasons than walking."""
@@ -334,5 +382,5 @@ def _walk_free(charts, pools: Pools, use: Usage, whole: bool):
 
 
 __all__ = ["BEHIND", "CAPACITY", "CEILING", "DEFAULT_POOL", "POOL", "RESERVED", "Demand", "Limit", "Pools", "Usage", "Wait",
-           "Walk", "demand_of", "dispatch_walk", "starts_now"]
+           "Walk", "demand_of", "dispatch_walk", "starts_keyed", "starts_now"]
 

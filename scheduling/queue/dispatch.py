@@ -11,7 +11,7 @@ from .entry import _Entry
 from ..keys import TIER_NORMAL, TIER_PRIORITY, QueueKey
 from ..modes import Dispatch
 from ..reserve import P90_RATIO, Profile, startable_now, window_end
-from ..pools import DEFAULT_POOL, Usage, dispatch_walk, starts_now
+from ..pools import Usage, dispatch_walk, starts_keyed
 from ..pool_reserve import PoolProfiles, hold_units, startable_now as pool_startable_now, strict_now, tail_running
 from ..rules import head_of_line
 from ..types import Estimate
@@ -28,6 +28,7 @@ def _item(k, estimate: Estimate, bound: Estimate | None) -> tuple[int, float, fl
 
 _payload = itemgetter(QueueKey._fields.index("entry"))  # C speed, by the field's position
 _ecost = attrgetter("cost")
+_PAIR_AT = QueueKey._fields.index("pair")  # a key's (org, workflow), what its demand is looked up by
 
 
 def _costs_in_order(sublists: list[list[tuple]], free: int) -> Iterator[int]:
@@ -142,13 +143,13 @@ class QueueDispatch:
             return self._pool_backfill_keys(running, now, estimate)
         keys = self._order if self._horizon is None else self._keys_within_horizon()
         if not pools.has_limits:  # the walk alone, no reasons (what a decision needs)
-            used: dict[str, int] = {}
+            free = dict(pools.capacity)
             for r in running or ():
-                for p, u in (r.demand if r.demand is not None else pools.demand(r.org, r.workflow)):
-                    used[p] = used.get(p, 0) + u
-            get, one = pools.demands.get, ((DEFAULT_POOL, 1),)
-            return starts_now(((k, get(k.pair, one)) for k in keys),
-                              {p: c - used.get(p, 0) for p, c in pools.capacity.items()})
+                d = r.demand
+                for p, u in (d if d is not None else pools.demand(r.org, r.workflow)):
+                    if p in free:  # (a pool no longer listed: nothing to take from)
+                        free[p] -= u
+            return starts_keyed(keys, pools.demands, free, _PAIR_AT)
         use = Usage()
         for r in running or ():
             use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
