@@ -360,7 +360,7 @@ class Forecaster:
             if rem < 0.0:
                 rem = 0.0
             etas[r.id] = Eta(0.0, rem)
-            run.append(RunningUse(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow), rem))
+            run.append(RunningUse(r.org, pools.held(r), rem))
         org_clear: dict[str, float] = dict.fromkeys(queue.weights, 0.0)
         running_clear(running, etas, org_clear)
         pending = set(stop_after) - etas.keys() if stop_after is not None else None

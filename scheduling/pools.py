@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 
 DEFAULT_POOL = "default"
@@ -86,6 +86,13 @@ class Pools:
     def demand(self, org: str, workflow: str | None) -> Demand:
         d = self.demands.get((org, workflow))
         return ((DEFAULT_POOL, 1),) if d is None else d
+
+    def held(self, running: Any) -> Demand:
+        """What a running chart holds: the demand it started with (``running.demand``, kept
+        across restarts in ``Chart.dispatched_pools``), else its pair's now (``org``,
+        ``workflow``; the org an id or its text)."""
+        d = running.demand
+        return self.demand(str(running.org), running.workflow) if d is None else d
 
     @property
     def has_limits(self) -> bool:

@@ -193,7 +193,7 @@ def pool_summary(state: PassInput) -> dict[str, Any]:
         return {}
     use = Usage()
     for r in state.running:
-        use.take(str(r.org), r.demand if r.demand is not None else pools.demand(str(r.org), r.workflow))
+        use.take(str(r.org), pools.held(r))
     held = {"pool": dict(use.pool), "org": dict(use.org)}
     walked: list = []
 

@@ -145,14 +145,14 @@ class QueueDispatch:
         if not pools.has_limits:  # the walk alone, no reasons (what a decision needs)
             free = dict(pools.capacity)
             for r in running or ():
-                d = r.demand
+                d = r.demand  # Pools.held inline: the live decision's own loop, run at each decision
                 for p, u in (d if d is not None else pools.demand(r.org, r.workflow)):
                     if p in free:  # (a pool no longer listed: nothing to take from)
                         free[p] -= u
             return starts_keyed(keys, pools.demands, free, _PAIR_AT)
         use = Usage()
         for r in running or ():
-            use.take(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow))
+            use.take(r.org, pools.held(r))
         walked: list = []
 
         def charts():
@@ -206,7 +206,7 @@ class QueueDispatch:
         """(remaining seconds, demand, org) of each running chart, with pools."""
         pools = self._pools
         return [(max(0.0, r.started_at + estimate(r.org, r.workflow) - now),
-                 r.demand if r.demand is not None else pools.demand(r.org, r.workflow), r.org) for r in running or ()]
+                 pools.held(r), r.org) for r in running or ()]
 
     def _pool_items(self, keys, estimate) -> list[tuple[tuple, float, float]]:
         """(demand, estimate, 90% bound) of the charts of ``keys``, for reservations per pool."""

@@ -173,7 +173,7 @@ class QueueEtas:
             etas[r.id] = Eta(0.0, rem)
             if rem > org_clear.get(r.org, 0.0):
                 org_clear[r.org] = rem
-            run.append(RunningUse(r.org, r.demand if r.demand is not None else pools.demand(r.org, r.workflow), rem))
+            run.append(RunningUse(r.org, pools.held(r), rem))
         keys = list(self._order)
         items = [(k.entry.org, pools.demand(*k.pair), float(estimate(*k.pair))) for k in keys]
         if self.dispatch_policy is Dispatch.BACKFILL:
