@@ -205,12 +205,17 @@ def test_dispatch_starts_what_the_eta_pass_starts_now_and_never_overfills(charts
         running = {cid: v for cid, v in running.items() if v[1] > t}
 
 
-def _trace(arrivals, exact):
+def _trace(arrivals, exact, limits=None):
+    """The world above as a contract v3 trace, under backfill, with ``limits`` ({(org, pool):
+    Limit}: tests/core/test_pool_backfill_limits.py) if given."""
     orgs = [{"id": o, "weight": w} for o, w in ORGS.items()]
     costs = [{"org": o, "workflow": w, "pools": p} for (o, w), p in PAIRS.items()]
     avgs = [{"org": o, "workflow": w, "avg_s": s} for (o, w), s in EST.items()]
-    return {"budget": CAP["default"], "dispatch": "backfill", "orgs": orgs, "costs": costs, "averages": avgs,
-            "pools": [{"id": "llm", "capacity": CAP["llm"]}, {"id": "gpu", "capacity": CAP["gpu"]}],
+    trace = {"budget": CAP["default"], "dispatch": "backfill", "orgs": orgs, "costs": costs, "averages": avgs}
+    if limits is not None:
+        trace["limits"] = [{"org": o, "pool": p, **({"max": v.max} if v.max is not None else {}),
+                            **({"min": v.min} if v.min else {})} for (o, p), v in limits.items()]
+    return {**trace, "pools": [{"id": "llm", "capacity": CAP["llm"]}, {"id": "gpu", "capacity": CAP["gpu"]}],
             "arrivals": [{"id": f"c{i}", "org": o, "workflow": w, "at_s": at,
                           "actual_s": EST[(o, w)] * (1.0 if exact else f)}
                          for i, ((o, w), at, f) in enumerate(arrivals)]}

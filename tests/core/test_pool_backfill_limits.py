@@ -17,6 +17,8 @@ from scheduling.pool_reserve import PoolProfiles, reserve_walk
 from scheduling.pools import Limit, Pools, demand_of
 from scheduling.queue import FairQueue
 from scheduling.types import QueuedChart, RunningChart
+# the world of the live order below: tests/core/test_pool_backfill.py's, with limits
+from tests.core.test_pool_backfill import CAP, EST, ORGS as WEIGHTS, PAIRS, _trace, arrivals
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pools_backfill_limits_example.json"
 POOLS = ("default", "gpu", "llm")
@@ -217,11 +219,6 @@ def test_no_moment_over_a_pool_or_a_ceiling(capacity, running, order, limits):
 
 
 # ------------------------------------------------------------ the live order
-CAP = {"default": 3, "llm": 3, "gpu": 2}
-PAIRS = {("a", "x"): {"llm": 1, "gpu": 1}, ("b", "x"): {"gpu": 2}, ("b", "y"): {"llm": 2, "default": 1},
-         ("c", "x"): {"default": 1}, ("a", "y"): {"llm": 1}, ("c", "y"): {"gpu": 1}}
-EST = {("a", "x"): 300.0, ("b", "x"): 120.0, ("b", "y"): 90.0, ("c", "x"): 60.0, ("a", "y"): 200.0, ("c", "y"): 45.0}
-WEIGHTS = {"a": 1, "b": 2, "c": 1}
 LIMITS = st.sampled_from([
     {("a", "llm"): Limit(1)},
     {("a", "llm"): Limit(2, 1), ("c", "gpu"): Limit(1)},
@@ -273,29 +270,12 @@ def test_dispatch_starts_what_the_eta_pass_starts_now_and_keeps_every_limit(char
         running = {cid: v for cid, v in running.items() if v[1] > t}
 
 
-def _trace(arrivals, limits, exact):
-    orgs = [{"id": o, "weight": w} for o, w in WEIGHTS.items()]
-    costs = [{"org": o, "workflow": w, "pools": p} for (o, w), p in PAIRS.items()]
-    avgs = [{"org": o, "workflow": w, "avg_s": s} for (o, w), s in EST.items()]
-    lims = [{"org": o, "pool": p, **({"max": v.max} if v.max is not None else {}), **({"min": v.min} if v.min else {})}
-            for (o, p), v in limits.items()]
-    return {"budget": CAP["default"], "dispatch": "backfill", "orgs": orgs, "costs": costs, "averages": avgs,
-            "limits": lims, "pools": [{"id": "llm", "capacity": CAP["llm"]}, {"id": "gpu", "capacity": CAP["gpu"]}],
-            "arrivals": [{"id": f"c{i}", "org": o, "workflow": w, "at_s": at,
-                          "actual_s": EST[(o, w)] * (1.0 if exact else f)}
-                         for i, ((o, w), at, f) in enumerate(arrivals)]}
-
-
-arrivals = st.lists(st.tuples(st.sampled_from(sorted(PAIRS)), st.integers(0, 300), st.sampled_from([0.5, 1.0, 1.6])),
-                    max_size=14)
-
-
 @settings(max_examples=60, deadline=None)
 @given(arrivals, LIMITS)
 def test_simulate_never_goes_past_a_pool_or_a_ceiling(arrivals, limits):
     """Run times that miss their estimates: at every start, each pool the chart draws on,
     and its org's ceiling there, hold within their limits (the chart included)."""
-    out = simulate(_trace(arrivals, limits, exact=False))
+    out = simulate(_trace(arrivals, exact=False, limits=limits))
     ran = [c for c in out["charts"] if c["start_s"] is not None]
     assert len(ran) == len(arrivals)
     for c in ran:
@@ -313,7 +293,7 @@ def test_simulate_never_goes_past_a_pool_or_a_ceiling(arrivals, limits):
 def test_with_ceilings_a_static_backlog_with_exact_estimates_finishes_at_its_etas(charts, limits):
     """Every chart arrives at 0 and runs exactly its estimate, ceilings only: each finishes at
     its ETA at arrival (the reservations are kept over time)."""
-    out = simulate(_trace([(k, 0, 1.0) for k in charts], limits, exact=True))
+    out = simulate(_trace([(k, 0, 1.0) for k in charts], exact=True, limits=limits))
     for c in out["charts"]:
         assert c["finish_s"] == pytest.approx(c["eta_at_arrival_s"])
 
