@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from scheduling import Durations, QueuedChart
 from scheduling.queue import FairQueue
 from scheduling.forecast import Forecaster, ForecastParams
-from scheduling.contract.simulator import Arrival, Event, simulate
+from scheduling.contract.simulator import Arrival, simulate
+from tests.core.helpers import arrivals_and_events
 from scheduling.contract.fields import ScenarioError
 from scheduling.contract.scenario import simulate as simulate_json
 
@@ -159,25 +160,8 @@ def test_simulate_json_refuses_a_bad_eta_model(value, message):
 # --------------------------------------------------------------- no peeking
 @st.composite
 def traces(draw):
-    orgs = ["A", "B", "C"]
-    n = draw(st.integers(2, 14))
-    arrivals = []
-    for i in range(n):
-        arrivals.append(Arrival(
-            f"c{i}", draw(st.sampled_from(orgs)), draw(st.sampled_from(["x", "y"])),
-            float(draw(st.integers(0, 400))), float(draw(st.integers(1, 300))),
-            draw(st.booleans()) and draw(st.booleans())))
-    arrivals.sort(key=lambda a: a.at_s)
-    events = []
-    for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from(["set_weight", "set_budget", "pause"]))
-        at = float(draw(st.integers(0, 400)))
-        if kind == "set_weight":
-            events.append(Event(at, kind, org=draw(st.sampled_from(orgs)), value=draw(st.integers(0, 2))))
-        elif kind == "set_budget":
-            events.append(Event(at, kind, value=draw(st.integers(1, 4))))
-        else:
-            events.append(Event(at, kind, chart=draw(st.sampled_from(arrivals)).id))
+    arrivals, events = arrivals_and_events(draw, ["A", "B", "C"], most=14, span=400)
+    n = len(arrivals)
     target = draw(st.integers(0, n - 1))
     bump = draw(st.lists(st.integers(1, 10_000), min_size=n, max_size=n))
     return arrivals, events, target, bump

@@ -13,7 +13,8 @@ from scheduling import Durations, QueuedChart, RunningChart
 from scheduling.contract.pool_sim import simulate_pools
 from scheduling.contract.scenario import simulate as simulate_json
 from scheduling.contract.fields import ScenarioError
-from scheduling.contract.simulator import Arrival, Event, simulate
+from scheduling.contract.simulator import Arrival, simulate
+from tests.core.helpers import arrivals_and_events
 from scheduling.forecast import Forecaster, ForecastParams
 from scheduling.pools import Limit, Pools
 from scheduling.queue import FairQueue
@@ -86,22 +87,7 @@ def test_with_one_pool_default_the_pass_is_the_one_budget_forecast_pass(case):
 
 @st.composite
 def traces(draw, orgs=("A", "B", "C")):
-    n = draw(st.integers(2, 30))
-    arrivals = [Arrival(f"c{i}", draw(st.sampled_from(orgs)), draw(st.sampled_from(["x", "y"])),
-                        float(draw(st.integers(0, 600))), float(draw(st.integers(1, 300))),
-                        draw(st.booleans()) and draw(st.booleans())) for i in range(n)]
-    arrivals.sort(key=lambda a: a.at_s)
-    events = []
-    for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from(["set_weight", "set_budget", "pause"]))
-        at = float(draw(st.integers(0, 600)))
-        if kind == "set_weight":
-            events.append(Event(at, kind, org=draw(st.sampled_from(orgs)), value=draw(st.integers(0, 2))))
-        elif kind == "set_budget":
-            events.append(Event(at, kind, value=draw(st.integers(1, 4))))
-        else:
-            events.append(Event(at, kind, chart=draw(st.sampled_from(arrivals)).id))
-    return arrivals, events
+    return arrivals_and_events(draw, orgs, most=30, span=600)
 
 
 FP = ForecastParams(fade_s=600.0, recent_tau_s=200.0, decay_s=300.0, long_floor_s=100.0)
