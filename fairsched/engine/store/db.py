@@ -20,8 +20,6 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils.timezone import now as timezone_now
 
-from common.compiled import CompiledRows
-
 from charts.models import Chart, ChartState
 from charts.lifecycle import (OutcomeWrite, chart_fail_start, chart_record_outcomes, chart_requeue, charts_mark_running,
                               charts_set_dispatched_pools)
@@ -29,6 +27,7 @@ from scheduling import Durations, normal_key, RoundState as CoreRoundState
 from scheduling.modes import Share
 from scheduling.plan import gc_paused
 from scheduling.pools import demand_of
+from common.compiled import CompiledRows
 from control import deployment as control_deployment
 from fairsched.engine.store import pg_statistics
 from fairsched.engine.store.chart_columns import ChartColumns
