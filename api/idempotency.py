@@ -50,7 +50,7 @@ def key_of(request: HttpRequest) -> str | None:
     raw = request.headers.get(HEADER)
     if raw is None:
         return None
-    value = raw.strip()
+    value = raw.strip(" \t")  # HTTP's optional whitespace only: str.strip() also takes U+00A0 and its kin
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]
     if not value or len(value) > MAX_LENGTH or any(not 32 <= ord(c) <= 126 for c in value):

@@ -96,7 +96,11 @@ def main() -> None:
     wall = time.monotonic() - t0
     stop.set()
     sampler.join()
+    log = ROOT / "var" / f"suite_cpu-{args.which}.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text(proc.stdout)
     print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)")
+    print(f"pytest's whole output: {log.relative_to(ROOT)}")
     total = sum(v for k, v in totals.items() if k != "gone")
     cores = os.cpu_count() or 1
     print(f"{args.which} pass, {workers} workers: wall {wall:.0f} s; CPU {total:.0f} s over {cores} cores "
