@@ -110,6 +110,15 @@ def test_dashboard_under_a_demo_workload(browser, browser_server, redis_layer_pu
     expect(page.locator("#order-range")).to_contain_text(f"1–100 of {total}")
     settle(page)  # plots fetched and drawn (unanimated), ETAs ticked (on every message)
     assert errors == []
+    # Idle, it animates nothing: the running charts' bars move once a second, without a
+    # transition (one of 0.9 s on each bar's width kept Chromium at half a core, idle).
+    page.wait_for_timeout(1100)  # a tick of the clock has moved the bars
+    running = "document.getAnimations().map((a) => a.constructor.name + ' ' + (a.transitionProperty || a.animationName))"
+    seen = []
+    for _ in range(6):  # over a second: a 0.9 s transition each second would be caught
+        page.wait_for_timeout(170)
+        seen.append(page.evaluate(running))
+    assert seen == [[]] * 6
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
