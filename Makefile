@@ -20,6 +20,11 @@ TEST_WORKERS ?= 3
 SQLITE_TEST_WORKERS ?= 4
 TEST_DIST ?= worksteal
 PYTEST_ARGS ?=
+# Bytecode caches, even where the environment says not to write them (PYTHONDONTWRITEBYTECODE,
+# as on this project's CI machines): a pass starts some 150 Python processes (xdist workers,
+# schedulers, workers, daphne), and without the caches pytest rewrote every test module in
+# every xdist worker again (5% of a pass's CPU). They go to __pycache__, which git ignores.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install run test test-sqlite test-postgres bench clean
 

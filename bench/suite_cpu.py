@@ -40,6 +40,8 @@ def kind(pid: str) -> str:
         return "pytest workers (xdist)"
     if "pytest" in cmd:
         return "pytest (controller)"
+    if "tests/zygote.py" in cmd:  # what the integration tests' zygote forked (and the zygote itself)
+        return "runscheduler, runworker (forked by tests/zygote.py)"
     for k in KINDS:
         if k in cmd:
             return k

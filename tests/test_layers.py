@@ -3,6 +3,7 @@ across, so there is no import cycle, and no import hides inside a function to do
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -73,23 +74,33 @@ def _absolute(node: ast.ImportFrom, path: Path) -> str | None:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _all_imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]]:
-    """(line, imported module, inside a function?) of every import in ``path``, relative ones
-    made absolute, ``from package import module`` naming the module: the standard
-    library's and third parties' too."""
+@functools.cache
+def _parsed_imports(path: Path) -> tuple[tuple[int, str | None, tuple[str, ...], bool], ...]:
+    """(line, ``from`` module made absolute or None for ``import``, names, inside a function?)
+    of every import in ``path``: parsed once a run (the checks below read every file again)."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for n in ast.walk(f)}
     found = []
     for node in ast.walk(tree):
-        names = []
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            found.append((node.lineno, None, tuple(a.name for a in node.names), id(node) in in_function))
         elif isinstance(node, ast.ImportFrom):
-            module = _absolute(node, path)
-            if module:
-                names = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names]
-        found.extend((node.lineno, name, id(node) in in_function) for name in names)
+            found.append((node.lineno, _absolute(node, path), tuple(a.name for a in node.names),
+                          id(node) in in_function))
+    return tuple(found)
+
+
+def _all_imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, bool]]:
+    """(line, imported module, inside a function?) of every import in ``path``, relative ones
+    made absolute, ``from package import module`` naming the module: the standard
+    library's and third parties' too."""
+    found = []
+    for line, module, names, hidden in _parsed_imports(path):
+        if module is None:
+            found.extend((line, name, hidden) for name in names)
+        elif module:
+            found.extend((line, f"{module}.{a}" if f"{module}.{a}" in modules else module, hidden) for a in names)
     return found
 
 

@@ -127,6 +127,7 @@ class Scheduler:
     FIRST_ETAS_WRITE_SHARE: float = 0.5  # ... paced: the writes take at most this share of the time
     ETAS_KEPT: int = 10_000            # the last pass's ETAs kept for dispatch: this far into the order
     GIVE_BACK_MIN_CHARTS: int = 10_000  # a pass over this many charts or more gives the C heap back after it
+    FREEZE_MIN_CHARTS: int = 10_000   # a load of this many or more moves them out of the collector's sight
     ETA_SLOW_LOG_S: float = 1.0        # log the passes that take longer than this
     STEP_SLOW_LOG_S: float = 0.1       # and the loop's steps (a dispatch waits behind one) ...
     STEP_SLOW_LOG_EVERY_S: float = 10.0  # ... one line a step this often at most (a backfill's chunks)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fairsched.runtime import embedded
+from tests import zygote
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -34,7 +35,7 @@ class Daphne:
         self.db_url, self.redis_url = db_url, redis_url
         self.port = port or embedded.free_port()
         self.log_name = log_name
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | zygote.ZygoteProcess | None = None
 
     @property
     def url(self) -> str:
@@ -49,10 +50,8 @@ class Daphne:
                    # stale badge's own test publishes a snapshot an hour old)
                    FAIRSCHED_STALE_MIN_S="300")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        with open(ARTIFACTS / self.log_name, "ab") as log:
-            self.proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p",
-                                          str(self.port), "config.asgi:application"], cwd=ROOT, env=env,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = zygote.popen([Path(sys.executable).parent / "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                  "config.asgi:application"], env, ROOT, ARTIFACTS / self.log_name)
         embedded.wait_for_port(self.port, timeout=60, proc=self.proc)
         return self
 

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests import zygote
 from tests.conftest import ARTIFACTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,13 +51,14 @@ class Proc:
     args: list[str]
     env: dict[str, str]
     log_path: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | zygote.ZygoteProcess | None = None
     script: Path = ROOT / "manage.py"
 
     def start(self) -> "Proc":
-        out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, str(self.script), *self.args], env=self.env, cwd=ROOT,
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        """``python script args`` in a session of its own, its output appended to its log:
+        forked warm by this test process's zygote (tests/zygote.py: the libraries imported
+        once, not a second of imports a start)."""
+        self.proc = zygote.popen([self.script, *self.args], self.env, ROOT, self.log_path)
         return self
 
     def alive(self) -> bool:
