@@ -41,7 +41,7 @@ def kind(pid: str) -> str:
     if "pytest" in cmd:
         return "pytest (controller)"
     if "tests/zygote.py" in cmd:  # what the integration tests' zygote forked (and the zygote itself)
-        return "runscheduler, runworker (forked by tests/zygote.py)"
+        return "runscheduler, runworker, daphne (forked by tests/zygote.py)"
     for k in KINDS:
         if k in cmd:
             return k
