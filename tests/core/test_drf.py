@@ -68,10 +68,11 @@ def test_with_one_pool_the_shares_are_the_unpooled_work_shares(data):
     weight's share of the budget holds at least one of its charts (an org whose share is 2
     units and whose charts cost 3 holds 0 or 3 at any moment). Near, not within Jain 0.98: an
     org's virtual time may lead another's by one chart, and the window (until the first org
-    runs out) holds a few hours of charts up to 900 s long, so one chart is a few percent of
-    an org's share in it; on 150 random traces of this kind 6 fell between 0.96 and 0.98 (the
-    unpooled share as well: the two are equal, start for start). The 0.98 of issue 43 is
-    checked on the pools' own example below (test_drf_shares_by_the_dominant_pool)."""
+    runs out) can be as short as a few of the longest charts, whose lanes start in step: on
+    150 random traces of this kind 6 fell between 0.96 and 0.98, and Hypothesis found one at
+    0.939 (900 s charts at cost 2, budget 31; the unpooled share as well: the two are equal,
+    start for start, which is this test's point). The bound here is 0.90; the 0.98 of issue 43
+    is checked on the pools' own example below (test_drf_shares_by_the_dominant_pool)."""
     kinds = {f"k{c}": (c, float(data.draw(st.sampled_from([60, 300, 900])))) for c in range(1, 5)}
     orgs = {o: data.draw(st.sampled_from(sorted(kinds))) for o in ORGS}
     weights = {o: data.draw(st.integers(1, 3)) for o in ORGS}
@@ -83,7 +84,7 @@ def test_with_one_pool_the_shares_are_the_unpooled_work_shares(data):
     pools = Pools({DEFAULT_POOL: budget}, {(o, k): ((DEFAULT_POOL, kinds[k][0]),) for o in ORGS for k in kinds})
     pooled = simulate_pools(arrivals, pools=pools, weights=weights, estimate=est, share="work")
     assert [c.start_s for c in pooled.charts] == [c.start_s for c in plain.charts]
-    assert plain.summary["budget_jain"] >= 0.95, plain.summary
+    assert plain.summary["budget_jain"] >= 0.90, plain.summary
 
 
 def test_two_orgs_on_disjoint_pools_each_get_their_whole_pool():
