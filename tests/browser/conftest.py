@@ -237,6 +237,25 @@ def settle(page, timeout: float = 10_000) -> None:
 
 
 def login(page, base: str, username: str, password: str = "pw-for-tests-1", then: str = "/") -> None:
+    """Log ``username`` in with ``password`` and open ``then`` in ``page``: the session the
+    login form would create (``Client.login``: the same authentication, the same session
+    row), handed to the page's context as its cookie. Filling the form in every test cost a
+    page load and a redirect each (Chromium's CPU set the SQLite pass's time); the login page
+    itself is checked by the axe-core and CSP tests, and by test_a_login_through_the_form."""
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    assert client.login(username=username, password=password), f"{username} cannot log in with that password"
+    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME,
+                               "value": client.cookies[settings.SESSION_COOKIE_NAME].value, "url": base}])
+    page.goto(base + then)
+    page.wait_for_load_state("domcontentloaded")
+
+
+def login_through_the_form(page, base: str, username: str, password: str = "pw-for-tests-1",
+                           then: str = "/") -> None:
+    """As a user does: the login page, its form, the redirect to ``then``."""
     page.goto(f"{base}/accounts/login/?next={then}")
     page.fill("#id_username", username)
     page.fill("#id_password", password)

@@ -14,7 +14,7 @@ from charts.models import Chart
 from charts.services import chart_pause
 from control.models import SchedulerSettings
 from orgs.models import Org
-from tests.browser.conftest import ARTIFACTS, login
+from tests.browser.conftest import ARTIFACTS, login, login_through_the_form
 from tests.factories import make_chart, make_org, make_user, make_workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -105,6 +105,20 @@ def test_refused_control_shows_an_error(browser, browser_server, redis_layer_pub
     alert = page.locator(".toast.error").first
     expect(alert).to_be_visible(timeout=3_000)
     expect(alert).to_contain_text(f"cannot pause chart #{target.pk}")
+
+
+def test_a_login_through_the_form_lands_on_next_and_a_wrong_password_stays(browser, browser_server,
+                                                                          redis_layer_publish, world):
+    """The other browser tests log in with the session's cookie (conftest.login): here the
+    form itself, as a user fills it, with a wrong password first."""
+    redis_layer_publish()
+    page = browser.new_context().new_page()
+    login_through_the_form(page, browser_server, "root", password="not-the-password", then="/dashboard/")
+    expect(page.locator(".errorlist")).to_contain_text("didn't match")
+    assert "/accounts/login/" in page.url
+    login_through_the_form(page, browser_server, "root", then="/dashboard/")
+    expect(page).to_have_url(f"{browser_server}/dashboard/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=10_000)
 
 
 def test_viewer_gets_no_controls(browser, browser_server, redis_layer_publish, world):
