@@ -19,11 +19,18 @@ reports each exit status (a negative signal number for a signal, as ``Popen``).
 """
 from __future__ import annotations
 
+import atexit
+import importlib
 import json
 import os
+import random
+import runpy
+import select
+import signal
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 # Imported once by the zygote: what every scheduler and worker imports before the project's own
@@ -68,13 +75,9 @@ class ZygoteProcess:
                 pass
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
 
@@ -164,11 +167,6 @@ def close() -> None:
 
 def _child(request: dict, closing: list[int]) -> None:
     """In the forked child: become ``python argv...`` and never return."""
-    import random
-    import runpy
-    import signal
-    import threading as threads
-
     code = 1
     try:
         os.setsid()
@@ -202,13 +200,9 @@ def _child(request: dict, closing: list[int]) -> None:
             else:
                 print(stop.code, file=sys.stderr)
         except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, then status 1
-            import traceback
-
             traceback.print_exc()
         # Then as the interpreter's own exit: the threads' ends, then the atexit handlers.
-        threads._shutdown()
-        import atexit
-
+        threading._shutdown()
         atexit._run_exitfuncs()
     finally:
         try:
@@ -219,10 +213,6 @@ def _child(request: dict, closing: list[int]) -> None:
 
 
 def _serve() -> None:
-    import importlib
-    import select
-    import signal
-
     for name in WARM:
         try:
             importlib.import_module(name)

@@ -241,7 +241,8 @@ def login(page, base: str, username: str, password: str = "pw-for-tests-1", then
     login form would create (``Client.login``: the same authentication, the same session
     row), handed to the page's context as its cookie. Filling the form in every test cost a
     page load and a redirect each (Chromium's CPU set the SQLite pass's time); the login page
-    itself is checked by the axe-core and CSP tests, and by test_a_login_through_the_form."""
+    itself is checked by the axe-core and CSP tests, and by test_dashboard_browser.py's
+    test_a_login_through_the_form_lands_on_next_and_a_wrong_password_stays."""
     from django.conf import settings
     from django.test import Client
 
